@@ -1,0 +1,65 @@
+"""Command line: ``python -m minidist <command>``.
+
+    demo            train a small model on the digits and report what happened
+    lessons         list the lesson scripts
+    run NN          run lessons/NN_*.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import runpy
+import sys
+
+LESSONS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lessons")
+
+
+def lesson_paths() -> list[str]:
+    return sorted(glob.glob(os.path.join(LESSONS_DIR, "[0-9][0-9]_*.py")))
+
+
+def cmd_lessons(_args) -> int:
+    paths = lesson_paths()
+    if not paths:
+        print(f"no lessons found in {LESSONS_DIR}")
+        return 1
+    for path in paths:
+        with open(path) as f:
+            first = next((line for line in f if line.startswith("# #")), "# # (untitled)")
+        print(f"{os.path.basename(path)[:2]}  {os.path.basename(path):28s} {first[3:].strip()}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    matches = [p for p in lesson_paths() if os.path.basename(p).startswith(args.number.zfill(2) + "_")]
+    if not matches:
+        print(f"no lesson {args.number!r}; `python -m minidist lessons` lists them", file=sys.stderr)
+        return 2
+    sys.argv = [matches[0]]
+    runpy.run_path(matches[0], run_name="__main__")
+    return 0
+
+
+def cmd_demo(_args) -> int:
+    from minidist.demo import main as demo_main
+
+    return demo_main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minidist", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="train a small model and report").set_defaults(func=cmd_demo)
+    sub.add_parser("lessons", help="list the lessons").set_defaults(func=cmd_lessons)
+    run = sub.add_parser("run", help="run one lesson by number")
+    run.add_argument("number")
+    run.set_defaults(func=cmd_run)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Linear (fully connected) layer.
+
+Shapes (PyTorch's names): x (N, in_features) — or (..., in_features) —, weight W (out_features,
+in_features), bias b (out_features,), y (N, out_features).
+
+Forward:   y  = x · Wᵀ + b
+Backward:  dx = dy · W          (N, in)
+           dW = dyᵀ · x         (out, in)   added into weight.grad
+           db = Σ_n dy[n]       (out,)      added into bias.grad
+
+The seed's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW = dY·Xᵀ);
+here the batch is in rows, as in PyTorch, so the transposes sit on the other side.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module, Parameter, check_float_array, resolve_rng
+
+
+class Linear(Module):
+    """y = x @ W.T + b, with W initialised U(−1/√in, 1/√in) as torch.nn.Linear does."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 rng: np.random.Generator | None = None, dtype=np.float32):
+        if int(in_features) < 1 or int(out_features) < 1:
+            raise ValueError(f"Linear needs in_features, out_features >= 1, got {in_features}, {out_features}")
+        rng = resolve_rng(rng)
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        bound = 1.0 / np.sqrt(in_features)
+        self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)).astype(dtype))
+        self.bias = Parameter(rng.uniform(-bound, bound, out_features).astype(dtype)) if bias else None
+        self._x2d: np.ndarray | None = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        check_float_array(x, "Linear input")
+        if x.ndim < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"Linear expects input of shape (..., {self.in_features}), got {x.shape}")
+        self._x2d = x.reshape(-1, self.in_features)  # keep the input: backward needs it for dW
+        y = self._x2d @ self.weight.data.T
+        if self.bias is not None:
+            y += self.bias.data
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        if self._x2d is None:
+            raise RuntimeError("Linear.backward called before forward")
+        dy2d = dy.reshape(-1, self.out_features)
+        self.weight.grad += dy2d.T @ self._x2d
+        if self.bias is not None:
+            self.bias.grad += dy2d.sum(axis=0)
+        dx = dy2d @ self.weight.data
+        return dx.reshape(*dy.shape[:-1], self.in_features)
+
+    def flops(self, batch: int) -> int:
+        """Multiply-adds counted as 2 FLOPs: forward 2·N·in·out; backward twice that."""
+        return 2 * batch * self.in_features * self.out_features
+
+    def __repr__(self) -> str:
+        return f"Linear({self.in_features}, {self.out_features}, bias={self.bias is not None})"

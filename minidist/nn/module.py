@@ -1,0 +1,215 @@
+"""Parameter, Module and Sequential: the skeleton every layer hangs on.
+
+A ``Module`` computes ``y = forward(x)`` and keeps whatever its backward pass needs (the input, a mask,
+normalisation statistics...). ``backward(dy)`` takes the gradient of the loss with respect to ``y`` and
+
+* returns ``dx`` (the gradient with respect to ``x``), and
+* *adds* each parameter's gradient into ``Parameter.grad`` (accumulation, as PyTorch does, so that
+  gradient accumulation over micro-batches is just "call backward again").
+
+There is no autograd: every layer writes its backward pass by hand, which is the point of the library.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+
+
+class Parameter:
+    """A trainable array and its gradient, both NumPy arrays of one shape and dtype.
+
+    ``grad`` starts at zero and is only ever *added to* by ``Module.backward``; optimizers read it and
+    ``zero_grad()`` clears it.
+    """
+
+    def __init__(self, data: np.ndarray):
+        if not isinstance(data, np.ndarray) or data.dtype.type not in FLOAT_DTYPES:
+            raise TypeError(f"Parameter expects a float16/32/64 numpy array, got {type(data).__name__}"
+                            f"{'' if not isinstance(data, np.ndarray) else ' of dtype ' + str(data.dtype)}")
+        self.data = data
+        self.grad = np.zeros_like(data)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+    def zero_grad(self) -> None:
+        self.grad[...] = 0
+
+    def __repr__(self) -> str:
+        return f"Parameter(shape={self.data.shape}, dtype={self.data.dtype})"
+
+
+class Module:
+    """Base class of layers and models.
+
+    Subclasses define ``forward(x)`` and ``backward(dy)``. Parameters, sub-modules and buffers are found
+    by walking the instance's attributes in the order they were assigned (Python dicts keep insertion
+    order), so ``parameters()`` has a fixed, reproducible order — data-parallel replicas and optimizers
+    rely on that.
+    """
+
+    training: bool = True
+
+    # -- the two methods every layer writes ------------------------------------------------------------
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        raise TypeError(f"{type(self).__name__} does not define forward(x)")
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        raise TypeError(f"{type(self).__name__} does not define backward(dy)")
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.forward(x)
+
+    # -- walking the tree ------------------------------------------------------------------------------
+    def named_children(self) -> Iterator[tuple[str, "Module"]]:
+        for name, value in vars(self).items():
+            if isinstance(value, Module):
+                yield name, value
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    if isinstance(item, Module):
+                        yield f"{name}.{i}", item
+
+    def children(self) -> list["Module"]:
+        return [m for _, m in self.named_children()]
+
+    def modules(self) -> Iterator["Module"]:
+        """This module and every module below it, depth first."""
+        yield self
+        for child in self.children():
+            yield from child.modules()
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        for name, value in vars(self).items():
+            if isinstance(value, Parameter):
+                yield prefix + name, value
+        for name, child in self.named_children():
+            yield from child.named_parameters(prefix + name + ".")
+
+    def parameters(self) -> list[Parameter]:
+        """Every Parameter of this module and its children, in a fixed order."""
+        return [p for _, p in self.named_parameters()]
+
+    def register_buffer(self, name: str, value: np.ndarray) -> None:
+        """A non-trainable array saved with the model (e.g. BatchNorm's running statistics)."""
+        if "_buffer_names" not in vars(self):
+            self._buffer_names: list[str] = []
+        if name not in self._buffer_names:
+            self._buffer_names.append(name)
+        setattr(self, name, value)
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        for name in vars(self).get("_buffer_names", []):
+            yield prefix + name, getattr(self, name)
+        for name, child in self.named_children():
+            yield from child.named_buffers(prefix + name + ".")
+
+    # -- modes and gradients ---------------------------------------------------------------------------
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.zero_grad()
+
+    def train(self, mode: bool = True) -> "Module":
+        for m in self.modules():
+            m.training = mode
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    # -- saving and loading ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of every parameter and buffer, by dotted name."""
+        state = {name: p.data.copy() for name, p in self.named_parameters()}
+        state.update({name: np.array(b, copy=True) for name, b in self.named_buffers()})
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Copy arrays into the existing parameters and buffers (shapes must match)."""
+        targets = {name: p.data for name, p in self.named_parameters()}
+        targets.update(dict(self.named_buffers()))
+        missing = sorted(set(targets) - set(state))
+        unexpected = sorted(set(state) - set(targets))
+        if missing or unexpected:
+            raise ValueError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
+        for name, target in targets.items():
+            value = np.asarray(state[name])
+            if value.shape != target.shape:
+                raise ValueError(f"{name}: expected shape {target.shape}, got {value.shape}")
+            target[...] = value
+
+    def num_parameters(self) -> int:
+        return sum(p.size for p in self.parameters())
+
+
+class Sequential(Module):
+    """Layers applied one after the other; backward runs them in reverse.
+
+    forward:  x -> layers[0] -> layers[1] -> ... -> y
+    backward: dy -> layers[-1].backward -> ... -> layers[0].backward -> dx
+    """
+
+    def __init__(self, *layers: Module):
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Module):
+                raise TypeError(f"Sequential expects Modules, argument {i} is {type(layer).__name__}")
+        self.layers = list(layers)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        for layer in self.layers:
+            x = layer.forward(x)
+        return x
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        for layer in reversed(self.layers):
+            dy = layer.backward(dy)
+        return dy
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Sequential(*self.layers[index])
+        return self.layers[index]
+
+    def __iter__(self):
+        return iter(self.layers)
+
+    def __repr__(self) -> str:
+        inner = ",\n  ".join(repr(layer) for layer in self.layers)
+        return f"Sequential(\n  {inner}\n)"
+
+
+def check_float_array(x, what: str, ndim: int | tuple[int, ...] | None = None) -> None:
+    """Raise TypeError/ValueError unless x is a float ndarray with the expected number of dimensions."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{what}: expected a numpy array, got {type(x).__name__}")
+    if x.dtype.type not in FLOAT_DTYPES:
+        raise TypeError(f"{what}: expected a float16/32/64 array, got dtype {x.dtype}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if x.ndim not in allowed:
+            raise ValueError(f"{what}: expected {' or '.join(map(str, allowed))} dimensions, "
+                             f"got shape {x.shape}")
+
+
+def resolve_rng(rng: np.random.Generator | None) -> np.random.Generator:
+    """The generator to use for initialisation: the caller's, or a fresh unseeded one.
+
+    Pass ``rng=np.random.default_rng(seed)`` for reproducible runs; NumPy's global state is never read.
+    """
+    if rng is None:
+        return np.random.default_rng()
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    return rng
