@@ -1,0 +1,212 @@
+"""Pipeline schedules as data: which stage runs which micro-batch's forward (F) or backward (B) when.
+
+A schedule for P stages and M micro-batches is a list of clock ticks; tick t is a list of ``Op(stage,
+kind, micro_batch)`` with at most one op per stage. A tick is one unit of time in which every stage
+can run one F or one B (the textbook picture, in which F and B take equally long). Because it is plain
+data, a schedule can be printed (``format_schedule``), drawn, checked (``check_schedule``) and measured
+(``bubble_fraction``, ``max_in_flight``) without running anything; the executor in pipeline.py runs, on
+stage s, the ops of row s in tick order.
+
+Dependencies (checked by ``check_schedule``):
+    F(s, m) after F(s−1, m)             the activation comes from the previous stage
+    B(s, m) after B(s+1, m) and F(s, m)  the gradient comes from the next stage; the activations from F
+
+The three schedules (seed: slides-ai-systems-distributed-dl-part2, "GPipe: Reduce Bubble with
+Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
+
+    naive   micro-batch m runs F through every stage and B back before m+1 starts: one stage busy at a
+            time, bubble (P−1)/P (with M = 1 it is plain model parallelism over P devices)
+    gpipe   all forwards, then all backwards:  F(s, m) at tick s + m,
+            B(s, m) at tick (M + P − 1) + (P − 1 − s) + m;  2(M + P − 1) ticks, bubble (P−1)/(M+P−1);
+            stage s holds the activations of all M micro-batches at the end of the forward phase
+    1f1b    PipeDream-flush: stage s runs P − 1 − s forwards to fill the pipeline, then alternates one
+            forward, one backward, then drains; same ticks and bubble as GPipe but at most P − s
+            micro-batches in flight at stage s, so activation memory stops growing with M
+
+Bubble fraction = idle stage-ticks / all stage-ticks = (P·T − 2·P·M) / (P·T) for T ticks.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+SCHEDULES = ("naive", "gpipe", "1f1b")
+
+
+class Op(NamedTuple):
+    stage: int
+    kind: str  # "F" or "B"
+    micro_batch: int
+
+
+Schedule = list[list[Op]]
+
+
+def _check_sizes(num_stages: int, num_micro_batches: int) -> None:
+    for name, value in (("number of stages P", num_stages), ("number of micro-batches M", num_micro_batches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def naive_schedule(num_stages: int, num_micro_batches: int = 1) -> Schedule:
+    """One micro-batch at a time: F on stages 0..P−1, then B on P−1..0, then the next micro-batch."""
+    _check_sizes(num_stages, num_micro_batches)
+    P, M = num_stages, num_micro_batches
+    ticks: Schedule = [[] for _ in range(2 * P * M)]
+    for m in range(M):
+        for s in range(P):
+            ticks[2 * P * m + s].append(Op(s, "F", m))
+            ticks[2 * P * m + P + (P - 1 - s)].append(Op(s, "B", m))
+    return ticks
+
+
+def gpipe_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
+    """GPipe: every forward (a diagonal wave), then every backward (the wave reversed).
+
+    F(s, m) at tick s + m;  B(s, m) at tick (M + P − 1) + (P − 1 − s) + m;  2(M + P − 1) ticks in all.
+    Ops within a tick are listed by stage.
+    """
+    _check_sizes(num_stages, num_micro_batches)
+    P, M = num_stages, num_micro_batches
+    # BEGIN SOLUTION gpipe_schedule
+    ticks: Schedule = [[] for _ in range(2 * (M + P - 1))]
+    for s in range(P):
+        for m in range(M):
+            ticks[s + m].append(Op(s, "F", m))
+            ticks[(M + P - 1) + (P - 1 - s) + m].append(Op(s, "B", m))
+    for tick in ticks:
+        tick.sort()
+    return ticks
+    # END SOLUTION
+
+
+def one_f_one_b_orders(num_stages: int, num_micro_batches: int) -> list[list[Op]]:
+    """Each stage's op order under 1F1B: P−1−s warm-up forwards, then F/B alternating, then the drain."""
+    P, M = num_stages, num_micro_batches
+    orders = []
+    for s in range(P):
+        warmup = min(P - 1 - s, M)
+        order = [Op(s, "F", m) for m in range(warmup)]
+        next_f, next_b = warmup, 0
+        while next_b < M:
+            if next_f < M:
+                order.append(Op(s, "F", next_f))
+                next_f += 1
+            order.append(Op(s, "B", next_b))
+            next_b += 1
+        orders.append(order)
+    return orders
+
+
+def place_in_ticks(orders: list[list[Op]]) -> Schedule:
+    """Give each op the earliest tick after its stage's previous op and after the ops it depends on."""
+    tick_of: dict[Op, int] = {}
+    position = [0] * len(orders)
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = False
+        for s, order in enumerate(orders):
+            if position[s] == len(order):
+                continue
+            op = order[position[s]]
+            needs = _dependencies(op, len(orders))
+            if any(d not in tick_of for d in needs):
+                continue
+            earliest = tick_of[order[position[s] - 1]] + 1 if position[s] else 0
+            tick_of[op] = max([earliest] + [tick_of[d] + 1 for d in needs])
+            position[s] += 1
+            remaining -= 1
+            progressed = True
+        if not progressed:
+            raise ValueError("the stage orders wait on each other: no op can run (a deadlock)")
+    ticks: Schedule = [[] for _ in range(max(tick_of.values()) + 1)]
+    for op, t in sorted(tick_of.items(), key=lambda item: (item[1], item[0])):
+        ticks[t].append(op)
+    return ticks
+
+
+def one_f_one_b_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
+    """1F1B (PipeDream-flush): GPipe's ticks and bubble, at most P − s micro-batches held at stage s."""
+    _check_sizes(num_stages, num_micro_batches)
+    return place_in_ticks(one_f_one_b_orders(num_stages, num_micro_batches))
+
+
+def make_schedule(name: str, num_stages: int, num_micro_batches: int) -> Schedule:
+    """The schedule called name ("naive", "gpipe" or "1f1b") for P stages and M micro-batches."""
+    builders = {"naive": naive_schedule, "gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule}
+    if name not in builders:
+        raise ValueError(f"unknown pipeline schedule {name!r}: expected one of {SCHEDULES}")
+    return builders[name](num_stages, num_micro_batches)
+
+
+def _dependencies(op: Op, num_stages: int) -> list[Op]:
+    if op.kind == "F":
+        return [Op(op.stage - 1, "F", op.micro_batch)] if op.stage > 0 else []
+    after_own_forward = [Op(op.stage, "F", op.micro_batch)]
+    if op.stage < num_stages - 1:
+        return after_own_forward + [Op(op.stage + 1, "B", op.micro_batch)]
+    return after_own_forward
+
+
+def stage_ops(schedule: Schedule, stage: int) -> list[Op]:
+    """The ops stage runs, in tick order (what the executor follows on that stage's rank)."""
+    return [op for tick in schedule for op in tick if op.stage == stage]
+
+
+def check_schedule(schedule: Schedule, num_stages: int, num_micro_batches: int) -> None:
+    """Raise ValueError unless every (stage, micro-batch) runs F once and B once, at most one op per stage
+    and tick, each op strictly after the ops it depends on."""
+    _check_sizes(num_stages, num_micro_batches)
+    tick_of: dict[Op, int] = {}
+    for t, tick in enumerate(schedule):
+        stages = [op.stage for op in tick]
+        if len(stages) != len(set(stages)):
+            raise ValueError(f"tick {t} gives one stage two ops: {tick}")
+        for op in tick:
+            if not isinstance(op, Op) or op.kind not in ("F", "B") or not 0 <= op.stage < num_stages \
+                    or not 0 <= op.micro_batch < num_micro_batches:
+                raise ValueError(f"tick {t}: {op!r} is not an Op(stage < {num_stages}, 'F'|'B', "
+                                 f"micro_batch < {num_micro_batches})")
+            if op in tick_of:
+                raise ValueError(f"{op} runs twice (ticks {tick_of[op]} and {t})")
+            tick_of[op] = t
+    for s in range(num_stages):
+        for m in range(num_micro_batches):
+            for kind in "FB":
+                op = Op(s, kind, m)
+                if op not in tick_of:
+                    raise ValueError(f"{op} never runs")
+                for dep in _dependencies(op, num_stages):
+                    if tick_of[dep] >= tick_of[op]:
+                        raise ValueError(f"{op} at tick {tick_of[op]} does not come after {dep} "
+                                         f"at tick {tick_of[dep]}")
+
+
+def max_in_flight(schedule: Schedule, num_stages: int) -> list[int]:
+    """Per stage, the most micro-batches whose F has run and whose B has not (activations held)."""
+    held, peak = [0] * num_stages, [0] * num_stages
+    for tick in schedule:
+        for op in tick:
+            held[op.stage] += 1 if op.kind == "F" else -1
+            peak[op.stage] = max(peak[op.stage], held[op.stage])
+    return peak
+
+
+def bubble_fraction(schedule: Schedule, num_stages: int) -> float:
+    """Idle stage-ticks / all stage-ticks, counting a tick as one unit for F and B alike."""
+    busy = sum(len(tick) for tick in schedule)
+    return 1.0 - busy / (num_stages * len(schedule))
+
+
+def format_schedule(schedule: Schedule, num_stages: int) -> str:
+    """A text timeline: one row per stage, one column per tick ("F3" / "B3", "." when idle)."""
+    width = max(3, 1 + max((len(str(op.micro_batch)) for tick in schedule for op in tick), default=1))
+    rows = []
+    for s in range(num_stages):
+        cells = ["."] * len(schedule)
+        for t, tick in enumerate(schedule):
+            for op in tick:
+                if op.stage == s:
+                    cells[t] = f"{op.kind}{op.micro_batch}"
+        rows.append(f"stage {s}: " + "".join(c.ljust(width) for c in cells))
+    return "\n".join(rows)
