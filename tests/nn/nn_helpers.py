@@ -25,6 +25,7 @@ def compare_with_torch(layer, torch_layer, x: np.ndarray, rng: np.random.Generat
 
     torch_layer = torch_layer.double()
     copy_params_to_torch(layer, torch_layer)
+    torch_layer.zero_grad()
     layer.zero_grad()
     y = layer.forward(x)
     dy = rng.standard_normal(y.shape)
