@@ -184,7 +184,7 @@ class Checkpoint(Module):
                    for layer in self.segment.modules() for name in vars(layer).get("_buffer_names", [])]
         _, saved = self._forward_recording_shapes(self._input)  # the recompute
         for layer, name, value in buffers:
-            setattr(layer, name, value)  # running statistics: updated by forward only, not again here
+            getattr(layer, name)[...] = value  # running statistics: updated by forward only, not here
         for layer, name, state in after_forward:
             getattr(layer, name).bit_generator.state = state
         self.recompute_nbytes = nbytes_of(self._input, saved.entries) - nbytes_of(self._input)

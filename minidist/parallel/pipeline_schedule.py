@@ -170,16 +170,14 @@ def check_schedule(schedule: Schedule, num_stages: int, num_micro_batches: int) 
             if op in tick_of:
                 raise ValueError(f"{op} runs twice (ticks {tick_of[op]} and {t})")
             tick_of[op] = t
-    for s in range(num_stages):
-        for m in range(num_micro_batches):
-            for kind in "FB":
-                op = Op(s, kind, m)
-                if op not in tick_of:
-                    raise ValueError(f"{op} never runs")
-                for dep in _dependencies(op, num_stages):
-                    if tick_of[dep] >= tick_of[op]:
-                        raise ValueError(f"{op} at tick {tick_of[op]} does not come after {dep} "
-                                         f"at tick {tick_of[dep]}")
+    every_op = [Op(s, kind, m) for s in range(num_stages) for m in range(num_micro_batches) for kind in "FB"]
+    for op in every_op:
+        if op not in tick_of:
+            raise ValueError(f"{op} never runs")
+    for op in every_op:
+        for dep in _dependencies(op, num_stages):
+            if tick_of[dep] >= tick_of[op]:
+                raise ValueError(f"{op} at tick {tick_of[op]} does not come after {dep} at tick {tick_of[dep]}")
 
 
 def max_in_flight(schedule: Schedule, num_stages: int) -> list[int]:
