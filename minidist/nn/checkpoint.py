@@ -108,10 +108,14 @@ def _assigned_since(before: list[tuple[Module, dict]]) -> SavedActivations:
     return SavedActivations(entries)
 
 
-def forward_saving(module: Module, x: np.ndarray) -> tuple[np.ndarray, SavedActivations]:
-    """y = module.forward(x), and the attributes that forward assigned on module and its sub-modules."""
+def forward_saving(module: Module, x: np.ndarray, forward=None) -> tuple[np.ndarray, SavedActivations]:
+    """y = module.forward(x), and the attributes that forward assigned on module and its sub-modules.
+
+    ``forward`` (a function x -> y) replaces ``module.forward`` when the caller runs the layers itself,
+    e.g. the pipeline, which charges each layer's FLOPs to the simulated clock as it goes.
+    """
     before = [(layer, dict(vars(layer))) for layer in module.modules()]
-    y = module.forward(x)
+    y = (forward or module.forward)(x)
     return y, _assigned_since(before)
 
 

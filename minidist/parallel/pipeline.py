@@ -1,0 +1,192 @@
+"""Pipeline parallelism: a Sequential cut into P stages, one per rank, fed micro-batch by micro-batch.
+
+Seeds: slides-ai-systems-distributed-dl-part2 ("Pipeline parallelism", "GPipe: Reduce Bubble with
+Micro-Batching", "PipeDream"), slides-ml-systems-design ("split mini-batch into sequential
+micro-batches", gradient checkpointing).
+
+    stage s (rank s) holds layers[b[s]:b[s+1]]               (pipeline_split.py)
+    F(s, m): x_m = recv from s−1 (stage 0: the data);  y_m = stage(x_m);  send y_m to s+1
+             (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m)
+    B(s, m): dy_m = recv from s+1 (last stage: from F);  dx_m = stage.backward(dy_m);  send dx_m to s−1
+    the order of the F's and B's on each stage is the schedule's row s  (pipeline_schedule.py)
+
+The whole batch's loss is the mean over its N samples. With micro-batches of n_m samples (N need not
+divide by M: np.array_split's sizes) and a loss that averages over its micro-batch,
+    loss = Σ_m (n_m / N) · loss_m,      ∇loss = Σ_m (n_m / N) · ∇loss_m,
+so scaling each micro-batch's output gradient by n_m / N and letting backward *add* into
+Parameter.grad gives the full-batch gradient; the optimizer then steps once per batch.
+
+Between F(s, m) and B(s, m) the stage keeps micro-batch m's activations (a SavedActivations per
+micro-batch, restored before its backward); with ``checkpoint=True`` a stage keeps only its input and
+recomputes the rest during B (minidist/nn/checkpoint.py). The simulated clock is charged per layer:
+forward FLOPs in F, 2× in B (+1× for a checkpointed recompute); messages pay the link's α + nβ.
+Each stage records its ops' times (``timeline``), its compute time (``busy_seconds``) and the bytes of
+activations it holds over time (``memory``, ``peak_activation_bytes``).
+
+Limits: every rank is given the whole model (built from one seed) and keeps its own stage; BatchNorm
+normalises per micro-batch, so it does not match full-batch training (as in GPipe); weights are updated
+synchronously once per batch (PipeDream's asynchronous variant is discussed in lessons/08_pipeline.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_flops, forward_saving, nbytes_of
+from minidist.nn.module import Sequential
+
+from .pipeline_comm import recv_activation, recv_gradient, send_activation, send_gradient
+from .pipeline_schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
+from .pipeline_split import check_boundaries, layer_costs, split_by_cost, split_by_layers
+
+
+class Pipeline:
+    """This rank's stage of a pipelined Sequential, and the executor that runs a schedule on it.
+
+    comm: the cluster communicator; rank s runs stage s of P = comm.world_size stages.
+    model: the whole Sequential (the same on every rank); this rank keeps layers[b[s]:b[s+1]].
+    boundaries: "layers" (equal layer counts), "flops" (balanced by forward FLOPs of ``sample``), or a
+        list [0, b_1, ..., L] of P + 1 increasing layer indices.
+    num_micro_batches: M; schedule: "naive", "gpipe", "1f1b" or a Schedule (list of ticks of Ops).
+    checkpoint: recompute activations in backward, for every stage (bool) or per stage (list of bools).
+    loss_fn: a loss with forward(prediction, target) -> mean loss and backward() -> dL/dprediction.
+    """
+
+    def __init__(self, comm, model: Sequential, *, loss_fn, num_micro_batches: int, schedule="gpipe",
+                 boundaries="layers", sample: np.ndarray | None = None, checkpoint=False):
+        if not isinstance(model, Sequential):
+            raise TypeError(f"a pipeline splits a Sequential, got {type(model).__name__}")
+        self.comm, P = comm, comm.world_size
+        self.stage, self.num_stages, self.loss_fn = comm.rank, P, loss_fn
+        self.boundaries = self._boundaries(model, boundaries, sample)
+        if isinstance(num_micro_batches, bool) or not isinstance(num_micro_batches, int) or num_micro_batches < 1:
+            raise ValueError(f"number of micro-batches must be an integer >= 1, got {num_micro_batches!r}")
+        self.num_micro_batches = num_micro_batches
+        if isinstance(schedule, str):
+            schedule = make_schedule(schedule, P, num_micro_batches)
+        check_schedule(schedule, P, num_micro_batches)
+        self.schedule: Schedule = schedule
+        flags = [checkpoint] * P if isinstance(checkpoint, bool) else list(checkpoint)
+        if len(flags) != P or not all(isinstance(f, bool) for f in flags):
+            raise ValueError(f"checkpoint must be a bool or {P} bools (one per stage), got {checkpoint!r}")
+        self.checkpointed = flags[self.stage]
+        a, b = self.boundaries[self.stage], self.boundaries[self.stage + 1]
+        self.module = Sequential(*model.layers[a:b])
+        # The units the executor runs and prices one by one: the layers, or one checkpointed segment.
+        self.units = [Checkpoint(self.module)] if self.checkpointed else list(self.module.layers)
+        self._runner = Sequential(*self.units)  # what forward_saving watches for saved activations
+        self.timeline: list[tuple[Op, float, float]] = []
+        self.memory: list[tuple[float, int]] = [(comm.clock, 0)]
+        self.busy_seconds = 0.0
+        self.loss: float | None = None
+        self.output: np.ndarray | None = None
+
+    def _boundaries(self, model: Sequential, boundaries, sample) -> list[int]:
+        L, P = len(model), self.num_stages
+        if isinstance(boundaries, str):
+            if boundaries == "layers":
+                return split_by_layers(L, P)
+            if boundaries == "flops":
+                if sample is None:
+                    raise ValueError("boundaries='flops' needs sample=, an input batch to price the layers")
+                return split_by_cost(layer_costs(model, sample), P)
+            raise ValueError(f"boundaries must be 'layers', 'flops' or a list of indices, got {boundaries!r}")
+        return check_boundaries(boundaries, L, P)
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.num_stages - 1
+
+    def parameters(self):
+        """This stage's parameters (give them to this rank's optimizer)."""
+        return self.module.parameters()
+
+    @property
+    def peak_activation_bytes(self) -> int:
+        return max(nbytes for _, nbytes in self.memory)
+
+    # -- one training step -------------------------------------------------------------------------------
+    def train_step(self, x: np.ndarray, target: np.ndarray, optimizer=None) -> float | None:
+        """Zero the gradients, run the schedule over the batch (x, target), step the optimizer once.
+
+        Every rank is given the batch; stage 0 reads x, the last stage reads target. Returns the
+        batch's mean loss on the last stage (also kept with the output in .loss, .output), None elsewhere.
+        """
+        N, M = len(x), self.num_micro_batches
+        if len(target) != N:
+            raise ValueError(f"x has {N} samples but target has {len(target)}")
+        if M > N:
+            raise ValueError(f"cannot split a batch of {N} samples into {M} micro-batches (M must be <= N)")
+        edges = np.cumsum([0] + [len(part) for part in np.array_split(np.arange(N), M)])
+        # Contiguous copies, not views: each micro-batch owns its memory (and is counted as such).
+        self._x = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
+        self._target = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]
+        self._weight = [(edges[m + 1] - edges[m]) / N for m in range(M)]
+        self._in_flight: dict[int, tuple[SavedActivations, list[int], np.ndarray | None]] = {}
+        self._outputs: dict[int, np.ndarray] = {}
+        self._losses: dict[int, float] = {}
+        self.module.zero_grad()
+        for op in stage_ops(self.schedule, self.stage):
+            (self._forward if op.kind == "F" else self._backward)(op.micro_batch)
+        if optimizer is not None:
+            optimizer.step()
+        if not self.is_last:
+            return None
+        self.output = np.concatenate([self._outputs[m] for m in range(M)])
+        self.loss = float(sum(self._weight[m] * self._losses[m] for m in range(M)))
+        return self.loss
+
+    def _held_bytes(self) -> int:
+        return nbytes_of([(saved.entries, dy) for saved, _, dy in self._in_flight.values()])
+
+    def _compute(self, flops: int, label: str) -> None:
+        start = self.comm.clock
+        self.comm.compute(flops, label=label)
+        self.busy_seconds += self.comm.clock - start
+
+    def _forward(self, m: int) -> None:
+        x = self._x[m] if self.is_first else recv_activation(self.comm, m)
+        start, unit_flops = self.comm.clock, []
+
+        def run_units(h: np.ndarray) -> np.ndarray:
+            for unit in self.units:
+                out = unit.forward(h)
+                unit_flops.append(forward_flops(unit, h.shape))
+                self._compute(unit_flops[-1], label=f"F{m}")
+                h = out
+            return h
+
+        y, saved = forward_saving(self._runner, x, run_units)
+        dy = None
+        if self.is_last:  # the loss's gradient is known now; keep it (scaled) until B(m)
+            self._outputs[m] = y
+            self._losses[m] = self.loss_fn.forward(y, self._target[m])
+            dy = self.loss_fn.backward() * self._weight[m]
+        self._in_flight[m] = (saved, unit_flops, dy)
+        self.timeline.append((Op(self.stage, "F", m), start, self.comm.clock))
+        self.memory += [(start, self._held_bytes())]
+        if not self.is_last:
+            send_activation(self.comm, y, m)
+
+    def _backward(self, m: int) -> None:
+        saved, unit_flops, dy = self._in_flight[m]
+        if not self.is_last:
+            dy = recv_gradient(self.comm, m)
+        start, held = self.comm.clock, self._held_bytes()
+        saved.restore()
+        transient = 0
+        for unit, flops in zip(reversed(self.units), reversed(unit_flops)):
+            dy = unit.backward(dy)
+            recompute = flops if isinstance(unit, Checkpoint) else 0
+            transient = max(transient, getattr(unit, "recompute_nbytes", 0))
+            self._compute(2 * flops + recompute, label=f"B{m}")
+        saved.release()
+        del self._in_flight[m]
+        self.timeline.append((Op(self.stage, "B", m), start, self.comm.clock))
+        self.memory += [(start, held + transient), (self.comm.clock, self._held_bytes())]
+        if not self.is_first:
+            send_gradient(self.comm, dy, m)

@@ -1,0 +1,35 @@
+"""The only communication a pipeline needs: point-to-point between neighbouring stages.
+
+Stage s runs on rank s. Activations flow forward (s → s+1), their gradients flow backward (s+1 → s); no
+collective is involved (seed: slides-ai-systems-distributed-dl-part2, "Pros: ... No collective, only
+P2P"). The tag is the micro-batch index, so a schedule that sends micro-batches out of the order the
+receiver expects fails loudly (the cluster names both tags) instead of mixing activations up.
+
+Sizes on the wire, per micro-batch of n samples at a boundary with activations of shape (n, *feature):
+one activation forward and one gradient of the same shape backward, n · prod(feature) · itemsize bytes
+each way (the stats counters see exactly that).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def send_activation(comm, activation: np.ndarray, micro_batch: int) -> None:
+    """Forward: this stage's output for micro_batch goes to the next stage (rank + 1)."""
+    comm.send(np.ascontiguousarray(activation), comm.rank + 1, tag=micro_batch)
+
+
+def recv_activation(comm, micro_batch: int) -> np.ndarray:
+    """Forward: the previous stage's output (rank − 1) for micro_batch, the input of this stage."""
+    return comm.recv(comm.rank - 1, tag=micro_batch)
+
+
+def send_gradient(comm, grad_input: np.ndarray, micro_batch: int) -> None:
+    """Backward: dLoss/d(this stage's input) goes back to the previous stage (rank − 1)."""
+    comm.send(np.ascontiguousarray(grad_input), comm.rank - 1, tag=micro_batch)
+
+
+def recv_gradient(comm, micro_batch: int) -> np.ndarray:
+    """Backward: dLoss/d(this stage's output) from the next stage (rank + 1)."""
+    return comm.recv(comm.rank + 1, tag=micro_batch)
