@@ -142,17 +142,16 @@ def _watch(procs, conns, parent: Endpoint, timeout: float):
             failure = "timeout"
             break
         for ready in wait(list(pending) + list(running), timeout=remaining):
-            rank = pending.pop(ready, None)
-            if rank is None:                       # a process ended: read what it sent first, if anything
+            if ready in running:                   # a process ended: read what it sent first, if anything
                 rank = running.pop(ready)
-                conn = conns[rank]
-                if conn in pending and conn.poll():
-                    pending.pop(conn)
-                    answers[rank] = _receive(conn)
-                elif conn in pending:
-                    pending.pop(conn)
-            else:
-                answers[rank] = _receive(ready)
+                ready = conns[rank]
+                if ready not in pending or not ready.poll():
+                    pending.pop(ready, None)
+                    continue
+            rank = pending.pop(ready)
+            answer = _receive(ready)               # None: the pipe closed without an answer
+            if answer is not None:
+                answers[rank] = answer
         failure = _first_failure(answers, procs, running)
     if failure is None:
         return [answers[r][1] for r in range(len(procs))], [answers[r][2] for r in range(len(procs))]
@@ -171,7 +170,8 @@ def _first_failure(answers, procs, running):
     if errors:
         return min(errors)
     dead = [r for r, p in enumerate(procs) if p.sentinel not in running and r not in answers]
-    dead = [r for r in dead if procs[r].join(0.5) is None]
+    for r in dead:
+        procs[r].join()                            # it has ended: this only collects its exit code
     if dead:
         return min(dead)
     aborted = [r for r, a in answers.items() if a[0] == "aborted"]
@@ -207,7 +207,9 @@ def _stop(procs, conns, pending, answers) -> None:
     while running and (remaining := deadline - time.monotonic()) > 0:
         for ready in wait(list(running) + list(pending), timeout=remaining):
             if ready in pending:
-                answers.setdefault(pending.pop(ready), _receive(ready))
+                rank, answer = pending.pop(ready), _receive(ready)
+                if answer is not None:
+                    answers.setdefault(rank, answer)
             else:
                 running.pop(ready, None)
 
@@ -220,7 +222,8 @@ def _shutdown(procs, parent: Endpoint) -> None:
         alive = [p for p in procs if p.is_alive()]
         for p in alive:
             getattr(p, sig)()
-        wait([p.sentinel for p in alive], timeout=1.0)
+        if alive:
+            wait([p.sentinel for p in alive], timeout=1.0)
     for p in procs:
         p.join()
 
