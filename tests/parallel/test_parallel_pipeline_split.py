@@ -59,7 +59,8 @@ def _comm(rank, world_size):
 
 def test_parallel_pipeline_bad_input(rng):
     model = Sequential(Linear(3, 4, rng=rng), ReLU(), Linear(4, 2, rng=rng))
-    make = lambda comm, **kw: Pipeline(comm, model, **{"loss_fn": MSELoss(), "num_micro_batches": 2, **kw})
+    make = lambda comm, **kw: Pipeline(comm, model, **{"loss_fn": MSELoss(), "num_micro_batches": 2,
+                                                                 "schedule": "1f1b", **kw})
     with pytest.raises(ValueError, match="cannot split 3 layers into 4 stages"):
         make(_comm(0, 4))
     for bad in ([0, 1], [0, 2, 2, 3], [0, 3, 1, 3], [1, 2, 3], [0, 1, 2, 4], [0, 1.0, 2, 3]):

@@ -116,7 +116,6 @@ def assert_same(a, b, bitwise: bool, what: str):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13, err_msg=what)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("schedule", schedule_params())
 @settings(max_examples=6)
 @given(data=st.data())
