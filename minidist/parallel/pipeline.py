@@ -20,8 +20,15 @@ Between F(s, m) and B(s, m) the stage keeps micro-batch m's activations (a Saved
 micro-batch, restored before its backward); with ``checkpoint=True`` a stage keeps only its input and
 recomputes the rest during B (minidist/nn/checkpoint.py). The simulated clock is charged per layer:
 forward FLOPs in F, 2× in B (+1× for a checkpointed recompute); messages pay the link's α + nβ.
-Each stage records its ops' times (``timeline``), its compute time (``busy_seconds``) and the bytes of
-activations it holds over time (``memory``, ``peak_activation_bytes``).
+Each stage records, cumulatively over its steps, its ops' times (``timeline``), its compute time
+(``busy_seconds``) and the bytes of activations it holds over time (``memory``, ``peak_activation_bytes``;
+during a checkpointed backward the recomputed activations count too).
+
+Deadlock: in 1F1B's steady state stage s sends activation k to s+1 and then waits for gradient j, while
+s+1 sends gradient j to s and then waits for activation k. Two plain sends toward each other can both
+wait for room in a full mailbox (activations larger than ``run(..., mailbox_bytes=)``), so when an op's
+message goes to the neighbour the *next* op receives from, the executor exchanges both with one
+``sendrecv`` (pipeline_comm.py), which progresses both directions together.
 
 Limits: every rank is given the whole model (built from one seed) and keeps its own stage; BatchNorm
 normalises per micro-batch, so it does not match full-batch training (as in GPipe); weights are updated
@@ -35,7 +42,14 @@ import numpy as np
 from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_flops, forward_saving, nbytes_of
 from minidist.nn.module import Sequential
 
-from .pipeline_comm import recv_activation, recv_gradient, send_activation, send_gradient
+from .pipeline_comm import (
+    recv_activation,
+    recv_gradient,
+    send_activation,
+    send_activation_recv_gradient,
+    send_gradient,
+    send_gradient_recv_activation,
+)
 from .pipeline_schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
 from .pipeline_split import check_boundaries, layer_costs, split_by_cost, split_by_layers
 
@@ -129,9 +143,11 @@ class Pipeline:
         self._in_flight: dict[int, tuple[SavedActivations, list[int], np.ndarray | None]] = {}
         self._outputs: dict[int, np.ndarray] = {}
         self._losses: dict[int, float] = {}
+        self._received: dict[tuple[str, int], np.ndarray] = {}  # messages fetched early by a sendrecv
         self.module.zero_grad()
-        for op in stage_ops(self.schedule, self.stage):
-            (self._forward if op.kind == "F" else self._backward)(op.micro_batch)
+        ops = stage_ops(self.schedule, self.stage)
+        for op, next_op in zip(ops, ops[1:] + [None]):
+            (self._forward if op.kind == "F" else self._backward)(op.micro_batch, next_op)
         if optimizer is not None:
             optimizer.step()
         if not self.is_last:
@@ -148,8 +164,12 @@ class Pipeline:
         self.comm.compute(flops, label=label)
         self.busy_seconds += self.comm.clock - start
 
-    def _forward(self, m: int) -> None:
-        x = self._x[m] if self.is_first else recv_activation(self.comm, m)
+    def _forward(self, m: int, next_op: Op | None) -> None:
+        if self.is_first:
+            x = self._x[m]
+        else:
+            x = self._received.pop(("F", m), None)
+            x = recv_activation(self.comm, m) if x is None else x
         start, unit_flops = self.comm.clock, []
 
         def run_units(h: np.ndarray) -> np.ndarray:
@@ -169,13 +189,17 @@ class Pipeline:
         self._in_flight[m] = (saved, unit_flops, dy)
         self.timeline.append((Op(self.stage, "F", m), start, self.comm.clock))
         self.memory += [(start, self._held_bytes())]
-        if not self.is_last:
+        if not self.is_last and next_op is not None and next_op.kind == "B":
+            self._received["B", next_op.micro_batch] = send_activation_recv_gradient(
+                self.comm, y, m, next_op.micro_batch)
+        elif not self.is_last:
             send_activation(self.comm, y, m)
 
-    def _backward(self, m: int) -> None:
+    def _backward(self, m: int, next_op: Op | None) -> None:
         saved, unit_flops, dy = self._in_flight[m]
         if not self.is_last:
-            dy = recv_gradient(self.comm, m)
+            dy = self._received.pop(("B", m), None)
+            dy = recv_gradient(self.comm, m) if dy is None else dy
         start, held = self.comm.clock, self._held_bytes()
         saved.restore()
         transient = 0
@@ -188,5 +212,8 @@ class Pipeline:
         del self._in_flight[m]
         self.timeline.append((Op(self.stage, "B", m), start, self.comm.clock))
         self.memory += [(start, held + transient), (self.comm.clock, self._held_bytes())]
-        if not self.is_first:
+        if not self.is_first and next_op is not None and next_op.kind == "F":
+            self._received["F", next_op.micro_batch] = send_gradient_recv_activation(
+                self.comm, dy, m, next_op.micro_batch)
+        elif not self.is_first:
             send_gradient(self.comm, dy, m)

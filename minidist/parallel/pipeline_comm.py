@@ -33,3 +33,17 @@ def send_gradient(comm, grad_input: np.ndarray, micro_batch: int) -> None:
 def recv_gradient(comm, micro_batch: int) -> np.ndarray:
     """Backward: dLoss/d(this stage's output) from the next stage (rank + 1)."""
     return comm.recv(comm.rank + 1, tag=micro_batch)
+
+
+def send_activation_recv_gradient(comm, activation: np.ndarray, micro_batch: int, grad_micro_batch: int):
+    """F(m) then B(j) on this stage, B(j) then F(m) on the next (1F1B's steady state): exchange both
+    messages at once. Two plain sends toward each other could both wait for room in a full mailbox;
+    sendrecv progresses both directions together, so this never deadlocks, whatever the size."""
+    return comm.sendrecv(np.ascontiguousarray(activation), comm.rank + 1, comm.rank + 1,
+                         sendtag=micro_batch, recvtag=grad_micro_batch)
+
+
+def send_gradient_recv_activation(comm, grad_input: np.ndarray, micro_batch: int, act_micro_batch: int):
+    """The other side of send_activation_recv_gradient: B(m) here, then F(k) from the previous stage."""
+    return comm.sendrecv(np.ascontiguousarray(grad_input), comm.rank - 1, comm.rank - 1,
+                         sendtag=micro_batch, recvtag=act_micro_batch)
