@@ -237,8 +237,8 @@ class Incoming:
         ep = self.ep
         if self.meta is None and ep.stash.get(self.key):
             meta, data = ep.stash[self.key].pop(0)
-            target, ufunc = self.accept(meta)
-            _combine(target.reshape(-1), data.reshape(-1), ufunc)
+            self.target, ufunc = self.accept(meta)
+            _combine(self.target.reshape(-1), data.reshape(-1), ufunc)
             self.meta, self.done = meta, True
         while not self.done:
             if not self.has_data():
