@@ -101,7 +101,10 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         _check_picklable(fn, args)
     ctx = multiprocess.get_context(method)
     layout = Layout(int(world_size), mailbox_bytes)
-    spin = world_size <= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False
+    # A short spin before sleeping only pays when every rank has a core to itself: ranks <= cores, and
+    # the cores are not already busy with other work (the 1-minute load average says how busy).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    spin = world_size + os.getloadavg()[0] <= cores + 0.5
     plan = (layout, link or LinkModel(), device or Device(), spin)
 
     block, shm = _shared_block(layout.total_bytes, method)
@@ -135,11 +138,11 @@ def _watch(procs, conns, parent: Endpoint, timeout: float):
     answers: dict[int, tuple] = {}
     pending = {conn: rank for rank, conn in enumerate(conns)}
     running = {proc.sentinel: rank for rank, proc in enumerate(procs)}
-    failure = None
-    while len(answers) < len(procs) and failure is None:
+    failed = timed_out = False
+    while len(answers) < len(procs) and not failed:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            failure = "timeout"
+            timed_out = failed = True
             break
         for ready in wait(list(pending) + list(running), timeout=remaining):
             if ready in running:                   # a process ended: read what it sent first, if anything
@@ -147,39 +150,41 @@ def _watch(procs, conns, parent: Endpoint, timeout: float):
                 ready = conns[rank]
                 if ready not in pending or not ready.poll():
                     pending.pop(ready, None)
+                    failed |= rank not in answers  # ended without an answer: it died
                     continue
             rank = pending.pop(ready)
             answer = _receive(ready)               # None: the pipe closed without an answer
             if answer is not None:
                 answers[rank] = answer
-        failure = _first_failure(answers, procs, running)
-    if failure is None:
+                failed |= answer[0] != "ok"
+    if not failed:
         return [answers[r][1] for r in range(len(procs))], [answers[r][2] for r in range(len(procs))]
     blocked = {r: parent.blocked_on(r) for r in running.values()}
+    first_alarm = int(parent.ctrl[1]) if parent.aborting() else -1    # the rank that raised first
     parent.abort()
     _stop(procs, conns, pending, answers)
-    if failure == "timeout":
+    if timed_out:
         waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(blocked.items()))
         raise ClusterError(f"run timed out after {timeout:g} s; still running: {waiting or 'none'}")
-    raise _error(failure, answers, procs)
+    raise _error(_culprit(answers, procs, first_alarm), answers, procs)
 
 
-def _first_failure(answers, procs, running):
-    """The rank whose failure is the cause: an exception first, then a death; None if all is well."""
+def _culprit(answers, procs, first_alarm: int) -> int:
+    """The rank whose failure caused the others': the first exception, else a death, else an abort."""
     errors = [r for r, a in answers.items() if a[0] == "error"]
+    if first_alarm in errors:
+        return first_alarm
     if errors:
         return min(errors)
-    dead = [r for r, p in enumerate(procs) if p.sentinel not in running and r not in answers]
-    for r in dead:
-        procs[r].join()                            # it has ended: this only collects its exit code
+    dead = [r for r, p in enumerate(procs) if r not in answers and p.exitcode is not None]
     if dead:
         return min(dead)
-    aborted = [r for r, a in answers.items() if a[0] == "aborted"]
-    return min(aborted) if aborted else None
+    return min(r for r, a in answers.items() if a[0] == "aborted")
 
 
 def _error(rank, answers, procs) -> ClusterError:
     answer = answers.get(rank)
+    procs[rank].join(GRACE)                        # it has answered or ended: collect its exit code
     code = procs[rank].exitcode
     if answer is not None and answer[0] == "error":
         return ClusterError(f"rank {rank} raised {answer[1]}\n\n--- traceback of rank {rank} ---\n{answer[2]}",

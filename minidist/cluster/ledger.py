@@ -181,7 +181,7 @@ def plot_timeline(trace: Trace, ax=None, path: str | Path | None = None, title: 
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (us)")
     ax.set_title(title)
-    ax.legend(loc="upper right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     if path is not None:
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=120)

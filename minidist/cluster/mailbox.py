@@ -15,16 +15,18 @@ single writer (s) and a single reader (d): s may write slot ``written`` while ``
 nslots``; d may read slot ``read`` while ``read < written``. Each side owns one counter, so no lock is
 needed. Larger messages stream through the ring, segment after segment.
 
-Waiting never burns CPU: every rank has one *doorbell* semaphore. Whoever writes into d's mailbox, or
-frees a slot in a mailbox d writes to, rings d's doorbell; a waiting rank re-checks its condition each
-time the bell rings, and at least every ``POLL`` seconds, when it also notices an abort or a peer that
-has already returned. Only while ranks <= cores, a rank first spins for ``SPIN`` seconds, because
-waking a sleeping process costs tens of microseconds.
+Waiting never burns CPU: every rank has one *doorbell* semaphore and a status line saying what it is
+asleep for (data from s, room in the mailbox to d). Whoever writes into d's mailbox while d sleeps for
+its data, or frees a slot d sleeps for, rings d's doorbell; the sleeper re-checks its condition each time
+the bell rings, and at least every ``POLL`` seconds, when it also notices an abort or a peer that has
+already returned. Only while ranks <= idle cores (launcher.py decides), a rank first spins for ``SPIN``
+seconds, because waking a sleeping process costs tens of microseconds.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from dataclasses import dataclass
 
@@ -35,10 +37,21 @@ HEADER_BYTES = 384                              # HEADER + up to 32 dims of int6
 MAX_DIMS = 32
 LINE = 8                                        # int64 per 64-byte control line
 POLL = 0.05                                     # seconds between checks for abort / returned peers
-SPIN = 50e-6                                    # bounded spin before blocking (only if ranks <= cores)
+SPIN = 50e-6                                    # bounded spin before sleeping (only if ranks <= idle cores)
 
-# Status codes shown in timeout messages.
-IDLE, SENDING, RECEIVING = 0, 1, 2
+# Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag]
+ROOM, DATA = 1, 2
+_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier: taking a lock is an atomic instruction, which the CPU does not reorder.
+
+    Needed between "publish my counter" and "read the peer's status" (and the mirror image on the other
+    side), so that one of the two always sees the other and no doorbell is missed.
+    """
+    _lock.acquire()
+    _lock.release()
 
 
 class Aborted(Exception):
@@ -100,6 +113,8 @@ class Endpoint:
         self.buf = buf
         self.raw = np.ndarray(layout.total_bytes, dtype=np.uint8, buffer=buf)
         p = layout.world_size
+        self.nslots, self.slot_bytes = layout.nslots, layout.slot_bytes
+        self.status = [layout.line("status", r) for r in range(p)]
         self.written = [0] * p     # my copies of counters I own: written[me, d] and read[s, me]
         self.read = [0] * p
         self.seq = [0] * p          # messages sent to each rank
@@ -129,21 +144,28 @@ class Endpoint:
     def peer_done(self, peer: int) -> bool:
         return self.ctrl[self.layout.line("done", peer)] != 0
 
-    def slot(self, src: int, dst: int, index: int) -> int:
-        """Byte offset of slot ``index`` (mod nslots) of mailbox src -> dst."""
-        return self.layout.mailbox_offset(src, dst) + (index % self.layout.nslots) * self.layout.slot_bytes
+    def ring_if_asleep(self, peer: int, reason: int, column: int) -> None:
+        """Ring ``peer``'s doorbell if it sleeps for ``reason`` (ROOM/DATA) concerning this rank."""
+        fence()
+        st = self.status[peer]
+        if self.ctrl[st] & reason and self.ctrl[st + column] == self.rank:
+            self.doorbells[peer].release()
 
     # -- waiting -----------------------------------------------------------------------------------------
-    def wait(self, ready, op: int, peer: int, tag: int) -> None:
-        """Return when ``ready()`` is true; raise Aborted / PeerReturnedError instead of waiting forever."""
+    def wait(self, ready, send_to: int = -1, recv_from: int = -1, tag: int = 0) -> None:
+        """Return when ``ready()`` is true (room to send to ``send_to`` / data from ``recv_from``).
+
+        Raises Aborted, or PeerReturnedError, instead of waiting forever.
+        """
         if self.spin:
             stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
                 if ready():
                     return
-        bell = self.doorbells[self.rank]
-        status = self.layout.line("status", self.rank)
-        self.ctrl[status:status + 3] = (op, peer, tag)
+        bell, st = self.doorbells[self.rank], self.status[self.rank]
+        self.ctrl[st + 1:st + 4] = (send_to, recv_from, tag)
+        self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
+        fence()
         try:
             while True:
                 while bell.acquire(False):     # old rings: their events are covered by the check below
@@ -153,23 +175,25 @@ class Endpoint:
                 if not bell.acquire(True, POLL):
                     if self.aborting():
                         raise Aborted()
-                    if self.peer_done(peer) and not ready():
-                        what = "a message from" if op == RECEIVING else "a free slot in the mailbox to"
-                        raise PeerReturnedError(
-                            f"rank {self.rank} waits for {what} rank {peer} (tag {tag}), but rank {peer}'s "
-                            f"function has already returned")
+                    for peer in (recv_from, send_to):
+                        if peer >= 0 and self.peer_done(peer) and not ready():
+                            what = "a message from" if peer == recv_from else "room in the mailbox to"
+                            raise PeerReturnedError(
+                                f"rank {self.rank} waits for {what} rank {peer} (tag {tag}), but rank "
+                                f"{peer}'s function has already returned")
                 elif self.aborting():
                     raise Aborted()
         finally:
-            self.ctrl[status] = IDLE
+            self.ctrl[st] = 0
 
     def blocked_on(self, rank: int) -> str:
-        """'recv from 3 (tag 0)' — what ``rank`` is waiting for, read from its status line."""
-        i = self.layout.line("status", rank)
-        op, peer, tag = (int(v) for v in self.ctrl[i:i + 3])
-        if op == IDLE:
-            return "running"
-        return f"{'send to' if op == SENDING else 'recv from'} rank {peer} (tag {tag})"
+        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line."""
+        st = self.status[rank]
+        mask, send_to, recv_from, tag = (int(v) for v in self.ctrl[st:st + 4])
+        parts = ([f"send to rank {send_to}"] if mask & ROOM else []) + \
+                ([f"recv from rank {recv_from}"] if mask & DATA else [])
+        what = {-1: "barrier", -2: "split"}.get(tag, f"tag {tag}")
+        return f"{' + '.join(parts)} ({what})" if parts else "running"
 
 
 class Outgoing:
@@ -188,10 +212,11 @@ class Outgoing:
         self.shape = struct.pack(f"<{data.ndim}q", *data.shape)
         self.read_index = ep.layout.line("read", ep.rank, dst)
         self.written_index = ep.layout.line("written", ep.rank, dst)
+        self.box = ep.layout.mailbox_offset(ep.rank, dst)
 
     def has_room(self) -> bool:
         ep = self.ep
-        return ep.written[self.dst] - ep.ctrl[self.read_index] < ep.layout.nslots
+        return ep.written[self.dst] - ep.ctrl[self.read_index] < ep.nslots
 
     def advance(self) -> bool:
         """Write segments while there are free slots; True when the whole message is written."""
@@ -200,7 +225,7 @@ class Outgoing:
             if not self.has_room():
                 return False
             w = ep.written[dst]
-            offset = ep.slot(ep.rank, dst, w)
+            offset = self.box + (w % ep.nslots) * ep.slot_bytes
             if self.next == 0:
                 ep.buf[offset:offset + HEADER.size] = self.header
                 ep.buf[offset + HEADER.size:offset + HEADER.size + len(self.shape)] = self.shape
@@ -210,7 +235,7 @@ class Outgoing:
             ep.raw[start:start + piece.size] = piece
             ep.written[dst] = w + 1
             ep.ctrl[self.written_index] = w + 1      # publish after the data is in place
-            ep.doorbells[dst].release()
+            ep.ring_if_asleep(dst, DATA, 2)
             self.next += 1
         return True
 
@@ -227,6 +252,7 @@ class Incoming:
         self.ep, self.src, self.key, self.accept = ep, src, (comm, kind, src), accept
         self.written_index = ep.layout.line("written", src, ep.rank)
         self.read_index = ep.layout.line("read", src, ep.rank)
+        self.box = ep.layout.mailbox_offset(src, ep.rank)
         self.meta = None           # header of the message in progress
         self.done = False
 
@@ -244,7 +270,7 @@ class Incoming:
             if not self.has_data():
                 return False
             r = ep.read[self.src]
-            offset = ep.slot(self.src, ep.rank, r)
+            offset = self.box + (r % ep.nslots) * ep.slot_bytes
             if self.meta is None:
                 self.start_message(offset)
             lo = self.next * self.seg
@@ -258,7 +284,7 @@ class Incoming:
                          incoming.view(self.target.dtype), self.ufunc)
             ep.read[self.src] = r + 1
             ep.ctrl[self.read_index] = r + 1
-            ep.doorbells[self.src].release()
+            ep.ring_if_asleep(self.src, ROOM, 1)
             self.next += 1
             if self.next == self.nseg:
                 if self.stashing:
