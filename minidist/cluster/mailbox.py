@@ -55,8 +55,11 @@ def fence() -> None:
     _lock.release()
 
 
-class Aborted(Exception):
-    """Raised inside a rank when the run is being aborted because another rank failed or time ran out."""
+class Aborted(BaseException):
+    """Raised inside a rank when the run is being aborted because another rank failed or time ran out.
+
+    A BaseException, like KeyboardInterrupt, so that an ``except Exception`` in user code cannot swallow it.
+    """
 
 
 class PeerReturnedError(RuntimeError):
