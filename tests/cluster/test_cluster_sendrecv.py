@@ -210,3 +210,21 @@ def test_user_code_cannot_swallow_the_abort():
     with pytest.raises(ClusterError, match="rank 0 raised RuntimeError: first failure"):
         run(fn, 2, timeout=20)
     assert time.monotonic() - start < 3.0
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_one_blas_thread_per_worker_and_the_parent_is_left_alone(start_method):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def fn(comm):
+        from threadpoolctl import threadpool_info
+
+        a = np.ones((64, 64))
+        a @ a
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    for threads in run(fn, 2, start_method=start_method):
+        assert threads and all(n == 1 for n in threads)
+    after = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    assert after == before
