@@ -12,8 +12,10 @@ seeds = st.integers(0, 2**32 - 1)
 
 
 @pytest.mark.exercise("cross_entropy_backward")
-@given(n=st.integers(1, 6), classes=st.integers(1, 6), scale=st.sampled_from([0.1, 1.0, 10.0]), seed=seeds)
+@given(n=st.integers(1, 6), classes=st.integers(1, 6), scale=st.sampled_from([0.1, 1.0, 3.0]), seed=seeds)
 def test_cross_entropy_gradcheck(n, classes, scale, seed):
+    """Logit gaps stay below ~25: beyond, 1 − softmax rounds to 0 in float64 and every gradient is ~1e-11
+    or smaller, too small for finite differences to say anything."""
     rng = np.random.default_rng(seed)
     logits = scale * rng.standard_normal((n, classes))
     target = rng.integers(0, classes, n)

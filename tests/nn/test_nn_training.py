@@ -46,7 +46,6 @@ def test_small_cnn_learns_the_digits():
     assert accuracy >= 0.9, accuracy
 
 
-@pytest.mark.slow
 @pytest.mark.exercise("linear")
 @pytest.mark.exercise("cross_entropy_backward")
 def test_demo_prints_a_table_and_saves_the_figure(capsys, monkeypatch, tmp_path):
