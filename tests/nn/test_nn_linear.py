@@ -77,6 +77,7 @@ def test_parameters_have_a_fixed_order_and_names(rng):
     assert model.num_parameters() == 12 + 4 + 4 + 4 + 8
 
 
+@pytest.mark.exercise("linear")
 def test_state_dict_round_trip(rng):
     def make(seed):
         r = np.random.default_rng(seed)

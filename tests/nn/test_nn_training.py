@@ -12,6 +12,7 @@ from minidist.optim import SGD
 
 @pytest.mark.exercise("linear")
 @pytest.mark.exercise("cross_entropy_backward")
+@pytest.mark.exercise("sgd_momentum")  # SGD with momentum (minidist/optim/sgd.py)
 def test_mlp_reaches_95_percent_and_is_bitwise_reproducible():
     full = train_digits_mlp(seed=0)
     assert full.test_accuracies[-1] >= 0.95, full.test_accuracies
@@ -28,6 +29,7 @@ def test_mlp_reaches_95_percent_and_is_bitwise_reproducible():
 @pytest.mark.exercise("conv2d_backward")
 @pytest.mark.exercise("batchnorm_backward")
 @pytest.mark.exercise("cross_entropy_backward")
+@pytest.mark.exercise("sgd_momentum")  # SGD with momentum (minidist/optim/sgd.py)
 def test_small_cnn_learns_the_digits():
     data = load_digits(images=True)
     rng = np.random.default_rng(0)
@@ -48,6 +50,7 @@ def test_small_cnn_learns_the_digits():
 
 @pytest.mark.exercise("linear")
 @pytest.mark.exercise("cross_entropy_backward")
+@pytest.mark.exercise("sgd_momentum")  # SGD with momentum (minidist/optim/sgd.py)
 def test_demo_prints_a_table_and_saves_the_figure(capsys, monkeypatch, tmp_path):
     import minidist.demo
 
