@@ -43,7 +43,7 @@ import numpy as np
 
 from minidist.nn.module import Parameter
 
-from .optimizer import Optimizer, check_number
+from .optimizer import Optimizer, check_number, in_chunks
 
 
 class SGD(Optimizer):
@@ -87,25 +87,27 @@ class SGD(Optimizer):
         """One update of every parameter from its ``.grad`` (the gradients themselves are not changed)."""
         self._check_grads()
         self.step_count += 1
-        lr, momentum, dampening = self.lr, self.momentum, self.dampening
         for p, state in zip(self.params, self.state):
-            grad = p.grad
-            if self.weight_decay != 0:
-                grad = grad + self.weight_decay * p.data  # a new array: p.grad stays the loss gradient
-            if momentum != 0:
-                # BEGIN SOLUTION sgd_momentum
-                buf = state.get("momentum_buffer")
-                if buf is None:  # first step with momentum: b_1 = g_1 (no dampening)
-                    buf = state["momentum_buffer"] = grad.copy()
-                else:  # b_t = μ b_{t-1} + (1 − τ) g_t, in place
-                    buf *= momentum
-                    if dampening == 0:
-                        buf += grad
-                    else:
-                        buf += (1 - dampening) * grad
-                if self.nesterov:
-                    grad = grad + momentum * buf
-                else:
-                    grad = buf
-                # END SOLUTION
-            p.data -= lr * grad
+            # torch creates the buffer at the first step that uses momentum, and sets b_1 = g_1 there
+            first = self.momentum != 0 and "momentum_buffer" not in state
+            if first:
+                state["momentum_buffer"] = np.empty_like(p.data)
+            for w, g, s in in_chunks(p.data, p.grad, state):
+                self._update(w, g, s, first)
+
+    def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, np.ndarray], first: bool = False) -> None:
+        """w −= γ·(direction), in place; ``first`` says the momentum buffer is new (b_1 = g_1)."""
+        momentum, dampening = self.momentum, self.dampening
+        if self.weight_decay != 0:
+            g = g + self.weight_decay * w  # a new array: p.grad stays the loss gradient
+        if momentum != 0:
+            # BEGIN SOLUTION sgd_momentum
+            buf = state["momentum_buffer"]
+            if first:  # b_1 = g_1 (no dampening)
+                buf[...] = g
+            else:  # b_t = μ b_{t-1} + (1 − τ) g_t, in place
+                buf *= momentum
+                buf += g if dampening == 0 else (1 - dampening) * g
+            g = g + momentum * buf if self.nesterov else buf
+            # END SOLUTION
+        w -= self.lr * g
