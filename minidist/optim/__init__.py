@@ -9,6 +9,8 @@ from .adam import Adam, AdamW
 from .lars import LARS
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
+from .schedule import Constant, Cosine, LinearScalingRule, LinearWarmup, Schedule, StepDecay, scaled_lr
 from .sgd import SGD
 
-__all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop"]
+__all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule", "LinearWarmup",
+           "Optimizer", "RMSprop", "Schedule", "StepDecay", "scaled_lr"]
