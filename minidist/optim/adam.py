@@ -91,6 +91,10 @@ class Adam(Optimizer):
         beta1, beta2 = self.betas
         t = self.step_count
         # BEGIN SOLUTION adam
+        # BEGIN PROMPT
+        # Hint: update m = state["exp_avg"] and v = state["exp_avg_sq"] in place; with amsgrad keep the
+        # running max of v in state["max_exp_avg_sq"] and use it for v; bias-correct with 1 − β^t; w −= ...
+        # END PROMPT
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m *= beta1
         m += (1 - beta1) * g  # m_t = β1 m + (1 − β1) g

@@ -102,6 +102,10 @@ class SGD(Optimizer):
             g = g + self.weight_decay * w  # a new array: p.grad stays the loss gradient
         if momentum != 0:
             # BEGIN SOLUTION sgd_momentum
+            # BEGIN PROMPT
+            # Hint: b = state["momentum_buffer"] (update it in place). On the first step b = g; after that
+            # b = μ b + (1 − τ) g. Then step along g + μ b (Nesterov) or along b: set g to that direction.
+            # END PROMPT
             buf = state["momentum_buffer"]
             if first:  # b_1 = g_1 (no dampening)
                 buf[...] = g
