@@ -3,7 +3,7 @@
 Both sides run on one thread (torch.set_num_threads(1); BLAS thread variables set to 1 before NumPy is
 imported), update the same three parameter arrays (2000x2000, 2000x2000, 1000x2000 = 10M float32) from
 fixed gradients, and report the best and the median of --repeats timed steps after one untimed step that
-allocates the optimizer state. torch.optim has no LARS; its peer here is torch.optim.SGD fed the trust-
+allocates the optimizer state; minidist's and torch's steps alternate. torch.optim has no LARS; its peer here is torch.optim.SGD fed the trust-
 ratio-scaled gradients, computed in torch (the same composition tests/optim/test_optim_torch.py checks).
 
     PYTHONPATH=. python benchmarks/optim_step.py [--size 10000000] [--repeats 7]
@@ -46,14 +46,18 @@ def shapes_for(size: int) -> list[tuple[int, ...]]:
     return [(2 * rows, cols), (2 * rows, cols), (size // cols - 4 * rows, cols)]
 
 
-def time_steps(step, repeats: int) -> tuple[float, float]:
-    step()  # allocate the state; not timed
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def time_interleaved(steps: list, repeats: int) -> list[tuple[float, float]]:
+    """(best, median) seconds per step of each function; the functions alternate, so that a machine
+    shared with other jobs slows them alike. One untimed call each first (it allocates the state)."""
+    for step in steps:
         step()
-        times.append(time.perf_counter() - start)
-    return min(times), statistics.median(times)
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(repeats):
+        for step, record in zip(steps, times):
+            start = time.perf_counter()
+            step()
+            record.append(time.perf_counter() - start)
+    return [(min(t), statistics.median(t)) for t in times]
 
 
 def torch_step(torch, name, params, kwargs):
@@ -91,24 +95,27 @@ def main() -> None:
     grads = [rng.normal(scale=0.01, size=s).astype(np.float32) for s in shapes]
     print(f"one step over {sum(w.size for w in weights):,} float32 parameters {shapes}, 1 thread, "
           f"best / median of {args.repeats}")
-    print(f"{'optimizer':22s} {'minidist ms':>17s} {'torch ms':>17s} {'ratio (best)':>13s}")
+    print(f"{'optimizer':22s} {'minidist ms':>17s} {'torch ms':>17s} {'ratio (best)':>13s} {'(median)':>13s}")
     for label, cls, torch_name, kwargs in CASES:
         params = [Parameter(w.copy()) for w in weights]
         for p, g in zip(params, grads):
             p.grad[...] = g
-        ours = time_steps(cls(params, **kwargs).step, args.repeats)
-        del params
-        line = f"{label:22s} {ours[0] * 1e3:8.1f} /{ours[1] * 1e3:7.1f}"
+        steps = [cls(params, **kwargs).step]
         if torch is not None:
             tparams = [torch.tensor(w.copy()) for w in weights]
             for p, g in zip(tparams, grads):
                 p.grad = torch.tensor(g.copy())
-            theirs = time_steps(torch_step(torch, torch_name, tparams, kwargs), args.repeats)
-            del tparams
+            steps.append(torch_step(torch, torch_name, tparams, kwargs))
+        timings = time_interleaved(steps, args.repeats)
+        ours = timings[0]
+        line = f"{label:22s} {ours[0] * 1e3:8.1f} /{ours[1] * 1e3:7.1f}"
+        if torch is not None:
+            theirs = timings[1]
             ratio = ours[0] / theirs[0]
-            line += f" {theirs[0] * 1e3:8.1f} /{theirs[1] * 1e3:7.1f} {ratio:12.2f}x"
+            line += f" {theirs[0] * 1e3:8.1f} /{theirs[1] * 1e3:7.1f} {ratio:12.2f}x {ours[1] / theirs[1]:12.2f}x"
             line += "" if ratio <= 1.5 else "  (above the 1.5x target)"
         print(line, flush=True)
+        del steps, params
 
 
 if __name__ == "__main__":
