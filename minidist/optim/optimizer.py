@@ -108,6 +108,11 @@ class Optimizer:
                                 f"minidist.nn.Parameter (pass model.parameters())")
         if len({id(p) for p in self.params}) != len(self.params):
             raise ValueError(f"{type(self).__name__}: a Parameter appears more than once in params")
+        eps = getattr(self, "eps", None)
+        for i, p in enumerate(self.params):
+            if eps is not None and p.data.dtype.type(eps) == 0:  # x / (sqrt(0) + 0) would be NaN
+                raise ValueError(f"{type(self).__name__}: eps={eps:g} rounds to 0 in params[{i}]'s dtype "
+                                 f"{p.data.dtype}; use a larger eps or float32 master weights")
         self.lr = lr
         self.step_count = 0
         self.state: list[dict[str, np.ndarray]] = [self._init_state(p) for p in self.params]

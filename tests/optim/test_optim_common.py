@@ -175,3 +175,21 @@ def test_gradient_of_the_wrong_shape_is_refused():
     p.grad = np.zeros(4)
     with pytest.raises(ValueError, match=r"data's shape \(3,\)"):
         SGD([p], lr=0.1).step()
+
+
+def test_an_eps_that_vanishes_in_float16_is_refused():
+    with pytest.raises(ValueError, match=r"eps=1e-08 rounds to 0 in params\[0\]'s dtype float16"):
+        Adam([Parameter(np.zeros(3, dtype=np.float16))])
+    Adam([Parameter(np.zeros(3, dtype=np.float16))], eps=1e-4)  # representable: fine
+
+
+@pytest.mark.parametrize("cls, kwargs", EVERY_OPTIMIZER)
+def test_non_contiguous_parameters_update_like_contiguous_ones(cls, kwargs):
+    values = initial_values(seed=7)
+    column_major = [Parameter(np.asfortranarray(v)) for v in values]  # (3, 4): no flat view, updated whole
+    assert not column_major[0].data.flags.c_contiguous and not column_major[0].grad.flags.c_contiguous
+    fortran = run_minidist(cls(column_major, **kwargs), range(3))
+    contiguous = run_minidist(cls(make_params(values), **kwargs), range(3))
+    for mine, ref in zip(fortran, contiguous):
+        for a, b in zip(mine, ref):
+            np.testing.assert_array_equal(a, b)
