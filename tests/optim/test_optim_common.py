@@ -186,7 +186,7 @@ def test_an_eps_that_vanishes_in_float16_is_refused():
 @pytest.mark.parametrize("cls, kwargs", EVERY_OPTIMIZER)
 def test_non_contiguous_parameters_update_like_contiguous_ones(cls, kwargs):
     values = initial_values(seed=7)
-    column_major = [Parameter(np.asfortranarray(v)) for v in values]  # (3, 4): no flat view, updated whole
+    column_major = [Parameter(np.array(v, order="F")) for v in values]  # (3, 4): no flat view, updated whole
     assert not column_major[0].data.flags.c_contiguous and not column_major[0].grad.flags.c_contiguous
     fortran = run_minidist(cls(column_major, **kwargs), range(3))
     contiguous = run_minidist(cls(make_params(values), **kwargs), range(3))
