@@ -20,7 +20,8 @@ The two agree when τ = 0 and the learning rate is constant: then M = −γ b at
 exactly the same moves. They differ once the learning rate changes: torch multiplies the *whole*
 buffer by the new rate (w −= γ_new · b, so the past gradients are suddenly taken at the new rate), while
 the slide's M keeps the past gradients at the rates they were taken with and only the newest gradient
-gets the new rate. (A decay of γ therefore brakes torch's momentum at once; the slide's fades in.)
+gets the new rate. (A decay of γ therefore brakes torch's momentum at once; the slide's fades in. That is
+why torch chose its form, pytorch/pytorch#1099; its SGD documentation notes the difference.)
 
 Momentum as a weighted moving average (slide "SGD with momentum as gradients averaging"): unrolling
 b_t = μ b_{t-1} + g_t gives b_t = Σ_{k=1..t} μ^{t−k} g_k, so the step is −γ times an exponentially
