@@ -98,7 +98,8 @@ print("started exactly at the saddle (0, 0): every optimizer stays there (the gr
 # %% [markdown]
 # Now start next to it, at (0.02, 0.05), and from two other points. The loss near the saddle is flat
 # (y ≈ 1, gradient ≈ 2·|w|), so plain SGD creeps away; momentum accumulates the small gradients, and the
-# adaptive methods divide by √v, so their first steps are ~γ in size whatever the gradient's scale.
+# adaptive methods divide by √v, so their steps do not shrink with the gradient (Adam's first step is γ,
+# RMSprop's γ/√(1 − α) = 10γ: RMSprop has no bias correction).
 
 # %%
 STARTS = [(0.02, 0.05), (-1.5, 0.1), (1.8, -0.3)]
