@@ -50,6 +50,12 @@ class Grid:
         bounds = np.array_split(np.arange(batch), self.data_parallel)[self.row]
         return slice(int(bounds[0]), int(bounds[-1]) + 1)
 
+    @property
+    def bytes_sent(self) -> int:
+        """Payload bytes this rank has sent over its world, row and column communicators (each split
+        communicator keeps its own counters in ``stats``)."""
+        return sum(c.stats.bytes_sent for c in (self.comm, self.model_comm, self.data_comm))
+
     def __repr__(self) -> str:
         return (f"Grid(D={self.data_parallel} × M={self.model_parallel}, rank {self.comm.rank} at "
                 f"row {self.row}, column {self.column})")

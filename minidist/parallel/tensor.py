@@ -104,9 +104,9 @@ class ColumnParallelLinear(Module):
     def _take_slice(self, comm, full: Linear, gather_output: bool, input_grad: bool) -> None:
         self.comm = comm
         self.in_features, self.out_features = full.in_features, full.out_features
-        self.rows = shard_slice(full.out_features, comm.world_size, comm.rank)
         check_same_on_all_ranks(comm, "ColumnParallelLinear (in_features, out_features, bias)",
                                 (full.in_features, full.out_features, full.bias is not None))
+        self.rows = shard_slice(full.out_features, comm.world_size, comm.rank)
         self.weight = Parameter(full.weight.data[self.rows].copy())
         self.bias = Parameter(full.bias.data[self.rows].copy()) if full.bias is not None else None
         self.f = CopyToTensorParallel(comm)
@@ -167,9 +167,9 @@ class RowParallelLinear(Module):
     def _take_slice(self, comm, full: Linear, input_is_parallel: bool) -> None:
         self.comm = comm
         self.in_features, self.out_features = full.in_features, full.out_features
-        self.cols = shard_slice(full.in_features, comm.world_size, comm.rank)
         check_same_on_all_ranks(comm, "RowParallelLinear (in_features, out_features, bias)",
                                 (full.in_features, full.out_features, full.bias is not None))
+        self.cols = shard_slice(full.in_features, comm.world_size, comm.rank)
         self.weight = Parameter(full.weight.data[:, self.cols].copy())
         self.bias = Parameter(full.bias.data.copy()) if full.bias is not None else None
         self.g = ReduceFromTensorParallel(comm)

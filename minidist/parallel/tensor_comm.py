@@ -1,5 +1,9 @@
 """The communication tensor (intra-layer model) parallelism needs, and the shard arithmetic.
 
+Built on ``minidist.collectives``' reduce_scatter and allgather (both rings). The all-reduce is composed
+from those two rather than taken from ``collectives.allreduce``, whose ring is a student exercise:
+the layers here must keep working in a student's copy.
+
 Three small helpers on a Communicator ``comm`` of P ranks (the tensor-parallel group):
 
     allreduce_sum(comm, x)        every rank gets Σ_p x_p                  (ring: 2(P−1)/P·n words sent)
@@ -14,40 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _ring_allreduce(comm, x):
-    """Ring all-reduce (sum): a reduce-scatter then an all-gather over np.array_split chunks."""
-    p, r = comm.world_size, comm.rank
-    right, left = (r + 1) % p, (r - 1) % p
-    flat = x.reshape(-1).copy()
-    chunks = np.array_split(np.arange(flat.size), p)
-    for step in range(p - 1):  # reduce-scatter: after P−1 steps rank r owns the sum of chunk r+1
-        send, recv = chunks[(r - step) % p], chunks[(r - step - 1) % p]
-        incoming = comm.sendrecv(flat[send], right, left)
-        flat[recv] += incoming
-    for step in range(p - 1):  # all-gather the finished chunks around the ring
-        send, recv = chunks[(r + 1 - step) % p], chunks[(r - step) % p]
-        flat[recv] = comm.sendrecv(flat[send], right, left)
-    return flat.reshape(x.shape)
-
-
-def _ring_allgather(comm, x):
-    """Ring all-gather: list by rank of every rank's array (shapes may differ)."""
-    p, r = comm.world_size, comm.rank
-    right, left = (r + 1) % p, (r - 1) % p
-    parts = [None] * p
-    parts[r] = x
-    for step in range(p - 1):
-        parts[(r - step - 1) % p] = comm.sendrecv(parts[(r - step) % p], right, left)
-    return parts
-
-
-def allgather(comm, x):
-    return _ring_allgather(comm, x)
-
-
-def allreduce(comm, x, op="sum", algorithm="ring"):
-    return _ring_allreduce(comm, x)
+from minidist.collectives import allgather, reduce_scatter
 
 
 def shard_bounds(n: int, parts: int) -> list[tuple[int, int]]:
@@ -79,11 +50,15 @@ def shard_slice(n: int, parts: int, index: int) -> slice:
 def allreduce_sum(comm, x: np.ndarray) -> np.ndarray:
     """Σ over the ranks of x (same shape on every rank), bitwise equal on every rank.
 
-    The ring algorithm: a reduce-scatter then an all-gather, each rank sending 2(P−1)/P·n words.
+    Written as what a ring all-reduce is: a ring reduce-scatter (rank p ends with piece p of the sum,
+    pieces as np.array_split(x.ravel(), P)) then a ring all-gather of the pieces. Each rank sends
+    (P−1)/P·n words in each half, 2(P−1)/P·n in all; summed over the ranks exactly 2(P−1)·n for any n.
+    Each piece is summed once, by its owner, and then only copied: every rank gets the same bits.
     """
     if comm.world_size == 1:
         return x.copy()
-    return allreduce(comm, x, op="sum", algorithm="ring")
+    my_piece = reduce_scatter(comm, x, op="sum")
+    return np.concatenate(allgather(comm, my_piece)).reshape(x.shape)
 
 
 def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:

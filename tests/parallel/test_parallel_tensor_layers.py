@@ -14,7 +14,7 @@ from minidist.cluster import ClusterError, run
 from minidist.nn import Linear, ReLU, Sequential
 from minidist.parallel.tensor import ColumnParallelLinear, MegatronMLP, RowParallelLinear
 
-TOL = dict(rtol=1e-11, atol=1e-12)
+TOL = {"rtol": 1e-11, "atol": 1e-12}
 
 
 def _width(draw, parts):
@@ -26,8 +26,8 @@ def _width(draw, parts):
 
 @st.composite
 def cases(draw, parts):
-    return [dict(d_in=_width(draw, parts), d_out=_width(draw, parts), hidden=_width(draw, parts),
-                 batch=draw(st.integers(1, 6)), bias=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+    return [{"d_in": _width(draw, parts), "d_out": _width(draw, parts), "hidden": _width(draw, parts),
+             "batch": draw(st.integers(1, 6)), "bias": draw(st.booleans()), "seed": draw(st.integers(0, 2**16))}
             for _ in range(draw(st.integers(1, 3)))]
 
 
@@ -40,19 +40,22 @@ def _grads(layer):
     return layer.weight.grad.copy(), None if layer.bias is None else layer.bias.grad.copy()
 
 
+def _full_rng(c):
+    return np.random.default_rng(c["seed"])  # the same full layer on every rank and in the test
+
+
 def _linear_shards(comm, case_list):
     """On each rank: every kind of shard's (output, input gradient, weight grad, bias grad, its slice)."""
     out = []
     for c in case_list:
         x, dy = _data(c)
-        rng = lambda: np.random.default_rng(c["seed"])  # noqa: E731 — the same full layer on every rank
         res = {}
-        col = ColumnParallelLinear(comm, c["d_in"], c["d_out"], c["bias"], rng=rng(), dtype=np.float64)
+        col = ColumnParallelLinear(comm, c["d_in"], c["d_out"], c["bias"], rng=_full_rng(c), dtype=np.float64)
         res["column_gather"] = (col(x), col.backward(dy), *_grads(col), col.rows)
-        full = Linear(c["d_in"], c["d_out"], c["bias"], rng=rng(), dtype=np.float64)
+        full = Linear(c["d_in"], c["d_out"], c["bias"], rng=_full_rng(c), dtype=np.float64)
         col = ColumnParallelLinear.from_linear(comm, full, gather_output=False)
         res["column_sharded"] = (col(x), col.backward(dy[:, col.rows]), *_grads(col), col.rows)
-        row = RowParallelLinear(comm, c["d_in"], c["d_out"], c["bias"], rng=rng(), dtype=np.float64)
+        row = RowParallelLinear(comm, c["d_in"], c["d_out"], c["bias"], rng=_full_rng(c), dtype=np.float64)
         res["row_parallel"] = (row(x[:, row.cols]), row.backward(dy), *_grads(row), row.cols)
         row = RowParallelLinear.from_linear(comm, full, input_is_parallel=False)
         res["row_whole"] = (row(x), row.backward(dy), *_grads(row), row.cols)

@@ -8,7 +8,12 @@ from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.hybrid import Grid, hybrid_train_step
-from minidist.parallel.tensor import ColumnParallelLinear, MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
+from minidist.parallel.tensor import (
+    ColumnParallelLinear,
+    MegatronMLP,
+    column_parallel_mlp,
+    megatron_parallel_mlp,
+)
 from minidist.parallel.tensor_cost import (
     column_parallel_words,
     data_parallel_words,
@@ -65,7 +70,7 @@ def _train_worker(comm, scheme, widths, batch, bias, model_parallel=None):
     opt, loss_fn = SGD(model.parameters(), lr=0.1, momentum=0.9), CrossEntropyLoss()
     history, sent = [], []
     for _ in range(STEPS):
-        before = comm.stats.bytes_sent
+        before = grid.bytes_sent if grid is not None else comm.stats.bytes_sent
         if grid is not None:
             hybrid_train_step(grid, model, loss_fn, opt, x, labels)
         else:
@@ -73,7 +78,7 @@ def _train_worker(comm, scheme, widths, batch, bias, model_parallel=None):
             loss_fn.forward(model(x), labels)
             model.backward(loss_fn.backward())
             opt.step()
-        sent.append(comm.stats.bytes_sent - before)
+        sent.append((grid.bytes_sent if grid is not None else comm.stats.bytes_sent) - before)
         history.append(_shards_by_full_name(model))
     return history, sent, sum(p.size for p in model.parameters())
 
