@@ -7,7 +7,7 @@ cluster run per hypothesis example checks a whole list of shapes at once.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import ClusterError, run
@@ -15,6 +15,8 @@ from minidist.nn import Linear, ReLU, Sequential
 from minidist.parallel.tensor import ColumnParallelLinear, MegatronMLP, RowParallelLinear
 
 TOL = {"rtol": 1e-11, "atol": 1e-12}
+# A cluster run costs ~0.1-1 s: few examples, and no shrinking (a failure is reported as drawn).
+CLUSTER_SETTINGS = settings(max_examples=3, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
 
 def _width(draw, parts):
@@ -88,7 +90,7 @@ def _close(actual, expected):
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 4])
-@settings(max_examples=3)
+@CLUSTER_SETTINGS
 @given(data=st.data())
 def test_parallel_tensor_linear_shards_equal_slices(parts, data):
     case_list = data.draw(cases(parts))
@@ -118,7 +120,7 @@ def test_parallel_tensor_linear_shards_equal_slices(parts, data):
 
 @pytest.mark.exercise("megatron_mlp")
 @pytest.mark.parametrize("parts", [1, 2, 3, 4])
-@settings(max_examples=3)
+@CLUSTER_SETTINGS
 @given(data=st.data())
 def test_parallel_tensor_megatron_block_equals_single_process(parts, data):
     case_list = data.draw(cases(parts))
