@@ -68,7 +68,13 @@ def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:
     """
     if comm.world_size == 1:
         return y_part.copy()
-    return np.concatenate(allgather(comm, y_part), axis=-1)
+    parts = allgather(comm, y_part)
+    leading = {part.shape[:-1] for part in parts}
+    if len(leading) > 1:  # every rank sees the same table, so every rank raises
+        shapes = ", ".join(f"rank {r}: {part.shape}" for r, part in enumerate(parts))
+        raise ValueError(f"the ranks of a tensor-parallel group must all see the same batch; their output "
+                         f"slices have shapes {shapes}")
+    return np.concatenate(parts, axis=-1)
 
 
 def check_same_on_all_ranks(comm, what: str, values: tuple[int, ...]) -> None:

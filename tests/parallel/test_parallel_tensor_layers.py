@@ -19,6 +19,12 @@ TOL = {"rtol": 1e-11, "atol": 1e-12}
 CLUSTER_SETTINGS = settings(max_examples=3, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
 
+class OneRank:
+    """A group of one rank: the helpers send nothing, so no processes are needed."""
+
+    rank, world_size = 0, 1
+
+
 def _width(draw, parts):
     """A width of at least ``parts`` features that ``parts`` does not divide (any width when P = 1)."""
     if parts == 1:
@@ -165,10 +171,46 @@ def test_parallel_tensor_bad_shards_raise_clear_errors(kind, message):
 def test_parallel_tensor_megatron_rejects_mismatched_layers():
     from minidist.parallel.tensor import megatron_parallel_mlp
 
-    class Solo:  # a one-rank group needs no processes
-        rank, world_size = 0, 1
-
     with pytest.raises(ValueError, match="second layer's in_features"):
-        MegatronMLP(Solo(), Linear(3, 4), Linear(5, 2))
+        MegatronMLP(OneRank(), Linear(3, 4), Linear(5, 2))
     with pytest.raises(ValueError, match="not the start of a"):
-        megatron_parallel_mlp(Solo(), Sequential(Linear(3, 4), ReLU()))
+        megatron_parallel_mlp(OneRank(), Sequential(Linear(3, 4), ReLU()))
+
+
+def _mismatched_batch(comm, kind):
+    rng = np.random.default_rng(0)
+    x = np.ones((3 + comm.rank, 5))  # each rank a different batch: a bug in the caller
+    if kind == "gather":
+        ColumnParallelLinear(comm, 5, 4, rng=rng, dtype=np.float64)(x)
+    else:
+        RowParallelLinear(comm, 5, 4, input_is_parallel=False, rng=rng, dtype=np.float64)(x)
+    return "no error"
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("gather", r"must all see the same batch; their output slices have shapes rank 0: \(3, 2\), rank 1: \(4, 2\)"),
+    ("allreduce", r"MessageMismatchError: rank \d expected from rank \d: .* but rank \d sent"),
+])
+def test_parallel_tensor_mismatched_batches_raise_not_hang(kind, message):
+    with pytest.raises(ClusterError, match=message):
+        run(_mismatched_batch, 2, kind, timeout=30.0)
+
+
+def test_parallel_tensor_one_rank_layers_pass_gradcheck(rng):
+    """With P = 1 no message is sent: the shards are the whole layers, checked by finite differences."""
+    from minidist.gradcheck import gradcheck
+
+    x = rng.standard_normal((3, 4))
+    for layer in (ColumnParallelLinear(OneRank(), 4, 5, rng=rng, dtype=np.float64),
+                  RowParallelLinear(OneRank(), 4, 5, input_is_parallel=False, rng=rng, dtype=np.float64)):
+        errors = gradcheck(layer, x, rng)
+        assert max(errors.values()) < 1e-6, (layer, errors)
+
+
+@pytest.mark.exercise("megatron_mlp")
+def test_parallel_tensor_one_rank_megatron_passes_gradcheck(rng):
+    from minidist.gradcheck import gradcheck
+
+    block = MegatronMLP(OneRank(), Linear(4, 6, rng=rng, dtype=np.float64), Linear(6, 3, rng=rng, dtype=np.float64))
+    errors = gradcheck(block, rng.standard_normal((5, 4)), rng)
+    assert max(errors.values()) < 1e-6, errors
