@@ -268,14 +268,13 @@ def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) ->
     """The seed's scheme: every Linear column-parallel with its output all-gathered, other layers copied.
 
     Forward: one all-gather per Linear; backward: one all-reduce of the input gradient per Linear except
-    the first (unless input_grad=True).
+    a first layer's (unless input_grad=True).
     """
-    layers, first = [], True
+    layers = []
     for layer in model:
-        if isinstance(layer, Linear):
+        if isinstance(layer, Linear):  # the model's input needs no gradient; every later input does
             layers.append(ColumnParallelLinear.from_linear(comm, layer, gather_output=True,
-                                                           input_grad=input_grad or not first))
-            first = False
+                                                           input_grad=input_grad or bool(layers)))
         else:
             layers.append(copy.deepcopy(layer))
     return Sequential(*layers)
