@@ -62,11 +62,21 @@ class Grid:
 
 
 def allreduce_gradients(data_comm, params: list[Parameter]) -> None:
-    """Sum every parameter's gradient over the data-parallel group, in place (one ring all-reduce each)."""
-    if data_comm.world_size == 1:
+    """Sum every parameter's gradient over the data-parallel group, in place.
+
+    All gradients travel in one bucket (one flat array, one all-reduce): the same bytes as one all-reduce
+    per parameter, 2(D−1)/D·|W| per rank, but far fewer messages (seed: gradient bucketing).
+    """
+    if data_comm.world_size == 1 or not params:
         return
+    dtypes = {p.grad.dtype for p in params}
+    if len(dtypes) > 1:
+        raise TypeError(f"allreduce_gradients: the parameters must share one dtype, got {sorted(map(str, dtypes))}")
+    bucket = allreduce_sum(data_comm, np.concatenate([p.grad.ravel() for p in params]))
+    offset = 0
     for p in params:
-        p.grad[...] = allreduce_sum(data_comm, p.grad)
+        p.grad[...] = bucket[offset:offset + p.size].reshape(p.shape)
+        offset += p.size
 
 
 def hybrid_train_step(grid: Grid, model, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:

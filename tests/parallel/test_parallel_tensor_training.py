@@ -155,3 +155,17 @@ def test_parallel_tensor_ledger_per_rank_equals_seed_formulas():
     per_rank = run(_square_step_bytes, parts, d, layers, batch, 1, timeout=60.0)  # data parallel
     assert all(step == 8 * 2 * seed_t_comm_data(widths, parts) for sent in per_rank for step in sent)
     assert 2 * parts * seed_t_comm_data(widths, parts) == data_parallel_words(layers * d * d, parts)
+
+
+def test_parallel_tensor_hybrid_bad_arguments():
+    from minidist.nn import Parameter
+    from minidist.parallel.hybrid import allreduce_gradients
+
+    class TwoRanks:  # only its size is read before the error
+        rank, world_size = 0, 2
+
+    mixed = [Parameter(np.zeros(2, np.float32)), Parameter(np.zeros(2, np.float64))]
+    with pytest.raises(TypeError, match="must share one dtype"):
+        allreduce_gradients(TwoRanks(), mixed)
+    with pytest.raises(ValueError, match="cannot have 3 model-parallel ranks"):
+        Grid(TwoRanks(), 3)
