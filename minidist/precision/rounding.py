@@ -79,85 +79,108 @@ def quantize(x: np.ndarray, fmt: FloatFormat, rounding: str = "nearest",
     if x.dtype == np.float16:  # float16 -> float32 is exact, and so is the way back since fmt fits float16
         return quantize(x.astype(np.float32), fmt, rounding, rng, saturate).astype(np.float16)
 
-    uint, exp_bits, man_bits = _LAYOUT[x.dtype]
-    bits = np.ascontiguousarray(x).reshape(-1).view(uint)
-    sign = bits & uint(1 << (exp_bits + man_bits))
-    mag = bits ^ sign
+    flat = np.ascontiguousarray(x).reshape(-1)
+    bits = flat.view(_LAYOUT[x.dtype][0])   # sign | exponent | fraction, as one unsigned integer
     if rounding == "nearest":
-        out = _round_nearest_even(mag, fmt, x.dtype)
+        out = _round_nearest_even(flat, bits, fmt)
     else:
-        out = _round_stochastic(mag, fmt, x.dtype, rng)
-    _overflow_and_specials(mag, out, fmt, x.dtype, saturate)
-    out |= sign
+        out = _round_stochastic(flat, bits, fmt, rng)
+    # |x| <= max_normal cannot round past max_normal: two cheap reductions skip the overflow pass
+    if flat.size and not (-fmt.max_normal <= flat.min() and flat.max() <= fmt.max_normal):
+        _overflow_and_specials(bits, out, fmt, saturate)    # some |x| > max_normal, ±Inf or NaN
     return out.view(x.dtype).reshape(x.shape)
 
 
-def _round_nearest_even(mag: np.ndarray, fmt: FloatFormat, dtype) -> np.ndarray:
-    uint, _, man_bits = _LAYOUT[dtype]
-    drop = man_bits - fmt.man_bits
-    out = mag.copy()
-    if drop:
+def _round_nearest_even(flat: np.ndarray, bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Bits rounded to nearest-even. The sign bit rides along: the additions never reach it."""
+    uint, drop = bits.dtype.type, _HOST[flat.dtype].man_bits - fmt.man_bits
+    if drop == 0:
+        out = bits.copy()
+    else:
         low = uint((1 << drop) - 1)
-        out >>= uint(drop)
+        out = bits >> uint(drop)
         out &= uint(1)                  # lsb of what is kept: a tie goes to the even neighbour
-        out += mag
+        out += bits
         out += low >> uint(1)           # + 2^(drop-1) - 1
         out &= ~low
-    tiny = _tiny_positions(mag, fmt, dtype)
+    tiny = _tiny_positions(flat, fmt)
     if tiny.size:
-        count, rest, k = _tiny_split(mag[tiny], fmt, dtype)
+        negative, count, rest, k = _tiny_split(bits[tiny], fmt, flat.dtype)
         kk = np.minimum(k, 63).astype(np.uint64)   # k >= 63 leaves rest < 2^53 < half: rounds down
         half = np.uint64(1) << (kk - np.uint64(1))
         up = (rest > half) | ((rest == half) & (count & np.uint64(1) == 1))
-        out[tiny] = _tiny_bits(count + up, fmt, dtype)
+        out[tiny] = _tiny_bits(negative, count + up, fmt, flat.dtype)
     return out
 
 
-def _round_stochastic(mag: np.ndarray, fmt: FloatFormat, dtype, rng: np.random.Generator) -> np.ndarray:
-    """Magnitude bits rounded up with probability (dropped bits)/2^(their number); see the module doc."""
+def _round_stochastic(flat: np.ndarray, bits: np.ndarray, fmt: FloatFormat, rng: np.random.Generator
+                      ) -> np.ndarray:
+    """Bits rounded up with probability (dropped bits) / 2^(their number); see the module docstring."""
     # BEGIN SOLUTION stochastic_rounding
-    uint, _, man_bits = _LAYOUT[dtype]
-    drop = man_bits - fmt.man_bits
-    out = mag.copy()
-    if drop:
-        # carry into the kept bits iff noise >= 2^drop - dropped, i.e. with probability dropped / 2^drop
-        out += rng.integers(0, 1 << drop, size=mag.size, dtype=uint)
+    uint, drop = bits.dtype.type, _HOST[flat.dtype].man_bits - fmt.man_bits
+    if drop == 0:
+        out = bits.copy()
+    else:
+        # carry into the kept bits iff noise >= 2^drop - dropped: probability dropped / 2^drop
+        out = _random_integers(rng, bits.size, drop, uint)
+        out += bits
         out &= ~uint((1 << drop) - 1)
-    tiny = _tiny_positions(mag, fmt, dtype)
+    tiny = _tiny_positions(flat, fmt)
     if tiny.size:
-        count, rest, k = _tiny_split(mag[tiny], fmt, dtype)
+        negative, count, rest, k = _tiny_split(bits[tiny], fmt, flat.dtype)
         up = _uniform_below(rest, k, rng)   # P(up) = rest / 2^k exactly
-        out[tiny] = _tiny_bits(count + up, fmt, dtype)
+        out[tiny] = _tiny_bits(negative, count + up, fmt, flat.dtype)
     # END SOLUTION
     return out
 
 
-def _tiny_positions(mag: np.ndarray, fmt: FloatFormat, dtype) -> np.ndarray:
-    """Indices of the non-zero inputs below fmt.min_normal — where the normal-range bit trick is wrong."""
-    host = _HOST[np.dtype(dtype)]
-    if fmt.emin - fmt.man_bits == host.emin - host.man_bits:
-        return np.empty(0, dtype=np.intp)   # fmt has the input's own subnormals: nothing to round
-    min_normal_bits = np.array(fmt.min_normal, dtype=dtype).view(mag.dtype)
-    return np.flatnonzero((mag != 0) & (mag < min_normal_bits))
+def _tiny_positions(flat: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Indices of the non-zero inputs below fmt.min_normal, where the bit trick above is wrong.
+
+    If fmt's exponent reaches as low as the input's (BF16 or FP32 from float32), the input's subnormals
+    are spaced like fmt's subnormals and the bit trick is right for them too: nothing to do.
+    """
+    if fmt.emin == _HOST[flat.dtype].emin:
+        return np.empty(0, dtype=np.intp)
+    below = np.flatnonzero(np.abs(flat) < fmt.min_normal)
+    return below[flat[below] != 0]
 
 
-def _tiny_split(mag: np.ndarray, fmt: FloatFormat, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """|x| / fmt.min_subnormal = count + rest / 2^k, all integers (uint64, uint64, int64), k >= 1."""
+def _tiny_split(bits: np.ndarray, fmt: FloatFormat, dtype
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sign, and |x| / fmt.min_subnormal = count + rest / 2^k, all integers (uint64 / int64), k >= 1."""
     host = _HOST[np.dtype(dtype)]
-    mag = mag.astype(np.uint64)
-    field = mag >> np.uint64(host.man_bits)
-    fraction = mag & np.uint64((1 << host.man_bits) - 1)
+    bits = bits.astype(np.uint64)
+    negative = (bits >> np.uint64(host.total_bits - 1)).astype(bool)
+    field = (bits >> np.uint64(host.man_bits)) & np.uint64((1 << host.exp_bits) - 1)
+    fraction = bits & np.uint64((1 << host.man_bits) - 1)
     significand = np.where(field > 0, fraction | np.uint64(1 << host.man_bits), fraction)
     exponent = np.maximum(field.astype(np.int64), 1) - host.bias - host.man_bits   # |x| = sig · 2^exponent
     k = (fmt.emin - fmt.man_bits) - exponent
     kk = np.minimum(k, 63).astype(np.uint64)    # sig < 2^53, so for k >= 63 count = 0 and rest = sig
-    return significand >> kk, significand & ((np.uint64(1) << kk) - np.uint64(1)), k
+    return negative, significand >> kk, significand & ((np.uint64(1) << kk) - np.uint64(1)), k
 
 
-def _tiny_bits(count: np.ndarray, fmt: FloatFormat, dtype) -> np.ndarray:
-    """count · fmt.min_subnormal (a value of fmt, so exact in float64 and in dtype) as dtype's bits."""
+def _tiny_bits(negative: np.ndarray, count: np.ndarray, fmt: FloatFormat, dtype) -> np.ndarray:
+    """±count · fmt.min_subnormal (a value of fmt, so exact in float64 and in dtype) as dtype's bits."""
     value = np.ldexp(count.astype(np.float64), fmt.emin - fmt.man_bits)
+    value = np.where(negative, -value, value)
     return value.astype(dtype).view(_LAYOUT[np.dtype(dtype)][0])
+
+
+# Bit generators whose raw outputs are 64 random bits (MT19937's are 32 bits).
+_RAW_64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
+def _random_integers(rng: np.random.Generator, n: int, nbits: int, uint) -> np.ndarray:
+    """n integers uniform on {0, …, 2^nbits − 1}, as uint: the top nbits of uniformly random words."""
+    width = 8 * np.dtype(uint).itemsize
+    if isinstance(rng.bit_generator, _RAW_64):   # the raw words: ~2x faster than rng.integers
+        words = rng.bit_generator.random_raw(-(-n * width // 64)).view(uint)[:n]
+    else:
+        words = rng.integers(0, np.iinfo(uint).max, size=n, dtype=uint, endpoint=True)
+    words >>= uint(width - nbits)
+    return words
 
 
 def _uniform_below(rest: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -181,20 +204,23 @@ def _uniform_below(rest: np.ndarray, k: np.ndarray, rng: np.random.Generator) ->
     return below
 
 
-def _overflow_and_specials(mag: np.ndarray, out: np.ndarray, fmt: FloatFormat, dtype,
-                           saturate: bool) -> None:
-    """Fix, in place, every result above fmt.max_normal: overflow, and Inf/NaN inputs."""
-    uint, exp_bits, man_bits = _LAYOUT[dtype]
-    max_bits = np.array(fmt.max_normal, dtype=dtype).view(uint)
-    inf_bits = uint(((1 << exp_bits) - 1) << man_bits)
-    nan_bits = inf_bits | uint(1 << (man_bits - 1))
-    flagged = np.flatnonzero(out > max_bits)   # Inf/NaN inputs are among them too
-    if not flagged.size:
-        return
-    source = mag[flagged]
+def _overflow_and_specials(bits: np.ndarray, out: np.ndarray, fmt: FloatFormat, saturate: bool) -> None:
+    """Fix, in place, the results of inputs beyond max_normal: overflow, ±Inf and NaN inputs."""
+    uint = bits.dtype.type
+    host = _HOST[np.dtype(f"f{bits.dtype.itemsize}")]
+    sign_bit = uint(1 << (host.total_bits - 1))
+    max_bits = np.array(fmt.max_normal, dtype=f"f{bits.dtype.itemsize}").view(uint)
+    inf_bits = uint(((1 << host.exp_bits) - 1) << host.man_bits)
+    nan_bits = inf_bits | uint(1 << (host.man_bits - 1))
+    magnitude = bits & ~sign_bit
+    flagged = np.flatnonzero(magnitude > max_bits)
+    source, rounded = magnitude[flagged], out[flagged] & ~sign_bit
     overflow = max_bits if saturate else (inf_bits if fmt.has_inf else nan_bits)
     infinite = inf_bits if fmt.has_inf else overflow
-    out[flagged] = np.where(source > inf_bits, source, np.where(source == inf_bits, infinite, overflow))
+    fixed = np.where(source > inf_bits, source,                      # NaN stays NaN
+                     np.where(source == inf_bits, infinite,
+                              np.where(rounded > max_bits, overflow, rounded)))
+    out[flagged] = fixed | (bits[flagged] & sign_bit)
 
 
 def _check_input(x) -> np.ndarray:

@@ -131,9 +131,12 @@ def test_same_seed_same_bits_and_specials(rng):
 
 
 @SR
-def test_unbiased_when_only_two_bits_are_dropped(rng):
+@pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.MT19937])
+def test_unbiased_when_only_two_bits_are_dropped(bit_generator):
     """float32 into a 21-bit-mantissa format drops 2 bits: p is exactly 1/4, 1/2 or 3/4 — every noise bit
-    counts, so a generator that wasted one (e.g. even noise only) would be caught here."""
+    counts, so a generator that wasted one (e.g. even noise only) would be caught here. MT19937 has
+    32-bit raw outputs and takes the other path to random words."""
+    rng = np.random.Generator(bit_generator(11))
     fmt = FloatFormat(8, 21)
     ulp32 = 2.0**-23
     cases = np.array([1 + ulp32, 1 + 2 * ulp32, -(1 + 3 * ulp32), 3 * 2.0**-149, 2.0**-149], dtype=np.float32)
