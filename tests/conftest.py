@@ -55,6 +55,17 @@ def pytest_collection_modifyitems(config, items):
     items[:] = selected
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_blas_thread():
+    """The tests multiply small matrices: one BLAS thread is fastest for them, and on a machine shared
+    by several processes (cluster ranks, other jobs) BLAS threads waiting on each other make them many
+    times slower. Cluster workers limit themselves the same way (minidist/cluster/launcher.py)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
