@@ -5,7 +5,8 @@
 Part 1 (wall-clock, this machine): a compute-heavy MLP (8 × Linear(1024, 1024) + ReLU, batch 256,
 float32), one SGD step. Single process (one rank, one BLAS thread, as each pipeline rank has) vs GPipe
 on two ranks with M = 4 micro-batches. The ideal speedup is P·M/(M+P−1) = 1.6; the two ranks share the
-machine's two cores with whatever else runs, and messages are real copies through shared memory.
+machine's two cores with whatever else runs, and messages are real copies through shared memory. CPU
+seconds per rank are printed too: they show the work divided even when a busy machine hides it.
 torch (one thread), if installed, is timed on the same step as a peer.
 
 Part 2 (simulated clock): for P = 2..8 stages and M = 4P micro-batches, a model of P equal stages (four
@@ -34,20 +35,22 @@ def mlp(blocks: int, width: int, seed: int = 0) -> Sequential:
 
 
 def timed_steps(comm, blocks, width, batch, M, steps):
-    """Wall-clock seconds of each SGD step on this pipeline (P = comm.world_size); also the sim. clock."""
+    """Per SGD step on this pipeline (P = comm.world_size): wall-clock and CPU seconds of this rank;
+    also the simulated clock of the last step."""
     data = np.random.default_rng(1)
     x = data.normal(size=(batch, width)).astype(np.float32)
     target = data.normal(size=(batch, width)).astype(np.float32)
     pipe = Pipeline(comm, mlp(blocks, width), loss_fn=MSELoss(), num_micro_batches=M, schedule="gpipe")
     optimizer = SGD(pipe.parameters(), lr=1e-3)
-    times = []
+    times, cpu = [], []
     for _ in range(steps + 1):  # the first step warms up caches and allocations
         comm.barrier()
-        start, clock = time.perf_counter(), comm.clock
+        start, start_cpu, clock = time.perf_counter(), time.process_time(), comm.clock
         pipe.train_step(x, target, optimizer)
+        cpu.append(time.process_time() - start_cpu)
         comm.barrier()
         times.append(time.perf_counter() - start)
-    return times[1:], comm.clock - clock
+    return times[1:], comm.clock - clock, cpu[1:]
 
 
 def torch_step_seconds(blocks, width, batch, steps):
@@ -72,21 +75,31 @@ def torch_step_seconds(blocks, width, batch, steps):
     return float(np.median(times[1:]))
 
 
-def wall_clock(steps: int = 5) -> None:
+def wall_clock(rounds: int = 3, steps: int = 3) -> None:
     blocks, width, batch, M = 8, 1024, 256, 4
     print(f"Part 1 — wall-clock of one SGD step, {blocks} x Linear({width}, {width}) + ReLU, batch {batch}, "
-          f"float32, median of {steps}")
-    single = float(np.median(run(timed_steps, 1, blocks, width, batch, 1, steps, timeout=600)[0][0]))
-    per_rank = run(timed_steps, 2, blocks, width, batch, M, steps, timeout=600)
-    pipelined = float(np.median(np.max([r[0] for r in per_rank], axis=0)))
+          f"float32; {rounds} interleaved rounds of {steps} steps, medians")
+    single, pipelined, single_cpu, rank_cpu = [], [], [], [[], []]
+    for _ in range(rounds):  # interleaved, so that a burst of load elsewhere hits both alike
+        one = run(timed_steps, 1, blocks, width, batch, 1, steps, timeout=600)[0]
+        single += one[0]
+        single_cpu += one[2]
+        per_rank = run(timed_steps, 2, blocks, width, batch, M, steps, timeout=600)
+        pipelined += np.max([r[0] for r in per_rank], axis=0).tolist()
+        for r in range(2):
+            rank_cpu[r] += per_rank[r][2]
+    single_s, pipelined_s = float(np.median(single)), float(np.median(pipelined))
     ideal = 2 * M / (M + 2 - 1)
-    print(f"  single process (1 rank, 1 BLAS thread)   {single * 1e3:8.1f} ms")
-    print(f"  GPipe, P = 2, M = {M}                      {pipelined * 1e3:8.1f} ms   speedup {single / pipelined:.2f}x "
-          f"(ideal P·M/(M+P−1) = {ideal:.2f}x)")
+    print(f"  single process (1 rank, 1 BLAS thread)   {single_s * 1e3:8.1f} ms")
+    print(f"  GPipe, P = 2, M = {M}                      {pipelined_s * 1e3:8.1f} ms   "
+          f"speedup {single_s / pipelined_s:.2f}x (ideal P·M/(M+P−1) = {ideal:.2f}x)")
+    print(f"  CPU seconds per step: single {np.median(single_cpu) * 1e3:.0f} ms; GPipe rank 0 "
+          f"{np.median(rank_cpu[0]) * 1e3:.0f} ms, rank 1 {np.median(rank_cpu[1]) * 1e3:.0f} ms "
+          f"(each stage does half the work; waiting does not use CPU)")
     torch_time = torch_step_seconds(blocks, width, batch, steps)
     if torch_time is not None:
         print(f"  torch, 1 thread (peer)                   {torch_time * 1e3:8.1f} ms   "
-              f"minidist single / torch = {single / torch_time:.2f}")
+              f"minidist single / torch = {single_s / torch_time:.2f}")
 
 
 def simulated(max_stages: int = 8) -> None:

@@ -117,7 +117,7 @@ def assert_same(a, b, bitwise: bool, what: str):
 
 
 @pytest.mark.parametrize("schedule", schedule_params())
-@settings(max_examples=6)
+@settings(max_examples=10)
 @given(data=st.data())
 def test_parallel_pipeline_training_equals_single_process(schedule, data):
     P = data.draw(st.integers(1, 4), label="P")
