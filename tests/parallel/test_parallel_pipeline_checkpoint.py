@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minidist.gradcheck import gradcheck
 from minidist.nn import GELU, BatchNorm1d, Dropout, LayerNorm, Linear, Module, ReLU, Sequential, Tanh
 from minidist.nn.checkpoint import Checkpoint, forward_flops, forward_saving, nbytes_of
 
@@ -51,6 +52,15 @@ def test_parallel_pipeline_checkpoint_is_bitwise_the_plain_segment(kinds, batch,
     for p, q in zip(plain.layers, wrapped.segment.layers):
         if isinstance(p, Dropout):
             assert p.rng.bit_generator.state == q.rng.bit_generator.state
+
+
+def test_parallel_pipeline_checkpoint_gradcheck(rng):
+    """Central differences with a random upstream gradient (float64), Dropout's mask held fixed."""
+    wrapped = Checkpoint(build(["linear", "tanh", "dropout", "linear", "gelu", "layernorm"], 4, 7))
+    dropout = wrapped.segment.layers[2]
+    errors = gradcheck(wrapped, rng.normal(size=(3, 4)), rng,
+                       before_forward=lambda: setattr(dropout, "rng", np.random.default_rng(5)))
+    assert max(errors.values()) < 1e-6, errors
 
 
 def test_parallel_pipeline_checkpoint_holds_only_its_input(rng):
