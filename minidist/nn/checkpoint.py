@@ -9,6 +9,9 @@ The Memory"). ``Checkpoint(segment)`` trades compute for that memory:
     backward(dy): segment.forward(x) again (the *recompute*), then dx = segment.backward(dy)
 
 Memory held between forward and backward:  Σ_l a_l  ->  |x|     (a_l: what layer l saves)
+Memory during the segment's own backward:  |x| + Σ_l a_l again (the recompute), so checkpointing pays
+off when several micro-batches or segments wait for their backward at once; a segment whose first layer
+does not keep x itself (Dropout, ReLU) can even peak |x| higher than the plain one.
 Compute:  forward F, backward ≈ 2F  ->  one more F, i.e. 3F -> 4F for the checkpointed segment.
 (The seed's "25% More Compute Saves 80% memory" (slides-hardware-accelerators, from Simon Knowles) and
 "10x larger models ... at only a 20% increase in computation time" (slides-ml-systems-design, from
