@@ -180,7 +180,8 @@ assert gpipe[8][1] < gpipe[4][1] < gpipe[1][1]
 # compared with what one micro-batch needs). The 1F1B schedule (PipeDream-flush) starts the backward of
 # micro-batch 0 as soon as the last stage has done its forward, and from then on alternates one forward,
 # one backward: stage s never holds more than P − s micro-batches, the same bubble, and memory that no
-# longer grows with M.
+# longer grows with M. (The last stage also keeps dLoss/dy of each micro-batch until its backward; under
+# 1F1B it frees everything between micro-batches: the brief drops to zero.)
 
 # %%
 M = 8
@@ -198,20 +199,16 @@ assert abs(f1b_bubble - gpipe[M][2]) < 1e-3
 fig, axes = plt.subplots(2, 2, figsize=(12, 6), gridspec_kw={"width_ratios": [1.4, 1]})
 draw_ops(axes[0, 0], f1b_trace, f"1F1B, P = {P}, M = {M}: bubble {f1b_bubble:.1%}")
 draw_ops(axes[1, 0], gpipe[M][3], f"GPipe, P = {P}, M = {M}: bubble {gpipe[M][2]:.1%}")
-for name, res, color in (("GPipe", gpipe_results, "tab:red"), ("1F1B", f1b_results, "tab:blue")):
-    times, sizes = zip(*res[0]["memory"])
-    axes[0, 1].step(np.array(times) * 1e3, np.array(sizes) / 1024, where="post", color=color, label=name)
-axes[0, 1].set_title("stage 0: activation memory held over time", fontsize=10)
-axes[0, 1].set_xlabel("simulated time (ms)")
-axes[0, 1].set_ylabel("KiB")
-axes[0, 1].legend(fontsize=8)
-stages = np.arange(P)
-axes[1, 1].bar(stages - 0.2, [r["peak"] / 1024 for r in gpipe_results], 0.4, color="tab:red", label="GPipe")
-axes[1, 1].bar(stages + 0.2, [r["peak"] / 1024 for r in f1b_results], 0.4, color="tab:blue", label="1F1B")
-axes[1, 1].set_xticks(stages, [f"stage {s}\n1F1B holds {held[s]}" for s in stages], fontsize=8)
-axes[1, 1].set_ylabel("peak activation memory (KiB)")
-axes[1, 1].set_title(f"peak per stage, M = {M} (the last stage also keeps dLoss/dy)", fontsize=10)
-axes[1, 1].legend(fontsize=8)
+for ax, name, res in ((axes[0, 1], "1F1B", f1b_results), (axes[1, 1], "GPipe", gpipe_results)):
+    for s in range(P):
+        times, sizes = zip(*res[s]["memory"])
+        ax.step(np.array(times) * 1e3, np.array(sizes) / 1024, where="post", lw=1.4,
+                label=f"stage {s}: peak {res[s]['peak'] / 1024:.0f} KiB")
+    ax.set_title(f"{name}: activation memory held per stage", fontsize=10)
+    ax.set_xlabel("simulated time (ms)")
+    ax.set_ylabel("KiB")
+    ax.legend(fontsize=7, loc="upper right")
+axes[0, 1].sharey(axes[1, 1])
 fig.tight_layout()
 fig.savefig(FIGURES / "08_1f1b_vs_gpipe_memory.png", dpi=110)
 plt.close(fig)
