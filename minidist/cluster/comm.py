@@ -13,8 +13,14 @@ must carry the tag the receiver expects, and with ``out=`` also its dtype and sh
 ``MessageMismatchError`` says what each side had. ``op="sum"`` (or "max", "min", "prod") adds the
 incoming data into ``out`` in place, straight from shared memory: ``out = out + incoming``.
 
-``send`` returns as soon as its last segment is in the mailbox: messages up to the mailbox size
-(2 MiB by default) never wait for the receiver. Bigger ones stream and wait for it to read.
+``send`` returns as soon as its last segment is in the mailbox, so it never waits for the receiver
+while the mailbox has room: by default 16 slots of 128 KiB (``run(..., mailbox_bytes=2 MiB)``), i.e. up
+to 16 small messages or 2 MiB in flight per ordered pair. Bigger messages stream and wait for the reader;
+use ``sendrecv`` for exchanges of any size.
+
+A message for another communicator (or a barrier) that arrives while ``recv`` waits is set aside and
+delivered when asked for, so sub-communicators from ``split`` never mix with their parent. One thread
+per rank: a Communicator is not meant to be shared between threads.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 import numpy as np
 
 from .ledger import Ledger, Stats, _size
-from .mailbox import RECEIVING, SENDING, Endpoint, Incoming, Meta, Outgoing
+from .mailbox import Endpoint, Incoming, Meta, Outgoing
 
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 USER, BARRIER, SPLIT = 0, 1, 2        # message kinds: only USER messages are counted in stats
@@ -68,7 +74,7 @@ class Communicator:
         """Send ``array`` (any shape, numeric/bool/string dtype; copied) to rank ``dst``."""
         out = self._start_send(array, dst, tag)
         while not out.advance():
-            self._ep.wait(out.has_room, SENDING, out.dst, tag)
+            self._ep.wait(out.has_room, send_to=out.dst, tag=tag)
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None) -> np.ndarray:
         """Receive the next message from rank ``src``; it must carry ``tag``.
@@ -78,7 +84,7 @@ class Communicator:
         """
         inc, finish = self._start_recv(src, tag, out, op)
         while not inc.advance():
-            self._ep.wait(inc.has_data, RECEIVING, inc.src, tag)
+            self._ep.wait(inc.has_data, recv_from=inc.src, tag=tag)
         return finish()
 
     def sendrecv(self, sendbuf: np.ndarray, dst: int, src: int, sendtag: int = 0, recvtag: int = 0,
@@ -94,8 +100,12 @@ class Communicator:
         while not (sent and received):
             sent = sent or outgoing.advance()
             received = received or inc.advance()
-            if not sent and not received:
-                self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), RECEIVING, inc.src, recvtag)
+            if sent and not received:
+                self._ep.wait(inc.has_data, recv_from=inc.src, tag=recvtag)
+            elif received and not sent:
+                self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=sendtag)
+            elif not sent and not received:
+                self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag)
         return finish()
 
     def barrier(self) -> None:
@@ -200,12 +210,12 @@ class Communicator:
     def _internal_send(self, data: np.ndarray, dst: int, kind: int, stamp: float) -> None:
         outgoing = Outgoing(self._ep, self._ranks[dst], data, self._id, kind, 0, stamp)
         while not outgoing.advance():
-            self._ep.wait(outgoing.has_room, SENDING, outgoing.dst, -kind)
+            self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=-kind)
 
     def _internal_recv(self, src: int, kind: int) -> tuple[Meta, np.ndarray]:
         inc = Incoming(self._ep, self._ranks[src], self._id, kind, lambda meta: (np.empty(meta.shape, meta.dtype), None))
         while not inc.advance():
-            self._ep.wait(inc.has_data, RECEIVING, inc.src, -kind)
+            self._ep.wait(inc.has_data, recv_from=inc.src, tag=-kind)
         return inc.meta, inc.target
 
 
