@@ -89,7 +89,8 @@ def simulate_exchange(plan, image):
     for t in (t for t in plan.transfers if t.phase == 1):
         (_, sc), (_, dc) = plan.own_block(t.src), plan.window_block(t.dst)
         assert plan.window_block(t.src)[0] == t.rows  # full height of the sender's phase-0 buffer
-        windows[t.dst][:, t.cols[0] - dc[0]:t.cols[1] - dc[0]] = tall[t.src][:, t.cols[0] - sc[0]:t.cols[1] - sc[0]]
+        windows[t.dst][:, t.cols[0] - dc[0]:t.cols[1] - dc[0]] = \
+            tall[t.src][:, t.cols[0] - sc[0]:t.cols[1] - sc[0]]
     return windows
 
 
@@ -127,7 +128,8 @@ def test_parallel_spatial_plan_assembles_every_window_and_local_convs_match(case
         assert plan.halo_elements(rank) == (sent, received)
         # the steps hand every transfer of this rank out exactly once, one send and one receive a step
         stepped = [t for phase in (0, 1) for pair in plan.steps(rank, phase) for t in pair if t is not None]
-        assert sorted(stepped, key=repr) == sorted((t for t in plan.transfers if rank in (t.src, t.dst)), key=repr)
+        mine = [t for t in plan.transfers if rank in (t.src, t.dst)]
+        assert sorted(stepped, key=repr) == sorted(mine, key=repr)
         for phase in (0, 1):
             for send, recv in plan.steps(rank, phase):
                 assert (send is None or send.src == rank) and (recv is None or recv.dst == rank)
@@ -171,8 +173,8 @@ def test_parallel_spatial_asymmetric_and_trimmed_halos():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"input_hw": (5, 8), "kernel_size": 3, "grid": (4, 1)}, "only 3 rows along H"),
-    ({"input_hw": (8, 5), "kernel_size": 3, "stride": 2, "grid": (1, 3)}, "only 2 rows along W"),
+    ({"input_hw": (5, 8), "kernel_size": 3, "grid": (4, 1)}, "only 3 rows"),
+    ({"input_hw": (8, 5), "kernel_size": 3, "stride": 2, "grid": (1, 3)}, "only 2 columns"),
     ({"input_hw": (2, 8), "kernel_size": 3}, "larger than the padded input"),
     ({"input_hw": (8, 8), "kernel_size": 0}, "kernel_size must be an integer >= 1"),
     ({"input_hw": (8, 8), "kernel_size": 3, "stride": 0}, "stride must be"),
