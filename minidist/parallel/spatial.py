@@ -67,14 +67,11 @@ class _SpatialLayer(Module):
             raise ValueError(f"{type(self).__name__}.backward: expected dy of spatial shape "
                              f"{(length(out_rows), length(out_cols))} (this rank's output block), "
                              f"got {getattr(dy_local, 'shape', type(dy_local).__name__)}")
-        d_padded = self._local_backward(dy_local)
+        d_padded = self.local.backward(dy_local)
         self.comm.compute(2 * self._flops, label=f"{type(self).__name__} backward")
         (top, _), (left, _) = self.plan.padding_of(self.comm.rank)
         height, width = self._window_hw
         return return_halo_gradient(self.comm, d_padded[:, :, top:top + height, left:left + width], self.plan)
-
-    def _local_backward(self, dy_local: np.ndarray) -> np.ndarray:
-        return self.local.backward(dy_local)
 
 
 class SpatialConv2d(_SpatialLayer):
@@ -93,21 +90,21 @@ class SpatialConv2d(_SpatialLayer):
         local.weight, local.bias = conv.weight, conv.bias  # the same Parameter objects: one set of weights
         super().__init__(local, comm, grid, input_hw, conv.kernel_size, conv.stride, conv.padding)
 
-    def _local_backward(self, dy_local: np.ndarray) -> np.ndarray:
+    def backward(self, dy_local: np.ndarray) -> np.ndarray:
         # Module.backward *adds* into .grad; keep what was there, let the local backward write this
         # rank's contribution alone, sum the contributions over ranks, and add the sum back.
         params = self.local.parameters()
         kept = [p.grad.copy() for p in params]
         for p in params:
             p.grad[...] = 0
-        d_padded = self.local.backward(dy_local)
+        dx_local = super().backward(dy_local)          # local backward, then the halo gradients go home
         flat = np.concatenate([p.grad.ravel() for p in params])
-        total = allreduce(self.comm, flat, op="sum")  # one message train for weight and bias together
+        total = allreduce(self.comm, flat, op="sum")  # one allreduce for weight and bias together
         offset = 0
         for p, before in zip(params, kept):
             p.grad[...] = before + total[offset:offset + p.size].reshape(p.shape)
             offset += p.size
-        return d_padded
+        return dx_local
 
 
 class SpatialMaxPool2d(_SpatialLayer):

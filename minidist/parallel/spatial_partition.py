@@ -111,9 +111,9 @@ class AxisPartition:
             raise ValueError(f"kernel {kernel} is larger than the padded input along {axis} "
                              f"({n_in} + 2·{padding} = {n_in + 2 * padding})")
         if parts > n_out:
-            raise ValueError(f"{parts} ranks along {axis} but the output has only {n_out} rows "
-                             f"along {axis}: every rank needs at least one output row; use at most "
-                             f"{n_out} ranks along {axis}")
+            lines = "rows" if axis == "H" else "columns"
+            raise ValueError(f"{parts} ranks along {axis} but the output has only {n_out} {lines}: every "
+                             f"rank needs at least one; use at most {n_out} ranks along {axis}")
         out = split_bounds(n_out, parts)
         windows, pads = [], []
         for o0, o1 in out:
