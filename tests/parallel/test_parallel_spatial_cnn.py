@@ -57,7 +57,7 @@ def test_parallel_spatial_cnn_training_equals_single_process(grid):
     reference = make_model(seed=7)
     initial = reference.state_dict()
     reference_losses = train(reference, lambda x: x)
-    per_rank = run(worker, grid[0] * grid[1], grid, timeout=120)
+    per_rank = run(worker, grid[0] * grid[1], grid, timeout=60)
     for rank, (losses, state) in enumerate(per_rank):
         np.testing.assert_allclose(losses, reference_losses, rtol=1e-10)
         for name, value in reference.state_dict().items():
