@@ -15,6 +15,10 @@ split of H and of W (rank = i·Pw + j). One layer, on each rank:
                weight.grad += allreduce(local weight gradient)   (conv only: every rank saw part of
                                                                   the image, the sum is the full gradient)
 
+A halo wider than the neighbour's piece (a 5×5 kernel over pieces one row thick) is fetched from the
+ranks beyond it: multi-hop exchange is supported. More ranks along H (W) than the layer has output rows
+(columns) is a ValueError when the layer is built, before anything is sent.
+
 Every layer also charges its FLOPs to the rank's simulated clock (comm.compute), backward as 2x forward.
 The partition arithmetic is in spatial_partition.py, the exchange in halo.py. ``spatialize`` turns a
 single-process Sequential (conv/pool/elementwise layers, then Flatten and a head) into its spatially
@@ -87,7 +91,8 @@ class SpatialConv2d(_SpatialLayer):
             raise TypeError(f"SpatialConv2d wraps a Conv2d, got {type(conv).__name__}")
         local = Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, padding=0,
                        bias=conv.bias is not None, rng=np.random.default_rng(0), dtype=conv.weight.data.dtype)
-        local.weight, local.bias = conv.weight, conv.bias  # the same Parameter objects: one set of weights
+        # The same Parameter objects (the new layer's random initial values are dropped): one set of weights.
+        local.weight, local.bias = conv.weight, conv.bias
         super().__init__(local, comm, grid, input_hw, conv.kernel_size, conv.stride, conv.padding)
 
     def backward(self, dy_local: np.ndarray) -> np.ndarray:

@@ -64,3 +64,25 @@ def test_parallel_spatial_cnn_training_equals_single_process(grid):
             assert not np.array_equal(value, initial[name]), f"{name} never moved: the test would be vacuous"
             np.testing.assert_allclose(state[name], value, rtol=1e-10, atol=1e-12 * np.abs(value).max(),
                                        err_msg=f"parameter {name}, rank {rank}, grid {grid}")
+
+
+def accumulate_worker(comm):
+    conv = Conv2d(2, 3, 3, stride=2, padding=1, rng=np.random.default_rng(3), dtype=np.float64)
+    layer = SpatialConv2d(conv, comm, (2, 1), (9, 7))
+    rows, cols = grid_blocks((9, 7), (2, 1))[comm.rank]
+    x = np.random.default_rng(4).standard_normal((2, 2, 9, 7))
+    for _ in range(2):                                # two backward passes without zero_grad
+        y = layer.forward(np.ascontiguousarray(x[:, :, rows, cols]))
+        layer.backward(np.ones_like(y))
+    return [p.grad for p in conv.parameters()]
+
+
+@pytest.mark.exercise("halo_exchange")
+def test_parallel_spatial_conv_backward_accumulates_like_module_backward():
+    conv = Conv2d(2, 3, 3, stride=2, padding=1, rng=np.random.default_rng(3), dtype=np.float64)
+    x = np.random.default_rng(4).standard_normal((2, 2, 9, 7))
+    for _ in range(2):
+        conv.backward(np.ones_like(conv.forward(x)))
+    for grads in run(accumulate_worker, 2):
+        for got, p in zip(grads, conv.parameters()):
+            np.testing.assert_allclose(got, p.grad, rtol=1e-10)
