@@ -93,6 +93,12 @@ fig.savefig(FIGURES / "10_partition_halo.png", dpi=110)
 print("wrote figures/10_partition_halo.png")
 
 # %% [markdown]
+# **Exercise `halo_exchange`.** In a student copy the body of `exchange_halo` in
+# `minidist/parallel/halo.py` is cut out. Write it: copy the own rows into a buffer of the window's
+# height, run the steps of `plan.steps(rank, phase=0)` with `shift_step` (each gives at most one slab to
+# send and one to receive), then the same along W over full-height slabs of that buffer. Check it with
+# `python -m pytest tests/parallel --exercise halo_exchange`.
+#
 # With stride 2 the halo is lopsided: the windows of an even output split start on even rows, while the
 # input pieces start wherever the even input split puts them.
 #
@@ -173,11 +179,11 @@ print("wrote figures/10_halo_ratio.png")
 #
 # The seed measures a 3×3 conv, batch 32, 64 channels, on 1, 2 and 4 V100s:
 #
-# | resolution | GPUs | forward | backward |
-# |---|---|---|---|
-# | 128² | 1 / 2 / 4 | 2.56 / 1.52 / 1.23 ms (1.0 / 1.7 / 2.1×) | 6.63 / 3.50 / 2.33 ms (1.0 / 1.9 / 2.8×) |
-# | 256² | 1 / 2 / 4 | 10.02 / 5.34 / 3.11 ms (1.0 / 1.9 / 3.2×) | 26.81 / 11.79 / 6.96 ms (1.0 / 2.3 / 3.9×) |
-# | 512² | 1 / 2 / 4 | 45.15 / 20.18 / 10.65 ms (1.0 / 2.2 / 4.2×) | 126.11 / 60.15 / 26.76 ms (1.0 / 2.1 / 4.7×) |
+# | resolution | forward, 1 / 2 / 4 GPUs (speedup)    | backward, 1 / 2 / 4 GPUs (speedup)     |
+# |------------|--------------------------------------|----------------------------------------|
+# | 128²       | 2.56 / 1.52 / 1.23 ms (1.7×, 2.1×)   | 6.63 / 3.50 / 2.33 ms (1.9×, 2.8×)     |
+# | 256²       | 10.02 / 5.34 / 3.11 ms (1.9×, 3.2×)  | 26.81 / 11.79 / 6.96 ms (2.3×, 3.9×)   |
+# | 512²       | 45.15 / 20.18 / 10.65 ms (2.2×, 4.2×) | 126.11 / 60.15 / 26.76 ms (2.1×, 4.7×) |
 #
 # We cannot compute a 512² step here (600 GFLOP forward), and we need not: the cluster's clock charges
 # F / R for F FLOPs on a device of R FLOP/s (default: a V100, 15.7 TFLOP/s in FP32) and α + n·β per
@@ -272,7 +278,8 @@ largest = []
 for n in [32, 64, 128, 256, 512]:
     t1 = forward_time_1d(n, n, 3, 1, 32, 64, link.alpha, link.beta, device.flops)
     usable = [p for p in ranks_axis if n // p >= 1]
-    eff = [t1 / (p * forward_time_1d(n, n, 3, p, 32, 64, link.alpha, link.beta, device.flops)) for p in usable]
+    eff = [t1 / (p * forward_time_1d(n, n, 3, p, 32, 64, link.alpha, link.beta, device.flops))
+           for p in usable]
     ax.semilogx(usable, eff, "-o", base=2, label=f"{n}²")
     best = max(p for p, e in zip(usable, eff) if e >= 0.5)
     largest.append(best)

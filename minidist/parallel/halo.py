@@ -21,8 +21,8 @@ FORWARD_TAG = 101   # halo values, owner -> reader
 BACKWARD_TAG = 102  # halo gradients, reader -> owner
 
 
-def _rows(r: Range, origin: int) -> slice:
-    """Global range r as a slice of a local array whose first row is global row `origin`."""
+def _slice(r: Range, origin: int) -> slice:
+    """Global rows (or columns) r as a slice of a local array whose first row (column) is `origin`."""
     return slice(r[0] - origin, r[1] - origin)
 
 
@@ -68,21 +68,21 @@ def exchange_halo(comm, x_local: np.ndarray, plan: HaloPlan) -> np.ndarray:
     # BEGIN SOLUTION halo_exchange
     tall = np.zeros((n, ch, length(win_r), length(own_c)), dtype=x_local.dtype)
     kept = intersect(own_r, win_r)
-    tall[:, :, _rows(kept, win_r[0])] = x_local[:, :, _rows(kept, own_r[0])]
+    tall[:, :, _slice(kept, win_r[0])] = x_local[:, :, _slice(kept, own_r[0])]
     for send, recv in plan.steps(comm.rank, phase=0):
-        slab = None if send is None else np.ascontiguousarray(x_local[:, :, _rows(send.rows, own_r[0])])
+        slab = None if send is None else np.ascontiguousarray(x_local[:, :, _slice(send.rows, own_r[0])])
         got = shift_step(comm, slab, _dst(send), _src(recv), FORWARD_TAG)
         if recv is not None:
-            tall[:, :, _rows(recv.rows, win_r[0])] = got
+            tall[:, :, _slice(recv.rows, win_r[0])] = got
 
     window = np.zeros((n, ch, length(win_r), length(win_c)), dtype=x_local.dtype)
     kept = intersect(own_c, win_c)
-    window[..., _rows(kept, win_c[0])] = tall[..., _rows(kept, own_c[0])]
+    window[..., _slice(kept, win_c[0])] = tall[..., _slice(kept, own_c[0])]
     for send, recv in plan.steps(comm.rank, phase=1):
-        slab = None if send is None else np.ascontiguousarray(tall[..., _rows(send.cols, own_c[0])])
+        slab = None if send is None else np.ascontiguousarray(tall[..., _slice(send.cols, own_c[0])])
         got = shift_step(comm, slab, _dst(send), _src(recv), FORWARD_TAG)
         if recv is not None:
-            window[..., _rows(recv.cols, win_c[0])] = got
+            window[..., _slice(recv.cols, win_c[0])] = got
     # END SOLUTION
     return window
 
@@ -100,21 +100,21 @@ def return_halo_gradient(comm, d_window: np.ndarray, plan: HaloPlan) -> np.ndarr
     # their tall buffer (the corner parts included, which then travel on in phase 0).
     d_tall = np.zeros((n, ch, length(win_r), length(own_c)), dtype=d_window.dtype)
     kept = intersect(own_c, win_c)
-    d_tall[..., _rows(kept, own_c[0])] = d_window[..., _rows(kept, win_c[0])]
+    d_tall[..., _slice(kept, own_c[0])] = d_window[..., _slice(kept, win_c[0])]
     for sent, received in reversed(plan.steps(comm.rank, phase=1)):
         slab = None if received is None else \
-            np.ascontiguousarray(d_window[..., _rows(received.cols, win_c[0])])
+            np.ascontiguousarray(d_window[..., _slice(received.cols, win_c[0])])
         got = shift_step(comm, slab, _src(received), _dst(sent), BACKWARD_TAG)
         if sent is not None:
-            d_tall[..., _rows(sent.cols, own_c[0])] += got
+            d_tall[..., _slice(sent.cols, own_c[0])] += got
     # Undo phase 0: row slabs go back to their owners, who add them into their interior.
     dx = np.zeros((n, ch, length(own_r), length(own_c)), dtype=d_window.dtype)
     kept = intersect(own_r, win_r)
-    dx[:, :, _rows(kept, own_r[0])] = d_tall[:, :, _rows(kept, win_r[0])]
+    dx[:, :, _slice(kept, own_r[0])] = d_tall[:, :, _slice(kept, win_r[0])]
     for sent, received in reversed(plan.steps(comm.rank, phase=0)):
         slab = None if received is None else \
-            np.ascontiguousarray(d_tall[:, :, _rows(received.rows, win_r[0])])
+            np.ascontiguousarray(d_tall[:, :, _slice(received.rows, win_r[0])])
         got = shift_step(comm, slab, _src(received), _dst(sent), BACKWARD_TAG)
         if sent is not None:
-            dx[:, :, _rows(sent.rows, own_r[0])] += got
+            dx[:, :, _slice(sent.rows, own_r[0])] += got
     return dx
