@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from .ledger import Ledger, Stats, _size
-from .mailbox import RECEIVING, SENDING, Endpoint, Incoming, Meta, Outgoing
+from .mailbox import Endpoint, Incoming, Meta, Outgoing
 
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 USER, BARRIER, SPLIT = 0, 1, 2        # message kinds: only USER messages are counted in stats
@@ -68,7 +68,7 @@ class Communicator:
         """Send ``array`` (any shape, numeric/bool/string dtype; copied) to rank ``dst``."""
         out = self._start_send(array, dst, tag)
         while not out.advance():
-            self._ep.wait(out.has_room, SENDING, out.dst, tag)
+            self._ep.wait(out.has_room, send_to=out.dst, tag=tag)
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None) -> np.ndarray:
         """Receive the next message from rank ``src``; it must carry ``tag``.
@@ -78,7 +78,7 @@ class Communicator:
         """
         inc, finish = self._start_recv(src, tag, out, op)
         while not inc.advance():
-            self._ep.wait(inc.has_data, RECEIVING, inc.src, tag)
+            self._ep.wait(inc.has_data, recv_from=inc.src, tag=tag)
         return finish()
 
     def sendrecv(self, sendbuf: np.ndarray, dst: int, src: int, sendtag: int = 0, recvtag: int = 0,
@@ -94,8 +94,12 @@ class Communicator:
         while not (sent and received):
             sent = sent or outgoing.advance()
             received = received or inc.advance()
-            if not sent and not received:
-                self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), RECEIVING, inc.src, recvtag)
+            if sent and not received:
+                self._ep.wait(inc.has_data, recv_from=inc.src, tag=recvtag)
+            elif received and not sent:
+                self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=sendtag)
+            elif not sent and not received:
+                self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag)
         return finish()
 
     def barrier(self) -> None:
@@ -200,12 +204,12 @@ class Communicator:
     def _internal_send(self, data: np.ndarray, dst: int, kind: int, stamp: float) -> None:
         outgoing = Outgoing(self._ep, self._ranks[dst], data, self._id, kind, 0, stamp)
         while not outgoing.advance():
-            self._ep.wait(outgoing.has_room, SENDING, outgoing.dst, -kind)
+            self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=-kind)
 
     def _internal_recv(self, src: int, kind: int) -> tuple[Meta, np.ndarray]:
         inc = Incoming(self._ep, self._ranks[src], self._id, kind, lambda meta: (np.empty(meta.shape, meta.dtype), None))
         while not inc.advance():
-            self._ep.wait(inc.has_data, RECEIVING, inc.src, -kind)
+            self._ep.wait(inc.has_data, recv_from=inc.src, tag=-kind)
         return inc.meta, inc.target
 
 

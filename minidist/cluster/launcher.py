@@ -19,9 +19,11 @@ How a run goes:
    semaphores are released in every case.
 
 One BLAS thread per worker: P ranks share the machine's cores, so P BLAS thread pools would fight over
-them. Under fork NumPy is already loaded (its thread pool exists), so environment variables are too late:
-each worker calls ``threadpoolctl.threadpool_limits(1)`` (threadpoolctl comes with scikit-learn, a
-dependency). Under spawn we also set OMP/OPENBLAS/MKL_NUM_THREADS=1 for the children before they import NumPy.
+them. Under fork NumPy is already loaded in the parent (its thread pool exists), so environment variables
+are too late: the parent finds the BLAS libraries once with ``threadpoolctl`` (it comes with
+scikit-learn, a dependency) and each forked worker sets their thread count to 1 — a cheap call, where a
+fresh search in every worker would cost ~20 ms each. Under spawn the children start a new interpreter:
+OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment take effect before they import NumPy.
 """
 
 from __future__ import annotations
@@ -101,7 +103,10 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         _check_picklable(fn, args)
     ctx = multiprocess.get_context(method)
     layout = Layout(int(world_size), mailbox_bytes)
-    spin = world_size <= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False
+    # A short spin before sleeping only pays when every rank has a core to itself: ranks <= cores, and
+    # the cores are not already busy with other work (the 1-minute load average says how busy).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    spin = world_size + os.getloadavg()[0] <= cores + 0.5
     plan = (layout, link or LinkModel(), device or Device(), spin)
 
     block, shm = _shared_block(layout.total_bytes, method)
@@ -113,7 +118,8 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         with _blas_env(method):
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(rank, plan, shm, doorbells, fn, args, writer),
+                blas = _blas_controller() if method == "fork" else None
+                proc = ctx.Process(target=_worker, args=(rank, plan, shm, doorbells, fn, args, writer, blas),
                                    name=f"minidist-rank-{rank}", daemon=True)
                 proc.start()
                 writer.close()
@@ -135,51 +141,53 @@ def _watch(procs, conns, parent: Endpoint, timeout: float):
     answers: dict[int, tuple] = {}
     pending = {conn: rank for rank, conn in enumerate(conns)}
     running = {proc.sentinel: rank for rank, proc in enumerate(procs)}
-    failure = None
-    while len(answers) < len(procs) and failure is None:
+    failed = timed_out = False
+    while len(answers) < len(procs) and not failed:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            failure = "timeout"
+            timed_out = failed = True
             break
         for ready in wait(list(pending) + list(running), timeout=remaining):
-            rank = pending.pop(ready, None)
-            if rank is None:                       # a process ended: read what it sent first, if anything
+            if ready in running:                   # a process ended: read what it sent first, if anything
                 rank = running.pop(ready)
-                conn = conns[rank]
-                if conn in pending and conn.poll():
-                    pending.pop(conn)
-                    answers[rank] = _receive(conn)
-                elif conn in pending:
-                    pending.pop(conn)
-            else:
-                answers[rank] = _receive(ready)
-        failure = _first_failure(answers, procs, running)
-    if failure is None:
+                ready = conns[rank]
+                if ready not in pending or not ready.poll():
+                    pending.pop(ready, None)
+                    failed |= rank not in answers  # ended without an answer: it died
+                    continue
+            rank = pending.pop(ready)
+            answer = _receive(ready)               # None: the pipe closed without an answer
+            if answer is not None:
+                answers[rank] = answer
+                failed |= answer[0] != "ok"
+    if not failed:
         return [answers[r][1] for r in range(len(procs))], [answers[r][2] for r in range(len(procs))]
     blocked = {r: parent.blocked_on(r) for r in running.values()}
+    first_alarm = int(parent.ctrl[1]) if parent.aborting() else -1    # the rank that raised first
     parent.abort()
     _stop(procs, conns, pending, answers)
-    if failure == "timeout":
+    if timed_out:
         waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(blocked.items()))
         raise ClusterError(f"run timed out after {timeout:g} s; still running: {waiting or 'none'}")
-    raise _error(failure, answers, procs)
+    raise _error(_culprit(answers, procs, first_alarm), answers, procs)
 
 
-def _first_failure(answers, procs, running):
-    """The rank whose failure is the cause: an exception first, then a death; None if all is well."""
+def _culprit(answers, procs, first_alarm: int) -> int:
+    """The rank whose failure caused the others': the first exception, else a death, else an abort."""
     errors = [r for r, a in answers.items() if a[0] == "error"]
+    if first_alarm in errors:
+        return first_alarm
     if errors:
         return min(errors)
-    dead = [r for r, p in enumerate(procs) if p.sentinel not in running and r not in answers]
-    dead = [r for r in dead if procs[r].join(0.5) is None]
+    dead = [r for r, p in enumerate(procs) if r not in answers and p.exitcode is not None]
     if dead:
         return min(dead)
-    aborted = [r for r, a in answers.items() if a[0] == "aborted"]
-    return min(aborted) if aborted else None
+    return min(r for r, a in answers.items() if a[0] == "aborted")
 
 
 def _error(rank, answers, procs) -> ClusterError:
     answer = answers.get(rank)
+    procs[rank].join(GRACE)                        # it has answered or ended: collect its exit code
     code = procs[rank].exitcode
     if answer is not None and answer[0] == "error":
         return ClusterError(f"rank {rank} raised {answer[1]}\n\n--- traceback of rank {rank} ---\n{answer[2]}",
@@ -207,7 +215,9 @@ def _stop(procs, conns, pending, answers) -> None:
     while running and (remaining := deadline - time.monotonic()) > 0:
         for ready in wait(list(running) + list(pending), timeout=remaining):
             if ready in pending:
-                answers.setdefault(pending.pop(ready), _receive(ready))
+                rank, answer = pending.pop(ready), _receive(ready)
+                if answer is not None:
+                    answers.setdefault(rank, answer)
             else:
                 running.pop(ready, None)
 
@@ -220,15 +230,17 @@ def _shutdown(procs, parent: Endpoint) -> None:
         alive = [p for p in procs if p.is_alive()]
         for p in alive:
             getattr(p, sig)()
-        wait([p.sentinel for p in alive], timeout=1.0)
+        if alive:
+            wait([p.sentinel for p in alive], timeout=1.0)
     for p in procs:
         p.join()
 
 
-def _worker(rank, plan, shm, doorbells, fn, args, conn) -> None:
+def _worker(rank, plan, shm, doorbells, fn, args, conn, blas) -> None:
     """The body of one rank's process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
-    _one_blas_thread()
+    if blas:
+        blas.limit(limits=1)
     layout, link, device, spin = plan
     endpoint = None
     code = 0
@@ -307,9 +319,16 @@ class _blas_env:
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def _one_blas_thread() -> None:
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:                              # then only the environment variables (spawn) apply
-        return
-    threadpool_limits(1)
+_blas = None
+
+
+def _blas_controller():
+    """threadpoolctl's view of the BLAS libraries loaded in this process (found once), or None."""
+    global _blas
+    if _blas is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+            _blas = ThreadpoolController()
+        except ImportError:                          # then the workers keep the default thread count
+            _blas = False
+    return _blas or None

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,8 +82,7 @@ class Stats:
     messages_received: int = 0
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
     """One busy or waiting interval of one rank on the simulated clock (seconds)."""
 
     rank: int
@@ -181,7 +181,7 @@ def plot_timeline(trace: Trace, ax=None, path: str | Path | None = None, title: 
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (us)")
     ax.set_title(title)
-    ax.legend(loc="upper right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     if path is not None:
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=120)
