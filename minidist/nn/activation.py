@@ -40,10 +40,10 @@ class ReLU(_Elementwise):
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_float_array(x, "ReLU input")
         self._mask = x > 0  # a boolean per element: 1 byte, not a copy of x
-        return np.where(self._mask, x, 0).astype(x.dtype, copy=False)
+        return np.maximum(x, 0)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        return np.where(self._mask, dy, 0).astype(dy.dtype, copy=False)
+        return dy * self._mask  # (np.where(mask, dy, 0) says the same, an order of magnitude slower)
 
 
 class Tanh(_Elementwise):

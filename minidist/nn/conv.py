@@ -3,20 +3,21 @@
 Shapes (PyTorch's names): x (N, C, H, W), weight (O, C, kh, kw), bias (O,), y (N, O, Ho, Wo) with
     Ho = ⌊(H + 2·ph − kh) / sh⌋ + 1,   Wo = ⌊(W + 2·pw − kw) / sw⌋ + 1.
 
-im2col turns the convolution into one matrix product. Every output pixel (n, i, j) sees a window
-xp[n, :, i·sh : i·sh+kh, j·sw : j·sw+kw] of the zero-padded input xp; laid out as a row of C·kh·kw
-numbers these windows form the matrix X_col (N·Ho·Wo, C·kh·kw), and with W_mat = weight as (O, C·kh·kw)
+im2col turns the convolution into matrix products. Output pixel (i, j) of sample n sees the window
+xp[n, :, i·sh : i·sh+kh, j·sw : j·sw+kw] of the zero-padded input xp; written as a column of K = C·kh·kw
+numbers, the Ho·Wo windows of sample n form X_n (K, Ho·Wo). With W = weight as a matrix (O, K):
 
-Forward:   Y_col  = X_col · W_matᵀ + b          (N·Ho·Wo, O), reshaped to (N, O, Ho, Wo)
-Backward:  dW_mat = dY_colᵀ · X_col              (O, C·kh·kw) — "the weight update is a convolution of
-           db     = Σ dY_col over rows            the input with the output gradient" (accelerators seed)
-           dX_col = dY_col · W_mat              (N·Ho·Wo, C·kh·kw), then col2im: each window's row is
-                                                  added back onto the pixels it was read from.
+Forward:   Y_n = W · X_n + b                 (O, Ho·Wo)  = y[n] reshaped; the result is NCHW already
+Backward:  dW  = Σ_n dY_n · X_nᵀ             (O, K)      "the weight update performs a convolution on
+           db  = Σ_n Σ_pixels dY_n                        large images to create small windows of kernels"
+           dX_n = Wᵀ · dY_n                  (K, Ho·Wo), then col2im: every window's column is added
+                                                          back onto the pixels it was read from.
 
-This is the Linear layer's dX = dY·W, dW = dYᵀ·X with the windows as the batch: "if you ignore the
-convolution with sliding window, the operation is identical to MLP" (hardware-accelerators seed). The
-windows are read with ``numpy.lib.stride_tricks.sliding_window_view``: no Python loop over pixels; col2im
-and the pools loop over the kh·kw kernel offsets only.
+These are the seed's three-layer formulas in column form (dX = Wᵀ·dY, dW = dY·Xᵀ; blog-hotchips), with
+the windows as the batch: "if you ignore the convolution with sliding window, the operation is identical
+to MLP" (slides-hardware-accelerators, "Dualities in Training Convolution Layers"). The windows are read
+with ``numpy.lib.stride_tricks.sliding_window_view``, so there is no Python loop over pixels; col2im and
+the pools loop over the kh·kw kernel offsets only, each step handling a whole (N, C, Ho, Wo) slice.
 """
 
 from __future__ import annotations
@@ -86,19 +87,17 @@ class Conv2d(Module):
         self._cols: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        hp, wp = _check_image(x, "Conv2d input", self.in_channels, self.kernel_size, self.padding)
-        n = x.shape[0]
-        ho, wo = (_output_size(hp, self.kernel_size[0], self.stride[0]),
-                  _output_size(wp, self.kernel_size[1], self.stride[1]))
+        _check_image(x, "Conv2d input", self.in_channels, self.kernel_size, self.padding)
+        n, _, ho, wo = self.output_shape(x.shape)
         windows = _windows(_pad(x, self.padding), self.kernel_size, self.stride)  # (N, C, Ho, Wo, kh, kw)
-        # im2col: one row per output pixel (n, i, j), one column per (c, di, dj). This copy is the memory
-        # the layer keeps for backward (kh·kw times the input, for stride 1).
-        self._cols = windows.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, -1)
+        # im2col: X_n has one column per output pixel and one row per (c, di, dj). This copy is the memory
+        # the layer keeps for backward: kh·kw times the input, for stride 1.
+        self._cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, -1, ho * wo)  # (N, K, Ho·Wo)
         self._input_shape = x.shape
-        y = self._cols @ self.weight.data.reshape(self.out_channels, -1).T  # (N·Ho·Wo, O)
+        y = self.weight.data.reshape(self.out_channels, -1) @ self._cols           # (N, O, Ho·Wo): W·X_n
         if self.bias is not None:
-            y += self.bias.data
-        return y.reshape(n, ho, wo, self.out_channels).transpose(0, 3, 1, 2)
+            y += self.bias.data[:, None]
+        return y.reshape(n, self.out_channels, ho, wo)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         if self._cols is None:
@@ -107,17 +106,17 @@ class Conv2d(Module):
         n, c, h, w = self._input_shape
         (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
         ho, wo = dy.shape[2], dy.shape[3]
-        dy_col = dy.transpose(0, 2, 3, 1).reshape(n * ho * wo, self.out_channels)
-        w_mat = self.weight.data.reshape(self.out_channels, -1)
-        self.weight.grad += (dy_col.T @ self._cols).reshape(self.weight.shape)
+        dy_n = dy.reshape(n, self.out_channels, ho * wo)                          # dY_n, (N, O, Ho·Wo)
+        w_mat = self.weight.data.reshape(self.out_channels, -1)                   # W, (O, K)
+        self.weight.grad += (dy_n @ self._cols.transpose(0, 2, 1)).sum(axis=0).reshape(self.weight.shape)
         if self.bias is not None:
-            self.bias.grad += dy_col.sum(axis=0)
-        dx_col = (dy_col @ w_mat).reshape(n, ho, wo, c, kh, kw).transpose(0, 3, 4, 5, 1, 2)  # (N,C,kh,kw,Ho,Wo)
-        # col2im: window (i, j) read xp[:, :, i·sh + di, j·sw + dj] for every kernel offset (di, dj)
-        dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=dx_col.dtype)
+            self.bias.grad += dy_n.sum(axis=(0, 2))
+        dx_cols = (w_mat.T @ dy_n).reshape(n, c, kh, kw, ho, wo)                  # Wᵀ·dY_n
+        # col2im: offset (di, dj) of window (i, j) was read from xp[:, :, i·sh + di, j·sw + dj]
+        dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=dx_cols.dtype)
         for di in range(kh):
             for dj in range(kw):
-                dxp[:, :, di:di + sh * ho:sh, dj:dj + sw * wo:sw] += dx_col[:, :, di, dj]
+                dxp[:, :, di:di + sh * ho:sh, dj:dj + sw * wo:sw] += dx_cols[:, :, di, dj]
         return dxp[:, :, ph:ph + h, pw:pw + w]
         # END SOLUTION
 
@@ -139,7 +138,11 @@ class Conv2d(Module):
 
 
 class _Pool2d(Module):
-    """Shared set-up of the pools: kernel, stride (default: the kernel), padding <= kernel / 2."""
+    """Shared set-up of the pools: kernel, stride (default: the kernel), padding <= kernel / 2.
+
+    Both pools visit the kh·kw kernel offsets (di, dj): the slice
+    xp[:, :, di : di + sh·Ho : sh, dj : dj + sw·Wo : sw] holds that offset of every window, (N, C, Ho, Wo).
+    """
 
     name = "Pool2d"
 
@@ -151,24 +154,20 @@ class _Pool2d(Module):
             raise ValueError(f"{self.name}: padding {self.padding} must be at most half the kernel "
                              f"{self.kernel_size} (as in PyTorch)")
 
-    def _windows(self, x: np.ndarray, pad_value: float) -> np.ndarray:
+    def _padded(self, x: np.ndarray, pad_value: float) -> np.ndarray:
         _check_image(x, f"{self.name} input", None, self.kernel_size, self.padding)
         self._input_shape = x.shape
-        return _windows(_pad(x, self.padding, pad_value), self.kernel_size, self.stride)
+        return _pad(x, self.padding, pad_value)
 
-    def _col2im(self, dwindow) -> np.ndarray:
-        """Add dwindow(di, dj) — the gradient reaching offset (di, dj) of every window, (N, C, Ho, Wo) —
-        back onto the input pixels, and strip the padding."""
-        n, c, h, w = self._input_shape
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
-        dxp = None
-        for di in range(kh):
-            for dj in range(kw):
-                part = dwindow(di, dj)
-                if dxp is None:
-                    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=part.dtype)
-                ho, wo = part.shape[2], part.shape[3]
-                dxp[:, :, di:di + sh * ho:sh, dj:dj + sw * wo:sw] += part
+    def _offsets(self) -> list[tuple[slice, ...]]:
+        """Index of the slice at each kernel offset, in order (di, dj) = (0, 0), (0, 1), ..."""
+        _, _, ho, wo = self.output_shape(self._input_shape)
+        (kh, kw), (sh, sw) = self.kernel_size, self.stride
+        return [(slice(None), slice(None), slice(di, di + sh * ho, sh), slice(dj, dj + sw * wo, sw))
+                for di in range(kh) for dj in range(kw)]
+
+    def _unpad(self, dxp: np.ndarray) -> np.ndarray:
+        (ph, pw), (h, w) = self.padding, self._input_shape[2:]
         return dxp[:, :, ph:ph + h, pw:pw + w]
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -190,19 +189,27 @@ class MaxPool2d(_Pool2d):
     """Maximum over each window (torch.nn.MaxPool2d; padding counts as −∞).
 
     Backward sends dy to the position of each window's maximum (the first one on a tie, as PyTorch).
+    It keeps the (padded) input and the output; no copy of the input when there is no padding.
     """
 
     name = "MaxPool2d"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        windows = self._windows(x, pad_value=-np.inf)
-        flat = windows.reshape(*windows.shape[:4], -1)  # (N, C, Ho, Wo, kh·kw)
-        self._argmax = flat.argmax(axis=-1)             # which offset won, per output: all backward needs
-        return np.take_along_axis(flat, self._argmax[..., None], axis=-1)[..., 0]
+        self._xp = self._padded(x, pad_value=-np.inf)
+        offsets = self._offsets()
+        self._y = self._xp[offsets[0]].copy()
+        for index in offsets[1:]:
+            np.maximum(self._y, self._xp[index], out=self._y)
+        return self._y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        kw = self.kernel_size[1]
-        return self._col2im(lambda di, dj: np.where(self._argmax == di * kw + dj, dy, 0).astype(dy.dtype))
+        dxp = np.zeros(self._xp.shape, dtype=dy.dtype)
+        routed = np.zeros(dy.shape, dtype=bool)  # windows whose maximum has been found
+        for index in self._offsets():
+            hit = (self._xp[index] == self._y) & ~routed  # the first offset holding the maximum wins
+            routed |= hit
+            dxp[index] += dy * hit
+        return self._unpad(dxp)
 
 
 class AvgPool2d(_Pool2d):
@@ -211,12 +218,20 @@ class AvgPool2d(_Pool2d):
     name = "AvgPool2d"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        windows = self._windows(x, pad_value=0.0)
-        return windows.mean(axis=(4, 5), dtype=x.dtype)
+        xp = self._padded(x, pad_value=0.0)
+        offsets = self._offsets()
+        total = xp[offsets[0]].copy()
+        for index in offsets[1:]:
+            total += xp[index]
+        return total / (self.kernel_size[0] * self.kernel_size[1])
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         share = dy / (self.kernel_size[0] * self.kernel_size[1])  # every pixel of a window gets 1/(kh·kw)
-        return self._col2im(lambda di, dj: share)
+        dxp = np.zeros((*dy.shape[:2], *(s + 2 * p for s, p in zip(self._input_shape[2:], self.padding))),
+                       dtype=dy.dtype)
+        for index in self._offsets():
+            dxp[index] += share
+        return self._unpad(dxp)
 
 
 class Flatten(Module):

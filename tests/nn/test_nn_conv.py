@@ -113,6 +113,20 @@ def test_maxpool_routes_gradient_to_the_maximum():
     pool = MaxPool2d(2)
     assert pool(x).item() == 5.0
     np.testing.assert_array_equal(pool.backward(np.array([[[[7.0]]]])), [[[[0.0, 7.0], [0.0, 0.0]]]])
+    tied = MaxPool2d(2)
+    tied(np.ones((1, 1, 2, 2)))
+    np.testing.assert_array_equal(tied.backward(np.array([[[[7.0]]]])), [[[[7.0, 0.0], [0.0, 0.0]]]])
+
+
+@given(case=pool_case(), seed=st.integers(0, 2**32 - 1))
+def test_maxpool_ties_go_to_the_first_maximum_as_in_torch(case, seed):
+    """Small integers make ties common: each window's gradient must reach exactly one input, the first
+    maximum in row-major order, as PyTorch does."""
+    torch = pytest.importorskip("torch")
+    n, c, kernel, stride, padding, h, w = case
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 3, (n, c, h, w)).astype(np.float64)
+    compare_with_torch(MaxPool2d(kernel, stride, padding), torch.nn.MaxPool2d(kernel, stride, padding), x, rng)
 
 
 def test_flatten_round_trip(rng):
