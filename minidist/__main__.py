@@ -3,6 +3,7 @@
     demo            train a small model on the digits and report what happened
     lessons         list the lesson scripts
     run NN          run lessons/NN_*.py
+    exercises ...   list | make DEST | grade SUBMISSION | map   (see lessons/TEACHING.md)
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run one lesson by number")
     run.add_argument("number")
     run.set_defaults(func=cmd_run)
+    from minidist.exercises.cli import add_parser as add_exercises_parser
+
+    add_exercises_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -17,17 +17,48 @@ counter and every state array); ``load_state_dict`` puts them back, and the resu
 bitwise the same parameters as the uninterrupted one.
 
 Unlike torch.optim there are no parameter groups: one set of hyper-parameters for all parameters.
+
+Why the updates run in chunks. An update such as ``w -= lr * (m / (sqrt(v) + eps))`` is a handful of
+element-wise NumPy operations, each of which makes a temporary array and streams the whole parameter
+through memory once. For a 10M-element parameter every temporary is 40 MB: fresh pages from the OS and a
+round trip to DRAM per operation, which made a plain NumPy Adam slower than torch's fused kernels. Applying
+the same code to slices of ``CHUNK_ELEMENTS`` elements keeps the temporaries in the CPU cache, so the
+arrays are read from memory about once per step. Element-wise updates give bitwise the same result in
+chunks as in one piece; only the loop over chunks (a few hundred iterations, never one per element) is
+Python.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from minidist.nn.module import Parameter
+
+#: elements per slice in ``in_chunks``: 2^15 float32 = 128 KiB, so a slice of w, of g and a temporary
+#: fit together in a 512 KiB L2 cache (measured best on the 2-core AMD EPYC this was developed on)
+CHUNK_ELEMENTS = 1 << 15
+
+
+def in_chunks(data: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray]
+              ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
+    """Yield matching flat slices (views) of a parameter, its gradient and its state arrays.
+
+    Writing into a yielded slice writes into the parameter. Arrays that are not C-contiguous (no flat
+    view exists) are yielded whole.
+    """
+    arrays = [data, grad, *state.values()]
+    if not all(a.flags.c_contiguous for a in arrays):
+        yield data, grad, state
+        return
+    flat_data, flat_grad = data.reshape(-1), grad.reshape(-1)
+    flat_state = {name: a.reshape(-1) for name, a in state.items()}
+    for start in range(0, data.size, CHUNK_ELEMENTS):
+        piece = slice(start, start + CHUNK_ELEMENTS)
+        yield flat_data[piece], flat_grad[piece], {name: a[piece] for name, a in flat_state.items()}
 
 
 def check_number(name: str, value: Any, *, low: float = 0.0, high: float = math.inf,
@@ -49,10 +80,11 @@ def check_number(name: str, value: Any, *, low: float = 0.0, high: float = math.
 
 
 class Optimizer:
-    """Base class: subclasses set their hyper-parameters, then define ``_init_state`` and ``step``.
+    """Base class: subclasses set their hyper-parameters, then define ``_init_state`` and ``_update``.
 
     A subclass's ``__init__`` stores its hyper-parameters as attributes, calls
-    ``check_hyper_parameters()``, then ``super().__init__(params, lr)``.
+    ``check_hyper_parameters()``, then ``super().__init__(params, lr)``. ``step()`` counts the step and
+    calls ``_update(w, g, state)`` on each parameter (in chunks, see the module docstring).
 
     Attributes:
         params: the Parameters, in the order given.
@@ -76,6 +108,11 @@ class Optimizer:
                                 f"minidist.nn.Parameter (pass model.parameters())")
         if len({id(p) for p in self.params}) != len(self.params):
             raise ValueError(f"{type(self).__name__}: a Parameter appears more than once in params")
+        eps = getattr(self, "eps", None)
+        for i, p in enumerate(self.params):
+            if eps is not None and p.data.dtype.type(eps) == 0:  # x / (sqrt(0) + 0) would be NaN
+                raise ValueError(f"{type(self).__name__}: eps={eps:g} rounds to 0 in params[{i}]'s dtype "
+                                 f"{p.data.dtype}; use a larger eps or float32 master weights")
         self.lr = lr
         self.step_count = 0
         self.state: list[dict[str, np.ndarray]] = [self._init_state(p) for p in self.params]
@@ -97,8 +134,17 @@ class Optimizer:
     def check_hyper_parameters(self) -> None:
         """Raise ValueError if a hyper-parameter is out of range (subclasses extend it)."""
 
+    def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, np.ndarray]) -> None:
+        """Update w in place from its gradient g and its state (all of one shape); subclasses define it."""
+        raise TypeError(f"{type(self).__name__} does not define _update(w, g, state)")
+
     def step(self) -> None:
-        raise TypeError(f"{type(self).__name__} does not define step()")
+        """One update of every parameter from its ``.grad`` (the gradients themselves are not changed)."""
+        self._check_grads()
+        self.step_count += 1
+        for p, state in zip(self.params, self.state):
+            for w, g, s in in_chunks(p.data, p.grad, state):
+                self._update(w, g, s)
 
     # -- shared behaviour ------------------------------------------------------------------------------------
     def zero_grad(self) -> None:
@@ -108,8 +154,9 @@ class Optimizer:
 
     def _check_grads(self) -> None:
         for i, p in enumerate(self.params):
-            if p.grad.shape != p.data.shape:
-                raise ValueError(f"params[{i}]: grad has shape {p.grad.shape}, data {p.data.shape}")
+            if not isinstance(p.grad, np.ndarray) or p.grad.shape != p.data.shape:
+                raise ValueError(f"params[{i}]: grad must be an array of the data's shape {p.data.shape}, "
+                                 f"got {getattr(p.grad, 'shape', type(p.grad).__name__)}")
 
     def state_dict(self) -> dict[str, Any]:
         """Copies of the hyper-parameters, the step counter and every state array."""

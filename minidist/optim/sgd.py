@@ -20,7 +20,8 @@ The two agree when τ = 0 and the learning rate is constant: then M = −γ b at
 exactly the same moves. They differ once the learning rate changes: torch multiplies the *whole*
 buffer by the new rate (w −= γ_new · b, so the past gradients are suddenly taken at the new rate), while
 the slide's M keeps the past gradients at the rates they were taken with and only the newest gradient
-gets the new rate. (A decay of γ therefore brakes torch's momentum at once; the slide's fades in.)
+gets the new rate. (A decay of γ therefore brakes torch's momentum at once; the slide's fades in. That is
+why torch chose its form, pytorch/pytorch#1099; its SGD documentation notes the difference.)
 
 Momentum as a weighted moving average (slide "SGD with momentum as gradients averaging"): unrolling
 b_t = μ b_{t-1} + g_t gives b_t = Σ_{k=1..t} μ^{t−k} g_k, so the step is −γ times an exponentially
@@ -43,7 +44,7 @@ import numpy as np
 
 from minidist.nn.module import Parameter
 
-from .optimizer import Optimizer, check_number
+from .optimizer import Optimizer, check_number, in_chunks
 
 
 class SGD(Optimizer):
@@ -87,25 +88,31 @@ class SGD(Optimizer):
         """One update of every parameter from its ``.grad`` (the gradients themselves are not changed)."""
         self._check_grads()
         self.step_count += 1
-        lr, momentum, dampening = self.lr, self.momentum, self.dampening
         for p, state in zip(self.params, self.state):
-            grad = p.grad
-            if self.weight_decay != 0:
-                grad = grad + self.weight_decay * p.data  # a new array: p.grad stays the loss gradient
-            if momentum != 0:
-                # BEGIN SOLUTION sgd_momentum
-                buf = state.get("momentum_buffer")
-                if buf is None:  # first step with momentum: b_1 = g_1 (no dampening)
-                    buf = state["momentum_buffer"] = grad.copy()
-                else:  # b_t = μ b_{t-1} + (1 − τ) g_t, in place
-                    buf *= momentum
-                    if dampening == 0:
-                        buf += grad
-                    else:
-                        buf += (1 - dampening) * grad
-                if self.nesterov:
-                    grad = grad + momentum * buf
-                else:
-                    grad = buf
-                # END SOLUTION
-            p.data -= lr * grad
+            # torch creates the buffer at the first step that uses momentum, and sets b_1 = g_1 there
+            first = self.momentum != 0 and "momentum_buffer" not in state
+            if first:
+                state["momentum_buffer"] = np.empty_like(p.data)
+            for w, g, s in in_chunks(p.data, p.grad, state):
+                self._update(w, g, s, first)
+
+    def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, np.ndarray], first: bool = False) -> None:
+        """w −= γ·(direction), in place; ``first`` says the momentum buffer is new (b_1 = g_1)."""
+        momentum, dampening = self.momentum, self.dampening
+        if self.weight_decay != 0:
+            g = g + self.weight_decay * w  # a new array: p.grad stays the loss gradient
+        if momentum != 0:
+            # BEGIN SOLUTION sgd_momentum
+            # BEGIN PROMPT
+            # Hint: b = state["momentum_buffer"] (update it in place). On the first step b = g; after that
+            # b = μ b + (1 − τ) g. Then step along g + μ b (Nesterov) or along b: set g to that direction.
+            # END PROMPT
+            buf = state["momentum_buffer"]
+            if first:  # b_1 = g_1 (no dampening)
+                buf[...] = g
+            else:  # b_t = μ b_{t-1} + (1 − τ) g_t, in place
+                buf *= momentum
+                buf += g if dampening == 0 else (1 - dampening) * g
+            g = g + momentum * buf if self.nesterov else buf
+            # END SOLUTION
+        w -= self.lr * g

@@ -1,0 +1,57 @@
+"""The map from tests to the exercises they reach: tests/exercise_map.json.
+
+``build_map(root)`` makes an instrumented copy of the repository (each solution region records that it was
+reached, see hits.py), runs the whole test suite there once, and writes {test id: [exercise ids]} to
+tests/exercise_map.json in ``root``. tests/conftest.py turns the map into ``pytest.mark.exercise(id)``
+marks, so "every test that reaches a region carries that exercise's mark" is measured, not maintained by
+hand. CI checks the map from both sides on a student copy: every marked test must fail there and every
+unmarked one pass — a stale map fails that check. Run ``python -m minidist exercises map`` after adding
+tests or regions.
+
+The lesson smoke tests are left out: a lesson that needs an unsolved exercise says so and exits cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MAP_PATH = Path("tests") / "exercise_map.json"
+UNMAPPED_PREFIXES = ("tests/test_lessons.py",)
+
+
+def load_map(root: Path) -> dict[str, list[str]]:
+    path = Path(root) / MAP_PATH
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
+def build_map(root: Path, pytest_args: list[str] | None = None) -> dict[str, list[str]]:
+    """Run the suite on an instrumented copy; write and return the map."""
+    from .student_copy import instrumented_copy
+
+    root = Path(root).resolve()
+    with tempfile.TemporaryDirectory(prefix="minidist-map-") as tmp:
+        copy = Path(tmp) / "repo"
+        instrumented_copy(root, copy)
+        hits_file = Path(tmp) / "hits.jsonl"
+        env = dict(os.environ, MINIDIST_EXERCISE_HITS=str(hits_file), PYTHONPATH=str(copy))
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ignore",
+                "tests/test_lessons.py", *(pytest_args or [])]
+        done = subprocess.run(args, cwd=copy, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"the instrumented test run failed (exit {done.returncode}); fix the tests "
+                               f"before mapping them")
+        pairs = [json.loads(line) for line in hits_file.read_text().splitlines()] if hits_file.exists() else []
+    mapping: dict[str, set[str]] = {}
+    for test, exercise in pairs:
+        if not test.startswith(UNMAPPED_PREFIXES):
+            mapping.setdefault(test, set()).add(exercise)
+    result = {test: sorted(ids) for test, ids in sorted(mapping.items())}
+    (root / MAP_PATH).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    return result

@@ -1,0 +1,182 @@
+"""The exercise tooling on a toy repository: markers, student copy, the test map, grading."""
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minidist.exercises import (MarkerError, build_map, find_regions, grade, make_student_copy,
+                                splice_functions)
+
+CONFTEST = Path(__file__).resolve().parent / "conftest.py"
+
+TOY = '''\
+def add(a, b):
+    """Return a + b."""
+    # BEGIN SOLUTION toy_add
+    # BEGIN PROMPT
+    # Hint: Python has an operator for this.
+    # END PROMPT
+    return a + b
+    # END SOLUTION
+
+
+class Box:
+    def scale(self, x):
+        """Twice x."""
+        y = 0
+        if x is not None:
+            # BEGIN SOLUTION toy_scale
+            y = 2 * x
+            # END SOLUTION
+        return y
+
+
+def untouched():
+    """Mentions '# BEGIN SOLUTION' inside a string, which is not a marker."""
+    return 1
+'''
+
+TESTS = '''\
+from minidist.toy import Box, add, untouched
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_scale():
+    assert Box().scale(4) == 8
+
+
+def test_both():
+    assert add(Box().scale(1), 1) == 3
+
+
+def test_plain():
+    assert untouched() == 1
+'''
+
+REGISTRY = '''\
+| id | lesson | file | tests | statement |
+|---|---|---|---|---|
+| `toy_add` | `lessons/01_toy.py` | minidist/toy.py | tests/test_toy.py | add two numbers |
+| `toy_scale` | `lessons/01_toy.py` | minidist/toy.py | tests/test_toy.py | double a number |
+'''
+
+
+def write_toy_repo(root: Path, toy: str = TOY) -> Path:
+    (root / "minidist").mkdir(parents=True)
+    (root / "minidist" / "__init__.py").write_text("")
+    (root / "minidist" / "toy.py").write_text(toy)
+    (root / "lessons").mkdir()
+    (root / "lessons" / "EXERCISES.md").write_text(REGISTRY)
+    (root / "tests").mkdir()
+    (root / "tests" / "__init__.py").write_text("")
+    shutil.copy(CONFTEST, root / "tests" / "conftest.py")
+    (root / "tests" / "test_toy.py").write_text(TESTS)
+    return root
+
+
+@pytest.fixture(scope="module")
+def toy_repo(tmp_path_factory):
+    root = write_toy_repo(tmp_path_factory.mktemp("toy") / "repo")
+    build_map(root)
+    return root
+
+
+def test_parser_finds_regions_prompts_and_functions():
+    regions = find_regions(TOY, "minidist/toy.py")
+    assert [(r.exercise, r.function) for r in regions] == [("toy_add", "add"), ("toy_scale", "Box.scale")]
+    assert regions[0].prompt == ["    # Hint: Python has an operator for this."]
+    assert regions[1].indent == " " * 12
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("def f():\n    # BEGIN SOLUTION a\n    return 1\n", "never closed"),
+    ("def f():\n    return 1\n    # END SOLUTION\n", "without a BEGIN"),
+    ("def f():\n    # BEGIN SOLUTION a\n    # BEGIN SOLUTION b\n    x = 1\n    # END SOLUTION\n", "cannot nest"),
+    ("def f():\n    # BEGIN SOLUTION a\n    x = 1\n        # END SOLUTION\n", "indented differently"),
+    ("# BEGIN SOLUTION a\nx = 1\n# END SOLUTION\n", "not inside a function"),
+    ("def f():\n    # BEGIN SOLUTION a\n    # BEGIN PROMPT\n    x = 1\n    # END SOLUTION\n", "PROMPT"),
+    ("def f():\n    # BEGIN SOLUTION  \n    return 1\n", "malformed"),
+])
+def test_parser_rejects_malformed_markers(bad, message):
+    with pytest.raises(MarkerError, match=message):
+        find_regions(bad, "x.py")
+
+
+def test_map_records_which_test_reaches_which_exercise(toy_repo):
+    mapping = json.loads((toy_repo / "tests" / "exercise_map.json").read_text())
+    assert mapping == {"tests/test_toy.py::test_add": ["toy_add"],
+                       "tests/test_toy.py::test_both": ["toy_add", "toy_scale"],
+                       "tests/test_toy.py::test_scale": ["toy_scale"]}
+
+
+def test_student_copy_cuts_regions_keeps_docstrings_and_is_reproducible(toy_repo, tmp_path):
+    make_student_copy(toy_repo, tmp_path / "a")
+    make_student_copy(toy_repo, tmp_path / "b")
+    text = (tmp_path / "a" / "minidist" / "toy.py").read_text()
+    assert text == (tmp_path / "b" / "minidist" / "toy.py").read_text()
+    ast.parse(text)
+    assert "SOLUTION" not in text.replace("'# BEGIN SOLUTION'", "") and "PROMPT" not in text
+    assert "return a + b" not in text and "y = 2 * x" not in text
+    assert '    """Return a + b."""\n    # Hint: Python has an operator for this.\n    raise NotImplementedError(' \
+           "'exercise toy_add: see lessons/01_toy.py')" in text
+    assert "            raise NotImplementedError('exercise toy_scale" in text
+
+
+def test_student_copy_only_keeps_other_solutions_without_markers(toy_repo, tmp_path):
+    make_student_copy(toy_repo, tmp_path / "s", only=["toy_scale"])
+    text = (tmp_path / "s" / "minidist" / "toy.py").read_text()
+    assert "    return a + b\n" in text and "Hint" not in text and "BEGIN PROMPT" not in text
+    assert "exercise toy_scale" in text
+    with pytest.raises(MarkerError, match="unknown exercise"):
+        make_student_copy(toy_repo, tmp_path / "t", only=["nope"])
+
+
+def test_a_region_no_test_reaches_is_an_error(tmp_path):
+    root = write_toy_repo(tmp_path / "repo")
+    (root / "tests" / "exercise_map.json").write_text(json.dumps({"tests/test_toy.py::test_add": ["toy_add"]}))
+    with pytest.raises(MarkerError, match=r"no test reaches exercise\(s\) \['toy_scale'\]"):
+        make_student_copy(root, tmp_path / "out")
+
+
+def test_splice_replaces_only_the_named_functions():
+    student = TOY.replace("return a + b", "return b + a").replace("y = 2 * x", "y = x + x")
+    merged = splice_functions(TOY, student, {"add"})
+    assert "return b + a" in merged and "y = 2 * x" in merged
+    with pytest.raises(ValueError, match="lacks"):
+        splice_functions(TOY, "def other():\n    pass\n", {"add"})
+
+
+@pytest.mark.slow
+def test_grade_round_trip(toy_repo, tmp_path):
+    """Student copy + one solution put back: that exercise scores full marks, the other zero;
+    a wrong solution scores below full marks."""
+    student = tmp_path / "student"
+    make_student_copy(toy_repo, student)
+    toy_file = student / "minidist" / "toy.py"
+    solved = splice_functions(toy_file.read_text(), TOY, {"add"})
+    toy_file.write_text(solved)
+    scores = {r.exercise: (r.passed, r.total) for r in grade(student, toy_repo)}
+    assert scores == {"toy_add": (2, 2), "toy_scale": (0, 2)}
+
+    toy_file.write_text(solved.replace("return a + b", "return a - b"))
+    wrong = {r.exercise: r.score for r in grade(student, toy_repo, exercises=["toy_add"])}
+    assert wrong["toy_add"] < 1.0
+
+
+@pytest.mark.slow
+def test_grade_runs_hidden_tests(toy_repo, tmp_path):
+    student = tmp_path / "student"
+    make_student_copy(toy_repo, student, only=["toy_scale"])
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "test_hidden_toy.py").write_text(
+        "import pytest\nfrom minidist.toy import add\n\n"
+        "@pytest.mark.exercise('toy_add')\ndef test_negative():\n    assert add(-1, -1) == -2\n")
+    [result] = grade(student, toy_repo, exercises=["toy_add"], hidden=hidden)
+    assert (result.passed, result.total) == (3, 3)
