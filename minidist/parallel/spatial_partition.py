@@ -17,6 +17,9 @@ We split the OUTPUT as evenly as possible (np.array_split's rule): grid index i 
 
     window = [o0·s − p,  (o1 − 1)·s − p + k)          (length (o1 − o0 − 1)·s + k)
 
+(With a stride larger than the kernel the window also spans rows between kernel positions that no
+output reads; they travel anyway, so every slab stays one contiguous block.)
+
 The part of the window outside [0, n_in) is padding the rank makes itself; the rest, the *clipped
 window*, comes from the input pieces. The input is split evenly too (it is the previous layer's output),
 so grid index i owns input rows [a, b) and its halo is
