@@ -99,8 +99,8 @@ print("wrote figures/10_partition_halo.png")
 # send and one to receive), then the same along W over full-height slabs of that buffer. Check it with
 # `python -m pytest tests/parallel --exercise halo_exchange`.
 #
-# With stride 2 the halo is lopsided: the windows of an even output split start on even rows, while the
-# input pieces start wherever the even input split puts them.
+# With stride 2 the halo is lopsided: a window starts at o0·s − p, on the stride's grid, while an input
+# piece starts wherever the even split of the *input* puts it; the two splits do not line up.
 #
 # ## 3. The ledger against the formula
 #
@@ -110,7 +110,7 @@ print("wrote figures/10_partition_halo.png")
 #     (H_w − h∩)·w  (phase 0)  +  H_w·(W_w − w∩)  (phase 1)
 #
 # which is H_w·W_w − h·w, "window minus interior", when the window covers the block: (h + 2)(w + 2) − hw
-# for a 3×3 conv with padding 1. Times N·C·(bytes per number). We run a real `SpatialConv2d` forward on
+# for an interior rank and a 3×3 conv with padding 1. Times N·C·(bytes per number). We run a real `SpatialConv2d` forward on
 # the cluster and read the byte counters of every rank.
 
 # %%
