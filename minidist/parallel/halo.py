@@ -66,6 +66,12 @@ def exchange_halo(comm, x_local: np.ndarray, plan: HaloPlan) -> np.ndarray:
     _check_piece(x_local, (length(own_r), length(own_c)), "exchange_halo (own block)")
     n, ch = x_local.shape[:2]
     # BEGIN SOLUTION halo_exchange
+    # BEGIN PROMPT
+    # Hint: phase 0 fills a buffer of the window's rows × your own columns: your own rows from x_local,
+    # the rest from the row slabs of plan.steps(comm.rank, phase=0), one shift_step per step. Phase 1
+    # fills the window from that buffer and the column slabs of plan.steps(comm.rank, phase=1), sent as
+    # full-height slices of the buffer. _slice(range, origin) turns global rows/columns into local ones.
+    # END PROMPT
     tall = np.zeros((n, ch, length(win_r), length(own_c)), dtype=x_local.dtype)
     kept = intersect(own_r, win_r)
     tall[:, :, _slice(kept, win_r[0])] = x_local[:, :, _slice(kept, own_r[0])]
