@@ -86,7 +86,7 @@ def mpi_worker(sizes: list[int]) -> None:
     for nbytes in sizes:
         x = np.ones(nbytes // 4, dtype=np.float32)
         out = np.empty_like(x)
-        once = lambda x=x, out=out: comm.Allreduce(x, out, op=MPI.SUM)  # noqa: E731
+        once = lambda x=x, out=out: comm.Allreduce(x, out, op=MPI.SUM)
         times.append(timed_loop(once, comm.Barrier, nbytes))
     slowest = np.empty(len(times))
     comm.Reduce(np.array(times), slowest, op=MPI.MAX, root=0)
