@@ -6,7 +6,7 @@ P does not divide, dtype, op); one cluster start-up runs all cases of an example
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from minidist.cluster import run
 from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
@@ -40,28 +40,28 @@ def check_allreduce(world_size, case_list, algorithms):
             i += 1
 
 
-@settings(max_examples=12)
+@pytest.mark.slow
 @given(world_size=world_sizes, case_list=cases(OPS))
 def test_allreduce_naive_doubling_rabenseifner_auto_exact(world_size, case_list):
     check_allreduce(world_size, case_list, ["naive", "recursive_doubling", "rabenseifner", "auto"])
 
 
 @pytest.mark.exercise("ring_allreduce")
-@settings(max_examples=8)
+@pytest.mark.slow
 @given(world_size=world_sizes, case_list=cases(OPS))
 def test_ring_allreduce_exact(world_size, case_list):
     check_allreduce(world_size, case_list, ["ring"])
 
 
 @pytest.mark.exercise("parameter_server_allreduce")
-@settings(max_examples=8)
+@pytest.mark.slow
 @given(world_size=world_sizes, case_list=cases(OPS))
 def test_parameter_server_allreduce_exact(world_size, case_list):
     check_allreduce(world_size, case_list, ["parameter_server"])
 
 
 @pytest.mark.exercise("tree_allreduce")
-@settings(max_examples=8)
+@pytest.mark.slow
 @given(world_size=world_sizes, case_list=cases(OPS))
 def test_tree_allreduce_exact(world_size, case_list):
     check_allreduce(world_size, case_list, ["tree"])

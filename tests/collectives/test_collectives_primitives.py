@@ -3,7 +3,7 @@ rank for world sizes 1-8, any root, shapes (0-d, empty, lengths not divisible by
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.cluster import run
@@ -49,7 +49,7 @@ def same(a, b) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-@settings(max_examples=12)
+@pytest.mark.slow
 @given(world_size=world_sizes, seed=seeds, shape=shapes, dtype=dtypes, root_fraction=st.floats(0, 0.99),
        op=st.sampled_from(["sum", "mean", "max", "min"]))
 def test_primitives_exact_on_every_rank(world_size, seed, shape, dtype, root_fraction, op):
