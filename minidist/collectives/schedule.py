@@ -36,6 +36,7 @@ class Schedule:
     world_size: int
     parts: int  # the array is cut into this many chunks (np.array_split)
     steps: tuple  # tuple of steps, each a tuple of Transfers
+    own_input: bool = False  # True (naive): messages carry the sender's input, not its running result
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,9 @@ def _naive(p: int) -> list:
 
 
 def _parameter_server(p: int) -> list:
-    return [[Transfer(w, 0, 0, 1, True) for w in range(1, p)], [Transfer(0, w, 0, 1, False) for w in range(1, p)]]
+    gather = [Transfer(w, 0, 0, 1, True) for w in range(1, p)]
+    send_back = [Transfer(0, w, 0, 1, False) for w in range(1, p)]
+    return [gather, send_back]
 
 
 def _tree(p: int) -> list:
@@ -140,7 +143,8 @@ def schedule(algorithm: str, world_size: int) -> Schedule:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
     parts = {"ring": world_size, "rabenseifner": largest_power_of_two(world_size)}.get(algorithm, 1)
     steps = _BUILDERS[algorithm](world_size) if world_size > 1 else []
-    return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step))
+    return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step),
+                    own_input=algorithm == "naive")
 
 
 def simulate(plan: Schedule, n: int, itemsize: int, alpha: float, beta: float) -> Traffic:

@@ -1,0 +1,220 @@
+"""Spatial parallelism: convolutions and pools whose images are split across ranks.
+
+Seed: slides-ai-systems-distributed-dl-part2, "Spatial Parallel Training" (Jin, Ginsburg & Keutzer 2018;
+Gholami et al., SPAA 2018): "break the input into smaller pieces and distribute the work among different
+processors; need to exchange boundary points for spatial convolutions". Useful for high resolution;
+limited by the ratio of halo to interior.
+
+Every rank of a Ph × Pw grid holds one block of every activation (N, C, h, w), the blocks being the even
+split of H and of W (rank = i·Pw + j). One layer, on each rank:
+
+    forward:   window = exchange_halo(x_local)            own block + halo rows/columns from neighbours
+               y_local = layer(pad(window))               the ordinary single-process layer, padding 0
+    backward:  d_window = layer.backward(dy_local)        includes the gradient of the halo part
+               dx_local = return_halo_gradient(d_window)  halo gradients go home and are added
+               weight.grad += allreduce(local weight gradient)   (conv only: every rank saw part of
+                                                                  the image, the sum is the full gradient)
+
+A halo wider than the neighbour's piece (a 5×5 kernel over pieces one row thick) is fetched from the
+ranks beyond it: multi-hop exchange is supported. More ranks along H (W) than the layer has output rows
+(columns) is a ValueError when the layer is built, before anything is sent.
+
+Every layer also charges its FLOPs to the rank's simulated clock (comm.compute), backward as 2x forward.
+The partition arithmetic is in spatial_partition.py, the exchange in halo.py. ``spatialize`` turns a
+single-process Sequential (conv/pool/elementwise layers, then Flatten and a head) into its spatially
+parallel twin that shares the same Parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..collectives import allgather, allreduce, gather, scatter
+from ..nn import GELU, AvgPool2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
+from .halo import exchange_halo, return_halo_gradient
+from .spatial_partition import HaloPlan, length, split_bounds
+
+
+class _SpatialLayer(Module):
+    """Halo exchange + explicit padding + the local single-process layer (padding 0) + the reverse."""
+
+    pad_value = 0.0
+
+    def __init__(self, local: Module, comm, grid: tuple[int, int], input_hw: tuple[int, int],
+                 kernel_size, stride, padding):
+        self.comm = comm
+        self.plan = HaloPlan.build(input_hw, kernel_size, stride, padding, grid)
+        if self.plan.world_size != comm.world_size:
+            raise ValueError(f"grid {self.plan.grid} has {self.plan.world_size} ranks but the communicator "
+                             f"has world_size {comm.world_size}")
+        self.local = local
+
+    @property
+    def output_hw(self) -> tuple[int, int]:
+        return self.plan.output_hw
+
+    def forward(self, x_local: np.ndarray) -> np.ndarray:
+        window = exchange_halo(self.comm, x_local, self.plan)
+        (top, bottom), (left, right) = self.plan.padding_of(self.comm.rank)
+        self._window_hw = window.shape[2:]
+        padded = np.pad(window, ((0, 0), (0, 0), (top, bottom), (left, right)),
+                        constant_values=self.pad_value)
+        flops = self.local.flops(padded.shape)
+        self.comm.compute(flops, label=f"{type(self).__name__} forward")
+        self._flops = flops
+        return self.local.forward(padded)
+
+    def backward(self, dy_local: np.ndarray) -> np.ndarray:
+        out_rows, out_cols = self.plan.out_block(self.comm.rank)
+        if not isinstance(dy_local, np.ndarray) or dy_local.ndim != 4 or \
+                dy_local.shape[2:] != (length(out_rows), length(out_cols)):
+            raise ValueError(f"{type(self).__name__}.backward: expected dy of spatial shape "
+                             f"{(length(out_rows), length(out_cols))} (this rank's output block), "
+                             f"got {getattr(dy_local, 'shape', type(dy_local).__name__)}")
+        d_padded = self.local.backward(dy_local)
+        self.comm.compute(2 * self._flops, label=f"{type(self).__name__} backward")
+        (top, _), (left, _) = self.plan.padding_of(self.comm.rank)
+        height, width = self._window_hw
+        return return_halo_gradient(self.comm, d_padded[:, :, top:top + height, left:left + width], self.plan)
+
+
+class SpatialConv2d(_SpatialLayer):
+    """A Conv2d over images split on a grid of ranks; shares ``conv``'s weight and bias Parameters.
+
+    conv: the single-process layer (any kernel, stride, padding); input_hw: the GLOBAL (H, W) of the
+    input; grid: (Ph, Pw) with Ph·Pw = world_size ((P, 1) splits H only). forward takes this rank's
+    block (N, C, h, w) and returns its block of the output (N, O, ho, wo).
+    """
+
+    def __init__(self, conv: Conv2d, comm, grid: tuple[int, int], input_hw: tuple[int, int]):
+        if not isinstance(conv, Conv2d):
+            raise TypeError(f"SpatialConv2d wraps a Conv2d, got {type(conv).__name__}")
+        local = Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, padding=0,
+                       bias=conv.bias is not None, rng=np.random.default_rng(0), dtype=conv.weight.data.dtype)
+        # The same Parameter objects (the new layer's random initial values are dropped): one set of weights.
+        local.weight, local.bias = conv.weight, conv.bias
+        super().__init__(local, comm, grid, input_hw, conv.kernel_size, conv.stride, conv.padding)
+
+    def backward(self, dy_local: np.ndarray) -> np.ndarray:
+        # Module.backward *adds* into .grad; keep what was there, let the local backward write this
+        # rank's contribution alone, sum the contributions over ranks, and add the sum back.
+        params = self.local.parameters()
+        kept = [p.grad.copy() for p in params]
+        for p in params:
+            p.grad[...] = 0
+        dx_local = super().backward(dy_local)          # local backward, then the halo gradients go home
+        flat = np.concatenate([p.grad.ravel() for p in params])
+        total = allreduce(self.comm, flat, op="sum")  # one allreduce for weight and bias together
+        offset = 0
+        for p, before in zip(params, kept):
+            p.grad[...] = before + total[offset:offset + p.size].reshape(p.shape)
+            offset += p.size
+        return dx_local
+
+
+class SpatialMaxPool2d(_SpatialLayer):
+    """MaxPool2d over a grid-split image; the padding it makes itself is −∞, as MaxPool2d's."""
+
+    pad_value = -np.inf
+
+    def __init__(self, pool: MaxPool2d, comm, grid: tuple[int, int], input_hw: tuple[int, int]):
+        if not isinstance(pool, MaxPool2d):
+            raise TypeError(f"SpatialMaxPool2d wraps a MaxPool2d, got {type(pool).__name__}")
+        super().__init__(MaxPool2d(pool.kernel_size, pool.stride, padding=0), comm, grid, input_hw,
+                         pool.kernel_size, pool.stride, pool.padding)
+
+
+class SpatialAvgPool2d(_SpatialLayer):
+    """AvgPool2d over a grid-split image; padding zeros count in the mean (count_include_pad=True)."""
+
+    def __init__(self, pool: AvgPool2d, comm, grid: tuple[int, int], input_hw: tuple[int, int]):
+        if not isinstance(pool, AvgPool2d):
+            raise TypeError(f"SpatialAvgPool2d wraps an AvgPool2d, got {type(pool).__name__}")
+        super().__init__(AvgPool2d(pool.kernel_size, pool.stride, padding=0), comm, grid, input_hw,
+                         pool.kernel_size, pool.stride, pool.padding)
+
+
+# -- moving whole images to and from the grid ---------------------------------------------------------
+
+def grid_blocks(image_hw: tuple[int, int], grid: tuple[int, int]) -> list[tuple[slice, slice]]:
+    """(rows, cols) slices of every rank's block of an H × W image, in rank order."""
+    rows, cols = split_bounds(image_hw[0], grid[0]), split_bounds(image_hw[1], grid[1])
+    return [(slice(*r), slice(*c)) for r in rows for c in cols]
+
+
+def _check_grid(comm, grid: tuple[int, int]) -> None:
+    if len(grid) != 2 or grid[0] * grid[1] != comm.world_size:
+        raise ValueError(f"grid {grid} must be (Ph, Pw) with Ph·Pw = world_size = {comm.world_size}")
+
+
+def assemble(blocks: list[np.ndarray], grid: tuple[int, int]) -> np.ndarray:
+    """Blocks in rank order -> the whole image (grid row i: blocks i·Pw … i·Pw + Pw − 1, side by side)."""
+    return np.block([[blocks[i * grid[1] + j] for j in range(grid[1])] for i in range(grid[0])])
+
+
+def scatter_to_grid(comm, image: np.ndarray | None, grid: tuple[int, int], root: int = 0) -> np.ndarray:
+    """Root holds the global (N, C, H, W) image (others pass None); every rank gets its block."""
+    _check_grid(comm, grid)
+    chunks = None
+    if comm.rank == root:
+        if not isinstance(image, np.ndarray) or image.ndim != 4:
+            raise ValueError(f"scatter_to_grid: root needs an (N, C, H, W) array, got "
+                             f"{getattr(image, 'shape', type(image).__name__)}")
+        chunks = [np.ascontiguousarray(image[:, :, rows, cols])
+                  for rows, cols in grid_blocks(image.shape[2:], grid)]
+    return scatter(comm, chunks, root=root)
+
+
+def gather_from_grid(comm, block: np.ndarray, grid: tuple[int, int], root: int = 0) -> np.ndarray | None:
+    """Reassemble the global image at root from every rank's block; None on the other ranks."""
+    _check_grid(comm, grid)
+    blocks = gather(comm, block, root=root)
+    return None if blocks is None else assemble(blocks, grid)
+
+
+class GridAllgather(Module):
+    """forward: this rank's block -> the whole image on every rank (an allgather of the blocks).
+    backward: the gradient of the whole image (the same on every rank) -> this rank's block of it.
+
+    Used before the replicated head of a spatial CNN (Flatten, Linear): every rank then computes the
+    same logits, loss and head gradients, so the head needs no allreduce.
+    """
+
+    def __init__(self, comm, grid: tuple[int, int], image_hw: tuple[int, int]):
+        _check_grid(comm, grid)
+        self.comm, self.grid, self.image_hw = comm, grid, image_hw
+        self._rows, self._cols = grid_blocks(image_hw, grid)[comm.rank]
+
+    def forward(self, block: np.ndarray) -> np.ndarray:
+        return assemble(allgather(self.comm, block), self.grid)
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(dy[:, :, self._rows, self._cols])
+
+
+ELEMENTWISE = (ReLU, Tanh, Sigmoid, GELU)
+SPATIAL = {Conv2d: SpatialConv2d, MaxPool2d: SpatialMaxPool2d, AvgPool2d: SpatialAvgPool2d}
+
+
+def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[int, int]) -> Sequential:
+    """The spatially parallel twin of ``model``, sharing its Parameters (so one optimizer serves both).
+
+    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / ReLU / Tanh / Sigmoid / GELU layers, then
+    Flatten and anything after it (the head). Convs and pools become their Spatial versions; element-wise
+    layers work on the blocks as they are; a GridAllgather goes before the Flatten and the head runs
+    replicated on every rank. forward takes this rank's block of the input, returns the full output.
+    """
+    layers, hw = [], tuple(input_hw)
+    for index, layer in enumerate(model.layers):
+        if type(layer) in SPATIAL:
+            spatial = SPATIAL[type(layer)](layer, comm, grid, hw)
+            layers.append(spatial)
+            hw = spatial.output_hw
+        elif isinstance(layer, ELEMENTWISE):
+            layers.append(layer)
+        elif isinstance(layer, Flatten):
+            return Sequential(*layers, GridAllgather(comm, grid, hw), *model.layers[index:])
+        else:
+            raise TypeError(f"spatialize: layer {index} ({type(layer).__name__}) is neither a conv/pool, an "
+                            f"element-wise activation nor Flatten; a spatial split cannot run it per block")
+    return Sequential(*layers, GridAllgather(comm, grid, hw))
