@@ -1,0 +1,238 @@
+"""The Communicator: what ``fn(comm, ...)`` uses to talk to the other ranks.
+
+    comm.rank, comm.world_size
+    comm.send(array, dst, tag=0)               eager: returns once the message is in dst's mailbox
+    comm.recv(src, tag=0, out=None, op=None)   -> the array sent (same dtype and shape)
+    comm.sendrecv(sendbuf, dst, src, ...)      send and receive progressing together (rings never deadlock)
+    comm.barrier()
+    comm.split(color, key=None)                -> a Communicator over the ranks of the same color
+    comm.stats, comm.clock, comm.compute(flops), comm.elapse(seconds)   (see ledger.py)
+
+Messages between an ordered pair of ranks arrive in the order they were sent (FIFO). The next message
+must carry the tag the receiver expects, and with ``out=`` also its dtype and shape; otherwise
+``MessageMismatchError`` says what each side had. ``op="sum"`` (or "max", "min", "prod") adds the
+incoming data into ``out`` in place, straight from shared memory: ``out = out + incoming``.
+
+``send`` returns as soon as its last segment is in the mailbox: messages up to the mailbox size
+(2 MiB by default) never wait for the receiver. Bigger ones stream and wait for it to read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from .ledger import Ledger, Stats, _size
+from .mailbox import Endpoint, Incoming, Meta, Outgoing
+
+OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+USER, BARRIER, SPLIT = 0, 1, 2        # message kinds: only USER messages are counted in stats
+
+
+class MessageMismatchError(ValueError):
+    """The next message from a rank is not the one the receiver asked for (tag, dtype or shape)."""
+
+
+class Communicator:
+    """A group of ranks that exchange NumPy arrays. Built by ``run``; sub-groups by ``split``."""
+
+    def __init__(self, endpoint: Endpoint, ledger: Ledger, ranks: list[int], comm_id: int = 0):
+        self._ep, self._ledger, self._ranks, self._id = endpoint, ledger, list(ranks), comm_id
+        self.rank = self._ranks.index(endpoint.rank)
+        self.world_size = len(self._ranks)
+        self.stats = Stats()
+        self._splits = 0
+        self._verbose = os.environ.get("MINIDIST_VERBOSE", "") not in ("", "0")
+
+    def __repr__(self) -> str:
+        return f"Communicator(rank={self.rank}, world_size={self.world_size}, world_ranks={self._ranks})"
+
+    # -- the simulated clock ----------------------------------------------------------------------------
+    @property
+    def clock(self) -> float:
+        """Simulated seconds on this rank (shared by all communicators of the process)."""
+        return self._ledger.clock
+
+    def compute(self, flops: float, label: str = "") -> None:
+        """Charge ``flops`` floating-point operations: the clock advances by flops / device.flops."""
+        self._ledger.compute(flops, label)
+
+    def elapse(self, seconds: float, label: str = "") -> None:
+        """Charge ``seconds`` of work to the clock."""
+        self._ledger.elapse(seconds, label)
+
+    # -- point to point ---------------------------------------------------------------------------------
+    def send(self, array: np.ndarray, dst: int, tag: int = 0) -> None:
+        """Send ``array`` (any shape, numeric/bool/string dtype; copied) to rank ``dst``."""
+        out = self._start_send(array, dst, tag)
+        while not out.advance():
+            self._ep.wait(out.has_room, send_to=out.dst, tag=tag)
+
+    def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None) -> np.ndarray:
+        """Receive the next message from rank ``src``; it must carry ``tag``.
+
+        ``out``: receive into this array (same dtype and shape as the message) and return it.
+        ``op``: "sum" | "max" | "min" | "prod" — combine into ``out`` instead of overwriting it.
+        """
+        inc, finish = self._start_recv(src, tag, out, op)
+        while not inc.advance():
+            self._ep.wait(inc.has_data, recv_from=inc.src, tag=tag)
+        return finish()
+
+    def sendrecv(self, sendbuf: np.ndarray, dst: int, src: int, sendtag: int = 0, recvtag: int = 0,
+                 out: np.ndarray | None = None, op: str | None = None) -> np.ndarray:
+        """Send ``sendbuf`` to ``dst`` and receive from ``src`` at the same time; return what arrived.
+
+        Both directions progress segment by segment, so a ring where every rank calls sendrecv never
+        deadlocks, whatever the message size.
+        """
+        outgoing = self._start_send(sendbuf, dst, sendtag)
+        inc, finish = self._start_recv(src, recvtag, out, op)
+        sent = received = False
+        while not (sent and received):
+            sent = sent or outgoing.advance()
+            received = received or inc.advance()
+            if not sent and not received:
+                self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag)
+        return finish()
+
+    def barrier(self) -> None:
+        """Wait until every rank of this communicator has called barrier (dissemination: log2 P rounds).
+
+        Not counted in stats; on the simulated clock every rank jumps to the latest clock.
+        """
+        latest = self._ledger.clock
+        step = 1
+        while step < self.world_size:
+            self._internal_send(np.empty(0, np.uint8), (self.rank + step) % self.world_size, BARRIER, latest)
+            meta = self._internal_recv((self.rank - step) % self.world_size, BARRIER)[0]
+            latest = max(latest, meta.arrival)
+            step *= 2
+        self._ledger.record("barrier", latest, "barrier")
+
+    def split(self, color: int | None, key: int | None = None) -> Communicator | None:
+        """A new communicator over the ranks that passed the same ``color`` (collective: all ranks call it).
+
+        New ranks are ordered by ``key`` (default: the old rank), ties by old rank. ``color=None`` takes
+        no part and gets None back. Messages of the new communicator never mix with this one's.
+        """
+        if color is not None and not isinstance(color, (int, np.integer)):
+            raise TypeError(f"split expects an int color or None, got {type(color).__name__}")
+        key = self.rank if key is None else key
+        mine = np.array([-1 if color is None else 0, 0 if color is None else color, key], dtype=np.int64)
+        everyone = {self.rank: mine}
+        for peer in range(self.world_size):
+            if peer != self.rank:
+                self._internal_send(mine, peer, SPLIT, self._ledger.clock)
+        for peer in range(self.world_size):
+            if peer != self.rank:
+                everyone[peer] = self._internal_recv(peer, SPLIT)[1]
+        self._splits += 1
+        if color is None:
+            return None
+        members = sorted((int(v[2]), r) for r, v in everyone.items() if v[0] == 0 and v[1] == color)
+        digest = hashlib.blake2b(repr((self._id, self._splits, int(color))).encode(), digest_size=8)
+        comm_id = int.from_bytes(digest.digest(), "little") >> 1     # fits a signed int64 too
+        return Communicator(self._ep, self._ledger, [self._ranks[r] for _, r in members], comm_id)
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _peer(self, peer, what: str) -> int:
+        if not isinstance(peer, (int, np.integer)) or isinstance(peer, bool):
+            raise TypeError(f"{what} must be an int rank, got {type(peer).__name__}")
+        if not 0 <= peer < self.world_size or peer == self.rank:
+            raise ValueError(f"{what} must be another rank in 0..{self.world_size - 1} (this is rank "
+                             f"{self.rank}), got {peer}")
+        return self._ranks[int(peer)]
+
+    def _start_send(self, array, dst, tag) -> Outgoing:
+        world_dst = self._peer(dst, "dst")
+        data = _check_payload(array)
+        tag = _check_tag(tag)
+        arrival = self._ledger.send(data.nbytes, world_dst)
+        self.stats.bytes_sent += data.nbytes
+        self.stats.messages_sent += 1
+        outgoing = Outgoing(self._ep, world_dst, data, self._id, USER, tag, arrival)
+        if self._verbose:
+            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {outgoing.seq}", flush=True)
+        return outgoing
+
+    def _start_recv(self, src, tag, out, op):
+        world_src = self._peer(src, "src")
+        tag = _check_tag(tag)
+        ufunc = _check_op(op, out)
+        if out is not None and not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+        if out is not None and not out.flags.writeable:
+            raise ValueError("out must be writeable")
+        # a non-contiguous out is received through a temporary and copied at the end
+        direct = out is not None and out.flags.c_contiguous
+
+        def accept(meta: Meta):
+            if meta.tag != tag or (out is not None and (meta.dtype != out.dtype or meta.shape != out.shape)):
+                want = f"tag {tag}" + ("" if out is None else f", {out.dtype} {out.shape} (out=)")
+                raise MessageMismatchError(
+                    f"rank {self.rank} expected from rank {src}: {want}; but rank {src} sent: {meta.describe()}")
+            if direct:
+                return out, ufunc
+            return np.empty(meta.shape, meta.dtype), None
+
+        inc = Incoming(self._ep, world_src, self._id, USER, accept)
+
+        def finish() -> np.ndarray:
+            meta = inc.meta
+            self._ledger.recv(meta.arrival, meta.nbytes, world_src)
+            self.stats.bytes_received += meta.nbytes
+            self.stats.messages_received += 1
+            if self._verbose:
+                print(f"rank {self.rank} <- {src}  tag {tag}  {_size(meta.nbytes)}  step {meta.seq}", flush=True)
+            if out is None or direct:
+                return inc.target
+            if ufunc is None:
+                out[...] = inc.target
+            else:
+                ufunc(out, inc.target, out=out)
+            return out
+
+        return inc, finish
+
+    def _internal_send(self, data: np.ndarray, dst: int, kind: int, stamp: float) -> None:
+        outgoing = Outgoing(self._ep, self._ranks[dst], data, self._id, kind, 0, stamp)
+        while not outgoing.advance():
+            self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=-kind)
+
+    def _internal_recv(self, src: int, kind: int) -> tuple[Meta, np.ndarray]:
+        inc = Incoming(self._ep, self._ranks[src], self._id, kind, lambda meta: (np.empty(meta.shape, meta.dtype), None))
+        while not inc.advance():
+            self._ep.wait(inc.has_data, recv_from=inc.src, tag=-kind)
+        return inc.meta, inc.target
+
+
+def _check_payload(array) -> np.ndarray:
+    if isinstance(array, np.generic):
+        array = np.asarray(array)
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"send expects a numpy array, got {type(array).__name__}")
+    if array.dtype.hasobject or array.dtype.fields is not None or np.dtype(array.dtype.str) != array.dtype:
+        raise TypeError(f"send expects a numeric, bool or string dtype, got {array.dtype} (views such as "
+                        f"x.view(np.uint16) carry other types)")
+    if array.ndim > 32:
+        raise ValueError(f"send supports up to 32 dimensions, got {array.ndim}")
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(array.shape)
+
+
+def _check_tag(tag) -> int:
+    if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or not 0 <= tag < 2**62:
+        raise ValueError(f"tag must be an int >= 0, got {tag!r}")
+    return int(tag)
+
+
+def _check_op(op, out):
+    if op is None:
+        return None
+    if op not in OPS:
+        raise ValueError(f"op must be one of {sorted(OPS)} or None, got {op!r}")
+    if out is None:
+        raise ValueError(f"op={op!r} combines into out=: give the array to combine into")
+    return OPS[op]

@@ -1,0 +1,323 @@
+"""``run(fn, world_size, *args)``: start one process per rank, call ``fn(comm, *args)`` in each, collect.
+
+How a run goes:
+
+1. The parent creates the shared block (mailbox.py's Layout) and one doorbell semaphore per rank. Under
+   "fork" the block is anonymous shared memory, inherited by the children, with no name in /dev/shm at
+   all; under "spawn" it is a named POSIX segment that the children attach to.
+2. It starts ``world_size`` processes with the ``multiprocess`` package (fork by default where it
+   exists; spawn on request and on macOS/Windows). Each limits BLAS to one thread, builds its
+   Communicator, calls ``fn`` and sends back ("ok", result, ledger) or ("error", summary, traceback)
+   through its own pipe.
+3. The parent sleeps in ``multiprocess.connection.wait`` on the pipes and the process sentinels (a
+   sentinel becomes ready when its process ends) until every rank has answered, something goes wrong,
+   or ``timeout`` runs out. No polling loop.
+4. On failure it raises the abort flag in shared memory and rings every doorbell: ranks blocked in
+   send/recv raise at once; ranks busy computing are terminated after ``GRACE`` seconds, killed if they
+   ignore that. Then ``ClusterError`` names the rank that failed first, how (exception, exit code or
+   signal), and carries its traceback. Ctrl-C in the parent goes the same way. Shared memory and
+   semaphores are released in every case.
+
+One BLAS thread per worker: P ranks share the machine's cores, so P BLAS thread pools would fight over
+them. Under fork NumPy is already loaded (its thread pool exists), so environment variables are too late:
+each worker calls ``threadpoolctl.threadpool_limits(1)`` (threadpoolctl comes with scikit-learn, a
+dependency). Under spawn we also set OMP/OPENBLAS/MKL_NUM_THREADS=1 for the children before they import NumPy.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import sys
+import time
+import traceback
+from itertools import count
+
+import multiprocess
+import numpy as np
+from multiprocess.connection import wait
+
+from .comm import Communicator
+from .ledger import Device, Ledger, LinkModel, Trace
+from .mailbox import Aborted, Endpoint, Layout
+
+GRACE = 1.0              # seconds a failing run gives the other ranks to stop before terminating them
+BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_names = count()
+_last_names: list[str] = []
+
+
+class ClusterError(RuntimeError):
+    """A run failed. ``rank``: the rank that failed first (None for a timeout); ``exitcode``; ``details``:
+    its traceback or what happened; the message says all of it."""
+
+    def __init__(self, message: str, rank: int | None = None, exitcode: int | None = None, details: str = ""):
+        super().__init__(message)
+        self.rank, self.exitcode, self.details = rank, exitcode, details
+
+
+def run(fn, world_size: int, *args, timeout: float = 60.0, link: LinkModel | None = None,
+        device: Device | None = None, start_method: str | None = None,
+        mailbox_bytes: int = 2 * 2**20) -> list:
+    """Run ``fn(comm, *args)`` on ``world_size`` ranks (processes); return their results in rank order.
+
+    ``timeout`` bounds the whole run (seconds); ``link`` and ``device`` set the simulated machine
+    (ledger.py); ``start_method`` is "fork" or "spawn" (default: fork where available);
+    ``mailbox_bytes`` is the capacity of each mailbox (the eager limit of ``send``).
+    Raises ``ClusterError`` if a rank raises, exits, is killed, or the time runs out.
+    """
+    return _run(fn, world_size, args, timeout, link, device, start_method, mailbox_bytes)[0]
+
+
+def run_traced(fn, world_size: int, *args, **options) -> tuple[list, Trace]:
+    """Like ``run``, but also return the ``Trace`` (spans, clocks, stats of every rank; see ledger.py)."""
+    results, ledgers = _run(fn, world_size, args, **options)
+    spans = [span for spans, _, _ in ledgers for span in spans]
+    return results, Trace(spans, [clock for _, clock, _ in ledgers], [stats for _, _, stats in ledgers])
+
+
+def last_resource_names() -> list[str]:
+    """The /dev/shm names (segment, semaphores) the last run of this process created — for tests."""
+    return list(_last_names)
+
+
+def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_method=None,
+         mailbox_bytes=2 * 2**20):
+    if not callable(fn):
+        raise TypeError(f"run expects a function fn(comm, *args), got {type(fn).__name__}")
+    if not isinstance(world_size, (int, np.integer)) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if not isinstance(mailbox_bytes, int) or mailbox_bytes < 1024:
+        raise ValueError(f"mailbox_bytes must be an int >= 1024, got {mailbox_bytes!r}")
+    methods = multiprocess.get_all_start_methods()
+    method = start_method or ("fork" if "fork" in methods else "spawn")
+    if method not in ("fork", "spawn") or method not in methods:
+        raise ValueError(f"start_method must be one of {[m for m in methods if m in ('fork', 'spawn')]}, "
+                         f"got {start_method!r}")
+    if method == "spawn":
+        _check_picklable(fn, args)
+    ctx = multiprocess.get_context(method)
+    layout = Layout(int(world_size), mailbox_bytes)
+    # A short spin before sleeping only pays when every rank has a core to itself: ranks <= cores, and
+    # the cores are not already busy with other work (the 1-minute load average says how busy).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    spin = world_size + os.getloadavg()[0] <= cores + 0.5
+    plan = (layout, link or LinkModel(), device or Device(), spin)
+
+    block, shm = _shared_block(layout.total_bytes, method)
+    doorbells = [ctx.Semaphore(0) for _ in range(world_size)]
+    _last_names[:] = ([shm.name] if shm else []) + [s._semlock.name for s in doorbells if s._semlock.name]
+    parent = Endpoint(layout, -1, block, doorbells, spin=False)
+    procs, conns = [], []
+    try:
+        with _blas_env(method):
+            for rank in range(world_size):
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_worker, args=(rank, plan, shm, doorbells, fn, args, writer),
+                                   name=f"minidist-rank-{rank}", daemon=True)
+                proc.start()
+                writer.close()
+                procs.append(proc)
+                conns.append(reader)
+        return _watch(procs, conns, parent, timeout)
+    finally:
+        _shutdown(procs, parent)
+        for conn in conns:
+            conn.close()
+        parent.close()
+        _release(block, shm)
+        del doorbells
+
+
+def _watch(procs, conns, parent: Endpoint, timeout: float):
+    """Wait for every rank's answer; raise ClusterError on the first failure or at the deadline."""
+    deadline = time.monotonic() + timeout
+    answers: dict[int, tuple] = {}
+    pending = {conn: rank for rank, conn in enumerate(conns)}
+    running = {proc.sentinel: rank for rank, proc in enumerate(procs)}
+    failed = timed_out = False
+    while len(answers) < len(procs) and not failed:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = failed = True
+            break
+        for ready in wait(list(pending) + list(running), timeout=remaining):
+            if ready in running:                   # a process ended: read what it sent first, if anything
+                rank = running.pop(ready)
+                ready = conns[rank]
+                if ready not in pending or not ready.poll():
+                    pending.pop(ready, None)
+                    failed |= rank not in answers  # ended without an answer: it died
+                    continue
+            rank = pending.pop(ready)
+            answer = _receive(ready)               # None: the pipe closed without an answer
+            if answer is not None:
+                answers[rank] = answer
+                failed |= answer[0] != "ok"
+    if not failed:
+        return [answers[r][1] for r in range(len(procs))], [answers[r][2] for r in range(len(procs))]
+    blocked = {r: parent.blocked_on(r) for r in running.values()}
+    first_alarm = int(parent.ctrl[1]) if parent.aborting() else -1    # the rank that raised first
+    parent.abort()
+    _stop(procs, conns, pending, answers)
+    if timed_out:
+        waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(blocked.items()))
+        raise ClusterError(f"run timed out after {timeout:g} s; still running: {waiting or 'none'}")
+    raise _error(_culprit(answers, procs, first_alarm), answers, procs)
+
+
+def _culprit(answers, procs, first_alarm: int) -> int:
+    """The rank whose failure caused the others': the first exception, else a death, else an abort."""
+    errors = [r for r, a in answers.items() if a[0] == "error"]
+    if first_alarm in errors:
+        return first_alarm
+    if errors:
+        return min(errors)
+    dead = [r for r, p in enumerate(procs) if r not in answers and p.exitcode is not None]
+    if dead:
+        return min(dead)
+    return min(r for r, a in answers.items() if a[0] == "aborted")
+
+
+def _error(rank, answers, procs) -> ClusterError:
+    answer = answers.get(rank)
+    procs[rank].join(GRACE)                        # it has answered or ended: collect its exit code
+    code = procs[rank].exitcode
+    if answer is not None and answer[0] == "error":
+        return ClusterError(f"rank {rank} raised {answer[1]}\n\n--- traceback of rank {rank} ---\n{answer[2]}",
+                            rank, code, answer[2])
+    if code is not None and code < 0:
+        how = f"was killed by signal {signal.Signals(-code).name}"
+    elif answer is not None:
+        how = "was aborted"
+    else:
+        how = f"exited with code {code} before returning"
+    return ClusterError(f"rank {rank} {how}", rank, code, how)
+
+
+def _receive(conn):
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return None
+
+
+def _stop(procs, conns, pending, answers) -> None:
+    """Give the other ranks GRACE seconds to notice the abort (reading their answers), then terminate."""
+    deadline = time.monotonic() + GRACE
+    running = {p.sentinel: r for r, p in enumerate(procs) if p.is_alive()}
+    while running and (remaining := deadline - time.monotonic()) > 0:
+        for ready in wait(list(running) + list(pending), timeout=remaining):
+            if ready in pending:
+                rank, answer = pending.pop(ready), _receive(ready)
+                if answer is not None:
+                    answers.setdefault(rank, answer)
+            else:
+                running.pop(ready, None)
+
+
+def _shutdown(procs, parent: Endpoint) -> None:
+    """Make sure no worker outlives the run: abort, terminate, then kill; reap them all."""
+    if any(p.is_alive() for p in procs):
+        parent.abort()
+    for sig in ("terminate", "kill"):
+        alive = [p for p in procs if p.is_alive()]
+        for p in alive:
+            getattr(p, sig)()
+        if alive:
+            wait([p.sentinel for p in alive], timeout=1.0)
+    for p in procs:
+        p.join()
+
+
+def _worker(rank, plan, shm, doorbells, fn, args, conn) -> None:
+    """The body of one rank's process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
+    _one_blas_thread()
+    layout, link, device, spin = plan
+    endpoint = None
+    code = 0
+    try:
+        block = _inherited_block if shm is None else shm.buf
+        endpoint = Endpoint(layout, rank, block, doorbells, spin)
+        ledger = Ledger(rank, link, device)
+        comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
+        result = fn(comm, *args)
+        endpoint.mark_done()
+        answer = ("ok", result, (ledger.spans, ledger.clock, comm.stats))
+    except Aborted:
+        answer, code = ("aborted", None, None), 1
+    except BaseException as exc:                     # noqa: BLE001 - report everything, even SystemExit
+        if endpoint is not None:
+            endpoint.abort()
+        answer, code = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()), 1
+    try:
+        conn.send(answer)
+    except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
+        conn.send(("error", f"{type(exc).__name__} while sending rank {rank}'s result: {exc}",
+                   traceback.format_exc()))
+        code = 1
+    conn.close()
+    if endpoint is not None:
+        endpoint.close()
+    sys.exit(code)
+
+
+_inherited_block = None       # under fork: the anonymous shared map, inherited from the parent
+
+
+def _shared_block(nbytes: int, method: str):
+    """(memoryview of the block, SharedMemory or None). Anonymous under fork, named under spawn."""
+    global _inherited_block
+    if method == "fork":
+        _inherited_block = memoryview(mmap.mmap(-1, nbytes))
+        return _inherited_block, None
+    from multiprocess.shared_memory import SharedMemory
+    shm = SharedMemory(name=f"minidist_{os.getpid()}_{next(_names)}", create=True, size=nbytes)
+    return shm.buf, shm
+
+
+def _release(block, shm) -> None:
+    global _inherited_block
+    _inherited_block = None
+    if shm is not None:
+        shm.close()
+        shm.unlink()
+
+
+def _check_picklable(fn, args) -> None:
+    from multiprocess.reduction import ForkingPickler
+    try:
+        ForkingPickler.dumps((fn, args))
+    except Exception as exc:
+        raise TypeError(f"start_method='spawn' sends fn and args to new processes by pickling them, and "
+                        f"{getattr(fn, '__name__', fn)!r} with its args cannot be pickled: "
+                        f"{type(exc).__name__}: {exc}") from exc
+
+
+class _blas_env:
+    """Under spawn: children inherit OMP/OPENBLAS/MKL_NUM_THREADS=1 (restored in the parent afterwards)."""
+
+    def __init__(self, method: str):
+        self.active = method != "fork"
+
+    def __enter__(self):
+        if self.active:
+            self.saved = {k: os.environ.get(k) for k in BLAS_VARS}
+            os.environ.update({k: "1" for k in BLAS_VARS})
+
+    def __exit__(self, *exc):
+        if self.active:
+            for k, v in self.saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def _one_blas_thread() -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:                              # then only the environment variables (spawn) apply
+        return
+    threadpool_limits(1)

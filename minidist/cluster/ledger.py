@@ -1,0 +1,197 @@
+"""Traffic counters, the simulated alpha-beta clock, and the trace of every span.
+
+The machine model (seeds: slides "AI systems: distributed DL, part 2" — T = alpha + beta * n per message,
+the ring allreduce costs 2(P-1)(alpha + beta |W| / P); slides "hardware accelerators" — a V100 has
+16 GB of HBM2 and 300 GB/s of NVLink in total):
+
+* A ``Device`` computes ``flops`` floating-point operations per second and holds ``memory`` bytes.
+* A ``LinkModel`` says what one message costs: sending n bytes occupies the sender for
+  ``alpha + n * beta`` seconds (alpha = latency, beta = seconds per byte = 1 / bandwidth).
+* Every rank has its own clock. ``send`` advances the sender's clock by alpha + n beta and stamps the
+  message with its arrival time; ``recv`` completes at ``max(own clock, arrival)`` — waiting for a late
+  message is idle time. ``comm.compute(flops)`` charges flops / device.flops; ``comm.elapse(seconds)``
+  charges seconds directly. ``barrier()`` is taken as ideal: every clock jumps to the latest one.
+
+The clock is *simulated*: it says how long the program would take on the modelled machine, whatever this
+computer's real speed. Real wall-clock times are for benchmarks/comm.py.
+
+Getting the ledger back to the parent process::
+
+    results, trace = run_traced(fn, world_size, *args)   # same arguments as run(...)
+    trace.spans            # list of Span(rank, start, end, kind, label, peer, nbytes), by rank then time
+    trace.clocks           # final simulated clock of each rank
+    trace.stats            # Stats of each rank's world communicator (payload bytes and messages)
+    trace.save_chrome("ring.json")     # open in https://ui.perfetto.dev or chrome://tracing
+    plot_timeline(trace, path="ring.png")   # a Gantt chart, one row per rank
+
+``comm.stats`` counts payload bytes and messages of one communicator (a sub-communicator from
+``comm.split`` has its own counters); headers, barriers and ``split`` bookkeeping are not counted, so the
+numbers can be compared with the textbook formulas exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """Cost of one message of n bytes: ``alpha + n * beta`` seconds.
+
+    Defaults: alpha = 5 us (a small message across a modern interconnect, software included) and
+    beta = 1 / (25 GB/s), one NVLink-2 link in one direction (the V100's 300 GB/s is 6 links, both
+    directions). InfiniBand EDR would be alpha ~ 1-2 us, beta = 1 / (12.5 GB/s).
+    """
+
+    alpha: float = 5e-6
+    beta: float = 1 / 25e9
+
+    def __post_init__(self):
+        if not (self.alpha >= 0 and self.beta >= 0 and np.isfinite(self.alpha) and np.isfinite(self.beta)):
+            raise ValueError(f"LinkModel expects finite alpha >= 0 and beta >= 0, got {self.alpha}, {self.beta}")
+
+    def time(self, nbytes: int) -> float:
+        """Seconds to send one message of ``nbytes`` bytes."""
+        return self.alpha + nbytes * self.beta
+
+
+@dataclass(frozen=True)
+class Device:
+    """An accelerator: ``flops`` FLOP/s and ``memory`` bytes. Default: a V100 in FP32 (15.7 TFLOP/s, 16 GiB)."""
+
+    flops: float = 15.7e12
+    memory: int = 16 * 2**30
+
+    def __post_init__(self):
+        if not (self.flops > 0 and self.memory > 0):
+            raise ValueError(f"Device expects flops > 0 and memory > 0, got {self.flops}, {self.memory}")
+
+
+@dataclass
+class Stats:
+    """Cumulative payload counters of one communicator (headers and barriers excluded)."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    messages_sent: int = 0
+    messages_received: int = 0
+
+
+@dataclass(frozen=True)
+class Span:
+    """One busy or waiting interval of one rank on the simulated clock (seconds)."""
+
+    rank: int
+    start: float
+    end: float
+    kind: str          # "send", "recv", "compute", "barrier"
+    label: str
+    peer: int = -1     # the other rank of a send/recv (world rank), -1 otherwise
+    nbytes: int = 0
+
+
+class Ledger:
+    """The simulated clock and the spans of one process (shared by all its communicators)."""
+
+    def __init__(self, rank: int, link: LinkModel, device: Device):
+        self.rank, self.link, self.device = rank, link, device
+        self.clock = 0.0
+        self.spans: list[Span] = []
+
+    def record(self, kind: str, end: float, label: str, peer: int = -1, nbytes: int = 0) -> None:
+        """Record the span from the current clock to ``end`` and move the clock there."""
+        self.spans.append(Span(self.rank, self.clock, end, kind, label, peer, nbytes))
+        self.clock = end
+
+    def send(self, nbytes: int, peer: int) -> float:
+        """Charge one send; return the message's arrival time at the receiver."""
+        self.record("send", self.clock + self.link.time(nbytes), f"send {_size(nbytes)} to {peer}", peer, nbytes)
+        return self.clock
+
+    def recv(self, arrival: float, nbytes: int, peer: int) -> None:
+        self.record("recv", max(self.clock, arrival), f"recv {_size(nbytes)} from {peer}", peer, nbytes)
+
+    def compute(self, flops: float, label: str = "") -> None:
+        if not flops >= 0:
+            raise ValueError(f"compute expects flops >= 0, got {flops}")
+        self.record("compute", self.clock + flops / self.device.flops, label or f"{flops:.3g} flop")
+
+    def elapse(self, seconds: float, label: str = "") -> None:
+        if not seconds >= 0:
+            raise ValueError(f"elapse expects seconds >= 0, got {seconds}")
+        self.record("compute", self.clock + seconds, label or f"{seconds:.3g} s")
+
+
+@dataclass
+class Trace:
+    """What ``run_traced`` brings back: every rank's spans, final clock and world-communicator stats."""
+
+    spans: list[Span]
+    clocks: list[float]
+    stats: list[Stats]
+    world_size: int = field(init=False)
+
+    def __post_init__(self):
+        self.world_size = len(self.clocks)
+
+    def rank_spans(self, rank: int) -> list[Span]:
+        return [s for s in self.spans if s.rank == rank]
+
+    def chrome_events(self) -> list[dict]:
+        """Chrome trace events: one process, one thread (track) per rank, times in microseconds."""
+        events = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}}
+                  for r in range(self.world_size)]
+        for s in self.spans:
+            events.append({"name": s.label, "cat": s.kind, "ph": "X", "pid": 0, "tid": s.rank,
+                           "ts": s.start * 1e6, "dur": (s.end - s.start) * 1e6,
+                           "args": {"peer": s.peer, "bytes": s.nbytes}})
+        return events
+
+    def save_chrome(self, path: str | Path) -> Path:
+        """Write the Chrome trace-event JSON (open it in https://ui.perfetto.dev or chrome://tracing)."""
+        path = Path(path)
+        path.write_text(json.dumps({"traceEvents": self.chrome_events(), "displayTimeUnit": "ns"}))
+        return path
+
+
+COLORS = {"send": "tab:blue", "recv": "tab:orange", "compute": "tab:green", "barrier": "tab:gray"}
+
+
+def plot_timeline(trace: Trace, ax=None, path: str | Path | None = None, title: str = "simulated timeline"):
+    """Draw a Gantt chart of ``trace``: one row per rank, one bar per span, coloured by kind.
+
+    Times are shown in microseconds. Returns the matplotlib Axes; saves a PNG when ``path`` is given.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * trace.world_size))
+    for s in trace.spans:
+        if s.end > s.start:
+            ax.barh(s.rank, (s.end - s.start) * 1e6, left=s.start * 1e6, height=0.6,
+                    color=COLORS.get(s.kind, "tab:purple"), edgecolor="black", linewidth=0.3)
+    for kind, color in COLORS.items():
+        if any(s.kind == kind for s in trace.spans):
+            ax.barh([0], [0], color=color, label=kind)   # legend entry only
+    ax.set_yticks(range(trace.world_size), [f"rank {r}" for r in range(trace.world_size)])
+    ax.invert_yaxis()
+    ax.set_xlabel("simulated time (us)")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    if path is not None:
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=120)
+    return ax
+
+
+def _size(nbytes: int) -> str:
+    """4096 -> '4.0 KiB'."""
+    for unit in ("B", "KiB", "MiB"):
+        if nbytes < 1024 or unit == "MiB":
+            return f"{nbytes} B" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return ""

@@ -1,0 +1,335 @@
+"""The transport under the Communicator: mailboxes in one block of shared memory, and doorbells.
+
+Layout of the shared block (created by the launcher, mapped by every rank)::
+
+    control lines (64 bytes each, so two ranks never write the same cache line):
+        line 0                 abort flag, rank that failed first
+        line 1 + r             done[r]: rank r's function has returned
+        line 1 + P + r         status[r]: what rank r is blocked on (op, peer, tag) — for error messages
+        written[s, d], read[s, d]   slots written by s / consumed by d in mailbox s -> d
+    mailboxes: one per ordered pair (s, d), each ``nslots`` slots of [header | segment of payload]
+
+A message takes ceil(nbytes / segment) slots (at least one); its header (sequence number, communicator,
+kind, tag, dtype, shape, nbytes, arrival time) rides in the first. Mailbox s -> d is a ring buffer with a
+single writer (s) and a single reader (d): s may write slot ``written`` while ``written - read <
+nslots``; d may read slot ``read`` while ``read < written``. Each side owns one counter, so no lock is
+needed. Larger messages stream through the ring, segment after segment.
+
+Waiting never burns CPU: every rank has one *doorbell* semaphore and a status line saying what it is
+asleep for (data from s, room in the mailbox to d). Whoever writes into d's mailbox while d sleeps for
+its data, or frees a slot d sleeps for, rings d's doorbell; the sleeper re-checks its condition each time
+the bell rings, and at least every ``POLL`` seconds, when it also notices an abort or a peer that has
+already returned. Only while ranks <= idle cores (launcher.py decides), a rank first spins for ``SPIN``
+seconds, because waking a sleeping process costs tens of microseconds.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+HEADER = struct.Struct("<QQqQdii16s")           # seq, comm, tag, nbytes, arrival, kind, ndim, dtype
+HEADER_BYTES = 384                              # HEADER + up to 32 dims of int64, rounded to 64
+MAX_DIMS = 32
+LINE = 8                                        # int64 per 64-byte control line
+POLL = 0.05                                     # seconds between checks for abort / returned peers
+SPIN = 50e-6                                    # bounded spin before sleeping (only if ranks <= idle cores)
+
+# Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag]
+ROOM, DATA = 1, 2
+_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier: taking a lock is an atomic instruction, which the CPU does not reorder.
+
+    Needed between "publish my counter" and "read the peer's status" (and the mirror image on the other
+    side), so that one of the two always sees the other and no doorbell is missed.
+    """
+    _lock.acquire()
+    _lock.release()
+
+
+class Aborted(Exception):
+    """Raised inside a rank when the run is being aborted because another rank failed or time ran out."""
+
+
+class PeerReturnedError(RuntimeError):
+    """A rank waits for a peer whose function has already returned."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes and offsets of the shared block for ``world_size`` ranks."""
+
+    world_size: int
+    mailbox_bytes: int = 2 * 2**20
+    nslots: int = 16
+
+    @property
+    def segment(self) -> int:
+        return max(64, self.mailbox_bytes // self.nslots // 64 * 64)
+
+    @property
+    def slot_bytes(self) -> int:
+        return HEADER_BYTES + self.segment
+
+    def line(self, name: str, a: int = 0, b: int = 0) -> int:
+        """Index (in int64) of a control value."""
+        p = self.world_size
+        first = {"abort": 0, "done": 1 + a, "status": 1 + p + a,
+                 "written": 1 + 2 * p + a * p + b, "read": 1 + 2 * p + p * p + a * p + b}[name]
+        return first * LINE
+
+    @property
+    def control_bytes(self) -> int:
+        return (1 + 2 * self.world_size + 2 * self.world_size**2) * LINE * 8
+
+    def mailbox_offset(self, src: int, dst: int) -> int:
+        return self.control_bytes + (src * self.world_size + dst) * self.nslots * self.slot_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.mailbox_offset(self.world_size - 1, self.world_size - 1) + self.nslots * self.slot_bytes
+
+    def segment_for(self, itemsize: int) -> int:
+        """Segment size for one message: a whole number of items when an item fits in a segment."""
+        return self.segment // itemsize * itemsize if 0 < itemsize <= self.segment else self.segment
+
+
+class Endpoint:
+    """One rank's view of the shared block: its mailboxes, counters, doorbells and stash.
+
+    ``buf`` is the shared block (a memoryview), ``doorbells`` one semaphore per rank.
+    """
+
+    def __init__(self, layout: Layout, rank: int, buf, doorbells, spin: bool):
+        self.layout, self.rank, self.doorbells, self.spin = layout, rank, doorbells, spin
+        self.ctrl = np.ndarray(layout.control_bytes // 8, dtype=np.int64, buffer=buf)
+        self.buf = buf
+        self.raw = np.ndarray(layout.total_bytes, dtype=np.uint8, buffer=buf)
+        p = layout.world_size
+        self.nslots, self.slot_bytes = layout.nslots, layout.slot_bytes
+        self.status = [layout.line("status", r) for r in range(p)]
+        self.written = [0] * p     # my copies of counters I own: written[me, d] and read[s, me]
+        self.read = [0] * p
+        self.seq = [0] * p          # messages sent to each rank
+        self.stash: dict[tuple, list] = {}   # messages that arrived for another communicator / kind
+
+    def close(self) -> None:
+        """Drop the views of the shared block, so that it can be unmapped."""
+        self.ctrl = self.raw = self.buf = None
+
+    # -- shared state ------------------------------------------------------------------------------------
+    def aborting(self) -> bool:
+        return self.ctrl[0] != 0
+
+    def abort(self) -> None:
+        """Tell every rank to stop (they notice at once: all doorbells ring)."""
+        if self.ctrl[0] == 0:
+            self.ctrl[1] = self.rank
+            self.ctrl[0] = 1
+        for bell in self.doorbells:
+            bell.release()
+
+    def mark_done(self) -> None:
+        self.ctrl[self.layout.line("done", self.rank)] = 1
+        for bell in self.doorbells:
+            bell.release()
+
+    def peer_done(self, peer: int) -> bool:
+        return self.ctrl[self.layout.line("done", peer)] != 0
+
+    def ring_if_asleep(self, peer: int, reason: int, column: int) -> None:
+        """Ring ``peer``'s doorbell if it sleeps for ``reason`` (ROOM/DATA) concerning this rank."""
+        fence()
+        st = self.status[peer]
+        if self.ctrl[st] & reason and self.ctrl[st + column] == self.rank:
+            self.doorbells[peer].release()
+
+    # -- waiting -----------------------------------------------------------------------------------------
+    def wait(self, ready, send_to: int = -1, recv_from: int = -1, tag: int = 0) -> None:
+        """Return when ``ready()`` is true (room to send to ``send_to`` / data from ``recv_from``).
+
+        Raises Aborted, or PeerReturnedError, instead of waiting forever.
+        """
+        if self.spin:
+            stop = time.perf_counter() + SPIN
+            while time.perf_counter() < stop:
+                if ready():
+                    return
+        bell, st = self.doorbells[self.rank], self.status[self.rank]
+        self.ctrl[st + 1:st + 4] = (send_to, recv_from, tag)
+        self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
+        fence()
+        try:
+            while True:
+                while bell.acquire(False):     # old rings: their events are covered by the check below
+                    pass
+                if ready():
+                    return
+                if not bell.acquire(True, POLL):
+                    if self.aborting():
+                        raise Aborted()
+                    for peer in (recv_from, send_to):
+                        if peer >= 0 and self.peer_done(peer) and not ready():
+                            what = "a message from" if peer == recv_from else "room in the mailbox to"
+                            raise PeerReturnedError(
+                                f"rank {self.rank} waits for {what} rank {peer} (tag {tag}), but rank "
+                                f"{peer}'s function has already returned")
+                elif self.aborting():
+                    raise Aborted()
+        finally:
+            self.ctrl[st] = 0
+
+    def blocked_on(self, rank: int) -> str:
+        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line."""
+        st = self.status[rank]
+        mask, send_to, recv_from, tag = (int(v) for v in self.ctrl[st:st + 4])
+        parts = ([f"send to rank {send_to}"] if mask & ROOM else []) + \
+                ([f"recv from rank {recv_from}"] if mask & DATA else [])
+        what = {-1: "barrier", -2: "split"}.get(tag, f"tag {tag}")
+        return f"{' + '.join(parts)} ({what})" if parts else "running"
+
+
+class Outgoing:
+    """A message on its way from this rank to ``dst``: ``advance()`` writes as many segments as fit."""
+
+    def __init__(self, ep: Endpoint, dst: int, data: np.ndarray, comm: int, kind: int, tag: int, arrival: float):
+        self.ep, self.dst = ep, dst
+        self.bytes = data.reshape(-1).view(np.uint8)   # data is C-contiguous
+        self.seg = ep.layout.segment_for(data.dtype.itemsize)
+        self.nseg = max(1, -(-self.bytes.size // self.seg))
+        self.next = 0
+        dtype = data.dtype.str.encode()
+        ep.seq[dst] += 1
+        self.seq = ep.seq[dst]
+        self.header = HEADER.pack(self.seq, comm, tag, self.bytes.size, arrival, kind, data.ndim, dtype)
+        self.shape = struct.pack(f"<{data.ndim}q", *data.shape)
+        self.read_index = ep.layout.line("read", ep.rank, dst)
+        self.written_index = ep.layout.line("written", ep.rank, dst)
+        self.box = ep.layout.mailbox_offset(ep.rank, dst)
+
+    def has_room(self) -> bool:
+        ep = self.ep
+        return ep.written[self.dst] - ep.ctrl[self.read_index] < ep.nslots
+
+    def advance(self) -> bool:
+        """Write segments while there are free slots; True when the whole message is written."""
+        ep, dst = self.ep, self.dst
+        while self.next < self.nseg:
+            if not self.has_room():
+                return False
+            w = ep.written[dst]
+            offset = self.box + (w % ep.nslots) * ep.slot_bytes
+            if self.next == 0:
+                ep.buf[offset:offset + HEADER.size] = self.header
+                ep.buf[offset + HEADER.size:offset + HEADER.size + len(self.shape)] = self.shape
+            lo = self.next * self.seg
+            piece = self.bytes[lo:lo + self.seg]
+            start = offset + HEADER_BYTES
+            ep.raw[start:start + piece.size] = piece
+            ep.written[dst] = w + 1
+            ep.ctrl[self.written_index] = w + 1      # publish after the data is in place
+            ep.ring_if_asleep(dst, DATA, 2)
+            self.next += 1
+        return True
+
+
+class Incoming:
+    """A message being received from ``src``: ``advance()`` consumes the segments that have arrived.
+
+    ``accept(meta)`` is called with the header of the next message of this communicator and kind; it
+    checks it and returns the destination array (C-contiguous, of the message's dtype and shape) and the
+    ufunc to combine with (None: plain copy). Messages of another communicator or kind are stashed.
+    """
+
+    def __init__(self, ep: Endpoint, src: int, comm: int, kind: int, accept):
+        self.ep, self.src, self.key, self.accept = ep, src, (comm, kind, src), accept
+        self.written_index = ep.layout.line("written", src, ep.rank)
+        self.read_index = ep.layout.line("read", src, ep.rank)
+        self.box = ep.layout.mailbox_offset(src, ep.rank)
+        self.meta = None           # header of the message in progress
+        self.done = False
+
+    def has_data(self) -> bool:
+        return self.ep.read[self.src] < self.ep.ctrl[self.written_index]
+
+    def advance(self) -> bool:
+        ep = self.ep
+        if self.meta is None and ep.stash.get(self.key):
+            meta, data = ep.stash[self.key].pop(0)
+            self.target, ufunc = self.accept(meta)
+            _combine(self.target.reshape(-1), data.reshape(-1), ufunc)
+            self.meta, self.done = meta, True
+        while not self.done:
+            if not self.has_data():
+                return False
+            r = ep.read[self.src]
+            offset = self.box + (r % ep.nslots) * ep.slot_bytes
+            if self.meta is None:
+                self.start_message(offset)
+            lo = self.next * self.seg
+            n = min(self.seg, self.nbytes - lo)
+            incoming = ep.raw[offset + HEADER_BYTES:offset + HEADER_BYTES + n]
+            if self.ufunc is None:
+                self.target_bytes[lo:lo + n] = incoming
+            else:
+                itemsize = self.target.dtype.itemsize
+                _combine(self.target_flat[lo // itemsize:(lo + n) // itemsize],
+                         incoming.view(self.target.dtype), self.ufunc)
+            ep.read[self.src] = r + 1
+            ep.ctrl[self.read_index] = r + 1
+            ep.ring_if_asleep(self.src, ROOM, 1)
+            self.next += 1
+            if self.next == self.nseg:
+                if self.stashing:
+                    ep.stash.setdefault(self.stash_key, []).append((self.meta, self.target))
+                    self.meta = None
+                else:
+                    self.done = True
+        return True
+
+    def start_message(self, offset: int) -> None:
+        seq, comm, tag, nbytes, arrival, kind, ndim, dtype = HEADER.unpack_from(self.ep.buf, offset)
+        shape = struct.unpack_from(f"<{ndim}q", self.ep.buf, offset + HEADER.size)
+        meta = Meta(seq, comm, kind, tag, nbytes, arrival, np.dtype(dtype.rstrip(b"\0").decode()), shape)
+        self.meta, self.nbytes, self.next = meta, nbytes, 0
+        self.seg = self.ep.layout.segment_for(meta.dtype.itemsize)
+        self.nseg = max(1, -(-nbytes // self.seg))
+        self.stashing = (comm, kind, self.src) != self.key
+        if self.stashing:       # another communicator's message: keep it aside, in arrival order
+            self.stash_key = (comm, kind, self.src)
+            self.target, self.ufunc = np.empty(shape, meta.dtype), None
+        else:
+            self.target, self.ufunc = self.accept(meta)
+        self.target_flat = self.target.reshape(-1)
+        self.target_bytes = self.target_flat.view(np.uint8)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """A message header as the receiver sees it."""
+
+    seq: int
+    comm: int
+    kind: int
+    tag: int
+    nbytes: int
+    arrival: float
+    dtype: np.dtype
+    shape: tuple
+
+    def describe(self) -> str:
+        return f"tag {self.tag}, {self.dtype} {self.shape}, {self.nbytes} bytes"
+
+
+def _combine(target: np.ndarray, incoming: np.ndarray, ufunc) -> None:
+    if ufunc is None:
+        target[...] = incoming
+    else:
+        ufunc(target, incoming, out=target)
