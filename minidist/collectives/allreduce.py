@@ -1,0 +1,109 @@
+"""allreduce: every rank contributes an array, every rank gets the elementwise sum (or mean, max, min).
+
+This file holds the entry point, the two algorithms of the first lecture slides, and ``auto``:
+
+- ``naive``: everyone sends its whole array to everyone else; each rank adds the P arrays itself.
+  (P − 1)·n elements sent per rank, O(n P²) in total; T = (P − 1)(α + n β).
+- ``parameter_server``: one rank (the "manager", rank 0, itself one of the workers) receives every array,
+  adds them, and sends the sum back. Only O(n P) in total, but all of it through one node: the root sends
+  and receives (P − 1)·n, the workers n each. With receives free in the α-β model the root's sends are
+  the bottleneck: T = P (α + n β).
+
+The others live in ring.py (``ring``), tree.py (``tree``) and halving_doubling.py (``recursive_doubling``,
+``rabenseifner``); their costs are in cost.py. Seeds: "Scaling Up Training" (naive vs manager vs ring and
+their work counts), "Hardware Accelerators for Training DNNs" (collectives and their algorithms).
+
+``auto`` picks as MPICH's classic allreduce does (MPICH src/mpi/coll/allreduce, CVAR
+MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE, default 2048 bytes): recursive doubling when the array has at most
+2048 bytes or fewer elements than P' (the largest power of two <= P), otherwise Rabenseifner's
+reduce-scatter + allgather. Newer MPICH releases choose from a tuning table (including a ring); the
+classic rule is the one documented in MPICH's source and the one taught here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.collectives.common import (
+    TAGS,
+    UFUNCS,
+    check_array,
+    check_comm,
+    check_op,
+    finish,
+    flat_copy,
+    largest_power_of_two,
+)
+from minidist.collectives.halving_doubling import rabenseifner_allreduce, recursive_doubling_allreduce
+from minidist.collectives.ring import ring_allreduce
+from minidist.collectives.tree import tree_allreduce
+
+SHORT_MESSAGE_BYTES = 2048  # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE default
+
+
+def naive_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Everyone sends its 1-D array to everyone; each rank reduces the P arrays in rank order."""
+    p, r, tag = comm.world_size, comm.rank, TAGS["naive"]
+    arrays = [flat] * p
+    for shift in range(1, p):  # in round `shift`, send to r + shift, receive from r − shift
+        src = (r - shift) % p
+        arrays[src] = comm.sendrecv(flat, dst=(r + shift) % p, src=src, sendtag=tag, recvtag=tag,
+                                    out=np.empty_like(flat))
+    total = arrays[0].copy()
+    for other in arrays[1:]:  # the same order on every rank, so the same bits on every rank
+        UFUNCS[op](total, other, out=total)
+    return total
+
+
+def parameter_server_allreduce(comm, flat: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
+    """The root (one of the workers) receives and reduces every 1-D array, then sends the result back."""
+    p, r, tag = comm.world_size, comm.rank, TAGS["parameter_server"]
+    # BEGIN SOLUTION parameter_server_allreduce
+    if r != root:
+        comm.send(flat, dst=root, tag=tag)
+        return comm.recv(root, tag=tag, out=flat)
+    for worker in range(p):  # reduce in rank order, straight out of each worker's message
+        if worker != root:
+            comm.recv(worker, tag=tag, out=flat, op=op)
+    for worker in range(p):
+        if worker != root:
+            comm.send(flat, dst=worker, tag=tag)
+    return flat
+    # END SOLUTION
+
+
+ALGORITHMS = {
+    "naive": naive_allreduce,
+    "parameter_server": parameter_server_allreduce,
+    "ring": ring_allreduce,
+    "tree": tree_allreduce,
+    "recursive_doubling": recursive_doubling_allreduce,
+    "rabenseifner": rabenseifner_allreduce,
+}
+
+
+def choose_algorithm(nbytes: int, n: int, world_size: int) -> str:
+    """MPICH's classic choice: recursive doubling for short arrays, Rabenseifner for long ones."""
+    if nbytes <= SHORT_MESSAGE_BYTES or n < largest_power_of_two(world_size):
+        return "recursive_doubling"
+    return "rabenseifner"
+
+
+def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+    """Reduce x elementwise over all ranks; every rank receives the result (a new array).
+
+    x: any shape, float or integer dtype, the same shape and dtype on every rank. op: "sum", "mean",
+    "max" or "min". algorithm: one of ``ALGORITHMS`` or "auto". Returns an array of x's shape and dtype,
+    bitwise the same on every rank; x itself is not modified.
+    """
+    check_comm(comm)
+    x = check_array(x)
+    check_op(op, x.dtype)
+    if algorithm == "auto":
+        algorithm = choose_algorithm(x.nbytes, x.size, comm.world_size)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
+    flat = flat_copy(x)
+    if comm.world_size > 1:
+        flat = ALGORITHMS[algorithm](comm, flat, "sum" if op == "mean" else op)
+    return finish(flat, op, comm.world_size, x.shape)

@@ -1,0 +1,80 @@
+"""What every collective shares: input checks, chunk boundaries, reduction ops and message tags.
+
+Chunks follow ``np.array_split``: n elements split into P pieces give the first ``n % P`` pieces
+``n // P + 1`` elements and the rest ``n // P`` (some are empty when n < P). ``chunk_bounds(n, P)``
+returns the P + 1 offsets, so piece i is ``flat[bounds[i]:bounds[i + 1]]``.
+
+Tags: every collective (and every allreduce algorithm) sends with its own tag. If the ranks disagree on
+which collective or algorithm they are running, the first mismatched message carries the wrong tag and
+the cluster raises an error naming both sides, instead of mixing up data. Receives always pass ``out=``
+with the expected shape, so ranks that disagree on the length fail the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Reductions the collectives accept; "mean" is a sum divided by the world size at the end.
+REDUCE_OPS = ("sum", "mean", "max", "min")
+# The in-place NumPy ufunc of each op (the same elementwise operation the cluster's recv(op=) applies).
+UFUNCS = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
+
+TAGS = {
+    "broadcast": 1, "reduce": 2, "gather": 3, "scatter": 4, "allgather": 5, "reduce_scatter": 6,
+    "alltoall": 7,
+    "naive": 11, "parameter_server": 12, "ring": 13, "tree": 14, "recursive_doubling": 15,
+    "rabenseifner": 16,
+}
+
+
+def check_comm(comm) -> None:
+    for name in ("rank", "world_size", "send", "recv", "sendrecv"):
+        if not hasattr(comm, name):
+            raise TypeError(f"expected a minidist.cluster Communicator as `comm`, got {type(comm).__name__}")
+
+
+def check_op(op: str, dtype: np.dtype) -> str:
+    if op not in REDUCE_OPS:
+        raise ValueError(f"op must be one of {REDUCE_OPS}, got {op!r}")
+    if op == "mean" and dtype.kind != "f":
+        raise TypeError(f'op="mean" needs a float array, got dtype {dtype}')
+    return op
+
+
+def check_array(x, what: str = "x") -> np.ndarray:
+    """x as a NumPy array of a float or integer dtype (bool, object, complex are refused)."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array, got {type(x).__name__}")
+    if x.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must have a float or integer dtype, got {x.dtype}")
+    return x
+
+
+def check_root(comm, root: int) -> int:
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.world_size:
+        raise ValueError(f"root must be a rank in [0, {comm.world_size}), got {root!r}")
+    return int(root)
+
+
+def flat_copy(x: np.ndarray) -> np.ndarray:
+    """A new contiguous 1-D copy of x: the working buffer an algorithm may overwrite."""
+    return np.array(x, copy=True, order="C").reshape(-1)
+
+
+def chunk_bounds(n: int, parts: int) -> np.ndarray:
+    """Offsets of np.array_split(range(n), parts): piece i is [bounds[i], bounds[i + 1])."""
+    sizes = np.full(parts, n // parts, dtype=np.int64)
+    sizes[: n % parts] += 1
+    return np.concatenate([[0], np.cumsum(sizes)])
+
+
+def largest_power_of_two(p: int) -> int:
+    """The largest power of two <= p (p >= 1)."""
+    return 1 << (p.bit_length() - 1)
+
+
+def finish(total: np.ndarray, op: str, world_size: int, shape: tuple) -> np.ndarray:
+    """Turn the reduced flat buffer into the result: divide for "mean", restore the shape."""
+    if op == "mean":
+        np.divide(total, world_size, out=total, casting="unsafe")
+    return total.reshape(shape)

@@ -1,0 +1,151 @@
+"""The other collectives: broadcast, reduce, gather, scatter, allgather, reduce_scatter, alltoall, barrier.
+
+P ranks; x is this rank's array. Each returns a new array (or list of arrays) and never modifies x.
+
+    broadcast(x, root)   root's x to every rank              binomial tree, ⌈log2 P⌉ steps
+    reduce(x, root)      elementwise sum at root, None else   binomial tree, ⌈log2 P⌉ steps
+    gather(x, root)      [x_0, ..., x_{P-1}] at root          root receives P − 1 messages
+    scatter(chunks, root)  chunks[r] to rank r               root sends P − 1 messages
+    allgather(x)         [x_0, ..., x_{P-1}] on every rank    ring, P − 1 steps
+    reduce_scatter(x)    piece r of the sum on rank r         ring, P − 1 steps, (P − 1)/P · n per rank
+    alltoall(chunks)     out[j] = rank j's chunks[r]          P − 1 pairwise exchanges
+
+gather, allgather, scatter and alltoall accept arrays of different shapes on different ranks; the
+reductions need the same shape and dtype everywhere. Pieces of reduce_scatter follow
+np.array_split(total.ravel(), P), so P may exceed the length (some pieces are then empty).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.collectives.common import (
+    TAGS,
+    check_array,
+    check_comm,
+    check_op,
+    check_root,
+    chunk_bounds,
+    finish,
+    flat_copy,
+)
+
+
+def broadcast(comm, x: np.ndarray | None, root: int = 0) -> np.ndarray:
+    """root's x on every rank. Other ranks may pass None, or an array of the expected shape and dtype."""
+    check_comm(comm)
+    p, root, tag = comm.world_size, check_root(comm, root), TAGS["broadcast"]
+    me = (comm.rank - root) % p  # number the ranks so that the root is 0
+    if me == 0:
+        data = check_array(x).copy()
+    mask = 1
+    while mask < p:  # receive from the parent (me with its lowest set bit cleared)
+        if me & mask:
+            out = None if x is None else np.empty_like(check_array(x))
+            data = comm.recv((me - mask + root) % p, tag=tag, out=out)
+            break
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:  # forward to the children, farthest first
+        if me + mask < p:
+            comm.send(data, dst=(me + mask + root) % p, tag=tag)
+        mask >>= 1
+    return data
+
+
+def reduce(comm, x: np.ndarray, root: int = 0, op: str = "sum") -> np.ndarray | None:
+    """The elementwise reduction (sum, mean, max, min) of every rank's x at root; None elsewhere."""
+    check_comm(comm)
+    x = check_array(x)
+    p, root, tag = comm.world_size, check_root(comm, root), TAGS["reduce"]
+    check_op(op, x.dtype)
+    me = (comm.rank - root) % p
+    total = flat_copy(x)
+    mask = 1
+    while mask < p:  # add the children's partial results, then pass ours to the parent
+        if me & mask:
+            comm.send(total, dst=(me - mask + root) % p, tag=tag)
+            return None
+        if me + mask < p:
+            comm.recv((me + mask + root) % p, tag=tag, out=total, op="sum" if op == "mean" else op)
+        mask <<= 1
+    return finish(total, op, p, x.shape)
+
+
+def gather(comm, x: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
+    """The list [x of rank 0, ..., x of rank P − 1] at root; None elsewhere."""
+    check_comm(comm)
+    x = check_array(x)
+    root, tag = check_root(comm, root), TAGS["gather"]
+    if comm.rank != root:
+        comm.send(x, dst=root, tag=tag)
+        return None
+    return [x.copy() if src == root else comm.recv(src, tag=tag) for src in range(comm.world_size)]
+
+
+def scatter(comm, chunks: list[np.ndarray] | None, root: int = 0) -> np.ndarray:
+    """chunks[r] of the root's list on rank r (the list has one array per rank; others may pass None)."""
+    check_comm(comm)
+    root, tag = check_root(comm, root), TAGS["scatter"]
+    if comm.rank != root:
+        return comm.recv(root, tag=tag)
+    if not isinstance(chunks, (list, tuple)) or len(chunks) != comm.world_size:
+        raise ValueError(f"scatter: the root needs a list of {comm.world_size} arrays (one per rank)")
+    for dst, chunk in enumerate(chunks):
+        if dst != root:
+            comm.send(check_array(chunk, f"chunks[{dst}]"), dst=dst, tag=tag)
+    return check_array(chunks[root], f"chunks[{root}]").copy()
+
+
+def allgather(comm, x: np.ndarray) -> list[np.ndarray]:
+    """The list [x of rank 0, ..., x of rank P − 1] on every rank (a ring: each x travels P − 1 hops)."""
+    check_comm(comm)
+    x = check_array(x)
+    p, r, tag = comm.world_size, comm.rank, TAGS["allgather"]
+    out = [None] * p
+    out[r] = x.copy()
+    for s in range(p - 1):  # forward what arrived last step; receive the next one from the left
+        out[(r - s - 1) % p] = comm.sendrecv(out[(r - s) % p], dst=(r + 1) % p, src=(r - 1) % p,
+                                             sendtag=tag, recvtag=tag)
+    return out
+
+
+def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Piece r of np.array_split(reduction of all x, P).ravel() on rank r (a ring reduce-scatter)."""
+    check_comm(comm)
+    x = check_array(x)
+    check_op(op, x.dtype)
+    p, r, tag = comm.world_size, comm.rank, TAGS["reduce_scatter"]
+    flat = flat_copy(x)
+    bounds = chunk_bounds(flat.size, p)
+
+    def piece(i: int) -> np.ndarray:
+        i %= p
+        return flat[bounds[i]:bounds[i + 1]]
+
+    for s in range(p - 1):  # as in ring allreduce: after P − 1 hops piece r is complete on rank r
+        comm.sendrecv(piece(r - s - 1), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag, recvtag=tag,
+                      out=piece(r - s - 2), op="sum" if op == "mean" else op)
+    mine = piece(r).copy()
+    return finish(mine, op, p, mine.shape)
+
+
+def alltoall(comm, chunks: list[np.ndarray]) -> list[np.ndarray]:
+    """out[j] = rank j's chunks[r]: every rank sends a different array to every other rank."""
+    check_comm(comm)
+    p, r, tag = comm.world_size, comm.rank, TAGS["alltoall"]
+    if not isinstance(chunks, (list, tuple)) or len(chunks) != p:
+        raise ValueError(f"alltoall needs a list of {p} arrays (one per destination rank)")
+    out = [None] * p
+    out[r] = check_array(chunks[r], f"chunks[{r}]").copy()
+    for shift in range(1, p):  # round `shift`: send to r + shift, receive from r − shift
+        dst, src = (r + shift) % p, (r - shift) % p
+        out[src] = comm.sendrecv(check_array(chunks[dst], f"chunks[{dst}]"), dst=dst, src=src,
+                                 sendtag=tag, recvtag=tag)
+    return out
+
+
+def barrier(comm) -> None:
+    """Return only when every rank has called barrier (the cluster's own, uncounted in the ledger)."""
+    check_comm(comm)
+    comm.barrier()

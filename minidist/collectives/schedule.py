@@ -1,0 +1,185 @@
+"""Who sends which chunk to whom at each step of an allreduce algorithm — and what that costs.
+
+``schedule(algorithm, P)`` lists, step by step, the transfers the code in allreduce.py, ring.py, tree.py and
+halving_doubling.py performs. A transfer moves chunks ``lo..hi-1`` of the array, cut into ``parts`` chunks
+with np.array_split (``parts`` is P for the ring, P' for Rabenseifner, 1 for whole-array algorithms), and
+either adds them into the receiver's copy (``reduce=True``) or overwrites it. The pattern does not depend
+on the array's length: short arrays just send empty chunks.
+
+``simulate(schedule, n, itemsize, alpha, beta)`` replays the schedule under the cluster's α-β clock
+(a send of b bytes occupies the sender for α + bβ; a receive completes at max(own clock, arrival)) and
+returns exactly what the ledger should record: per-rank messages and bytes, and the simulated time.
+The lesson draws these schedules; the tests check them against the real ledger and clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minidist.collectives.common import chunk_bounds, largest_power_of_two
+
+
+@dataclass(frozen=True)
+class Transfer:
+    src: int
+    dst: int
+    lo: int  # first chunk sent
+    hi: int  # one past the last chunk sent
+    reduce: bool  # True: the receiver adds it in; False: the receiver overwrites its copy
+
+
+@dataclass(frozen=True)
+class Schedule:
+    algorithm: str
+    world_size: int
+    parts: int  # the array is cut into this many chunks (np.array_split)
+    steps: tuple  # tuple of steps, each a tuple of Transfers
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What each rank sent and received (lists by rank, bytes are payload) and the simulated time."""
+
+    steps: int
+    messages_sent: list
+    bytes_sent: list
+    messages_received: list
+    bytes_received: list
+    finish: list  # each rank's clock at the end (seconds)
+
+    @property
+    def time(self) -> float:
+        return max(self.finish)
+
+
+def _ring(p: int) -> list:
+    reduce_scatter = [[Transfer(r, (r + 1) % p, (r - s - 1) % p, (r - s - 1) % p + 1, True) for r in range(p)]
+                      for s in range(p - 1)]
+    allgather = [[Transfer(r, (r + 1) % p, (r - s) % p, (r - s) % p + 1, False) for r in range(p)]
+                 for s in range(p - 1)]
+    return reduce_scatter + allgather
+
+
+def _naive(p: int) -> list:
+    return [[Transfer(r, (r + s) % p, 0, 1, True) for r in range(p)] for s in range(1, p)]
+
+
+def _parameter_server(p: int) -> list:
+    return [[Transfer(w, 0, 0, 1, True) for w in range(1, p)], [Transfer(0, w, 0, 1, False) for w in range(1, p)]]
+
+
+def _tree(p: int) -> list:
+    lowbit = [r & -r for r in range(p)]
+    steps, mask = [], 1
+    while mask < p:  # reduce: ranks whose lowest set bit is `mask` send to r − mask
+        steps.append([Transfer(r, r - mask, 0, 1, True) for r in range(p) if lowbit[r] == mask])
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:  # broadcast: multiples of 2·mask send to r + mask
+        steps.append([Transfer(r, r + mask, 0, 1, False) for r in range(0, p, 2 * mask) if r + mask < p])
+        mask >>= 1
+    return steps
+
+
+def _fold(p: int, parts: int) -> tuple[int, int, list, list, list]:
+    """The non-power-of-two fold: (P', rem, active real ranks by new number, step in, step out)."""
+    p2 = largest_power_of_two(p)
+    rem = p - p2
+    active = [2 * me + 1 if me < rem else me + rem for me in range(p2)]
+    fold_in = [Transfer(r, r + 1, 0, parts, True) for r in range(0, 2 * rem, 2)]
+    fold_out = [Transfer(r + 1, r, 0, parts, False) for r in range(0, 2 * rem, 2)]
+    return p2, rem, active, fold_in, fold_out
+
+
+def _recursive_doubling(p: int) -> list:
+    p2, _, active, fold_in, fold_out = _fold(p, 1)
+    steps = [fold_in] if fold_in else []
+    distance = 1
+    while distance < p2:
+        steps.append([Transfer(active[me], active[me ^ distance], 0, 1, True) for me in range(p2)])
+        distance <<= 1
+    return steps + ([fold_out] if fold_out else [])
+
+
+def _rabenseifner(p: int) -> list:
+    p2, _, active, fold_in, fold_out = _fold(p, largest_power_of_two(p))
+    steps = [fold_in] if fold_in else []
+    ranges = [(0, p2)] * p2  # chunks each new rank is responsible for
+    history = [[] for _ in range(p2)]
+    distance = p2 // 2
+    while distance >= 1:  # recursive halving: send the half the partner keeps
+        step = []
+        for me in range(p2):
+            lo, hi = ranges[me]
+            mid = (lo + hi) // 2
+            keep, give = ((mid, hi), (lo, mid)) if me & distance else ((lo, mid), (mid, hi))
+            step.append(Transfer(active[me], active[me ^ distance], *give, True))
+            history[me].append(ranges[me])
+            ranges[me] = keep
+        steps.append(step)
+        distance //= 2
+    distance = 1
+    while distance < p2:  # recursive doubling: send what I hold, get the partner's half back
+        steps.append([Transfer(active[me], active[me ^ distance], *ranges[me], False) for me in range(p2)])
+        ranges = [history[me].pop() for me in range(p2)]
+        distance <<= 1
+    return steps + ([fold_out] if fold_out else [])
+
+
+_BUILDERS = {"naive": _naive, "parameter_server": _parameter_server, "ring": _ring, "tree": _tree,
+             "recursive_doubling": _recursive_doubling, "rabenseifner": _rabenseifner}
+
+
+def schedule(algorithm: str, world_size: int) -> Schedule:
+    """The step-by-step transfers of ``allreduce(..., algorithm=algorithm)`` on world_size ranks."""
+    if algorithm not in _BUILDERS:
+        raise ValueError(f"algorithm must be one of {sorted(_BUILDERS)}, got {algorithm!r}")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    parts = {"ring": world_size, "rabenseifner": largest_power_of_two(world_size)}.get(algorithm, 1)
+    steps = _BUILDERS[algorithm](world_size) if world_size > 1 else []
+    return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step))
+
+
+def simulate(plan: Schedule, n: int, itemsize: int, alpha: float, beta: float) -> Traffic:
+    """Replay ``plan`` for an array of n elements of itemsize bytes under the α-β clock."""
+    p, bounds = plan.world_size, chunk_bounds(n, plan.parts)
+    programs = [[] for _ in range(p)]  # each rank's operations in the order its code performs them
+    for step in plan.steps:
+        for t in step:
+            programs[t.src].append(("send", t))
+        for t in step:
+            programs[t.dst].append(("recv", t))
+    clock, arrivals = [0.0] * p, {}  # arrivals[(src, dst)]: FIFO of arrival times in flight
+    counts = {k: [0] * p for k in ("ms", "bs", "mr", "br")}
+    position = [0] * p
+    while any(position[r] < len(programs[r]) for r in range(p)):
+        progressed = False
+        for r in range(p):
+            while position[r] < len(programs[r]):
+                kind, t = programs[r][position[r]]
+                nbytes = int(bounds[t.hi] - bounds[t.lo]) * itemsize
+                if kind == "send":
+                    clock[r] += alpha + nbytes * beta
+                    arrivals.setdefault((r, t.dst), []).append(clock[r])
+                    counts["ms"][r] += 1
+                    counts["bs"][r] += nbytes
+                else:
+                    queue = arrivals.get((t.src, r))
+                    if not queue:
+                        break  # wait for the sender
+                    clock[r] = max(clock[r], queue.pop(0))
+                    counts["mr"][r] += 1
+                    counts["br"][r] += nbytes
+                position[r] += 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {plan.algorithm} deadlocks")  # a bug in this file, not the user's
+    return Traffic(len(plan.steps), counts["ms"], counts["bs"], counts["mr"], counts["br"], clock)
+
+
+def chunk_sizes(plan: Schedule, n: int) -> np.ndarray:
+    """Number of elements in each of the plan's chunks for an array of n elements."""
+    return np.diff(chunk_bounds(n, plan.parts))
