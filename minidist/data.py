@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import gzip
 import os
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,7 +72,7 @@ def load_mnist(directory: str, dtype=np.float32) -> Dataset:
             raise FileNotFoundError(f"load_mnist: missing {stem} (or {stem}.gz) in {directory!r}")
         arrays.append(_read_idx(found[0]))
     x_train, y_train, x_test, y_test = arrays
-    to_images = lambda a: (a.astype(dtype) / 255.0).reshape(-1, 1, *a.shape[1:])  # noqa: E731
+    to_images = lambda a: (a.astype(dtype) / 255.0).reshape(-1, 1, *a.shape[1:])
     return Dataset(to_images(x_train), y_train.astype(np.int64), to_images(x_test), y_test.astype(np.int64))
 
 

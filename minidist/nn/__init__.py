@@ -1,8 +1,14 @@
 """Layers with hand-written backward passes (names and shapes follow torch.nn)."""
 
-from .activation import ReLU
+from .activation import GELU, Dropout, ReLU, Sigmoid, Tanh
+from .conv import AvgPool2d, Conv2d, Flatten, MaxPool2d
 from .linear import Linear
 from .loss import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter, Sequential
+from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 
-__all__ = ["Module", "Parameter", "Sequential", "Linear", "ReLU", "CrossEntropyLoss", "MSELoss"]
+__all__ = [
+    "GELU", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "CrossEntropyLoss", "Dropout", "Flatten",
+    "GroupNorm", "LayerNorm", "Linear", "MSELoss", "MaxPool2d", "Module", "Parameter", "ReLU", "Sequential",
+    "Sigmoid", "Tanh",
+]

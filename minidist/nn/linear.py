@@ -14,6 +14,8 @@ here the batch is in rows, as in PyTorch, so the transposes sit on the other sid
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .module import Module, Parameter, check_float_array, resolve_rng
@@ -37,25 +39,34 @@ class Linear(Module):
         check_float_array(x, "Linear input")
         if x.ndim < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"Linear expects input of shape (..., {self.in_features}), got {x.shape}")
+        # BEGIN SOLUTION linear
         self._x2d = x.reshape(-1, self.in_features)  # keep the input: backward needs it for dW
         y = self._x2d @ self.weight.data.T
         if self.bias is not None:
             y += self.bias.data
         return y.reshape(*x.shape[:-1], self.out_features)
+        # END SOLUTION
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         if self._x2d is None:
             raise RuntimeError("Linear.backward called before forward")
+        # BEGIN SOLUTION linear
         dy2d = dy.reshape(-1, self.out_features)
         self.weight.grad += dy2d.T @ self._x2d
         if self.bias is not None:
             self.bias.grad += dy2d.sum(axis=0)
         dx = dy2d @ self.weight.data
         return dx.reshape(*dy.shape[:-1], self.in_features)
+        # END SOLUTION
 
-    def flops(self, batch: int) -> int:
-        """Multiply-adds counted as 2 FLOPs: forward 2·N·in·out; backward twice that."""
-        return 2 * batch * self.in_features * self.out_features
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """Forward FLOPs 2·N·in·out for an input of shape (..., in) with N = the product of the leading
+        dimensions (multiply-add = 2; the bias is not counted, as in torch.utils.flop_counter).
+        Backward costs twice that (dx and dW are one product each)."""
+        input_shape = tuple(input_shape)
+        if not input_shape or input_shape[-1] != self.in_features:
+            raise ValueError(f"Linear.flops expects an input shape (..., {self.in_features}), got {input_shape}")
+        return 2 * math.prod(input_shape[:-1]) * self.in_features * self.out_features
 
     def __repr__(self) -> str:
         return f"Linear({self.in_features}, {self.out_features}, bias={self.bias is not None})"

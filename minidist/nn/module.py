@@ -12,7 +12,7 @@ There is no autograd: every layer writes its backward pass by hand, which is the
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class Module:
         return self.forward(x)
 
     # -- walking the tree ------------------------------------------------------------------------------
-    def named_children(self) -> Iterator[tuple[str, "Module"]]:
+    def named_children(self) -> Iterator[tuple[str, Module]]:
         for name, value in vars(self).items():
             if isinstance(value, Module):
                 yield name, value
@@ -79,10 +79,10 @@ class Module:
                     if isinstance(item, Module):
                         yield f"{name}.{i}", item
 
-    def children(self) -> list["Module"]:
+    def children(self) -> list[Module]:
         return [m for _, m in self.named_children()]
 
-    def modules(self) -> Iterator["Module"]:
+    def modules(self) -> Iterator[Module]:
         """This module and every module below it, depth first."""
         yield self
         for child in self.children():
@@ -118,12 +118,12 @@ class Module:
         for p in self.parameters():
             p.zero_grad()
 
-    def train(self, mode: bool = True) -> "Module":
+    def train(self, mode: bool = True) -> Module:
         for m in self.modules():
             m.training = mode
         return self
 
-    def eval(self) -> "Module":
+    def eval(self) -> Module:
         return self.train(False)
 
     # -- saving and loading ------------------------------------------------------------------------------
