@@ -94,7 +94,11 @@ class Communicator:
         while not (sent and received):
             sent = sent or outgoing.advance()
             received = received or inc.advance()
-            if not sent and not received:
+            if sent and not received:
+                self._ep.wait(inc.has_data, recv_from=inc.src, tag=recvtag)
+            elif received and not sent:
+                self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=sendtag)
+            elif not sent and not received:
                 self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag)
         return finish()
 

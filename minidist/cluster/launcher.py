@@ -19,9 +19,11 @@ How a run goes:
    semaphores are released in every case.
 
 One BLAS thread per worker: P ranks share the machine's cores, so P BLAS thread pools would fight over
-them. Under fork NumPy is already loaded (its thread pool exists), so environment variables are too late:
-each worker calls ``threadpoolctl.threadpool_limits(1)`` (threadpoolctl comes with scikit-learn, a
-dependency). Under spawn we also set OMP/OPENBLAS/MKL_NUM_THREADS=1 for the children before they import NumPy.
+them. Under fork NumPy is already loaded in the parent (its thread pool exists), so environment variables
+are too late: the parent finds the BLAS libraries once with ``threadpoolctl`` (it comes with
+scikit-learn, a dependency) and each forked worker sets their thread count to 1 — a cheap call, where a
+fresh search in every worker would cost ~20 ms each. Under spawn the children start a new interpreter:
+OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment take effect before they import NumPy.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         with _blas_env(method):
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(rank, plan, shm, doorbells, fn, args, writer),
+                blas = _blas_controller() if method == "fork" else None
+                proc = ctx.Process(target=_worker, args=(rank, plan, shm, doorbells, fn, args, writer, blas),
                                    name=f"minidist-rank-{rank}", daemon=True)
                 proc.start()
                 writer.close()
@@ -233,10 +236,11 @@ def _shutdown(procs, parent: Endpoint) -> None:
         p.join()
 
 
-def _worker(rank, plan, shm, doorbells, fn, args, conn) -> None:
+def _worker(rank, plan, shm, doorbells, fn, args, conn, blas) -> None:
     """The body of one rank's process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
-    _one_blas_thread()
+    if blas:
+        blas.limit(limits=1)
     layout, link, device, spin = plan
     endpoint = None
     code = 0
@@ -315,9 +319,16 @@ class _blas_env:
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def _one_blas_thread() -> None:
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:                              # then only the environment variables (spawn) apply
-        return
-    threadpool_limits(1)
+_blas = None
+
+
+def _blas_controller():
+    """threadpoolctl's view of the BLAS libraries loaded in this process (found once), or None."""
+    global _blas
+    if _blas is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+            _blas = ThreadpoolController()
+        except ImportError:                          # then the workers keep the default thread count
+            _blas = False
+    return _blas or None

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,8 +82,7 @@ class Stats:
     messages_received: int = 0
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
     """One busy or waiting interval of one rank on the simulated clock (seconds)."""
 
     rank: int

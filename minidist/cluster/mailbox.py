@@ -25,10 +25,11 @@ seconds, because waking a sleeping process costs tens of microseconds.
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,29 +55,27 @@ def fence() -> None:
     _lock.release()
 
 
-class Aborted(Exception):
-    """Raised inside a rank when the run is being aborted because another rank failed or time ran out."""
+class Aborted(BaseException):
+    """Raised inside a rank when the run is being aborted because another rank failed or time ran out.
+
+    A BaseException, like KeyboardInterrupt, so that an ``except Exception`` in user code cannot swallow it.
+    """
 
 
 class PeerReturnedError(RuntimeError):
     """A rank waits for a peer whose function has already returned."""
 
 
-@dataclass(frozen=True)
 class Layout:
-    """Sizes and offsets of the shared block for ``world_size`` ranks."""
+    """Sizes and offsets of the shared block for ``world_size`` ranks (all in bytes unless said)."""
 
-    world_size: int
-    mailbox_bytes: int = 2 * 2**20
-    nslots: int = 16
-
-    @property
-    def segment(self) -> int:
-        return max(64, self.mailbox_bytes // self.nslots // 64 * 64)
-
-    @property
-    def slot_bytes(self) -> int:
-        return HEADER_BYTES + self.segment
+    def __init__(self, world_size: int, mailbox_bytes: int = 2 * 2**20, nslots: int = 16):
+        p = self.world_size = world_size
+        self.mailbox_bytes, self.nslots = mailbox_bytes, nslots
+        self.segment = max(64, mailbox_bytes // nslots // 64 * 64)      # payload bytes per slot
+        self.slot_bytes = HEADER_BYTES + self.segment
+        self.control_bytes = (1 + 2 * p + 2 * p * p) * LINE * 8
+        self.total_bytes = self.control_bytes + p * p * nslots * self.slot_bytes
 
     def line(self, name: str, a: int = 0, b: int = 0) -> int:
         """Index (in int64) of a control value."""
@@ -85,16 +84,8 @@ class Layout:
                  "written": 1 + 2 * p + a * p + b, "read": 1 + 2 * p + p * p + a * p + b}[name]
         return first * LINE
 
-    @property
-    def control_bytes(self) -> int:
-        return (1 + 2 * self.world_size + 2 * self.world_size**2) * LINE * 8
-
     def mailbox_offset(self, src: int, dst: int) -> int:
         return self.control_bytes + (src * self.world_size + dst) * self.nslots * self.slot_bytes
-
-    @property
-    def total_bytes(self) -> int:
-        return self.mailbox_offset(self.world_size - 1, self.world_size - 1) + self.nslots * self.slot_bytes
 
     def segment_for(self, itemsize: int) -> int:
         """Segment size for one message: a whole number of items when an item fits in a segment."""
@@ -109,12 +100,21 @@ class Endpoint:
 
     def __init__(self, layout: Layout, rank: int, buf, doorbells, spin: bool):
         self.layout, self.rank, self.doorbells, self.spin = layout, rank, doorbells, spin
-        self.ctrl = np.ndarray(layout.control_bytes // 8, dtype=np.int64, buffer=buf)
+        # the control lines as 64-bit integers (a memoryview: reading one gives a Python int, quickly)
+        self.ctrl = buf[:layout.control_bytes].cast("q")
         self.buf = buf
         self.raw = np.ndarray(layout.total_bytes, dtype=np.uint8, buffer=buf)
         p = layout.world_size
         self.nslots, self.slot_bytes = layout.nslots, layout.slot_bytes
-        self.status = [layout.line("status", r) for r in range(p)]
+        me, peers = rank, range(p)
+        self.status = [layout.line("status", r) for r in peers]
+        # where my counters and mailboxes are: out = me -> d, in = s -> me
+        self.written_out = [layout.line("written", me, d) for d in peers]
+        self.read_out = [layout.line("read", me, d) for d in peers]
+        self.written_in = [layout.line("written", s, me) for s in peers]
+        self.read_in = [layout.line("read", s, me) for s in peers]
+        self.box_out = [layout.mailbox_offset(me, d) for d in peers]
+        self.box_in = [layout.mailbox_offset(s, me) for s in peers]
         self.written = [0] * p     # my copies of counters I own: written[me, d] and read[s, me]
         self.read = [0] * p
         self.seq = [0] * p          # messages sent to each rank
@@ -122,6 +122,8 @@ class Endpoint:
 
     def close(self) -> None:
         """Drop the views of the shared block, so that it can be unmapped."""
+        if self.ctrl is not None:
+            self.ctrl.release()
         self.ctrl = self.raw = self.buf = None
 
     # -- shared state ------------------------------------------------------------------------------------
@@ -163,7 +165,7 @@ class Endpoint:
                 if ready():
                     return
         bell, st = self.doorbells[self.rank], self.status[self.rank]
-        self.ctrl[st + 1:st + 4] = (send_to, recv_from, tag)
+        self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
         self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
         fence()
         try:
@@ -189,7 +191,7 @@ class Endpoint:
     def blocked_on(self, rank: int) -> str:
         """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line."""
         st = self.status[rank]
-        mask, send_to, recv_from, tag = (int(v) for v in self.ctrl[st:st + 4])
+        mask, send_to, recv_from, tag = self.ctrl[st:st + 4].tolist()
         parts = ([f"send to rank {send_to}"] if mask & ROOM else []) + \
                 ([f"recv from rank {recv_from}"] if mask & DATA else [])
         what = {-1: "barrier", -2: "split"}.get(tag, f"tag {tag}")
@@ -205,14 +207,11 @@ class Outgoing:
         self.seg = ep.layout.segment_for(data.dtype.itemsize)
         self.nseg = max(1, -(-self.bytes.size // self.seg))
         self.next = 0
-        dtype = data.dtype.str.encode()
         ep.seq[dst] += 1
         self.seq = ep.seq[dst]
-        self.header = HEADER.pack(self.seq, comm, tag, self.bytes.size, arrival, kind, data.ndim, dtype)
-        self.shape = struct.pack(f"<{data.ndim}q", *data.shape)
-        self.read_index = ep.layout.line("read", ep.rank, dst)
-        self.written_index = ep.layout.line("written", ep.rank, dst)
-        self.box = ep.layout.mailbox_offset(ep.rank, dst)
+        self.header = (HEADER.pack(self.seq, comm, tag, self.bytes.size, arrival, kind, data.ndim,
+                                   data.dtype.str.encode()) + struct.pack(f"<{data.ndim}q", *data.shape))
+        self.read_index, self.written_index, self.box = ep.read_out[dst], ep.written_out[dst], ep.box_out[dst]
 
     def has_room(self) -> bool:
         ep = self.ep
@@ -227,8 +226,7 @@ class Outgoing:
             w = ep.written[dst]
             offset = self.box + (w % ep.nslots) * ep.slot_bytes
             if self.next == 0:
-                ep.buf[offset:offset + HEADER.size] = self.header
-                ep.buf[offset + HEADER.size:offset + HEADER.size + len(self.shape)] = self.shape
+                ep.buf[offset:offset + len(self.header)] = self.header
             lo = self.next * self.seg
             piece = self.bytes[lo:lo + self.seg]
             start = offset + HEADER_BYTES
@@ -250,9 +248,7 @@ class Incoming:
 
     def __init__(self, ep: Endpoint, src: int, comm: int, kind: int, accept):
         self.ep, self.src, self.key, self.accept = ep, src, (comm, kind, src), accept
-        self.written_index = ep.layout.line("written", src, ep.rank)
-        self.read_index = ep.layout.line("read", src, ep.rank)
-        self.box = ep.layout.mailbox_offset(src, ep.rank)
+        self.written_index, self.read_index, self.box = ep.written_in[src], ep.read_in[src], ep.box_in[src]
         self.meta = None           # header of the message in progress
         self.done = False
 
@@ -297,7 +293,7 @@ class Incoming:
     def start_message(self, offset: int) -> None:
         seq, comm, tag, nbytes, arrival, kind, ndim, dtype = HEADER.unpack_from(self.ep.buf, offset)
         shape = struct.unpack_from(f"<{ndim}q", self.ep.buf, offset + HEADER.size)
-        meta = Meta(seq, comm, kind, tag, nbytes, arrival, np.dtype(dtype.rstrip(b"\0").decode()), shape)
+        meta = Meta(seq, comm, kind, tag, nbytes, arrival, _dtype(dtype), shape)
         self.meta, self.nbytes, self.next = meta, nbytes, 0
         self.seg = self.ep.layout.segment_for(meta.dtype.itemsize)
         self.nseg = max(1, -(-nbytes // self.seg))
@@ -311,8 +307,7 @@ class Incoming:
         self.target_bytes = self.target_flat.view(np.uint8)
 
 
-@dataclass(frozen=True)
-class Meta:
+class Meta(NamedTuple):
     """A message header as the receiver sees it."""
 
     seq: int
@@ -326,6 +321,11 @@ class Meta:
 
     def describe(self) -> str:
         return f"tag {self.tag}, {self.dtype} {self.shape}, {self.nbytes} bytes"
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype(code: bytes) -> np.dtype:
+    return np.dtype(code.rstrip(b"\0").decode())
 
 
 def _combine(target: np.ndarray, incoming: np.ndarray, ufunc) -> None:

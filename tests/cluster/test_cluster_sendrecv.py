@@ -1,5 +1,7 @@
 """send/recv/sendrecv/barrier move arrays exactly: every dtype and shape, tags, streams, world sizes 1-8."""
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -176,3 +178,35 @@ def test_out_shape_and_dtype_mismatch_names_both_sides():
 
     with pytest.raises(ClusterError, match=r"float64 \(3, 2\).*float32 \(2, 3\)"):
         run(fn, 2, timeout=20)
+
+
+def test_sendrecv_waits_only_for_its_unfinished_half():
+    """Rank 0's send is done and its destination has returned: it still waits for its receive, asleep."""
+    def fn(comm):
+        if comm.rank == 0:
+            cpu = time.process_time()
+            got = int(comm.sendrecv(np.array([10]), 1, 2)[0])
+            assert time.process_time() - cpu < 0.1, "waiting 0.3 s must not burn CPU"
+            return got
+        if comm.rank == 1:
+            return int(comm.recv(0)[0])
+        time.sleep(0.3)                          # long enough for rank 1 to return first
+        comm.send(np.array([20]), 0)
+        return None
+
+    assert run(fn, 3, timeout=20) == [20, 10, None]
+
+
+def test_user_code_cannot_swallow_the_abort():
+    def fn(comm):
+        if comm.rank == 0:
+            raise RuntimeError("first failure")
+        try:
+            comm.recv(0)
+        except Exception:  # noqa: BLE001 - a careless handler must not hide the abort
+            time.sleep(30)
+
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match="rank 0 raised RuntimeError: first failure"):
+        run(fn, 2, timeout=20)
+    assert time.monotonic() - start < 3.0
