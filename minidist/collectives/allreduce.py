@@ -27,6 +27,7 @@ import numpy as np
 from minidist.collectives.common import (
     TAGS,
     UFUNCS,
+    agree,
     check_array,
     check_comm,
     check_op,
@@ -103,6 +104,7 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
         algorithm = choose_algorithm(x.nbytes, x.size, comm.world_size)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
+    agree(comm, f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={x.dtype})")
     flat = flat_copy(x)
     if comm.world_size > 1:
         flat = ALGORITHMS[algorithm](comm, flat, "sum" if op == "mean" else op)

@@ -4,13 +4,18 @@ Chunks follow ``np.array_split``: n elements split into P pieces give the first 
 ``n // P + 1`` elements and the rest ``n // P`` (some are empty when n < P). ``chunk_bounds(n, P)``
 returns the P + 1 offsets, so piece i is ``flat[bounds[i]:bounds[i + 1]]``.
 
-Tags: every collective (and every allreduce algorithm) sends with its own tag. If the ranks disagree on
-which collective or algorithm they are running, the first mismatched message carries the wrong tag and
-the cluster raises an error naming both sides, instead of mixing up data. Receives always pass ``out=``
-with the expected shape, so ranks that disagree on the length fail the same way.
+Agreement: every rank must call the same collective with the same arguments (algorithm, root, op,
+length, dtype). Ranks that disagree would run different message patterns and could wait for each other
+forever, so each collective starts with ``agree(comm, call)``: a ``comm.split`` whose color is a
+checksum of the call. Split exchanges a few bytes with every rank outside the ledger (no payload bytes,
+no simulated time), and if the ranks' colors differ, every rank raises a ValueError at once instead of
+hanging. Each collective (and allreduce algorithm) also sends with its own tag, and receives pass
+``out=`` with the expected shape, so a message that still does not fit is refused by the cluster.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 
@@ -78,3 +83,15 @@ def finish(total: np.ndarray, op: str, world_size: int, shape: tuple) -> np.ndar
     if op == "mean":
         np.divide(total, world_size, out=total, casting="unsafe")
     return total.reshape(shape)
+
+
+def agree(comm, call: str) -> None:
+    """Raise ValueError on every rank unless all ranks of comm pass the same ``call`` description."""
+    if comm.world_size == 1:
+        return
+    color = zlib.crc32(call.encode())  # the same number in every process (unlike hash())
+    group = comm.split(color)
+    if group.world_size != comm.world_size:
+        raise ValueError(f"collective mismatch: rank {comm.rank} called {call}, but only {group.world_size} of "
+                         f"{comm.world_size} ranks made the same call; every rank must call the same "
+                         f"collective with the same algorithm, root, op, length and dtype")

@@ -21,6 +21,7 @@ import numpy as np
 
 from minidist.collectives.common import (
     TAGS,
+    agree,
     check_array,
     check_comm,
     check_op,
@@ -35,6 +36,7 @@ def broadcast(comm, x: np.ndarray | None, root: int = 0) -> np.ndarray:
     """root's x on every rank. Other ranks may pass None, or an array of the expected shape and dtype."""
     check_comm(comm)
     p, root, tag = comm.world_size, check_root(comm, root), TAGS["broadcast"]
+    agree(comm, f"broadcast(root={root})")
     me = (comm.rank - root) % p  # number the ranks so that the root is 0
     if me == 0:
         data = check_array(x).copy()
@@ -59,6 +61,7 @@ def reduce(comm, x: np.ndarray, root: int = 0, op: str = "sum") -> np.ndarray | 
     x = check_array(x)
     p, root, tag = comm.world_size, check_root(comm, root), TAGS["reduce"]
     check_op(op, x.dtype)
+    agree(comm, f"reduce(root={root}, op={op!r}, size={x.size}, dtype={x.dtype})")
     me = (comm.rank - root) % p
     total = flat_copy(x)
     mask = 1
@@ -77,6 +80,7 @@ def gather(comm, x: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
     check_comm(comm)
     x = check_array(x)
     root, tag = check_root(comm, root), TAGS["gather"]
+    agree(comm, f"gather(root={root})")
     if comm.rank != root:
         comm.send(x, dst=root, tag=tag)
         return None
@@ -87,6 +91,7 @@ def scatter(comm, chunks: list[np.ndarray] | None, root: int = 0) -> np.ndarray:
     """chunks[r] of the root's list on rank r (the list has one array per rank; others may pass None)."""
     check_comm(comm)
     root, tag = check_root(comm, root), TAGS["scatter"]
+    agree(comm, f"scatter(root={root})")
     if comm.rank != root:
         return comm.recv(root, tag=tag)
     if not isinstance(chunks, (list, tuple)) or len(chunks) != comm.world_size:
@@ -102,6 +107,7 @@ def allgather(comm, x: np.ndarray) -> list[np.ndarray]:
     check_comm(comm)
     x = check_array(x)
     p, r, tag = comm.world_size, comm.rank, TAGS["allgather"]
+    agree(comm, "allgather()")
     out = [None] * p
     out[r] = x.copy()
     for s in range(p - 1):  # forward what arrived last step; receive the next one from the left
@@ -116,6 +122,7 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     x = check_array(x)
     check_op(op, x.dtype)
     p, r, tag = comm.world_size, comm.rank, TAGS["reduce_scatter"]
+    agree(comm, f"reduce_scatter(op={op!r}, size={x.size}, dtype={x.dtype})")
     flat = flat_copy(x)
     bounds = chunk_bounds(flat.size, p)
 
@@ -136,6 +143,7 @@ def alltoall(comm, chunks: list[np.ndarray]) -> list[np.ndarray]:
     p, r, tag = comm.world_size, comm.rank, TAGS["alltoall"]
     if not isinstance(chunks, (list, tuple)) or len(chunks) != p:
         raise ValueError(f"alltoall needs a list of {p} arrays (one per destination rank)")
+    agree(comm, "alltoall()")
     out = [None] * p
     out[r] = check_array(chunks[r], f"chunks[{r}]").copy()
     for shift in range(1, p):  # round `shift`: send to r + shift, receive from r − shift

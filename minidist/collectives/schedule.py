@@ -36,6 +36,7 @@ class Schedule:
     world_size: int
     parts: int  # the array is cut into this many chunks (np.array_split)
     steps: tuple  # tuple of steps, each a tuple of Transfers
+    own_input: bool = False  # True (naive): messages carry the sender's input, not its running result
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def schedule(algorithm: str, world_size: int) -> Schedule:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
     parts = {"ring": world_size, "rabenseifner": largest_power_of_two(world_size)}.get(algorithm, 1)
     steps = _BUILDERS[algorithm](world_size) if world_size > 1 else []
-    return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step))
+    return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step),
+                    own_input=algorithm == "naive")
 
 
 def simulate(plan: Schedule, n: int, itemsize: int, alpha: float, beta: float) -> Traffic:

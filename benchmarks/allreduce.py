@@ -1,0 +1,203 @@
+"""Allreduce bus bandwidth: minidist's ring and auto against MPICH (mpi4py) and torch.distributed (gloo).
+
+    PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,64K,1M,32M] [--world-sizes 2,4] [--repeat 3]
+
+For each world size P and message size (float32 arrays of S bytes) every peer runs allreduce-sum in a
+loop between barriers; the time t of one allreduce is the slowest rank's average. Reported, as
+nccl-tests defines them:
+
+    algbw = S / t          busbw = algbw · 2 (P − 1) / P
+
+(busbw is the per-link rate a ring would need: comparable across P.) The peers run in the same
+invocation: MPICH through ``mpiexec -n P python benchmarks/allreduce.py --mpi-worker`` (mpi4py), gloo
+through P processes running ``--gloo-worker``. A peer that is not installed is skipped. Ratios printed
+are minidist / peer (higher busbw is better; for the 4 KiB latency, lower is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    return int(text[:-1]) * UNITS[text[-1].upper()] if text[-1].upper() in UNITS else int(text)
+
+
+def iterations(nbytes: int) -> int:
+    """Enough repetitions for ~0.2 s of traffic at ~1 GB/s, at least 3 and at most 200."""
+    return int(min(200, max(3, 2e8 // max(nbytes, 1))))
+
+
+def timed_loop(allreduce_once, barrier, nbytes: int) -> float:
+    """Seconds per allreduce on this rank: warm up once, then time a loop between barriers."""
+    allreduce_once()
+    barrier()
+    count = iterations(nbytes)
+    start = time.perf_counter()
+    for _ in range(count):
+        allreduce_once()
+    barrier()
+    return (time.perf_counter() - start) / count
+
+
+# -- minidist ------------------------------------------------------------------------------------------
+def _minidist_worker(comm, sizes, algorithm):
+    from minidist.collectives import allreduce
+
+    times = []
+    for nbytes in sizes:
+        x = np.ones(nbytes // 4, dtype=np.float32)
+        times.append(timed_loop(lambda x=x: allreduce(comm, x, algorithm=algorithm), comm.barrier, nbytes))
+    return times
+
+
+def bench_minidist(world_size: int, sizes: list[int], algorithm: str) -> list[float]:
+    from minidist.cluster import run
+
+    per_rank = run(_minidist_worker, world_size, sizes, algorithm, timeout=1200.0)
+    return [max(ts) for ts in zip(*per_rank)]
+
+
+# -- MPICH through mpi4py -------------------------------------------------------------------------------
+def mpi_worker(sizes: list[int]) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    times = []
+    for nbytes in sizes:
+        x = np.ones(nbytes // 4, dtype=np.float32)
+        out = np.empty_like(x)
+        times.append(timed_loop(lambda x=x, out=out: comm.Allreduce(x, out, op=MPI.SUM), comm.Barrier, nbytes))
+    slowest = np.empty(len(times))
+    comm.Reduce(np.array(times), slowest, op=MPI.MAX, root=0)
+    if comm.rank == 0:
+        print("RESULT " + json.dumps(slowest.tolist()))
+
+
+def bench_mpi(world_size: int, sizes: list[int]) -> list[float] | None:
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    if mpiexec is None:
+        return None
+    command = [mpiexec, "-n", str(world_size), sys.executable, __file__, "--mpi-worker",
+               "--sizes", ",".join(map(str, sizes))]
+    return _run_peer(command)
+
+
+# -- torch.distributed, gloo backend --------------------------------------------------------------------
+def gloo_worker(rank: int, world_size: int, port: int, sizes: list[int]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    times = []
+    for nbytes in sizes:
+        x = torch.ones(nbytes // 4, dtype=torch.float32)
+        times.append(timed_loop(lambda x=x: dist.all_reduce(x), dist.barrier, nbytes))
+    slowest = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        print("RESULT " + json.dumps(slowest.tolist()))
+    dist.destroy_process_group()
+
+
+def bench_gloo(world_size: int, sizes: list[int]) -> list[float] | None:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not dist.is_available() or not dist.is_gloo_available():
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    size_arg = ",".join(map(str, sizes))
+    workers = [subprocess.Popen([sys.executable, __file__, "--gloo-worker", str(rank), str(world_size),
+                                 str(port), "--sizes", size_arg], stdout=subprocess.PIPE, text=True,
+                                env=_env()) for rank in range(world_size)]
+    outputs = [w.communicate(timeout=1800)[0] for w in workers]
+    return _parse(outputs[0]) if all(w.returncode == 0 for w in workers) else None
+
+
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+
+def _parse(output: str) -> list[float] | None:
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    return json.loads(lines[-1][len("RESULT "):]) if lines else None
+
+
+def _run_peer(command: list[str]) -> list[float] | None:
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=1800, env=_env())
+    if done.returncode != 0:
+        print(f"peer failed: {' '.join(command[:4])} ...\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return _parse(done.stdout)
+
+
+# -- report ---------------------------------------------------------------------------------------------
+def human(nbytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if nbytes >= UNITS[unit]:
+            return f"{nbytes // UNITS[unit]} {unit}iB"
+    return f"{nbytes} B"
+
+
+def busbw(nbytes: int, seconds: float, world_size: int) -> float:
+    """nccl-tests' bus bandwidth in GB/s."""
+    return nbytes / seconds * 2 * (world_size - 1) / world_size / 1e9
+
+
+def ratio(results: dict, a: str, b: str, i: int) -> str:
+    """busbw of a over busbw of b at size i (= time of b over time of a)."""
+    return f"{results[b][i] / results[a][i]:.2f}x" if results[a] and results[b] else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="4K,64K,1M,4M,32M,64M")
+    parser.add_argument("--world-sizes", default="2,4")
+    parser.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gloo-worker", nargs=3, type=int, metavar=("RANK", "P", "PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    if args.mpi_worker:
+        return mpi_worker(sizes)
+    if args.gloo_worker:
+        return gloo_worker(*args.gloo_worker, sizes)
+
+    print(f"machine: {os.cpu_count()} cores, {sys.platform}; python {sys.version.split()[0]}; numpy {np.__version__}")
+    for world_size in [int(p) for p in args.world_sizes.split(",")]:
+        results = {"ring": bench_minidist(world_size, sizes, "ring"),
+                   "auto": bench_minidist(world_size, sizes, "auto"),
+                   "mpich": bench_mpi(world_size, sizes), "gloo": bench_gloo(world_size, sizes)}
+        peers = [name for name, times in results.items() if times is not None]
+        print(f"\nP = {world_size}: busbw GB/s (time per allreduce in us)")
+        print("| size | " + " | ".join(peers) + " | ring/mpich | auto/mpich | ring/gloo |")
+        print("|---" * (len(peers) + 4) + "|")
+        for i, nbytes in enumerate(sizes):
+            cells = [f"{busbw(nbytes, results[p][i], world_size):.2f} ({results[p][i] * 1e6:.0f})" for p in peers]
+            ratios = [ratio(results, a, b, i) for a, b in (("ring", "mpich"), ("auto", "mpich"), ("ring", "gloo"))]
+            print(f"| {human(nbytes)} | " + " | ".join(cells + ratios) + " |")
+
+
+if __name__ == "__main__":
+    main()

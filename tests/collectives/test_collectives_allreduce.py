@@ -1,0 +1,102 @@
+"""allreduce: every algorithm gives the exact reduction, bitwise the same on every rank.
+
+hypothesis draws the world size (1-8) and a few cases (shape incl. 0-d, empty and lengths up to 5000 that
+P does not divide, dtype, op); one cluster start-up runs all cases of an example.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from minidist.cluster import run
+from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
+from tests.collectives.collectives_data import cases, exact, rank_arrays, world_sizes
+
+OPS = ("sum", "sum", "mean", "max", "min")
+
+
+def _allreduce_cases(comm, case_list, algorithms):
+    results = []
+    for seed, shape, dtype, op in case_list:
+        x = rank_arrays(seed, comm.world_size, shape, dtype)[comm.rank]
+        before = x.copy()
+        for algorithm in algorithms:
+            y = allreduce(comm, x, op=op, algorithm=algorithm)
+            assert y is not x and np.array_equal(x, before), "allreduce must not modify its input"
+            results.append(y)
+    return results
+
+
+def check_allreduce(world_size, case_list, algorithms):
+    per_rank = run(_allreduce_cases, world_size, case_list, algorithms)
+    i = 0
+    for seed, shape, dtype, op in case_list:
+        want = exact(rank_arrays(seed, world_size, shape, dtype), op)
+        for algorithm in algorithms:
+            for rank in range(world_size):
+                got = per_rank[rank][i]
+                assert got.dtype == want.dtype and got.shape == want.shape, (algorithm, rank)
+                assert got.tobytes() == want.tobytes(), f"{algorithm} on rank {rank}: {got} != {want}"
+            i += 1
+
+
+@pytest.mark.slow
+@given(world_size=world_sizes, case_list=cases(OPS))
+def test_allreduce_naive_doubling_rabenseifner_auto_exact(world_size, case_list):
+    check_allreduce(world_size, case_list, ["naive", "recursive_doubling", "rabenseifner", "auto"])
+
+
+@pytest.mark.exercise("ring_allreduce")
+@pytest.mark.slow
+@given(world_size=world_sizes, case_list=cases(OPS))
+def test_ring_allreduce_exact(world_size, case_list):
+    check_allreduce(world_size, case_list, ["ring"])
+
+
+@pytest.mark.exercise("parameter_server_allreduce")
+@pytest.mark.slow
+@given(world_size=world_sizes, case_list=cases(OPS))
+def test_parameter_server_allreduce_exact(world_size, case_list):
+    check_allreduce(world_size, case_list, ["parameter_server"])
+
+
+@pytest.mark.exercise("tree_allreduce")
+@pytest.mark.slow
+@given(world_size=world_sizes, case_list=cases(OPS))
+def test_tree_allreduce_exact(world_size, case_list):
+    check_allreduce(world_size, case_list, ["tree"])
+
+
+def _integer_sum(comm):
+    x = np.full(5, comm.rank + 1, dtype=np.int64)
+    return [allreduce(comm, x, algorithm=a) for a in ("naive", "recursive_doubling", "rabenseifner")]
+
+
+def test_allreduce_integer_arrays():
+    for results in run(_integer_sum, 3):
+        for y in results:
+            assert y.dtype == np.int64 and np.array_equal(y, np.full(5, 6))
+
+
+@pytest.mark.parametrize("world_size, nbytes, n, expected", [
+    (4, 2048, 512, "recursive_doubling"),     # at MPICH's 2048-byte threshold: still short
+    (4, 2052, 513, "rabenseifner"),
+    (8, 1 << 20, 1 << 18, "rabenseifner"),
+    (8, 4096, 4, "recursive_doubling"),       # fewer elements than P' = 8
+    (6, 4096, 1024, "rabenseifner"),
+])
+def test_auto_follows_mpich_rule(world_size, nbytes, n, expected):
+    assert choose_algorithm(nbytes, n, world_size) == expected
+
+
+def test_algorithm_names():
+    assert set(ALGORITHMS) == {"naive", "parameter_server", "ring", "tree", "recursive_doubling",
+                               "rabenseifner"}
+
+
+@pytest.mark.parametrize("world_size", [2, 5])
+def test_mean_divides_sum(world_size):
+    def fn(comm):
+        return allreduce(comm, np.full(3, float(comm.rank)), op="mean", algorithm="rabenseifner")
+    for y in run(fn, world_size):
+        assert np.array_equal(y, np.full(3, (world_size - 1) / 2))

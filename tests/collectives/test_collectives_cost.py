@@ -1,0 +1,146 @@
+"""The ledger and the simulated clock agree with the schedules and the textbook formulas, exactly.
+
+- schedule.simulate (any P, any n) == what the cluster's ledger and clock recorded, for every rank;
+- cost.allreduce_cost (closed form) == schedule.simulate where the formulas are exact;
+- the formulas of the issue, written out once more in the test: ring 2(P−1)/P·n bytes and 2(P−1)
+  messages per rank, naive (P−1)·n, parameter server root (P−1)·n / workers n, recursive doubling
+  log2(P)·n, Rabenseifner 2(P−1)/P·n, tree 2(P−1)·n in total;
+- every schedule really is an allreduce: replaying it symbolically, each rank ends with every chunk
+  containing every rank's contribution exactly once.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidist.cluster import LinkModel, run
+from minidist.collectives import allreduce
+from minidist.collectives.cost import ALGORITHMS, allreduce_cost
+from minidist.collectives.schedule import chunk_sizes, schedule, simulate
+
+LINK = LinkModel(alpha=2e-6, beta=1e-9)
+LENGTHS = (0, 1, 5, 840, 1001)  # 840 divides by 1..8; 1001 and 5 do not; 0 and 1 are shorter than P
+
+
+def _measure(comm, lengths):
+    """Ledger and clock differences of every algorithm on every length (clocks aligned by barriers)."""
+    out = {}
+    for n in lengths:
+        x = np.ones(n, np.float32)
+        for algorithm in ALGORITHMS:
+            comm.barrier()
+            s, t = vars(comm.stats).copy(), comm.clock
+            allreduce(comm, x, algorithm=algorithm)
+            out[algorithm, n] = ({k: v - s[k] for k, v in vars(comm.stats).items()}, comm.clock - t)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.exercise("ring_allreduce")
+@pytest.mark.exercise("parameter_server_allreduce")
+@pytest.mark.exercise("tree_allreduce")
+@pytest.mark.parametrize("world_size", range(1, 9))
+def test_ledger_and_clock_match_schedule_and_formulas(world_size):
+    p = world_size
+    results = run(_measure, p, LENGTHS, link=LINK)
+    for n in LENGTHS:
+        for algorithm in ALGORITHMS:
+            model = simulate(schedule(algorithm, p), n, 4, LINK.alpha, LINK.beta)
+            for r in range(p):
+                stats, elapsed = results[r][algorithm, n]
+                assert stats == {"bytes_sent": model.bytes_sent[r], "bytes_received": model.bytes_received[r],
+                                 "messages_sent": model.messages_sent[r],
+                                 "messages_received": model.messages_received[r]}, (algorithm, n, r)
+                assert math.isclose(elapsed, model.finish[r], rel_tol=1e-9, abs_tol=1e-15), (algorithm, n, r)
+            pow2 = p & (p - 1) == 0
+            if n % p == 0 and (pow2 or algorithm in ("naive", "parameter_server", "ring")):
+                formula = allreduce_cost(algorithm, p, 4 * n, LINK.alpha, LINK.beta)
+                sent = [results[r][algorithm, n][0]["bytes_sent"] for r in range(p)]
+                messages = [results[r][algorithm, n][0]["messages_sent"] for r in range(p)]
+                received = [results[r][algorithm, n][0]["bytes_received"] for r in range(p)]
+                assert sent == formula.bytes_sent and messages == formula.messages_sent, (algorithm, n)
+                assert received == formula.bytes_received, (algorithm, n)
+                slowest = max(results[r][algorithm, n][1] for r in range(p))
+                assert math.isclose(slowest, formula.time, rel_tol=1e-9, abs_tol=1e-15), (algorithm, n)
+                check_textbook_formula(algorithm, p, 4 * n, sent, messages, received)
+
+
+def check_textbook_formula(algorithm, p, nbytes, sent, messages, received):
+    """The issue's formulas, independently of cost.py."""
+    if p == 1:
+        assert sent == [0] and messages == [0]
+        return
+    log2p = p.bit_length() - 1
+    if algorithm == "ring":
+        assert sent == [2 * (p - 1) * nbytes // p] * p and messages == [2 * (p - 1)] * p
+    elif algorithm == "naive":
+        assert sent == [(p - 1) * nbytes] * p and messages == [p - 1] * p
+    elif algorithm == "parameter_server":
+        assert sent[0] == received[0] == (p - 1) * nbytes
+        assert sent[1:] == received[1:] == [nbytes] * (p - 1)
+    elif algorithm == "recursive_doubling":
+        assert sent == [log2p * nbytes] * p and messages == [log2p] * p
+    elif algorithm == "rabenseifner":
+        assert sent == [2 * (p - 1) * nbytes // p] * p and messages == [2 * log2p] * p
+    elif algorithm == "tree":
+        assert sum(sent) == 2 * (p - 1) * nbytes and sum(messages) == 2 * (p - 1)
+
+
+@given(log2p=st.integers(0, 6), chunks=st.integers(0, 50), itemsize=st.sampled_from([2, 4, 8]),
+       algorithm=st.sampled_from(ALGORITHMS))
+def test_closed_form_equals_schedule(log2p, chunks, itemsize, algorithm):
+    p = 1 << log2p
+    n = p * chunks
+    model = simulate(schedule(algorithm, p), n, itemsize, 3e-6, 2e-9)
+    formula = allreduce_cost(algorithm, p, n * itemsize, 3e-6, 2e-9)
+    assert formula.bytes_sent == model.bytes_sent and formula.messages_sent == model.messages_sent
+    assert formula.bytes_received == model.bytes_received
+    assert formula.messages_received == model.messages_received
+    assert formula.steps == model.steps
+    assert math.isclose(formula.time, model.time, rel_tol=1e-12, abs_tol=1e-18)
+
+
+@given(p=st.integers(2, 40), n=st.integers(0, 200), algorithm=st.sampled_from(["naive", "parameter_server",
+                                                                                "ring"]))
+def test_closed_form_equals_schedule_any_world_size(p, n, algorithm):
+    n -= n % p  # these three formulas need only P | n
+    model = simulate(schedule(algorithm, p), n, 4, 1e-6, 1e-9)
+    formula = allreduce_cost(algorithm, p, 4 * n, 1e-6, 1e-9)
+    assert formula.bytes_sent == model.bytes_sent and math.isclose(formula.time, model.time, rel_tol=1e-12)
+
+
+@given(p=st.integers(1, 24), algorithm=st.sampled_from(ALGORITHMS))
+def test_every_schedule_is_an_allreduce(p, algorithm):
+    """Replay with sets of contributors: every rank ends with all P contributions in every chunk, once."""
+    plan = schedule(algorithm, p)
+    held = [[{r: 1} for _ in range(plan.parts)] for r in range(p)]  # held[rank][chunk] = {contributor: count}
+    for step in plan.steps:
+        # a step's messages leave before it lands; naive sends each rank's own input
+        snapshot = ([[{r: 1} for _ in range(plan.parts)] for r in range(p)] if plan.own_input
+                    else [[dict(c) for c in chunks] for chunks in held])
+        for t in step:
+            for c in range(t.lo, t.hi):
+                incoming = snapshot[t.src][c]
+                if t.reduce:
+                    for k, v in incoming.items():
+                        held[t.dst][c][k] = held[t.dst][c].get(k, 0) + v
+                else:
+                    held[t.dst][c] = dict(incoming)
+    for r in range(p):
+        for c in range(plan.parts):
+            assert held[r][c] == {k: 1 for k in range(p)}, (algorithm, p, r, c)
+
+
+def test_chunk_sizes_follow_array_split():
+    plan = schedule("ring", 4)
+    assert list(chunk_sizes(plan, 10)) == [len(a) for a in np.array_split(np.arange(10), 4)]
+
+
+def test_cost_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="algorithm"):
+        allreduce_cost("butterfly", 4, 10, 1e-6, 1e-9)
+    with pytest.raises(ValueError, match="world_size"):
+        schedule("ring", 0)
