@@ -50,6 +50,7 @@ class _BatchNorm(Module):
         self.bias = Parameter(np.zeros(num_features, dtype=dtype)) if affine else None
         self.register_buffer("running_mean", np.zeros(num_features, dtype=dtype))
         self.register_buffer("running_var", np.ones(num_features, dtype=dtype))
+        self._x_hat: np.ndarray | None = None
 
     def _per_channel(self, v: np.ndarray, ndim: int) -> np.ndarray:
         """A (C,) vector shaped to broadcast against the input: (1, C, 1, ...)."""
@@ -62,6 +63,7 @@ class _BatchNorm(Module):
             raise ValueError(f"{what}: expected {self.num_features} channels in dimension 1, got shape {x.shape}")
         self._axes = (0, *range(2, x.ndim))  # every axis but the channels
         count = x.size // self.num_features
+        self._batch_statistics = self.training  # which statistics this forward used decides the backward
         if self.training:
             if count < 2:
                 raise ValueError(f"{what}: training needs more than 1 value per channel, got shape {x.shape}")
@@ -78,6 +80,8 @@ class _BatchNorm(Module):
         return self._x_hat * self._per_channel(self.weight.data, x.ndim) + self._per_channel(self.bias.data, x.ndim)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        if self._x_hat is None:
+            raise RuntimeError(f"{type(self).__name__}.backward called before forward")
         # BEGIN SOLUTION batchnorm_backward
         x_hat, inv_std, axes = self._x_hat, self._inv_std, self._axes
         if self.weight is not None:
@@ -86,7 +90,7 @@ class _BatchNorm(Module):
             g = dy * self._per_channel(self.weight.data, dy.ndim)  # dL/dx̂
         else:
             g = dy
-        if not self.training:  # running statistics are constants: x̂ is an affine function of x
+        if not self._batch_statistics:  # running statistics are constants: x̂ is an affine function of x
             return g * inv_std
         g_mean = g.mean(axis=axes, keepdims=True)                   # path through μ
         gx_mean = (g * x_hat).mean(axis=axes, keepdims=True)        # path through σ²
@@ -124,6 +128,7 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = tuple(int(s) for s in shape), float(eps)
         self.weight = Parameter(np.ones(self.normalized_shape, dtype=dtype)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, dtype=dtype)) if elementwise_affine else None
+        self._x_hat: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_float_array(x, "LayerNorm input")
@@ -138,6 +143,8 @@ class LayerNorm(Module):
         return self._x_hat if self.weight is None else self._x_hat * self.weight.data + self.bias.data
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        if self._x_hat is None:
+            raise RuntimeError(f"{type(self).__name__}.backward called before forward")
         g = dy
         if self.weight is not None:
             batch_axes = tuple(range(dy.ndim - len(self.normalized_shape)))
@@ -165,6 +172,7 @@ class GroupNorm(Module):
         self.num_groups, self.num_channels, self.eps = int(num_groups), int(num_channels), float(eps)
         self.weight = Parameter(np.ones(num_channels, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_channels, dtype=dtype)) if affine else None
+        self._x_hat: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_float_array(x, "GroupNorm input")
@@ -181,6 +189,8 @@ class GroupNorm(Module):
         return self._x_hat * self.weight.data.reshape(per_channel) + self.bias.data.reshape(per_channel)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        if self._x_hat is None:
+            raise RuntimeError(f"{type(self).__name__}.backward called before forward")
         g = dy
         if self.weight is not None:
             axes = (0, *range(2, dy.ndim))

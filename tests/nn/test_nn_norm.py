@@ -151,6 +151,9 @@ def test_norm_errors():
         BatchNorm1d(3, momentum=1.5)
     with pytest.raises(ValueError, match=r"expected shape \(\.\.\., 4, 5\)"):
         LayerNorm((4, 5))(np.zeros((2, 5, 4), np.float32))
+    for layer in (BatchNorm2d(3), LayerNorm(3), GroupNorm(1, 3)):
+        with pytest.raises(RuntimeError, match="before forward"):
+            layer.backward(np.zeros((2, 3, 1, 1), np.float32))
     with pytest.raises(ValueError, match="divisible"):
         GroupNorm(3, 4)
     with pytest.raises(ValueError, match=r"expected shape \(N, 4, \.\.\.\)"):
