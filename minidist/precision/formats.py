@@ -26,7 +26,7 @@ half-float maximum as 65,535; it is 65,504 = (2 − 2^−10) · 2^15):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,13 +42,13 @@ class FloatFormat:
     exp_bits: int
     man_bits: int
     finite_only: bool = False
-    name: str = ""
+    name: str = field(default="", compare=False)   # FloatFormat(5, 10) == FP16
 
     def __post_init__(self):
-        for field in ("exp_bits", "man_bits"):
-            value = getattr(self, field)
+        for attribute in ("exp_bits", "man_bits"):
+            value = getattr(self, attribute)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"FloatFormat.{field} must be an int, got {type(value).__name__}")
+                raise TypeError(f"FloatFormat.{attribute} must be an int, got {type(value).__name__}")
         if not 2 <= self.exp_bits <= 11:
             raise ValueError(f"FloatFormat needs 2..11 exponent bits (0 or 1 leave no normal numbers; "
                              f"more than 11 does not fit float64), got {self.exp_bits}")

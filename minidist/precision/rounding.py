@@ -1,9 +1,10 @@
 """quantize(x, fmt): round a float32/float64 array into a FloatFormat, exactly, with integer arithmetic.
 
 Why integers: a float32 (or float64) is sign | exponent | fraction, and for non-negative values the bit
-patterns sort like the values. Rounding x to fmt is rounding its *magnitude bits* ``mag``; we never
-compute with a rounded intermediate, so a float64 input is rounded once, from itself (emulators that go
-float64 → float32 → fmt round twice and get some midpoints wrong).
+patterns sort like the values. Rounding x to fmt is rounding its *magnitude bits* ``mag`` (the sign bit
+rides along untouched: the additions below never carry into it). We never compute with a rounded
+intermediate, so a float64 input is rounded once, from itself (emulators that go float64 → float32 → fmt
+round twice and get some midpoints wrong).
 
 Let M be the input's fraction bits (23 or 52), m = fmt.man_bits, d = M − m the bits to drop.
 
@@ -41,10 +42,10 @@ from .formats import FloatFormat, check_format
 
 ROUNDINGS = ("nearest", "stochastic")
 
-# A float dtype as a FloatFormat, and its (unsigned view, exponent bits, fraction bits).
+# A float dtype as a FloatFormat, and the unsigned integer type of its bit patterns.
 _HOST = {np.dtype(np.float16): FloatFormat(5, 10), np.dtype(np.float32): FloatFormat(8, 23),
          np.dtype(np.float64): FloatFormat(11, 52)}
-_LAYOUT = {np.dtype(np.float32): (np.uint32, 8, 23), np.dtype(np.float64): (np.uint64, 11, 52)}
+_UINT = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 _ALL_BITS = np.uint64(2**64 - 1)
 
 
@@ -80,7 +81,7 @@ def quantize(x: np.ndarray, fmt: FloatFormat, rounding: str = "nearest",
         return quantize(x.astype(np.float32), fmt, rounding, rng, saturate).astype(np.float16)
 
     flat = np.ascontiguousarray(x).reshape(-1)
-    bits = flat.view(_LAYOUT[x.dtype][0])   # sign | exponent | fraction, as one unsigned integer
+    bits = flat.view(_UINT[x.dtype])   # sign | exponent | fraction, as one unsigned integer
     if rounding == "nearest":
         out = _round_nearest_even(flat, bits, fmt)
     else:
@@ -165,7 +166,7 @@ def _tiny_bits(negative: np.ndarray, count: np.ndarray, fmt: FloatFormat, dtype)
     """±count · fmt.min_subnormal (a value of fmt, so exact in float64 and in dtype) as dtype's bits."""
     value = np.ldexp(count.astype(np.float64), fmt.emin - fmt.man_bits)
     value = np.where(negative, -value, value)
-    return value.astype(dtype).view(_LAYOUT[np.dtype(dtype)][0])
+    return value.astype(dtype).view(_UINT[np.dtype(dtype)])
 
 
 # Bit generators whose raw outputs are 64 random bits (MT19937's are 32 bits).

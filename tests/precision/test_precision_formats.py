@@ -41,6 +41,7 @@ def test_format_constants():
         assert fmt.min_subnormal == float(info.smallest_subnormal)
     assert BF16.bias == 127 and FP16.bias == 15 and FP8_E4M3.bias == 7
     assert FP8_E4M3.total_bits == 8 and not FP8_E4M3.has_inf and FP8_E5M2.has_inf
+    assert FloatFormat(5, 10) == FP16 and FloatFormat(4, 3) != FP8_E4M3      # "fn" is a different format
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
