@@ -24,8 +24,13 @@ communicating; the next ``forward_backward`` outside ``no_sync`` allreduces the 
 divides by the number k of micro-steps, so k equal micro-batches of B give the step on the kB batch.
 
 Mixed precision: pass ``mixed=MixedPrecisionTrainer(model, optimizer, loss_fn, FP16, ...)``. Per step:
-scaled low-precision forward/backward on the shard, unscale (→ this rank's found_inf), allreduce the
-gradients and found_inf (max), then every rank skips — or applies — the same step.
+the trainer's scaled low-precision forward/backward on the shard; the bucket allreduces of the *scaled*
+gradients (as DDP under a GradScaler: communication overlaps backward); the sum rounded to grad_fmt (what
+an allreduce in that format delivers, so an overflow of the full-batch gradient is seen as in one
+process); the trainer's unscale (→ found_inf); found_inf reduced with max across ranks; then every rank
+skips — or applies — the same step. (Once summed, an Inf on one rank already makes every rank's sum
+Inf/NaN; the max of the flags states the rule explicitly and costs one 8-byte allreduce. Per-rank partial
+sums in FP16 can still differ from the full-batch sum near the overflow threshold, as on real hardware.)
 
 How the overlap is modelled. The processes and the arithmetic are real; the *clock* is simulated
 (minidist.cluster: a message of n bytes costs α + nβ, ``comm.compute(flops)`` costs flops / FLOP/s).
@@ -67,6 +72,7 @@ from minidist.parallel.buckets import (
     parameter_digest,
     parameter_signature,
 )
+from minidist.precision.formats import quantize
 from minidist.precision.mixed import MixedPrecisionTrainer
 
 
@@ -268,12 +274,14 @@ class DataParallel:
         finally:
             self.mixed.loss_fn = original
         forward_times = self._charge_forward(shapes)
-        if self._syncing:
-            self._found_inf = self.mixed.unscale()     # elementwise: the clock treats it as free
-        self._backward(forward_times, None)
-        if self._syncing:
-            flag = allreduce(self.comm, np.array([float(self._found_inf)]), op="max", algorithm=self.algorithm)
-            self._found_inf = bool(flag[0])
+        with np.errstate(over="ignore", invalid="ignore"):   # Inf/NaN is expected: the step is skipped
+            self._backward(forward_times, None)               # the buckets' allreduces (scaled gradients)
+            if self._syncing:
+                for p in self.params:                         # the sum arrives in grad_fmt, as from an
+                    p.grad[...] = quantize(p.grad, self.mixed.grad_fmt)   # allreduce in that format
+                found_inf = self.mixed.unscale()              # elementwise: the clock treats it as free
+                flag = allreduce(self.comm, np.array([float(found_inf)]), op="max", algorithm=self.algorithm)
+                self._found_inf = bool(flag[0])
         return loss
 
     # -- the simulated clock --------------------------------------------------------------------------------------
