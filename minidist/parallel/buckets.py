@@ -61,6 +61,16 @@ def assign_buckets(params: list[Parameter], bucket_bytes: int | None) -> list[Bu
     return buckets
 
 
+def ready_layers(layers: list, buckets: list[Bucket]) -> list[int]:
+    """For each bucket, the index of the layer whose backward completes it (its smallest layer index:
+    backward runs from the last layer to the first)."""
+    layer_of = {id(p): i for i, layer in enumerate(layers) for p in layer.parameters()}
+    missing = [p for b in buckets for p in b.params if id(p) not in layer_of]
+    if missing:
+        raise ValueError(f"{len(missing)} parameter(s) belong to none of the layers")
+    return [min(layer_of[id(p)] for p in b.params) for b in buckets]
+
+
 def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring") -> None:
     """Sum one bucket of gradients over all ranks with ONE allreduce, writing the sums back in place.
 

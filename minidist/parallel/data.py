@@ -71,6 +71,7 @@ from minidist.parallel.buckets import (
     assign_buckets,
     parameter_digest,
     parameter_signature,
+    ready_layers,
 )
 from minidist.precision.formats import quantize
 from minidist.precision.mixed import MixedPrecisionTrainer
@@ -146,12 +147,10 @@ class DataParallel:
         if len({p.data.dtype for p in self.params}) > 1:
             raise TypeError(f"all parameters must share one dtype, got {sorted({str(p.data.dtype) for p in self.params})}")
         self.layers = leaf_layers(model)
-        layer_of = {id(p): i for i, layer in enumerate(self.layers) for p in layer.parameters()}
         self.buckets = assign_buckets(self.params, bucket_bytes)
-        # the backward of layer i completes the buckets in ready_at[i] (its smallest layer index)
-        self.ready_at: list[list] = [[] for _ in self.layers]
-        for bucket in self.buckets:
-            self.ready_at[min(layer_of[id(p)] for p in bucket.params)].append(bucket)
+        self.ready_at: list[list] = [[] for _ in self.layers]   # buckets completed by layer i's backward
+        for bucket, layer in zip(self.buckets, ready_layers(self.layers, self.buckets)):
+            self.ready_at[layer].append(bucket)
         self.compute_spans: list[Span] = []   # the compute stream on the simulated clock
         self._syncing, self._synced, self._micro_steps, self._found_inf = True, False, 0, False
         self._probed: dict[tuple, list[tuple]] = {}
