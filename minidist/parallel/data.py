@@ -318,7 +318,8 @@ class DataParallel:
     def _issue(self, bucket, ready: float) -> None:
         if self.comm.clock < ready:                  # the communication stream waits for the gradients
             self.comm.elapse(ready - self.comm.clock, label=f"backward until bucket {bucket.index} is ready")
-        allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm)
+        if self.comm.world_size > 1:                 # a sum over one rank changes nothing: skip the copies
+            allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm)
 
     def _input_shapes(self, x_shape: tuple) -> list[tuple]:
         """Each layer's input shape for a batch of x_shape, found once by a one-example forward in eval mode."""
