@@ -112,6 +112,7 @@ def _timeline(comm):
     return dp.compute_spans
 
 
+@pytest.mark.exercise("dp_bucketed_allreduce")
 def test_parallel_data_timeline_files(tmp_path):
     from minidist.parallel.overlap import plot_overlap, save_overlap_chrome
 

@@ -55,7 +55,6 @@ def _broadcast_and_check(comm):
     return values, None
 
 
-@pytest.mark.exercise("dp_bucketed_allreduce")
 def test_parallel_data_broadcast_start_and_replica_check():
     per_rank = run(_broadcast_and_check, 3, timeout=30)
     reference = [p.data for p in _mlp(0).parameters()]
