@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.collectives import allreduce
+from minidist.collectives import ALGORITHMS, choose_algorithm
 from minidist.nn.module import Parameter
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb = 25
@@ -35,6 +35,7 @@ class Bucket:
 
     index: int
     params: list[Parameter]
+    buffer: np.ndarray | None = None      # the flat scratch buffer, allocated at the first allreduce
 
     @property
     def nbytes(self) -> int:
@@ -71,18 +72,34 @@ def ready_layers(layers: list, buckets: list[Bucket]) -> list[int]:
     return [min(layer_of[id(p)] for p in b.params) for b in buckets]
 
 
-def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring") -> None:
+def allreduce_in_place(comm, flat: np.ndarray, algorithm: str = "ring") -> np.ndarray:
+    """Sum the contiguous 1-D array ``flat`` over all ranks, overwriting it; returns the summed array.
+
+    ``allreduce`` (minidist.collectives) works on a copy and returns a new array; its algorithm functions
+    (``ALGORITHMS``) overwrite the buffer they are given. A gradient bucket is a scratch buffer anyway,
+    so we call them directly and save two copies of the whole gradient per step.
+    """
+    if algorithm == "auto":
+        algorithm = choose_algorithm(flat.nbytes, flat.size, comm.world_size)
+    if comm.world_size == 1:
+        return flat
+    return ALGORITHMS[algorithm](comm, flat, "sum")
+
+
+def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring",
+                     buffer: np.ndarray | None = None) -> None:
     """Sum one bucket of gradients over all ranks with ONE allreduce, writing the sums back in place.
 
     grads: the bucket's gradient arrays (any shapes, one dtype), the same shapes on every rank.
-    Flatten them into one buffer of sum(g.size) elements, ``allreduce(comm, flat, "sum", algorithm)``,
-    and copy each piece of the result back into its gradient. Data parallelism weights every rank's
-    gradient by n_r / B before calling this, so the sum is the full-batch average:
-    g = Σ_r (n_r / B) g_r.
+    buffer: optional 1-D scratch array of sum(g.size) elements and the gradients' dtype, reused from step
+    to step (a fresh large array costs page faults every time).
+    Flatten the gradients into one buffer, ``allreduce_in_place(comm, flat, algorithm)``, and copy each
+    piece of the result back into its gradient. Data parallelism weights every rank's gradient by n_r / B
+    before calling this, so the sum is the full-batch average: g = Σ_r (n_r / B) g_r.
     """
     # BEGIN SOLUTION dp_bucketed_allreduce
-    flat = np.concatenate([g.ravel() for g in grads])
-    total = allreduce(comm, flat, op="sum", algorithm=algorithm)
+    flat = np.concatenate([g.ravel() for g in grads], out=buffer)
+    total = allreduce_in_place(comm, flat, algorithm)
     offset = 0
     for g in grads:
         g[...] = total[offset:offset + g.size].reshape(g.shape)

@@ -319,7 +319,9 @@ class DataParallel:
         if self.comm.clock < ready:                  # the communication stream waits for the gradients
             self.comm.elapse(ready - self.comm.clock, label=f"backward until bucket {bucket.index} is ready")
         if self.comm.world_size > 1:                 # a sum over one rank changes nothing: skip the copies
-            allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm)
+            if bucket.buffer is None:
+                bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
+            allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm, bucket.buffer)
 
     def _input_shapes(self, x_shape: tuple) -> list[tuple]:
         """Each layer's input shape for a batch of x_shape, found once by a one-example forward in eval mode."""
