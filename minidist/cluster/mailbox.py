@@ -5,7 +5,7 @@ Layout of the shared block (created by the launcher, mapped by every rank)::
     control lines (64 bytes each, so two ranks never write the same cache line):
         line 0                 abort flag, rank that failed first
         line 1 + r             done[r]: rank r's function has returned
-        line 1 + P + r         status[r]: what rank r is blocked on (op, peer, tag) — for error messages
+        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA bits, send_to, recv_from, tag)
         written[s, d], read[s, d]   slots written by s / consumed by d in mailbox s -> d
     mailboxes: one per ordered pair (s, d), each ``nslots`` slots of [header | segment of payload]
 
