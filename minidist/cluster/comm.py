@@ -13,8 +13,14 @@ must carry the tag the receiver expects, and with ``out=`` also its dtype and sh
 ``MessageMismatchError`` says what each side had. ``op="sum"`` (or "max", "min", "prod") adds the
 incoming data into ``out`` in place, straight from shared memory: ``out = out + incoming``.
 
-``send`` returns as soon as its last segment is in the mailbox: messages up to the mailbox size
-(2 MiB by default) never wait for the receiver. Bigger ones stream and wait for it to read.
+``send`` returns as soon as its last segment is in the mailbox, so it never waits for the receiver
+while the mailbox has room: by default 16 slots of 128 KiB (``run(..., mailbox_bytes=2 MiB)``), i.e. up
+to 16 small messages or 2 MiB in flight per ordered pair. Bigger messages stream and wait for the reader;
+use ``sendrecv`` for exchanges of any size.
+
+A message for another communicator (or a barrier) that arrives while ``recv`` waits is set aside and
+delivered when asked for, so sub-communicators from ``split`` never mix with their parent. One thread
+per rank: a Communicator is not meant to be shared between threads.
 """
 
 from __future__ import annotations

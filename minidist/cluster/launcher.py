@@ -44,6 +44,7 @@ from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace
 from .mailbox import Aborted, Endpoint, Layout
 
+MAX_RANKS = 64
 GRACE = 1.0              # seconds a failing run gives the other ranks to stop before terminating them
 BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _names = count()
@@ -90,6 +91,9 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         raise TypeError(f"run expects a function fn(comm, *args), got {type(fn).__name__}")
     if not isinstance(world_size, (int, np.integer)) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    if world_size > MAX_RANKS:
+        raise ValueError(f"world_size must be <= {MAX_RANKS} (one process and P-1 mailboxes per rank), "
+                         f"got {world_size}")
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     if not isinstance(mailbox_bytes, int) or mailbox_bytes < 1024:
@@ -119,13 +123,14 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
                 blas = _blas_controller() if method == "fork" else None
-                proc = ctx.Process(target=_worker, args=(rank, plan, shm, doorbells, fn, args, writer, blas),
+                shared = block if shm is None else shm      # spawn: the segment travels by name
+                proc = ctx.Process(target=_worker, args=(rank, plan, shared, doorbells, fn, args, writer, blas),
                                    name=f"minidist-rank-{rank}", daemon=True)
                 proc.start()
                 writer.close()
                 procs.append(proc)
                 conns.append(reader)
-        return _watch(procs, conns, parent, timeout)
+        return _watch(procs, conns, parent, timeout, method)
     finally:
         _shutdown(procs, parent)
         for conn in conns:
@@ -135,7 +140,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         del doorbells
 
 
-def _watch(procs, conns, parent: Endpoint, timeout: float):
+def _watch(procs, conns, parent: Endpoint, timeout: float, method: str):
     """Wait for every rank's answer; raise ClusterError on the first failure or at the deadline."""
     deadline = time.monotonic() + timeout
     answers: dict[int, tuple] = {}
@@ -150,44 +155,41 @@ def _watch(procs, conns, parent: Endpoint, timeout: float):
         for ready in wait(list(pending) + list(running), timeout=remaining):
             if ready in running:                   # a process ended: read what it sent first, if anything
                 rank = running.pop(ready)
-                ready = conns[rank]
-                if ready not in pending or not ready.poll():
-                    pending.pop(ready, None)
-                    failed |= rank not in answers  # ended without an answer: it died
-                    continue
-            rank = pending.pop(ready)
-            answer = _receive(ready)               # None: the pipe closed without an answer
-            if answer is not None:
-                answers[rank] = answer
-                failed |= answer[0] != "ok"
+                if conns[rank] in pending and conns[rank].poll():
+                    _take(conns[rank], pending, answers)
+                pending.pop(conns[rank], None)
+                failed |= rank not in answers      # ended without an answer: it died
+            elif ready in pending:
+                failed |= _take(ready, pending, answers) != "ok"
     if not failed:
         return [answers[r][1] for r in range(len(procs))], [answers[r][2] for r in range(len(procs))]
     blocked = {r: parent.blocked_on(r) for r in running.values()}
     first_alarm = int(parent.ctrl[1]) if parent.aborting() else -1    # the rank that raised first
     parent.abort()
-    _stop(procs, conns, pending, answers)
+    _stop(running, pending, answers)
+    ended = set(range(len(procs))) - set(running.values())
     if timed_out:
         waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(blocked.items()))
         raise ClusterError(f"run timed out after {timeout:g} s; still running: {waiting or 'none'}")
-    raise _error(_culprit(answers, procs, first_alarm), answers, procs)
+    raise _error(_culprit(answers, ended, first_alarm), answers, procs, method)
 
 
-def _culprit(answers, procs, first_alarm: int) -> int:
+def _culprit(answers, ended: set[int], first_alarm: int) -> int:
     """The rank whose failure caused the others': the first exception, else a death, else an abort."""
     errors = [r for r, a in answers.items() if a[0] == "error"]
     if first_alarm in errors:
         return first_alarm
     if errors:
         return min(errors)
-    dead = [r for r, p in enumerate(procs) if r not in answers and p.exitcode is not None]
+    dead = [r for r in ended if r not in answers]
     if dead:
         return min(dead)
     return min(r for r, a in answers.items() if a[0] == "aborted")
 
 
-def _error(rank, answers, procs) -> ClusterError:
+def _error(rank, answers, procs, method: str) -> ClusterError:
     answer = answers.get(rank)
-    procs[rank].join(GRACE)                        # it has answered or ended: collect its exit code
+    procs[rank].join(GRACE)          # it has answered or ended (its pipe closes just before it can be reaped)
     code = procs[rank].exitcode
     if answer is not None and answer[0] == "error":
         return ClusterError(f"rank {rank} raised {answer[1]}\n\n--- traceback of rank {rank} ---\n{answer[2]}",
@@ -198,28 +200,33 @@ def _error(rank, answers, procs) -> ClusterError:
         how = "was aborted"
     else:
         how = f"exited with code {code} before returning"
+        if method == "spawn" and code == 1:
+            how += (" (under spawn each worker imports the main script again: is its top-level code "
+                    "guarded by `if __name__ == '__main__':`? see the worker's output above)")
     return ClusterError(f"rank {rank} {how}", rank, code, how)
 
 
-def _receive(conn):
+def _take(conn, pending: dict, answers: dict) -> str | None:
+    """Read one rank's answer from its pipe; return its status ("ok", "error", "aborted"; None: EOF)."""
+    rank = pending.pop(conn)
     try:
-        return conn.recv()
-    except (EOFError, OSError):
+        answers[rank] = conn.recv()
+    except (EOFError, OSError):                  # the pipe closed without an answer: the rank died
         return None
+    return answers[rank][0]
 
 
-def _stop(procs, conns, pending, answers) -> None:
-    """Give the other ranks GRACE seconds to notice the abort (reading their answers), then terminate."""
+def _stop(running, pending, answers) -> None:
+    """Give the ranks still running GRACE seconds to notice the abort, reading their answers."""
     deadline = time.monotonic() + GRACE
-    running = {p.sentinel: r for r, p in enumerate(procs) if p.is_alive()}
     while running and (remaining := deadline - time.monotonic()) > 0:
         for ready in wait(list(running) + list(pending), timeout=remaining):
             if ready in pending:
-                rank, answer = pending.pop(ready), _receive(ready)
-                if answer is not None:
-                    answers.setdefault(rank, answer)
+                _take(ready, pending, answers)
             else:
                 running.pop(ready, None)
+    for conn in [c for c in pending if c.poll()]:      # answers sent just before their process ended
+        _take(conn, pending, answers)
 
 
 def _shutdown(procs, parent: Endpoint) -> None:
@@ -236,7 +243,7 @@ def _shutdown(procs, parent: Endpoint) -> None:
         p.join()
 
 
-def _worker(rank, plan, shm, doorbells, fn, args, conn, blas) -> None:
+def _worker(rank, plan, shared, doorbells, fn, args, conn, blas) -> None:
     """The body of one rank's process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
     if blas:
@@ -245,7 +252,7 @@ def _worker(rank, plan, shm, doorbells, fn, args, conn, blas) -> None:
     endpoint = None
     code = 0
     try:
-        block = _inherited_block if shm is None else shm.buf
+        block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
         endpoint = Endpoint(layout, rank, block, doorbells, spin)
         ledger = Ledger(rank, link, device)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
@@ -270,25 +277,24 @@ def _worker(rank, plan, shm, doorbells, fn, args, conn, blas) -> None:
     sys.exit(code)
 
 
-_inherited_block = None       # under fork: the anonymous shared map, inherited from the parent
-
-
 def _shared_block(nbytes: int, method: str):
     """(memoryview of the block, SharedMemory or None). Anonymous under fork, named under spawn."""
-    global _inherited_block
-    if method == "fork":
-        _inherited_block = memoryview(mmap.mmap(-1, nbytes))
-        return _inherited_block, None
+    if method == "fork":          # MAP_SHARED | MAP_ANONYMOUS: children inherit it, no name anywhere
+        return memoryview(mmap.mmap(-1, nbytes)), None
     from multiprocess.shared_memory import SharedMemory
     shm = SharedMemory(name=f"minidist_{os.getpid()}_{next(_names)}", create=True, size=nbytes)
     return shm.buf, shm
 
 
 def _release(block, shm) -> None:
-    global _inherited_block
-    _inherited_block = None
+    """Unmap the block (if no view of it survives; else the garbage collector will) and remove its name."""
+    try:
+        block.release()
+        if shm is not None:
+            shm.close()
+    except BufferError:
+        pass
     if shm is not None:
-        shm.close()
         shm.unlink()
 
 

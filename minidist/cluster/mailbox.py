@@ -5,7 +5,7 @@ Layout of the shared block (created by the launcher, mapped by every rank)::
     control lines (64 bytes each, so two ranks never write the same cache line):
         line 0                 abort flag, rank that failed first
         line 1 + r             done[r]: rank r's function has returned
-        line 1 + P + r         status[r]: what rank r is blocked on (op, peer, tag) — for error messages
+        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA bits, send_to, recv_from, tag)
         written[s, d], read[s, d]   slots written by s / consumed by d in mailbox s -> d
     mailboxes: one per ordered pair (s, d), each ``nslots`` slots of [header | segment of payload]
 
@@ -100,7 +100,8 @@ class Endpoint:
 
     def __init__(self, layout: Layout, rank: int, buf, doorbells, spin: bool):
         self.layout, self.rank, self.doorbells, self.spin = layout, rank, doorbells, spin
-        self.ctrl = np.ndarray(layout.control_bytes // 8, dtype=np.int64, buffer=buf)
+        # the control lines as 64-bit integers (a memoryview: reading one gives a Python int, quickly)
+        self.ctrl = buf[:layout.control_bytes].cast("q")
         self.buf = buf
         self.raw = np.ndarray(layout.total_bytes, dtype=np.uint8, buffer=buf)
         p = layout.world_size
@@ -121,6 +122,8 @@ class Endpoint:
 
     def close(self) -> None:
         """Drop the views of the shared block, so that it can be unmapped."""
+        if self.ctrl is not None:
+            self.ctrl.release()
         self.ctrl = self.raw = self.buf = None
 
     # -- shared state ------------------------------------------------------------------------------------
@@ -162,7 +165,7 @@ class Endpoint:
                 if ready():
                     return
         bell, st = self.doorbells[self.rank], self.status[self.rank]
-        self.ctrl[st + 1:st + 4] = (send_to, recv_from, tag)
+        self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
         self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
         fence()
         try:
@@ -188,7 +191,7 @@ class Endpoint:
     def blocked_on(self, rank: int) -> str:
         """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line."""
         st = self.status[rank]
-        mask, send_to, recv_from, tag = (int(v) for v in self.ctrl[st:st + 4])
+        mask, send_to, recv_from, tag = self.ctrl[st:st + 4].tolist()
         parts = ([f"send to rank {send_to}"] if mask & ROOM else []) + \
                 ([f"recv from rank {recv_from}"] if mask & DATA else [])
         what = {-1: "barrier", -2: "split"}.get(tag, f"tag {tag}")
