@@ -73,7 +73,8 @@ print("all 7 choices gave the exact sum, bitwise identical on the 4 ranks (n = 1
 # `minidist.collectives.schedule` lists the transfers each algorithm's code performs (the tests check it
 # against what the cluster recorded). In the figures, a row is a rank; an arrow goes from the sender to
 # the receiver and is labelled with the chunk it carries (c0..c3 are the quarters of the array, "all"
-# the whole array, x1 rank 1's own input). Red arrows are *added into* the receiver's copy, blue ones overwrite it.
+# the whole array, x1 rank 1's own input). Red arrows are *added into* the receiver's copy, blue ones
+# overwrite it.
 
 
 # %%
@@ -92,7 +93,8 @@ def draw_schedule(plan, path):
         for t in step:
             color = "tab:red" if t.reduce else "tab:blue"
             ax.annotate("", xy=(k + 1, t.dst), xytext=(k, t.src),
-                        arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.4, "shrinkA": 7, "shrinkB": 7})
+                        arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.4,
+                                    "shrinkA": 7, "shrinkB": 7})
             f = 0.27 if t.dst > t.src else 0.73  # label near the tail of down-arrows, the head of up-arrows
             ax.text(k + f, t.src + f * (t.dst - t.src), chunk_label(plan, t), color=color, fontsize=8,
                     ha="center", va="center", zorder=4,
@@ -104,8 +106,8 @@ def draw_schedule(plan, path):
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.set_ylim(p - 0.5, -0.6)
     ax.set_xlim(-0.4, len(steps) + 0.4)
-    ax.set_title(f"{plan.algorithm} allreduce, P = {p}\nred: added into the receiver's copy, blue: overwrites it",
-                 fontsize=10)
+    ax.set_title(f"{plan.algorithm} allreduce, P = {p}\n"
+                 "red: added into the receiver's copy, blue: overwrites it", fontsize=10)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
@@ -121,7 +123,8 @@ for name in NAMES:
 ring = schedule("ring", 4)
 for k, step in enumerate(ring.steps):
     phase = "reduce-scatter" if k < 3 else "allgather     "
-    print(f"ring step {k + 1} ({phase}): " + ", ".join(f"{t.src}->{t.dst} {chunk_label(ring, t)}" for t in step))
+    moves = ", ".join(f"{t.src}->{t.dst} {chunk_label(ring, t)}" for t in step)
+    print(f"ring step {k + 1} ({phase}): {moves}")
 # After the reduce-scatter, rank r owns the finished chunk r:
 assert [t.lo for t in ring.steps[2]] == [(r - 3) % 4 for r in range(4)]
 
@@ -148,7 +151,8 @@ def ledger_of_each(comm, n):
         comm.barrier()
         bytes0, messages0, clock0 = comm.stats.bytes_sent, comm.stats.messages_sent, comm.clock
         allreduce(comm, x, algorithm=name)
-        out[name] = (comm.stats.bytes_sent - bytes0, comm.stats.messages_sent - messages0, comm.clock - clock0)
+        out[name] = (comm.stats.bytes_sent - bytes0, comm.stats.messages_sent - messages0,
+                     comm.clock - clock0)
     return out
 
 
@@ -167,6 +171,10 @@ for name in NAMES:
 ring_sent = ledgers[0]["ring"][0]
 assert ring_sent == 2 * (P - 1) * 4 * N // P
 print(f"ring allreduce sent exactly 2(P-1)/P * n = {ring_sent} bytes per rank, as the formula says")
+tree_total = sum(ledgers[r]["tree"][0] for r in range(P))
+assert tree_total == 2 * (P - 1) * 4 * N
+print(f"the tree sent 2(P-1) * n = {tree_total} bytes over all ranks, {ledgers[0]['tree'][0]} of them from "
+      f"the root; the parameter server's root sent {ledgers[0]['parameter_server'][0]}: (P-1) * n")
 
 # %% [markdown]
 # ## 4. Simulated time against message size: latency-bound vs bandwidth-bound
@@ -309,7 +317,8 @@ fig, ax = plt.subplots(figsize=(8, 5))
 for name, color in zip(("ring", "tree", "recursive_doubling", "rabenseifner"), plt.cm.tab10.colors):
     real = [max(w[name, n] for w in walls) for n in wall_sizes]
     model = [allreduce_cost(name, P, 4 * n, LINK.alpha, LINK.beta).time for n in wall_sizes]
-    ax.loglog([4 * n for n in wall_sizes], np.array(real) * 1e6, "o-", color=color, label=f"{name}: this machine")
+    ax.loglog([4 * n for n in wall_sizes], np.array(real) * 1e6, "o-", color=color,
+              label=f"{name}: this machine")
     ax.loglog([4 * n for n in wall_sizes], np.array(model) * 1e6, "--", color=color, alpha=0.6,
               label=f"{name}: model")
 ring_real = np.array([max(w["ring", n] for w in walls) for n in wall_sizes])
@@ -323,7 +332,8 @@ fig.tight_layout()
 fig.savefig(FIGURES / "05_wall_clock.png", dpi=110)
 plt.close(fig)
 print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ "
-      f"{1 / max(beta_fit, 1e-15) / 1e9:.2f} GB/s (model: {LINK.alpha * 1e6:.0f} us, {1 / LINK.beta / 1e9:.0f} GB/s)")
+      f"{1 / max(beta_fit, 1e-15) / 1e9:.2f} GB/s "
+      f"(model: {LINK.alpha * 1e6:.0f} us, {1 / LINK.beta / 1e9:.0f} GB/s)")
 
 # %% [markdown]
 # ## 7. How MPI chooses: `algorithm="auto"`
@@ -337,5 +347,6 @@ print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ 
 # %%
 for nbytes in (8, 2048, 2052, 2**20):
     print(f"{nbytes:8d} bytes on 8 ranks -> {choose_algorithm(nbytes, nbytes // 4, 8)}")
-assert choose_algorithm(2048, 512, 8) == "recursive_doubling" and choose_algorithm(2052, 513, 8) == "rabenseifner"
+assert choose_algorithm(2048, 512, 8) == "recursive_doubling"
+assert choose_algorithm(2052, 513, 8) == "rabenseifner"
 print("done: figures in", FIGURES)

@@ -92,6 +92,6 @@ def agree(comm, call: str) -> None:
     color = zlib.crc32(call.encode())  # the same number in every process (unlike hash())
     group = comm.split(color)
     if group.world_size != comm.world_size:
-        raise ValueError(f"collective mismatch: rank {comm.rank} called {call}, but only {group.world_size} of "
-                         f"{comm.world_size} ranks made the same call; every rank must call the same "
-                         f"collective with the same algorithm, root, op, length and dtype")
+        raise ValueError(f"collective mismatch: rank {comm.rank} called {call}, but only "
+                         f"{group.world_size} of {comm.world_size} ranks made the same call; every rank must "
+                         f"call the same collective with the same algorithm, root, op, length and dtype")

@@ -5,13 +5,16 @@ T_comm): sending a message of b bytes costs α + bβ on the sender's link (α: l
 1/β the bandwidth); a receive completes when the message has arrived; reducing b bytes costs bγ.
 P ranks, an array of n bytes. Per rank:
 
-    algorithm            steps          messages sent     bytes sent            time
-    naive                P − 1          P − 1             (P − 1) n             (P − 1)(α + nβ) + (P − 1) nγ
-    parameter_server     2              root P − 1, else 1  root (P − 1) n, else n   P (α + nβ) + (P − 1) nγ
-    ring                 2(P − 1)       2(P − 1)          2 (P − 1)/P · n       2(P − 1) α + 2 (P − 1)/P · nβ + (P − 1)/P · nγ
-    tree                 2 log2 P       1 + children      (1 + children) n      2 log2 P (α + nβ) + log2 P · nγ
-    recursive_doubling   log2 P         log2 P            log2 P · n            log2 P (α + nβ) + log2 P · nγ
-    rabenseifner         2 log2 P       2 log2 P          2 (P − 1)/P · n       2 log2 P α + 2 (P − 1)/P · nβ + (P − 1)/P · nγ
+    algorithm           steps      messages sent        bytes sent              time (γ = 0)
+    naive               P − 1      P − 1                (P − 1) n               (P − 1)(α + nβ)
+    parameter_server    2          root P − 1, else 1   root (P − 1) n, else n  P (α + nβ)
+    ring                2(P − 1)   2(P − 1)             2 (P − 1)/P · n         2(P − 1) α + 2 (P − 1)/P · nβ
+    tree                2 log2 P   see below            messages · n            2 log2 P (α + nβ)
+    recursive_doubling  log2 P     log2 P               log2 P · n              log2 P (α + nβ)
+    rabenseifner        2 log2 P   2 log2 P             2 (P − 1)/P · n         2 log2 P α + 2 (P − 1)/P · nβ
+
+The reductions add γ per byte on the critical path: (P − 1) nγ for naive and the parameter server,
+(P − 1)/P · nγ for ring and Rabenseifner, log2 P · nγ for tree and recursive doubling.
 
 (The tree's root sends log2 P messages, a leaf 1; all ranks together send 2(P − 1) messages, 2(P − 1) n
 bytes.) The parameter server's time is P (α + nβ), not 2(P − 1): the workers send to it in parallel and a
@@ -19,9 +22,9 @@ receive costs nothing on the receiver's side in this model, then the root sends 
 
 The formulas are exact when P is a power of two (for tree, recursive doubling, Rabenseifner; otherwise
 log2 P reads ⌈log2 P⌉ and the numbers are the textbook's approximation) and the array's element count
-divides by P (ring, Rabenseifner). schedule.simulate gives the exact
-numbers for every case; the tests check both against the cluster's ledger and clock. The collectives do
-not charge their reductions to the simulated clock, so the clock measures the γ = 0 case.
+divides by P (ring, Rabenseifner). schedule.simulate gives the exact numbers for every case; the tests
+check both against the cluster's ledger and clock. The collectives do not charge their reductions to the
+simulated clock, so the clock measures the γ = 0 case.
 
 Ring vs tree is the lecture's point: the ring's time hardly grows with P (bandwidth-bound, large n), the
 tree's latency term grows only as log P (latency-bound, small n).
@@ -75,7 +78,8 @@ def allreduce_cost(algorithm: str, world_size: int, nbytes: int, alpha: float, b
     if algorithm == "parameter_server":
         sent = [(p - 1) * n] + [n] * (p - 1)
         messages = [p - 1] + [1] * (p - 1)
-        return Cost(algorithm, 2, messages, sent, messages, sent, p * (alpha + n * beta) + (p - 1) * n * gamma)
+        time = p * (alpha + n * beta) + (p - 1) * n * gamma
+        return Cost(algorithm, 2, messages, sent, messages, sent, time)
     if algorithm == "ring":
         sent = [2 * (p - 1) * n / p] * p
         return Cost(algorithm, 2 * (p - 1), [2 * (p - 1)] * p, sent, [2 * (p - 1)] * p, sent,

@@ -68,7 +68,9 @@ def _naive(p: int) -> list:
 
 
 def _parameter_server(p: int) -> list:
-    return [[Transfer(w, 0, 0, 1, True) for w in range(1, p)], [Transfer(0, w, 0, 1, False) for w in range(1, p)]]
+    gather = [Transfer(w, 0, 0, 1, True) for w in range(1, p)]
+    send_back = [Transfer(0, w, 0, 1, False) for w in range(1, p)]
+    return [gather, send_back]
 
 
 def _tree(p: int) -> list:
