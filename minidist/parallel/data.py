@@ -64,46 +64,21 @@ import numpy as np
 
 from minidist.cluster import Span
 from minidist.collectives import ALGORITHMS, allgather, allreduce, broadcast
-from minidist.nn.module import Module, Sequential
+from minidist.nn.module import Module
 from minidist.parallel.buckets import (
     DEFAULT_BUCKET_BYTES,
     allreduce_bucket,
+    allreduce_in_place,
     assign_buckets,
     parameter_digest,
     parameter_signature,
     ready_layers,
 )
+from minidist.parallel.shards import ShardWeightedLoss, leaf_layers, shard_bounds
 from minidist.precision.formats import quantize
 from minidist.precision.mixed import MixedPrecisionTrainer
 
-
-def leaf_layers(model: Module) -> list[Module]:
-    """The layers backward runs one by one: a Sequential's layers (nested Sequentials flattened), or
-    the model itself."""
-    if isinstance(model, Sequential):
-        return [leaf for layer in model for leaf in leaf_layers(layer)]
-    return [model]
-
-
-def shard_bounds(batch_size: int, world_size: int, rank: int) -> tuple[int, int]:
-    """[lo, hi) of rank's contiguous shard; like np.array_split: the first B mod P ranks get one more."""
-    base, extra = divmod(batch_size, world_size)
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (rank < extra)
-
-
-class ShardWeightedLoss:
-    """A loss whose backward is scaled by ``weight`` = n_r / B: the gradient of Σ_{i∈r} ℓ_i / B."""
-
-    def __init__(self, loss_fn, weight: float):
-        self.loss_fn, self.weight = loss_fn, weight
-
-    def forward(self, logits: np.ndarray, target: np.ndarray) -> float:
-        return self.loss_fn.forward(logits, target)
-
-    def backward(self) -> np.ndarray:
-        grad = self.loss_fn.backward()
-        return grad if self.weight == 1.0 else grad * self.weight
+__all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers", "shard_bounds"]
 
 
 class DataParallel:
@@ -118,12 +93,15 @@ class DataParallel:
         mixed: a MixedPrecisionTrainer over the same model and optimizer (None: plain precision).
         broadcast_parameters: copy rank 0's parameters to every rank first.
         check_every_step: check after every step that the replicas are bitwise identical.
+        gradient_as_bucket_view: make every Parameter.grad a view into its bucket's flat buffer (as
+            PyTorch's DDP option of that name), so no flatten and copy-back is needed (layers must *add*
+            into .grad in place, as every minidist layer does; a replaced .grad is detected).
     """
 
     def __init__(self, comm, model: Module, optimizer, loss_fn, *, algorithm: str = "ring",
                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, overlap: bool = True,
                  mixed: MixedPrecisionTrainer | None = None, broadcast_parameters: bool = False,
-                 check_every_step: bool = False):
+                 check_every_step: bool = False, gradient_as_bucket_view: bool = False):
         if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
             raise TypeError(f"comm must be a Communicator, got {type(comm).__name__}")
         if not isinstance(model, Module):
@@ -151,6 +129,15 @@ class DataParallel:
         self.ready_at: list[list] = [[] for _ in self.layers]   # buckets completed by layer i's backward
         for bucket, layer in zip(self.buckets, ready_layers(self.layers, self.buckets)):
             self.ready_at[layer].append(bucket)
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view) and comm.world_size > 1
+        if self.gradient_as_bucket_view:
+            for bucket in self.buckets:
+                bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
+                offset = 0
+                for p in bucket.params:
+                    view = bucket.buffer[offset:offset + p.size].reshape(p.shape)
+                    view[...] = p.grad
+                    p.grad, offset = view, offset + p.size
         self.compute_spans: list[Span] = []   # the compute stream on the simulated clock
         self._syncing, self._synced, self._micro_steps, self._found_inf = True, False, 0, False
         self._probed: dict[tuple, list[tuple]] = {}
@@ -318,10 +305,19 @@ class DataParallel:
     def _issue(self, bucket, ready: float) -> None:
         if self.comm.clock < ready:                  # the communication stream waits for the gradients
             self.comm.elapse(ready - self.comm.clock, label=f"backward until bucket {bucket.index} is ready")
-        if self.comm.world_size > 1:                 # a sum over one rank changes nothing: skip the copies
-            if bucket.buffer is None:
-                bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
-            allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm, bucket.buffer)
+        if self.comm.world_size == 1:                # a sum over one rank changes nothing: skip the copies
+            return
+        if self.gradient_as_bucket_view:             # the gradients already lie in the buffer, in order
+            if not all(p.grad.base is bucket.buffer for p in bucket.params):
+                raise ValueError("gradient_as_bucket_view: a Parameter.grad was replaced by a new array; "
+                                 "layers and optimizers must update .grad in place")
+            total = allreduce_in_place(self.comm, bucket.buffer, self.algorithm)
+            if total is not bucket.buffer:
+                bucket.buffer[...] = total
+            return
+        if bucket.buffer is None:
+            bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
+        allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm, bucket.buffer)
 
     def _input_shapes(self, x_shape: tuple) -> list[tuple]:
         """Each layer's input shape for a batch of x_shape, found once by a one-example forward in eval mode."""

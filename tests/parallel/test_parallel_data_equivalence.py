@@ -2,8 +2,8 @@
 
 hypothesis draws the world size (1-4), the model, global batch sizes that P need not divide, the
 allreduce algorithm, the bucket size, overlap on/off and the optimizer. One cluster run per example
-trains three variants on every rank: the drawn configuration, the same without bucketing (one allreduce
-per parameter), and gradient accumulation over k micro-steps (no_sync) — and returns the parameters of
+trains three variants on every rank: the drawn configuration (gradients copied into the buckets or kept
+as views of them), the same without bucketing (one allreduce per parameter), and gradient accumulation over k micro-steps (no_sync) — and returns the parameters of
 every replica after every step.
 """
 
@@ -29,11 +29,11 @@ RTOL, ATOL = 1e-10, 1e-13      # float64; atol only guards parameters that pass 
 ORDER_FREE = ("naive", "parameter_server", "tree")   # each element summed in rank order, whatever the buckets
 
 
-def _train(comm, case, batches, bucket_bytes, accumulate=1):
+def _train(comm, case, batches, bucket_bytes, accumulate=1, views=False):
     model = make_model(case["model"], case["seed"])
     opt = make_optimizer(case["optimizer"], model.parameters())
     dp = DataParallel(comm, model, opt, CrossEntropyLoss(), algorithm=case["algorithm"],
-                      bucket_bytes=bucket_bytes, overlap=case["overlap"])
+                      bucket_bytes=bucket_bytes, overlap=case["overlap"], gradient_as_bucket_view=views)
     history, silent = [], True
     for start in range(0, len(batches), accumulate):
         dp.zero_grad()
@@ -51,7 +51,7 @@ def _train(comm, case, batches, bucket_bytes, accumulate=1):
 def _variants(comm, case):
     batches = make_data(case["model"], case["seed"], case["batch_sizes"])
     micro = make_data(case["model"], case["seed"] + 1, [case["micro_batch"]] * (2 * case["k"]))
-    return {"drawn": _train(comm, case, batches, case["bucket_bytes"])[0],
+    return {"drawn": _train(comm, case, batches, case["bucket_bytes"], views=case["views"])[0],
             "unbucketed": _train(comm, case, batches, None)[0],
             "accumulated": _train(comm, case, micro, case["bucket_bytes"], accumulate=case["k"])}
 
@@ -78,6 +78,7 @@ def cases(draw):
             "algorithm": draw(st.sampled_from(sorted(ALGORITHMS))),
             "bucket_bytes": draw(st.sampled_from([None, 1, 100, 400, 10**6])),
             "overlap": draw(st.booleans()), "optimizer": draw(st.sampled_from(OPTIMIZERS)),
+            "views": draw(st.booleans()),
             "micro_batch": draw(st.integers(p, 2 * p + 1)), "k": draw(st.integers(2, 3))}
 
 

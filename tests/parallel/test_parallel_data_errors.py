@@ -96,6 +96,18 @@ def _misuse(comm):
     return errors
 
 
+def _replaced_grad(comm):
+    model = _mlp(0)
+    dp = _dp(comm, model, gradient_as_bucket_view=True)
+    model.parameters()[0].grad = np.zeros((5, 3))        # a layer that rebinds .grad breaks the views
+    dp.train_step(np.ones((4, 3)), np.zeros(4, dtype=int))
+
+
+def test_parallel_data_bucket_view_detects_a_replaced_grad():
+    with pytest.raises(ClusterError, match="Parameter.grad was replaced"):
+        run(_replaced_grad, 2, timeout=30)
+
+
 def test_parallel_data_misuse_is_a_clear_error():
     errors = run(_misuse, 1, timeout=30)[0]
     assert not any(e.startswith("no ") for e in errors), errors
