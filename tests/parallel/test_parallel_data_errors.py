@@ -122,3 +122,19 @@ def test_parallel_data_buckets_fill_in_reverse_order():
     assert [[p.shape for p in b.params] for b in assign_buckets(params, 96)]  # b2 + W2 = 96 closes the first == [[(2,), (2, 5)], [(5,), (5, 3)]]
     assert [len(b.params) for b in assign_buckets(params, 10**6)] == [4]
     assert [b.params[0] for b in assign_buckets(params, None)] == params[::-1]
+
+
+def _diverging(comm):
+    model = _mlp(0)
+    dp = _dp(comm, model, check_every_step=True)
+    x, y = np.ones((4, 3)), np.zeros(4, dtype=int)
+    dp.train_step(x, y)                                   # identical: the check passes
+    if comm.rank == 1:
+        model.parameters()[1].data[0] += 1.0              # a bug that makes one replica drift
+    dp.train_step(x, y)
+
+
+@pytest.mark.exercise("dp_bucketed_allreduce")
+def test_parallel_data_check_every_step_catches_a_drifting_replica():
+    with pytest.raises(ClusterError, match=r"not bitwise identical.*rank\(s\) \[1\]"):
+        run(_diverging, 2, timeout=30)

@@ -32,9 +32,10 @@ def _setup():
     return model, optimizer, trainer, batches
 
 
-def _data_parallel(comm):
+def _data_parallel(comm, views):
     model, optimizer, trainer, batches = _setup()
-    dp = DataParallel(comm, model, optimizer, CrossEntropyLoss(), mixed=trainer, bucket_bytes=64)
+    dp = DataParallel(comm, model, optimizer, CrossEntropyLoss(), mixed=trainer, bucket_bytes=64,
+                      gradient_as_bucket_view=views)
     applied, scales, params = [], [], []
     for x, y in batches:
         dp.zero_grad()
@@ -45,9 +46,11 @@ def _data_parallel(comm):
     return applied, scales, params
 
 
-@pytest.mark.exercise("dp_bucketed_allreduce")
-@pytest.mark.parametrize("world_size", [3])
-def test_parallel_data_mixed_precision_skips_with_single_process(world_size):
+@pytest.mark.parametrize("world_size, views", [
+    pytest.param(3, False, marks=pytest.mark.exercise("dp_bucketed_allreduce")),
+    (2, True),               # gradients as views of the buckets: the allreduce runs on them directly
+])
+def test_parallel_data_mixed_precision_skips_with_single_process(world_size, views):
     model, _, trainer, batches = _setup()
     want_applied, want_scales = [], []
     with np.errstate(over="ignore", invalid="ignore"):
@@ -56,7 +59,7 @@ def test_parallel_data_mixed_precision_skips_with_single_process(world_size):
             want_scales.append(trainer.scaler.scale)
     assert not all(want_applied) and any(want_applied)      # the scenario has both kinds of step
     assert not want_applied[POISONED]
-    per_rank = run(_data_parallel, world_size, timeout=60)
+    per_rank = run(_data_parallel, world_size, views, timeout=60)
     for rank, (applied, scales, params) in enumerate(per_rank):
         assert applied == want_applied, f"rank {rank}"
         assert scales == want_scales, f"rank {rank}"
