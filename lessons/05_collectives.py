@@ -171,6 +171,10 @@ for name in NAMES:
 ring_sent = ledgers[0]["ring"][0]
 assert ring_sent == 2 * (P - 1) * 4 * N // P
 print(f"ring allreduce sent exactly 2(P-1)/P * n = {ring_sent} bytes per rank, as the formula says")
+tree_total = sum(ledgers[r]["tree"][0] for r in range(P))
+assert tree_total == 2 * (P - 1) * 4 * N
+print(f"the tree sent 2(P-1) * n = {tree_total} bytes over all ranks, {ledgers[0]['tree'][0]} of them from "
+      f"the root; the parameter server's root sent {ledgers[0]['parameter_server'][0]}: (P-1) * n")
 
 # %% [markdown]
 # ## 4. Simulated time against message size: latency-bound vs bandwidth-bound

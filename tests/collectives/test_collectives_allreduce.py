@@ -100,3 +100,16 @@ def test_mean_divides_sum(world_size):
         return allreduce(comm, np.full(3, float(comm.rank)), op="mean", algorithm="rabenseifner")
     for y in run(fn, world_size):
         assert np.array_equal(y, np.full(3, (world_size - 1) / 2))
+
+
+def _on_sub_communicators(comm):
+    group = comm.split(comm.rank % 2)  # ranks {0, 2, 4} and {1, 3}
+    x = np.full(7, float(comm.rank))
+    return [allreduce(group, x, algorithm=a) for a in ("naive", "recursive_doubling", "rabenseifner", "auto")]
+
+
+def test_allreduce_on_sub_communicators():
+    for rank, results in enumerate(run(_on_sub_communicators, 5)):
+        members = [r for r in range(5) if r % 2 == rank % 2]
+        for y in results:
+            assert np.array_equal(y, np.full(7, float(sum(members))))

@@ -1,0 +1,110 @@
+"""The overlap of gradient communication with the backward pass: closed-form schedule and pictures.
+
+``DataParallel`` (data.py) keeps two streams per rank on the simulated clock: the compute stream (forward,
+then backward layer by layer, each backward twice its forward) and the communication stream (the bucket
+allreduces, one after the other, each starting when its last gradient is ready). The step time is
+
+    T_step = max(end of backward, end of the last allreduce)
+    bucket k starts at max(end of bucket k−1, time its last gradient is ready)
+
+``step_time`` computes exactly that from per-layer forward times and per-bucket communication times, so a
+lesson can sweep P = 1..64 without starting 64 processes; ``allreduce_seconds`` gives a bucket's time from
+the collectives' own schedule replay (minidist.collectives.schedule.simulate). The seed's form
+(slides-ai-systems-distributed-dl-part2.txt), for the ring:
+
+    T_comm = 2 Σ_i (α(P − 1) + β (P − 1)/P |W_i|)          (|W_i| in bytes, one allreduce per layer)
+
+``plot_overlap`` draws both streams of every rank; ``save_overlap_chrome`` writes them as a Chrome trace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from minidist.cluster import LinkModel, Span, Trace
+from minidist.collectives.schedule import schedule, simulate
+
+
+def step_time(forward_seconds: list[float], bucket_ready_layer: list[int], bucket_seconds: list[float],
+              overlap: bool = True) -> float:
+    """Simulated time of one data-parallel step.
+
+    forward_seconds[i]: layer i's forward time (backward = 2x). bucket_ready_layer[k]: the layer whose
+    backward completes bucket k (buckets in issue order). bucket_seconds[k]: its allreduce time.
+    """
+    t = sum(forward_seconds)
+    done = {}
+    for i in reversed(range(len(forward_seconds))):
+        t += 2 * forward_seconds[i]
+        done[i] = t
+    free = sum(forward_seconds)
+    for layer, seconds in zip(bucket_ready_layer, bucket_seconds):
+        free = max(free, done[layer] if overlap else t) + seconds
+    return max(t, free)
+
+
+def allreduce_seconds(algorithm: str, world_size: int, elements: int, itemsize: int,
+                      link: LinkModel | None = None) -> float:
+    """Simulated time of one allreduce of ``elements`` items on the α-β link (0 for one rank)."""
+    if world_size == 1:
+        return 0.0
+    link = link or LinkModel()
+    return simulate(schedule(algorithm, world_size), elements, itemsize, link.alpha, link.beta).time
+
+
+def comm_spans(trace: Trace, rank: int) -> list[Span]:
+    """The communication stream of ``rank``: its send and recv spans."""
+    return [s for s in trace.rank_spans(rank) if s.kind in ("send", "recv")]
+
+
+def plot_overlap(trace: Trace, compute_spans: list[list[Span]], ax=None, path: str | Path | None = None,
+                 title: str = "data-parallel step: compute and communication streams"):
+    """Two rows per rank: its compute stream (``compute_spans[rank]``, from DataParallel.compute_spans)
+    and its communication stream (sends and receives of ``trace``). Times in microseconds from the
+    first compute span (pass the spans of one step to see one step)."""
+    import matplotlib.pyplot as plt
+
+    ranks = len(compute_spans)
+    t0 = min((s.start for spans in compute_spans for s in spans), default=0.0)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * 2 * ranks))
+    colors = {"forward": "tab:green", "backward": "tab:olive", "send": "tab:blue", "recv": "tab:orange"}
+    labels = []
+    for rank in range(ranks):
+        rows = [(compute_spans[rank], 2 * rank), (comm_spans(trace, rank), 2 * rank + 1)]
+        labels += [f"rank {rank} compute", f"rank {rank} comm"]
+        for spans, row in rows:
+            for s in spans:
+                if s.end > s.start and s.end > t0:
+                    kind = s.label.split()[0] if s.kind == "compute" else s.kind
+                    ax.barh(row, (s.end - s.start) * 1e6, left=(s.start - t0) * 1e6, height=0.7,
+                            color=colors.get(kind, "tab:purple"), edgecolor="black", linewidth=0.2)
+    for kind, color in colors.items():
+        ax.barh([0], [0], color=color, label=kind)
+    ax.set_yticks(range(2 * ranks), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(left=0)
+    ax.set_xlabel("simulated time since the step began (us)")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    if path is not None:
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=110)
+    return ax
+
+
+def save_overlap_chrome(trace: Trace, compute_spans: list[list[Span]], path: str | Path) -> Path:
+    """Chrome trace (Perfetto): per rank one track for compute, one for communication; times in us."""
+    events = []
+    for rank in range(len(compute_spans)):
+        for tid, name in ((2 * rank, f"rank {rank} compute"), (2 * rank + 1, f"rank {rank} comm")):
+            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
+        for tid, spans in ((2 * rank, compute_spans[rank]), (2 * rank + 1, comm_spans(trace, rank))):
+            for s in spans:
+                events.append({"name": s.label, "cat": s.kind, "ph": "X", "pid": 0, "tid": tid,
+                               "ts": s.start * 1e6, "dur": (s.end - s.start) * 1e6,
+                               "args": {"peer": s.peer, "bytes": s.nbytes}})
+    path = Path(path)
+    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+    return path
