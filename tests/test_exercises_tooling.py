@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from minidist.exercises import (MarkerError, build_map, find_regions, grade, make_student_copy,
-                                splice_functions)
+from minidist.exercises import (
+    MarkerError,
+    build_map,
+    find_regions,
+    grade,
+    make_student_copy,
+    splice_functions,
+)
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 

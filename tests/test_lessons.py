@@ -16,5 +16,5 @@ LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
 def test_lesson_runs(lesson, tmp_path):
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, str(lesson)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=240)
+                          text=True, timeout=240, check=False)
     assert done.returncode == 0, f"{lesson.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

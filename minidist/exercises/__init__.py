@@ -8,6 +8,18 @@ from .grade import ExerciseResult, grade, grade_exercise, splice_functions
 from .markers import MarkerError, Region, all_regions, find_regions, read_registry
 from .student_copy import instrumented_copy, make_student_copy
 
-__all__ = ["MarkerError", "Region", "find_regions", "all_regions", "read_registry", "make_student_copy",
-           "instrumented_copy", "build_map", "load_map", "grade", "grade_exercise", "splice_functions",
-           "ExerciseResult"]
+__all__ = [
+           "ExerciseResult",
+           "MarkerError",
+           "Region",
+           "all_regions",
+           "build_map",
+           "find_regions",
+           "grade",
+           "grade_exercise",
+           "instrumented_copy",
+           "load_map",
+           "make_student_copy",
+           "read_registry",
+           "splice_functions",
+]

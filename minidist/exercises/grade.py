@@ -82,7 +82,7 @@ def grade_exercise(submission: Path, root: Path, exercise: str, hidden: Path | N
         report = Path(tmp) / "report.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--exercise", exercise,
                f"--timeout={timeout}", f"--junitxml={report}"]
-        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True,
+        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, check=False,
                               env=_env_for(tree))
         if not report.exists():
             return ExerciseResult(exercise, 0, 0, 0.0, error=f"pytest did not run:\n{done.stdout[-2000:]}"
