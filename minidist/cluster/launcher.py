@@ -5,8 +5,8 @@ How a run goes:
 1. The parent creates the shared block (mailbox.py's Layout) and one doorbell semaphore per rank. Under
    "fork" the block is anonymous shared memory, inherited by the children, with no name in /dev/shm at
    all; under "spawn" it is a named POSIX segment that the children attach to.
-2. It starts ``world_size`` processes with the ``multiprocess`` package (fork by default where it
-   exists; spawn on request and on macOS/Windows). Each limits BLAS to one thread, builds its
+2. It starts ``world_size`` processes with the ``multiprocess`` package (fork by default on Linux;
+   spawn on request and on macOS/Windows). Each limits BLAS to one thread, builds its
    Communicator, calls ``fn`` and sends back ("ok", result, ledger) or ("error", summary, traceback)
    through its own pipe.
 3. The parent sleeps in ``multiprocess.connection.wait`` on the pipes and the process sentinels (a
@@ -20,14 +20,16 @@ How a run goes:
 
 One BLAS thread per worker: P ranks share the machine's cores, so P BLAS thread pools would fight over
 them. Under fork NumPy is already loaded in the parent (its thread pool exists), so environment variables
-are too late: the parent finds the BLAS libraries once with ``threadpoolctl`` (it comes with
-scikit-learn, a dependency) and each forked worker sets their thread count to 1 — a cheap call, where a
-fresh search in every worker would cost ~20 ms each. Under spawn the children start a new interpreter:
-OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment take effect before they import NumPy.
+are too late. The parent sets its own BLAS to one thread with ``threadpoolctl`` (it comes with
+scikit-learn, a dependency) while it forks the workers, and restores it afterwards: the children inherit
+the setting and never start a BLAS thread pool. (Setting it inside each child instead makes OpenBLAS
+start a pool thread there that spins for ~40 ms of CPU before it sleeps.) Under spawn the children start a
+new interpreter: OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment apply before they import NumPy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import signal
@@ -66,7 +68,7 @@ def run(fn, world_size: int, *args, timeout: float = 60.0, link: LinkModel | Non
     """Run ``fn(comm, *args)`` on ``world_size`` ranks (processes); return their results in rank order.
 
     ``timeout`` bounds the whole run (seconds); ``link`` and ``device`` set the simulated machine
-    (ledger.py); ``start_method`` is "fork" or "spawn" (default: fork where available);
+    (ledger.py); ``start_method`` is "fork" or "spawn" (default: fork on Linux, spawn elsewhere);
     ``mailbox_bytes`` is the capacity of each mailbox (the eager limit of ``send``).
     Raises ``ClusterError`` if a rank raises, exits, is killed, or the time runs out.
     """
@@ -99,7 +101,8 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     if not isinstance(mailbox_bytes, int) or mailbox_bytes < 1024:
         raise ValueError(f"mailbox_bytes must be an int >= 1024, got {mailbox_bytes!r}")
     methods = multiprocess.get_all_start_methods()
-    method = start_method or ("fork" if "fork" in methods else "spawn")
+    # fork on Linux; elsewhere spawn, as Python itself defaults to (fork is unsafe on macOS, absent on Windows)
+    method = start_method or ("fork" if sys.platform.startswith("linux") else "spawn")
     if method not in ("fork", "spawn") or method not in methods:
         raise ValueError(f"start_method must be one of {[m for m in methods if m in ('fork', 'spawn')]}, "
                          f"got {start_method!r}")
@@ -110,7 +113,8 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     # A short spin before sleeping only pays when every rank has a core to itself: ranks <= cores, and
     # the cores are not already busy with other work (the 1-minute load average says how busy).
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    spin = world_size + os.getloadavg()[0] <= cores + 0.5
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    spin = world_size + load <= cores + 0.5
     plan = (layout, link or LinkModel(), device or Device(), spin)
 
     block, shm = _shared_block(layout.total_bytes, method)
@@ -119,12 +123,11 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     parent = Endpoint(layout, -1, block, doorbells, spin=False)
     procs, conns = [], []
     try:
-        with _blas_env(method):
+        with _one_blas_thread(method):
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
-                blas = _blas_controller() if method == "fork" else None
                 shared = block if shm is None else shm      # spawn: the segment travels by name
-                proc = ctx.Process(target=_worker, args=(rank, plan, shared, doorbells, fn, args, writer, blas),
+                proc = ctx.Process(target=_worker, args=(rank, plan, shared, doorbells, fn, args, writer),
                                    name=f"minidist-rank-{rank}", daemon=True)
                 proc.start()
                 writer.close()
@@ -243,11 +246,9 @@ def _shutdown(procs, parent: Endpoint) -> None:
         p.join()
 
 
-def _worker(rank, plan, shared, doorbells, fn, args, conn, blas) -> None:
+def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     """The body of one rank's process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
-    if blas:
-        blas.limit(limits=1)
     layout, link, device, spin = plan
     endpoint = None
     code = 0
@@ -308,21 +309,24 @@ def _check_picklable(fn, args) -> None:
                         f"{type(exc).__name__}: {exc}") from exc
 
 
-class _blas_env:
-    """Under spawn: children inherit OMP/OPENBLAS/MKL_NUM_THREADS=1 (restored in the parent afterwards)."""
-
-    def __init__(self, method: str):
-        self.active = method != "fork"
-
-    def __enter__(self):
-        if self.active:
-            self.saved = {k: os.environ.get(k) for k in BLAS_VARS}
-            os.environ.update({k: "1" for k in BLAS_VARS})
-
-    def __exit__(self, *exc):
-        if self.active:
-            for k, v in self.saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+@contextlib.contextmanager
+def _one_blas_thread(method: str):
+    """While the workers start, make their BLAS use one thread (see the module docstring)."""
+    if method == "fork":
+        controller = _blas_controller()
+        with controller.limit(limits=1) if controller else contextlib.nullcontext():
+            yield                                    # forked children inherit the setting
+        return
+    saved = {k: os.environ.get(k) for k in BLAS_VARS}
+    os.environ.update({k: "1" for k in BLAS_VARS})  # spawned children read them when they load BLAS
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 _blas = None

@@ -210,3 +210,38 @@ def test_user_code_cannot_swallow_the_abort():
     with pytest.raises(ClusterError, match="rank 0 raised RuntimeError: first failure"):
         run(fn, 2, timeout=20)
     assert time.monotonic() - start < 3.0
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_one_blas_thread_per_worker_and_the_parent_is_left_alone(start_method):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def fn(comm):
+        from threadpoolctl import threadpool_info
+
+        a = np.ones((64, 64))
+        a @ a
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    for threads in run(fn, 2, start_method=start_method):
+        assert threads and all(n == 1 for n in threads)
+    after = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    assert after == before
+
+
+@pytest.mark.slow
+@given(world_size=st.integers(2, 6), sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=3))
+def test_shifted_exchanges_through_tiny_mailboxes(world_size, sizes):
+    """All-to-all by shifts: every rank streams through 1 KiB mailboxes both ways at once, asleep in turns."""
+    def fn(comm):
+        p, me = comm.world_size, comm.rank
+        got = {}
+        for n in sizes:
+            for shift in range(1, p):
+                x = np.arange(n, dtype=np.int64) * p + me
+                y = comm.sendrecv(x, (me + shift) % p, (me - shift) % p, sendtag=shift, recvtag=shift)
+                got[(n, shift)] = bool(np.array_equal(y, np.arange(n) * p + (me - shift) % p))
+        return all(got.values())
+
+    assert all(run(fn, world_size, mailbox_bytes=1024, timeout=60))
