@@ -100,6 +100,13 @@ def test_parser_finds_regions_prompts_and_functions():
     assert regions[1].indent == " " * 12
 
 
+def test_parser_names_the_innermost_function_of_nested_ones():
+    text = ("class A:\n    def outer(self):\n        def inner(x):\n            # BEGIN SOLUTION e\n"
+            "            return x\n            # END SOLUTION\n        return inner\n")
+    [region] = find_regions(text, "x.py")
+    assert (region.function, region.indent) == ("A.outer.inner", " " * 12)
+
+
 @pytest.mark.parametrize("bad, message", [
     ("def f():\n    # BEGIN SOLUTION a\n    return 1\n", "never closed"),
     ("def f():\n    return 1\n    # END SOLUTION\n", "without a BEGIN"),

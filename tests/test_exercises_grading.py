@@ -1,0 +1,35 @@
+"""Grading the real library: a student copy with ring_allreduce solved scores full marks on it and zero on
+the exercise still cut; a ring allreduce that skips its allgather scores below full marks."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from minidist.exercises import grade, make_student_copy, splice_functions
+
+ROOT = Path(__file__).resolve().parent.parent
+RING = "minidist/collectives/ring.py"
+ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # allgather.*?\n(?=    return flat)", re.S)
+
+
+@pytest.mark.slow
+def test_ring_allreduce_round_trip_through_the_grader(tmp_path):
+    student = tmp_path / "student"
+    make_student_copy(ROOT, student, only=["ring_allreduce", "parameter_server_allreduce"])
+    cut = (student / RING).read_text()
+    assert "raise NotImplementedError('exercise ring_allreduce" in cut
+
+    solved = splice_functions(cut, (ROOT / RING).read_text(), {"ring_allreduce"})
+    (student / RING).write_text(solved)
+    scores = {r.exercise: r for r in grade(student, ROOT, timeout=60,
+                                           exercises=["ring_allreduce", "parameter_server_allreduce"])}
+    ring, server = scores["ring_allreduce"], scores["parameter_server_allreduce"]
+    assert ring.total > 0 and ring.passed == ring.total, ring
+    assert server.total > 0 and server.passed == 0, server
+
+    without_allgather, removed = ALLGATHER_LOOP.subn("\n", solved)
+    assert removed == 1, "the reference ring changed shape: update ALLGATHER_LOOP"
+    (student / RING).write_text(without_allgather)
+    [wrong] = grade(student, ROOT, exercises=["ring_allreduce"], timeout=60)
+    assert wrong.total == ring.total and wrong.passed < wrong.total
