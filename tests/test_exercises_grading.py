@@ -10,7 +10,7 @@ from minidist.exercises import grade, make_student_copy, splice_functions
 
 ROOT = Path(__file__).resolve().parent.parent
 RING = "minidist/collectives/ring.py"
-ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # allgather.*?\n(?=    return flat)", re.S)
+ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # allgather.*?\n(?=    return flat)", re.DOTALL)
 
 
 @pytest.mark.slow
