@@ -8,6 +8,9 @@ Backward:  dx = dy · W          (N, in)
            dW = dyᵀ · x         (out, in)   added into weight.grad
            db = Σ_n dy[n]       (out,)      added into bias.grad
 
+``input_grad=False`` skips dx: the first layer of a network needs no gradient of the data, and PyTorch
+does not compute one for an input that does not require grad (backward then returns None).
+
 The seed's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW = dY·Xᵀ);
 here the batch is in rows, as in PyTorch, so the transposes sit on the other side.
 """
@@ -25,7 +28,7 @@ class Linear(Module):
     """y = x @ W.T + b, with W initialised U(−1/√in, 1/√in) as torch.nn.Linear does."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 rng: np.random.Generator | None = None, dtype=np.float32):
+                 rng: np.random.Generator | None = None, dtype=np.float32, input_grad: bool = True):
         if int(in_features) < 1 or int(out_features) < 1:
             raise ValueError(f"Linear needs in_features, out_features >= 1, got {in_features}, {out_features}")
         rng = resolve_rng(rng)
@@ -33,6 +36,7 @@ class Linear(Module):
         bound = 1.0 / np.sqrt(in_features)
         self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, out_features).astype(dtype)) if bias else None
+        self.input_grad = bool(input_grad)
         self._x2d: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -47,7 +51,7 @@ class Linear(Module):
         return y.reshape(*x.shape[:-1], self.out_features)
         # END SOLUTION
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def backward(self, dy: np.ndarray) -> np.ndarray | None:
         if self._x2d is None:
             raise RuntimeError("Linear.backward called before forward")
         # BEGIN SOLUTION linear
@@ -55,6 +59,8 @@ class Linear(Module):
         self.weight.grad += dy2d.T @ self._x2d
         if self.bias is not None:
             self.bias.grad += dy2d.sum(axis=0)
+        if not self.input_grad:
+            return None
         dx = dy2d @ self.weight.data
         return dx.reshape(*dy.shape[:-1], self.in_features)
         # END SOLUTION

@@ -46,6 +46,18 @@ def test_linear_by_hand():
 
 
 @pytest.mark.exercise("linear")
+def test_linear_without_input_grad_returns_none_and_the_same_parameter_gradients(rng):
+    x, dy = rng.standard_normal((5, 4)), rng.standard_normal((5, 3))
+    grads = []
+    for input_grad in (True, False):
+        layer = Linear(4, 3, rng=np.random.default_rng(1), dtype=np.float64, input_grad=input_grad)
+        layer.forward(x)
+        dx = layer.backward(dy)
+        assert (dx is None) == (not input_grad)
+        grads.append((layer.weight.grad.copy(), layer.bias.grad.copy()))
+    assert all(np.array_equal(a, b) for a, b in zip(*grads))
+
+
 def test_gradients_accumulate_and_zero_grad_clears(rng):
     model = Sequential(Linear(3, 4, rng=rng, dtype=np.float64), ReLU(), Linear(4, 2, rng=rng, dtype=np.float64))
     x, dy = rng.standard_normal((5, 3)), rng.standard_normal((5, 2))
