@@ -126,9 +126,10 @@ print(f"ring formula 2(P-1)/P |W| = {2 * (P - 1) / P * NBYTES:.0f} bytes")
 # Backward produces the gradients from the last layer to the first. DDP packs them, in that order, into
 # buckets of `bucket_bytes` and starts each bucket's allreduce as soon as its last gradient is ready, so
 # the communication of layer K overlaps the backward pass of layer K−1 (seed). Below: a 4-layer
-# 512-wide MLP on 4 ranks, per-rank batch 32, on 1 TFLOP/s devices (so that compute and communication
-# are of the same order; on a 15.7 TFLOP/s V100 this small step is all communication) and 25 GB/s
-# links — one step with one allreduce after backward, one allreduce per parameter, and 1 MiB buckets.
+# 512-wide MLP on 4 ranks, per-rank batch 32, on 0.25 TFLOP/s devices (so that the backward pass takes
+# longer than the gradient's allreduce and can hide it; on a 15.7 TFLOP/s V100 this small step is all
+# communication) and 25 GB/s links — one step with one allreduce after backward, one allreduce per
+# parameter, and 1 MiB buckets.
 
 # %%
 BIG = [512, 512, 512, 512, 10]
@@ -150,7 +151,7 @@ configs = {"one allreduce after backward": (10**9, False), "one allreduce per pa
 fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
 times = {}
 for ax, (name, (bucket_bytes, overlap)) in zip(axes, configs.items()):
-    results, trace = run_traced(one_step, 4, bucket_bytes, overlap, device=Device(flops=1e12))
+    results, trace = run_traced(one_step, 4, bucket_bytes, overlap, device=Device(flops=2.5e11))
     start = results[0][2]
     trace.spans = [s for s in trace.spans if s.start >= start and s.rank < 2]   # the step, ranks 0 and 1
     plot_overlap(trace, [r[0] for r in results[:2]], ax=ax, title=name)
