@@ -7,13 +7,18 @@ from pathlib import Path
 import pytest
 
 from minidist.exercises import grade, make_student_copy, splice_functions
+from minidist.exercises.student_copy import HITS_MODULE, STUDENT_STAMP
 
 ROOT = Path(__file__).resolve().parent.parent
+# A student copy (solutions cut) or the map's instrumented copy (markers replaced) holds no reference
+# solutions to grade against; the reference tree always does, and there this test must run.
+MADE_BY_THE_TOOLING = (ROOT / STUDENT_STAMP).exists() or (ROOT / f"{HITS_MODULE}.py").exists()
 RING = "minidist/collectives/ring.py"
 ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # allgather.*?\n(?=    return flat)", re.DOTALL)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student or instrumented copy holds no reference solutions")
 def test_ring_allreduce_round_trip_through_the_grader(tmp_path):
     student = tmp_path / "student"
     make_student_copy(ROOT, student, only=["ring_allreduce", "parameter_server_allreduce"])

@@ -8,7 +8,8 @@ hand. CI checks the map from both sides on a student copy: every marked test mus
 unmarked one pass — a stale map fails that check. Run ``python -m minidist exercises map`` after adding
 tests or regions.
 
-The lesson smoke tests are left out: a lesson that needs an unsolved exercise says so and exits cleanly.
+Left out: the lesson smoke tests (a lesson that needs an unsolved exercise says so and exits cleanly) and
+the exercise tooling's own tests (they run pytest on copies of their own).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 MAP_PATH = Path("tests") / "exercise_map.json"
-UNMAPPED_PREFIXES = ("tests/test_lessons.py",)
+UNMAPPED_PREFIXES = ("tests/test_lessons.py", "tests/test_exercises_")
 
 
 def load_map(root: Path) -> dict[str, list[str]]:
@@ -42,7 +43,7 @@ def build_map(root: Path, pytest_args: list[str] | None = None) -> dict[str, lis
         hits_file = Path(tmp) / "hits.jsonl"
         env = dict(os.environ, MINIDIST_EXERCISE_HITS=str(hits_file), PYTHONPATH=str(copy))
         args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ignore",
-                "tests/test_lessons.py", *(pytest_args or [])]
+                "tests/test_lessons.py", "--ignore-glob", "tests/test_exercises_*", *(pytest_args or [])]
         done = subprocess.run(args, cwd=copy, env=env, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the instrumented test run failed (exit {done.returncode}); fix the tests "
