@@ -21,8 +21,9 @@ its data, or frees the slots d sleeps for, rings d's doorbell; the sleeper re-ch
 the bell rings, and at least every ``POLL`` seconds, when it also notices an abort or a peer that has
 already returned. A writer that finds the mailbox full asks to be woken only once several slots are free
 (half the mailbox, or what the rest of its message needs if less): one wake-up per batch of segments
-instead of one per segment, because a wake-up costs far more CPU than writing a segment. Only while ranks <= idle cores (launcher.py decides), a rank first spins for ``SPIN``
-seconds, because waking a sleeping process costs tens of microseconds.
+instead of one per segment, because a wake-up costs far more CPU than writing a segment. Only while
+ranks <= idle cores (launcher.py decides), a rank first spins for ``SPIN`` seconds, because waking a
+sleeping process costs tens of microseconds.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ class Endpoint:
                 if ready():
                     return
         bell, st = self.doorbells[self.rank], self.status[self.rank]
-        self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3], self.ctrl[st + 4] = send_to, recv_from, tag, room_at
+        self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
+        self.ctrl[st + 4] = room_at
         self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
         fence()
         try:
