@@ -103,7 +103,8 @@ class Communicator:
             if sent and not received:
                 self._ep.wait(inc.has_data, recv_from=inc.src, tag=recvtag)
             elif received and not sent:
-                self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=sendtag, room_at=outgoing.room_at())
+                self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=sendtag,
+                              room_at=outgoing.room_at())
             elif not sent and not received:
                 self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag,
                               outgoing.room_at())
