@@ -74,7 +74,7 @@ class Communicator:
         """Send ``array`` (any shape, numeric/bool/string dtype; copied) to rank ``dst``."""
         out = self._start_send(array, dst, tag)
         while not out.advance():
-            self._ep.wait(out.has_room, send_to=out.dst, tag=tag)
+            self._ep.wait(out.has_room, send_to=out.dst, tag=tag, room_at=out.room_at())
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None) -> np.ndarray:
         """Receive the next message from rank ``src``; it must carry ``tag``.
@@ -103,9 +103,11 @@ class Communicator:
             if sent and not received:
                 self._ep.wait(inc.has_data, recv_from=inc.src, tag=recvtag)
             elif received and not sent:
-                self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=sendtag)
+                self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=sendtag,
+                              room_at=outgoing.room_at())
             elif not sent and not received:
-                self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag)
+                self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag,
+                              outgoing.room_at())
         return finish()
 
     def barrier(self) -> None:
@@ -210,7 +212,7 @@ class Communicator:
     def _internal_send(self, data: np.ndarray, dst: int, kind: int, stamp: float) -> None:
         outgoing = Outgoing(self._ep, self._ranks[dst], data, self._id, kind, 0, stamp)
         while not outgoing.advance():
-            self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=-kind)
+            self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=-kind, room_at=outgoing.room_at())
 
     def _internal_recv(self, src: int, kind: int) -> tuple[Meta, np.ndarray]:
         inc = Incoming(self._ep, self._ranks[src], self._id, kind, lambda meta: (np.empty(meta.shape, meta.dtype), None))

@@ -17,10 +17,13 @@ needed. Larger messages stream through the ring, segment after segment.
 
 Waiting never burns CPU: every rank has one *doorbell* semaphore and a status line saying what it is
 asleep for (data from s, room in the mailbox to d). Whoever writes into d's mailbox while d sleeps for
-its data, or frees a slot d sleeps for, rings d's doorbell; the sleeper re-checks its condition each time
+its data, or frees the slots d sleeps for, rings d's doorbell; the sleeper re-checks its condition each time
 the bell rings, and at least every ``POLL`` seconds, when it also notices an abort or a peer that has
-already returned. Only while ranks <= idle cores (launcher.py decides), a rank first spins for ``SPIN``
-seconds, because waking a sleeping process costs tens of microseconds.
+already returned. A writer that finds the mailbox full asks to be woken only once several slots are free
+(half the mailbox, or what the rest of its message needs if less): one wake-up per batch of segments
+instead of one per segment, because a wake-up costs far more CPU than writing a segment. Only while
+ranks <= idle cores (launcher.py decides), a rank first spins for ``SPIN`` seconds, because waking a
+sleeping process costs tens of microseconds.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ LINE = 8                                        # int64 per 64-byte control line
 POLL = 0.05                                     # seconds between checks for abort / returned peers
 SPIN = 50e-6                                    # bounded spin before sleeping (only if ranks <= idle cores)
 
-# Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag]
+# Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag, room_at]
+# (room_at: wake this writer when the reader's ``read`` counter reaches it)
 ROOM, DATA = 1, 2
 _lock = threading.Lock()
 
@@ -146,16 +150,23 @@ class Endpoint:
     def peer_done(self, peer: int) -> bool:
         return self.ctrl[self.layout.line("done", peer)] != 0
 
-    def ring_if_asleep(self, peer: int, reason: int, column: int) -> None:
-        """Ring ``peer``'s doorbell if it sleeps for ``reason`` (ROOM/DATA) concerning this rank."""
+    def ring_if_asleep(self, peer: int, reason: int, column: int, read: int = 0) -> None:
+        """Ring ``peer``'s doorbell if it sleeps for ``reason`` (ROOM/DATA) concerning this rank.
+
+        For ROOM, ``read`` is this reader's new counter: the writer is woken once it reaches its room_at.
+        """
         fence()
         st = self.status[peer]
-        if self.ctrl[st] & reason and self.ctrl[st + column] == self.rank:
+        if self.ctrl[st] & reason and self.ctrl[st + column] == self.rank and \
+                (reason == DATA or read >= self.ctrl[st + 4]):
             self.doorbells[peer].release()
 
     # -- waiting -----------------------------------------------------------------------------------------
-    def wait(self, ready, send_to: int = -1, recv_from: int = -1, tag: int = 0) -> None:
+    def wait(self, ready, send_to: int = -1, recv_from: int = -1, tag: int = 0, room_at: int = 0) -> None:
         """Return when ``ready()`` is true (room to send to ``send_to`` / data from ``recv_from``).
+
+        ``room_at``: the reader of mailbox me -> send_to rings only once its ``read`` counter reaches it
+        (``Outgoing.room_at()``); a poll or a message from ``recv_from`` may still wake this rank earlier.
 
         Raises Aborted, or PeerReturnedError, instead of waiting forever.
         """
@@ -166,6 +177,7 @@ class Endpoint:
                     return
         bell, st = self.doorbells[self.rank], self.status[self.rank]
         self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
+        self.ctrl[st + 4] = room_at
         self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
         fence()
         try:
@@ -216,6 +228,15 @@ class Outgoing:
     def has_room(self) -> bool:
         ep = self.ep
         return ep.written[self.dst] - ep.ctrl[self.read_index] < ep.nslots
+
+    def room_at(self) -> int:
+        """The reader's ``read`` count at which this full mailbox has room for a batch of segments.
+
+        The batch is half the mailbox, or the rest of the message if shorter: a reader that receives
+        this message always frees that much, so waiting for the batch can never deadlock.
+        """
+        ep = self.ep
+        return ep.written[self.dst] - ep.nslots + min(ep.nslots // 2, self.nseg - self.next)
 
     def advance(self) -> bool:
         """Write segments while there are free slots; True when the whole message is written."""
@@ -280,7 +301,7 @@ class Incoming:
                          incoming.view(self.target.dtype), self.ufunc)
             ep.read[self.src] = r + 1
             ep.ctrl[self.read_index] = r + 1
-            ep.ring_if_asleep(self.src, ROOM, 1)
+            ep.ring_if_asleep(self.src, ROOM, 1, r + 1)
             self.next += 1
             if self.next == self.nseg:
                 if self.stashing:
