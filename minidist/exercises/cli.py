@@ -39,7 +39,8 @@ def cmd_make(args) -> int:
 
 def cmd_grade(args) -> int:
     results = grade(Path(args.submission), args.root, exercises=_ids(args.only),
-                    hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout)
+                    hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
+                    tests=_ids(args.tests))
     if args.json:
         print(json.dumps(as_json_ready(results), indent=1))
         return 0
@@ -71,6 +72,7 @@ def add_parser(sub) -> None:
     gr.add_argument("--only", help="comma-separated exercise ids (default: all)")
     gr.add_argument("--hidden", help="a directory of extra (hidden) test files")
     gr.add_argument("--timeout", type=float, default=120.0, help="seconds per test (default 120)")
+    gr.add_argument("--tests", help="comma-separated test paths to limit grading to (default: all that reach)")
     gr.add_argument("--json", action="store_true", help="machine-readable output")
     gr.set_defaults(func=cmd_grade)
     verbs.add_parser("map", help="re-measure which tests reach which exercise").set_defaults(func=cmd_map)
