@@ -21,13 +21,13 @@ def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
 
     def hook(kind, error, tb):
         text = str(error)
-        marker = "exercise "
-        if isinstance(error, NotImplementedError) and text.startswith(marker) or \
-                "NotImplementedError: exercise " in text:
+        # Raised here ("exercise <id>: see ..."), or inside a cluster rank (then in ClusterError's text).
+        unsolved = text.startswith("exercise ") if isinstance(error, NotImplementedError) \
+            else "NotImplementedError: exercise " in text
+        if unsolved:
             exercise = text.split("NotImplementedError: ", 1)[-1].split(":", 1)[0]
             print(f"\nThis lesson stops here: it needs {exercise}, which is not solved yet in this copy.\n"
                   f"Solve it (see lessons/EXERCISES.md), then run the lesson again.", flush=True)
-            sys.stdout.flush()
             os._exit(0)
         previous(kind, error, tb)
 
