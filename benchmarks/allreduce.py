@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -95,16 +95,8 @@ def mpi_worker(sizes: list[int]) -> None:
 
 
 def bench_mpi(world_size: int, sizes: list[int]) -> list[float] | None:
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return None
-    if mpiexec is None:
-        return None
-    command = [mpiexec, "-n", str(world_size), sys.executable, __file__, "--mpi-worker",
-               "--sizes", ",".join(map(str, sizes))]
-    return _run_peer(command)
+    command = mpi_worker_command(world_size, __file__, "--sizes", ",".join(map(str, sizes)))
+    return None if command is None else _run_peer(command)
 
 
 # -- torch.distributed, gloo backend --------------------------------------------------------------------

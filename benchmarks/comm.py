@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
 
 SMALL, LARGE = 64, 64 * 2**20
 
@@ -122,15 +121,10 @@ def mpi_worker(reps, batches, streams):
 
 
 def mpi(world_size, reps, batches, streams):
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
+    cmd = mpi_worker_command(world_size, __file__, "--reps", str(reps), "--batches", str(batches),
+                             "--streams", str(streams))
+    if cmd is None:
         return None
-    if mpiexec is None:
-        return None
-    cmd = [mpiexec, "-n", str(world_size), sys.executable, __file__, "--mpi-worker",
-           "--reps", str(reps), "--batches", str(batches), "--streams", str(streams)]
     try:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
