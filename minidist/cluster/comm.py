@@ -151,6 +151,8 @@ class Communicator:
 
     # -- helpers ----------------------------------------------------------------------------------------
     def _peer(self, peer, what: str) -> int:
+        if type(peer) is int and 0 <= peer < self.world_size and peer != self.rank:   # the usual case
+            return self._ranks[peer]
         if not isinstance(peer, (int, np.integer)) or isinstance(peer, bool):
             raise TypeError(f"{what} must be an int rank, got {type(peer).__name__}")
         if not 0 <= peer < self.world_size or peer == self.rank:
@@ -222,6 +224,9 @@ class Communicator:
 
 
 def _check_payload(array) -> np.ndarray:
+    if type(array) is np.ndarray and array.dtype in _SENDABLE and array.flags.c_contiguous \
+            and array.ndim <= 32:                                            # the usual case
+        return array
     if isinstance(array, np.generic):
         array = np.asarray(array)
     if not isinstance(array, np.ndarray):
@@ -231,10 +236,16 @@ def _check_payload(array) -> np.ndarray:
                         f"x.view(np.uint16) carry other types)")
     if array.ndim > 32:
         raise ValueError(f"send supports up to 32 dimensions, got {array.ndim}")
+    _SENDABLE.add(array.dtype)
     return array if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(array.shape)
 
 
+_SENDABLE: set[np.dtype] = set()      # dtypes that passed the checks above once
+
+
 def _check_tag(tag) -> int:
+    if type(tag) is int and 0 <= tag < 2**62:
+        return tag
     if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or not 0 <= tag < 2**62:
         raise ValueError(f"tag must be an int >= 0, got {tag!r}")
     return int(tag)

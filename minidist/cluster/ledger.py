@@ -95,25 +95,38 @@ class Span(NamedTuple):
 
 
 class Ledger:
-    """The simulated clock and the spans of one process (shared by all its communicators)."""
+    """The simulated clock and the spans of one process (shared by all its communicators).
+
+    Spans are kept as plain tuples and their send/recv labels are written only when ``spans`` is read:
+    a message costs the sender and the receiver one tuple each, not a formatted string.
+    """
 
     def __init__(self, rank: int, link: LinkModel, device: Device):
         self.rank, self.link, self.device = rank, link, device
         self.clock = 0.0
-        self.spans: list[Span] = []
+        self._records: list[tuple] = []       # (start, end, kind, label or None, peer, nbytes)
 
-    def record(self, kind: str, end: float, label: str, peer: int = -1, nbytes: int = 0) -> None:
+    @property
+    def spans(self) -> list[Span]:
+        return [Span(self.rank, start, end, kind, _label(kind, label, peer, nbytes), peer, nbytes)
+                for start, end, kind, label, peer, nbytes in self._records]
+
+    def record(self, kind: str, end: float, label: str | None, peer: int = -1, nbytes: int = 0) -> None:
         """Record the span from the current clock to ``end`` and move the clock there."""
-        self.spans.append(Span(self.rank, self.clock, end, kind, label, peer, nbytes))
+        self._records.append((self.clock, end, kind, label, peer, nbytes))
         self.clock = end
 
     def send(self, nbytes: int, peer: int) -> float:
         """Charge one send; return the message's arrival time at the receiver."""
-        self.record("send", self.clock + self.link.time(nbytes), f"send {_size(nbytes)} to {peer}", peer, nbytes)
+        start = self.clock
+        self.clock = start + self.link.time(nbytes)
+        self._records.append((start, self.clock, "send", None, peer, nbytes))
         return self.clock
 
     def recv(self, arrival: float, nbytes: int, peer: int) -> None:
-        self.record("recv", max(self.clock, arrival), f"recv {_size(nbytes)} from {peer}", peer, nbytes)
+        start = self.clock
+        self.clock = max(start, arrival)
+        self._records.append((start, self.clock, "recv", None, peer, nbytes))
 
     def compute(self, flops: float, label: str = "") -> None:
         if not flops >= 0:
@@ -186,6 +199,13 @@ def plot_timeline(trace: Trace, ax=None, path: str | Path | None = None, title: 
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=120)
     return ax
+
+
+def _label(kind: str, label: str | None, peer: int, nbytes: int) -> str:
+    """A span's label; send/recv spans get theirs here: 'send 4.0 KiB to 3'."""
+    if label is not None:
+        return label
+    return f"send {_size(nbytes)} to {peer}" if kind == "send" else f"recv {_size(nbytes)} from {peer}"
 
 
 def _size(nbytes: int) -> str:

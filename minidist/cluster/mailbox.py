@@ -37,8 +37,10 @@ from typing import NamedTuple
 import numpy as np
 
 HEADER = struct.Struct("<QQqQdii16s")           # seq, comm, tag, nbytes, arrival, kind, ndim, dtype
-HEADER_BYTES = 384                              # HEADER + up to 32 dims of int64, rounded to 64
 MAX_DIMS = 32
+HEADER_BYTES = 384                              # HEADER + up to 32 dims of int64, rounded to 64
+# HEADER followed by the shape, one Struct per number of dimensions (packed and unpacked in one call)
+HEADER_WITH_SHAPE = [struct.Struct(HEADER.format + "q" * ndim) for ndim in range(MAX_DIMS + 1)]
 LINE = 8                                        # int64 per 64-byte control line
 POLL = 0.05                                     # seconds between checks for abort / returned peers
 SPIN = 50e-6                                    # bounded spin before sleeping (only if ranks <= idle cores)
@@ -94,6 +96,13 @@ class Layout:
     def segment_for(self, itemsize: int) -> int:
         """Segment size for one message: a whole number of items when an item fits in a segment."""
         return self.segment // itemsize * itemsize if 0 < itemsize <= self.segment else self.segment
+
+    def segments(self, nbytes: int, itemsize: int) -> tuple[int, int]:
+        """(segment size, number of segments >= 1) of a message of ``nbytes`` bytes."""
+        if nbytes <= self.segment - itemsize:       # one segment: the usual case, decided at once
+            return self.segment, 1
+        seg = self.segment_for(itemsize)
+        return seg, max(1, -(-nbytes // seg))
 
 
 class Endpoint:
@@ -216,13 +225,12 @@ class Outgoing:
     def __init__(self, ep: Endpoint, dst: int, data: np.ndarray, comm: int, kind: int, tag: int, arrival: float):
         self.ep, self.dst = ep, dst
         self.bytes = data.reshape(-1).view(np.uint8)   # data is C-contiguous
-        self.seg = ep.layout.segment_for(data.dtype.itemsize)
-        self.nseg = max(1, -(-self.bytes.size // self.seg))
+        self.seg, self.nseg = ep.layout.segments(self.bytes.size, data.dtype.itemsize)
         self.next = 0
         ep.seq[dst] += 1
         self.seq = ep.seq[dst]
-        self.header = (HEADER.pack(self.seq, comm, tag, self.bytes.size, arrival, kind, data.ndim,
-                                   data.dtype.str.encode()) + struct.pack(f"<{data.ndim}q", *data.shape))
+        self.header = HEADER_WITH_SHAPE[data.ndim].pack(self.seq, comm, tag, self.bytes.size, arrival, kind,
+                                                        data.ndim, _dtype_code(data.dtype), *data.shape)
         self.read_index, self.written_index, self.box = ep.read_out[dst], ep.written_out[dst], ep.box_out[dst]
 
     def has_room(self) -> bool:
@@ -312,12 +320,12 @@ class Incoming:
         return True
 
     def start_message(self, offset: int) -> None:
-        seq, comm, tag, nbytes, arrival, kind, ndim, dtype = HEADER.unpack_from(self.ep.buf, offset)
-        shape = struct.unpack_from(f"<{ndim}q", self.ep.buf, offset + HEADER.size)
-        meta = Meta(seq, comm, kind, tag, nbytes, arrival, _dtype(dtype), shape)
+        ndim = HEADER.unpack_from(self.ep.buf, offset)[6]
+        seq, comm, tag, nbytes, arrival, kind, ndim, dtype, *shape = HEADER_WITH_SHAPE[ndim].unpack_from(
+            self.ep.buf, offset)
+        meta = Meta(seq, comm, kind, tag, nbytes, arrival, _dtype(dtype), tuple(shape))
         self.meta, self.nbytes, self.next = meta, nbytes, 0
-        self.seg = self.ep.layout.segment_for(meta.dtype.itemsize)
-        self.nseg = max(1, -(-nbytes // self.seg))
+        self.seg, self.nseg = self.ep.layout.segments(nbytes, meta.dtype.itemsize)
         self.stashing = (comm, kind, self.src) != self.key
         if self.stashing:       # another communicator's message: keep it aside, in arrival order
             self.stash_key = (comm, kind, self.src)
@@ -346,7 +354,14 @@ class Meta(NamedTuple):
 
 @functools.lru_cache(maxsize=256)
 def _dtype(code: bytes) -> np.dtype:
+    """The dtype of a header's code: b'<f4\\0\\0...' -> float32."""
     return np.dtype(code.rstrip(b"\0").decode())
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_code(dtype: np.dtype) -> bytes:
+    """A dtype as the header carries it: float32 -> b'<f4' (the array-interface string)."""
+    return dtype.str.encode()
 
 
 def _combine(target: np.ndarray, incoming: np.ndarray, ufunc) -> None:
