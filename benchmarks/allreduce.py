@@ -2,9 +2,10 @@
 
     PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,64K,1M,32M] [--world-sizes 2,4] [--repeat 3]
 
-For each world size P and message size (float32 arrays of S bytes) every peer runs allreduce-sum in 5
-blocks of a few calls between barriers; t, the time of one allreduce, is the slowest rank's average in
-its fastest block (the machine is shared: other jobs only ever add time). Reported, as
+For each world size P and message size (float32 arrays of S bytes) every peer runs allreduce-sum untimed
+for ~0.3 s (this VM's cores run slower for a while after idling, and minidist's ranks sleep when they
+wait), then in 5 blocks of a few calls between barriers; t, the time of one allreduce, is the slowest
+rank's average in its fastest block (the machine is shared: other jobs only ever add time). Reported, as
 nccl-tests defines them:
 
     algbw = S / t          busbw = algbw · 2 (P − 1) / P
@@ -38,6 +39,7 @@ def parse_size(text: str) -> int:
 
 
 BLOCKS = 5  # the machine is shared: time 5 blocks of allreduces and keep the fastest block
+WARMUP_SECONDS = 0.3  # this VM's cores run slower for a while after they idle: warm them up first
 
 
 def iterations(nbytes: int) -> int:
@@ -45,9 +47,18 @@ def iterations(nbytes: int) -> int:
     return int(min(40, max(1, 4e7 // max(nbytes, 1))))
 
 
+def warmup_calls(nbytes: int) -> int:
+    """Untimed allreduces first: ~WARMUP_SECONDS at a guessed 100 us + 1 ns/byte, at most 2000.
+
+    A fixed function of the size, so that every rank (of every peer) makes the same number of calls.
+    """
+    return int(min(2000, max(1, WARMUP_SECONDS / (100e-6 + nbytes / 1e9))))
+
+
 def timed_loop(allreduce_once, barrier, nbytes: int) -> float:
-    """Seconds per allreduce on this rank: warm up once, then the best of BLOCKS timed blocks."""
-    allreduce_once()
+    """Seconds per allreduce on this rank: warm up, then the best of BLOCKS timed blocks."""
+    for _ in range(warmup_calls(nbytes)):
+        allreduce_once()
     count, best = iterations(nbytes), float("inf")
     for _ in range(BLOCKS):
         barrier()

@@ -18,18 +18,11 @@ How a run goes:
    signal), and carries its traceback. Ctrl-C in the parent goes the same way. Shared memory and
    semaphores are released in every case.
 
-One BLAS thread per worker: P ranks share the machine's cores, so P BLAS thread pools would fight over
-them. Under fork NumPy is already loaded in the parent (its thread pool exists), so environment variables
-are too late. The parent sets its own BLAS to one thread with ``threadpoolctl`` (it comes with
-scikit-learn, a dependency) while it forks the workers, and restores it afterwards: the children inherit
-the setting and never start a BLAS thread pool. (Setting it inside each child instead makes OpenBLAS
-start a pool thread there that spins for ~40 ms of CPU before it sleeps.) Under spawn the children start a
-new interpreter: OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment apply before they import NumPy.
+Each rank's process is set up by process_setup.py: one BLAS thread, and freed memory kept for reuse.
 """
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import signal
@@ -45,10 +38,10 @@ from multiprocess.connection import wait
 from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace
 from .mailbox import Aborted, Endpoint, Layout
+from .process_setup import keep_freed_memory, one_blas_thread
 
 MAX_RANKS = 64
 GRACE = 1.0              # seconds a failing run gives the other ranks to stop before terminating them
-BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _names = count()
 _last_names: list[str] = []
 
@@ -110,20 +103,17 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         _check_picklable(fn, args)
     ctx = multiprocess.get_context(method)
     layout = Layout(int(world_size), mailbox_bytes)
-    # A short spin before sleeping only pays when every rank has a core to itself: ranks <= cores, and
-    # the cores are not already busy with other work (the 1-minute load average says how busy).
+    # A rank may spin briefly before sleeping while the ranks that are awake fit on the cores (mailbox.py)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    spin = world_size + load <= cores + 0.5
-    plan = (layout, link or LinkModel(), device or Device(), spin)
+    plan = (layout, link or LinkModel(), device or Device(), cores)
 
     block, shm = _shared_block(layout.total_bytes, method)
     doorbells = [ctx.Semaphore(0) for _ in range(world_size)]
     _last_names[:] = ([shm.name] if shm else []) + [s._semlock.name for s in doorbells if s._semlock.name]
-    parent = Endpoint(layout, -1, block, doorbells, spin=False)
+    parent = Endpoint(layout, -1, block, doorbells, cores=0)
     procs, conns = [], []
     try:
-        with _one_blas_thread(method):
+        with one_blas_thread(method):
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
                 shared = block if shm is None else shm      # spawn: the segment travels by name
@@ -249,12 +239,13 @@ def _shutdown(procs, parent: Endpoint) -> None:
 def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     """The body of one rank's process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
-    layout, link, device, spin = plan
+    layout, link, device, cores = plan
     endpoint = None
     code = 0
     try:
         block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
-        endpoint = Endpoint(layout, rank, block, doorbells, spin)
+        keep_freed_memory()
+        endpoint = Endpoint(layout, rank, block, doorbells, cores)
         ledger = Ledger(rank, link, device)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
         result = fn(comm, *args)
@@ -307,38 +298,3 @@ def _check_picklable(fn, args) -> None:
         raise TypeError(f"start_method='spawn' sends fn and args to new processes by pickling them, and "
                         f"{getattr(fn, '__name__', fn)!r} with its args cannot be pickled: "
                         f"{type(exc).__name__}: {exc}") from exc
-
-
-@contextlib.contextmanager
-def _one_blas_thread(method: str):
-    """While the workers start, make their BLAS use one thread (see the module docstring)."""
-    if method == "fork":
-        controller = _blas_controller()
-        with controller.limit(limits=1) if controller else contextlib.nullcontext():
-            yield                                    # forked children inherit the setting
-        return
-    saved = {k: os.environ.get(k) for k in BLAS_VARS}
-    os.environ.update({k: "1" for k in BLAS_VARS})  # spawned children read them when they load BLAS
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-_blas = None
-
-
-def _blas_controller():
-    """threadpoolctl's view of the BLAS libraries loaded in this process (found once), or None."""
-    global _blas
-    if _blas is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-            _blas = ThreadpoolController()
-        except ImportError:                          # then the workers keep the default thread count
-            _blas = False
-    return _blas or None

@@ -21,9 +21,12 @@ its data, or frees the slots d sleeps for, rings d's doorbell; the sleeper re-ch
 the bell rings, and at least every ``POLL`` seconds, when it also notices an abort or a peer that has
 already returned. A writer that finds the mailbox full asks to be woken only once several slots are free
 (half the mailbox, or what the rest of its message needs if less): one wake-up per batch of segments
-instead of one per segment, because a wake-up costs far more CPU than writing a segment. Only while
-ranks <= idle cores (launcher.py decides), a rank first spins for ``SPIN`` seconds, because waking a
-sleeping process costs tens of microseconds.
+instead of one per segment, because a wake-up costs far more CPU than writing a segment.
+
+Waking a sleeping process costs tens of microseconds, far more than a short message, so a rank first
+spins for up to ``SPIN`` seconds, but only while the ranks that are awake fit on the cores: every rank
+if there are no more ranks than cores, else those whose status line says they are not asleep. Spinning
+on a core another awake rank needs would only delay that rank.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ HEADER_BYTES = 384                              # HEADER + up to 32 dims of int6
 HEADER_WITH_SHAPE = [struct.Struct(HEADER.format + "q" * ndim) for ndim in range(MAX_DIMS + 1)]
 LINE = 8                                        # int64 per 64-byte control line
 POLL = 0.05                                     # seconds between checks for abort / returned peers
-SPIN = 50e-6                                    # bounded spin before sleeping (only if ranks <= idle cores)
+SPIN = 50e-6                                    # bounded spin before sleeping (only if awake ranks <= cores)
 
 # Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag, room_at]
 # (room_at: wake this writer when the reader's ``read`` counter reaches it)
@@ -111,8 +114,8 @@ class Endpoint:
     ``buf`` is the shared block (a memoryview), ``doorbells`` one semaphore per rank.
     """
 
-    def __init__(self, layout: Layout, rank: int, buf, doorbells, spin: bool):
-        self.layout, self.rank, self.doorbells, self.spin = layout, rank, doorbells, spin
+    def __init__(self, layout: Layout, rank: int, buf, doorbells, cores: int):
+        self.layout, self.rank, self.doorbells, self.cores = layout, rank, doorbells, cores
         # the control lines as 64-bit integers (a memoryview: reading one gives a Python int, quickly)
         self.ctrl = buf[:layout.control_bytes].cast("q")
         self.buf = buf
@@ -179,7 +182,7 @@ class Endpoint:
 
         Raises Aborted, or PeerReturnedError, instead of waiting forever.
         """
-        if self.spin:
+        if self.may_spin():
             stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
                 if ready():
@@ -208,6 +211,14 @@ class Endpoint:
                     raise Aborted()
         finally:
             self.ctrl[st] = 0
+
+    def may_spin(self) -> bool:
+        """Spin before sleeping only while the awake ranks (this one included) fit on the cores."""
+        p = self.layout.world_size
+        if p <= self.cores:
+            return True
+        awake = sum(1 for r in range(p) if self.ctrl[self.status[r]] == 0 and not self.peer_done(r))
+        return awake <= self.cores
 
     def blocked_on(self, rank: int) -> str:
         """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line."""
