@@ -5,6 +5,7 @@
     comm.recv(src, tag=0, out=None, op=None)   -> the array sent (same dtype and shape)
     comm.sendrecv(sendbuf, dst, src, ...)      send and receive progressing together (rings never deadlock)
     comm.barrier()
+    comm.all_equal(value)                      -> True on every rank iff every rank passed the same int
     comm.split(color, key=None)                -> a Communicator over the ranks of the same color
     comm.stats, comm.clock, comm.compute(flops), comm.elapse(seconds)   (see ledger.py)
 
@@ -34,7 +35,7 @@ from .ledger import Ledger, Stats, _size
 from .mailbox import Endpoint, Incoming, Meta, Outgoing
 
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
-USER, BARRIER, SPLIT = 0, 1, 2        # message kinds: only USER messages are counted in stats
+USER, BARRIER, SPLIT, AGREE = 0, 1, 2, 3   # message kinds: only USER messages are counted in stats
 
 
 class MessageMismatchError(ValueError):
@@ -123,6 +124,24 @@ class Communicator:
             latest = max(latest, meta.arrival)
             step *= 2
         self._ledger.record("barrier", latest, "barrier")
+
+    def all_equal(self, value: int) -> bool:
+        """True on every rank if every rank passed the same int ``value`` (int64), else False on every rank.
+
+        Dissemination, like ``barrier``: in round k each rank sends the smallest and the largest value it
+        has seen to rank + 2^k and takes those of rank − 2^k; after ceil(log2 P) rounds every rank has seen
+        every value. The collectives use it to check that all ranks made the same call. Not counted in
+        stats, and the simulated clock does not move: a check, not communication the model charges.
+        """
+        low = high = int(value)
+        step = 1
+        while step < self.world_size:
+            self._internal_send(np.array([low, high], dtype=np.int64), (self.rank + step) % self.world_size,
+                                AGREE, self._ledger.clock)
+            other_low, other_high = self._internal_recv((self.rank - step) % self.world_size, AGREE)[1].tolist()
+            low, high = min(low, other_low), max(high, other_high)
+            step *= 2
+        return low == high
 
     def split(self, color: int | None, key: int | None = None) -> Communicator | None:
         """A new communicator over the ranks that passed the same ``color`` (collective: all ranks call it).

@@ -6,9 +6,9 @@ returns the P + 1 offsets, so piece i is ``flat[bounds[i]:bounds[i + 1]]``.
 
 Agreement: every rank must call the same collective with the same arguments (algorithm, root, op,
 length, dtype). Ranks that disagree would run different message patterns and could wait for each other
-forever, so each collective starts with ``agree(comm, call)``: a ``comm.split`` whose color is a
-checksum of the call. Split exchanges a few bytes with every rank outside the ledger (no payload bytes,
-no simulated time), and if the ranks' colors differ, every rank raises a ValueError at once instead of
+forever, so each collective starts with ``agree(comm, call)``: ``comm.all_equal`` on a checksum of the
+call, which exchanges 16 bytes per round for log2 P rounds outside the ledger (no payload bytes, no
+simulated time); if the ranks' checksums differ, every rank raises a ValueError at once instead of
 hanging. Each collective (and allreduce algorithm) also sends with its own tag, and receives pass
 ``out=`` with the expected shape, so a message that still does not fit is refused by the cluster.
 """
@@ -89,9 +89,8 @@ def agree(comm, call: str) -> None:
     """Raise ValueError on every rank unless all ranks of comm pass the same ``call`` description."""
     if comm.world_size == 1:
         return
-    color = zlib.crc32(call.encode())  # the same number in every process (unlike hash())
-    group = comm.split(color)
-    if group.world_size != comm.world_size:
-        raise ValueError(f"collective mismatch: rank {comm.rank} called {call}, but only "
-                         f"{group.world_size} of {comm.world_size} ranks made the same call; every rank must "
-                         f"call the same collective with the same algorithm, root, op, length and dtype")
+    checksum = zlib.crc32(call.encode())  # the same number in every process (unlike hash())
+    if not comm.all_equal(checksum):
+        raise ValueError(f"collective mismatch: rank {comm.rank} called {call}, but not every rank made the "
+                         f"same call; every rank must call the same collective with the same algorithm, root, "
+                         f"op, length and dtype")
