@@ -270,7 +270,7 @@ class Outgoing:
             lo = self.next * self.seg
             piece = self.bytes[lo:lo + self.seg]
             start = offset + HEADER_BYTES
-            ep.raw[start:start + piece.size] = piece
+            ep.buf[start:start + piece.size] = piece
             ep.written[dst] = w + 1
             ep.ctrl[self.written_index] = w + 1      # publish after the data is in place
             ep.ring_if_asleep(dst, DATA, 2)
@@ -287,7 +287,8 @@ class Incoming:
     """
 
     def __init__(self, ep: Endpoint, src: int, comm: int, kind: int, accept):
-        self.ep, self.src, self.key, self.accept = ep, src, (comm, kind, src), accept
+        self.ep, self.src, self.comm, self.kind, self.accept = ep, src, comm, kind, accept
+        self.key = (comm, kind, src)
         self.written_index, self.read_index, self.box = ep.written_in[src], ep.read_in[src], ep.box_in[src]
         self.meta = None           # header of the message in progress
         self.done = False
@@ -297,7 +298,7 @@ class Incoming:
 
     def advance(self) -> bool:
         ep = self.ep
-        if self.meta is None and ep.stash.get(self.key):
+        if self.meta is None and ep.stash and ep.stash.get(self.key):
             meta, data = ep.stash[self.key].pop(0)
             self.target, ufunc = self.accept(meta)
             _combine(self.target.reshape(-1), data.reshape(-1), ufunc)
@@ -337,14 +338,15 @@ class Incoming:
         meta = Meta(seq, comm, kind, tag, nbytes, arrival, _dtype(dtype), tuple(shape))
         self.meta, self.nbytes, self.next = meta, nbytes, 0
         self.seg, self.nseg = self.ep.layout.segments(nbytes, meta.dtype.itemsize)
-        self.stashing = (comm, kind, self.src) != self.key
+        self.stashing = comm != self.comm or kind != self.kind
         if self.stashing:       # another communicator's message: keep it aside, in arrival order
             self.stash_key = (comm, kind, self.src)
             self.target, self.ufunc = np.empty(shape, meta.dtype), None
         else:
             self.target, self.ufunc = self.accept(meta)
         self.target_flat = self.target.reshape(-1)
-        self.target_bytes = self.target_flat.view(np.uint8)
+        if self.ufunc is None:
+            self.target_bytes = self.target_flat.view(np.uint8)
 
 
 class Meta(NamedTuple):
