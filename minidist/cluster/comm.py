@@ -2,7 +2,7 @@
 
     comm.rank, comm.world_size
     comm.send(array, dst, tag=0)               eager: returns once the message is in dst's mailbox
-    comm.recv(src, tag=0, out=None, op=None)   -> the array sent (same dtype and shape)
+    comm.recv(src, tag=0, out=None, op=None, base=None)   -> the array sent (same dtype and shape)
     comm.sendrecv(sendbuf, dst, src, ...)      send and receive progressing together (rings never deadlock)
     comm.barrier()
     comm.all_equal(value)                      -> True on every rank iff every rank passed the same int
@@ -12,7 +12,9 @@
 Messages between an ordered pair of ranks arrive in the order they were sent (FIFO). The next message
 must carry the tag the receiver expects, and with ``out=`` also its dtype and shape; otherwise
 ``MessageMismatchError`` says what each side had. ``op="sum"`` (or "max", "min", "prod") adds the
-incoming data into ``out`` in place, straight from shared memory: ``out = out + incoming``.
+incoming data into ``out`` in place, straight from shared memory: ``out = out + incoming``; with
+``base=``, ``out = base + incoming`` (so a reduction can start from an array it must not modify,
+without first copying it into ``out``).
 
 ``send`` returns as soon as its last segment is in the mailbox, so it never waits for the receiver
 while the mailbox has room: by default 16 slots of 128 KiB (``run(..., mailbox_bytes=2 MiB)``), i.e. up
@@ -77,26 +79,30 @@ class Communicator:
         while not out.advance():
             self._ep.wait(out.has_room, send_to=out.dst, tag=tag, room_at=out.room_at())
 
-    def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None) -> np.ndarray:
+    def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None,
+             base: np.ndarray | None = None) -> np.ndarray:
         """Receive the next message from rank ``src``; it must carry ``tag``.
 
         ``out``: receive into this array (same dtype and shape as the message) and return it.
         ``op``: "sum" | "max" | "min" | "prod" — combine into ``out`` instead of overwriting it.
+        ``base``: with ``op``, combine this array (same dtype and shape as ``out``) with the message
+        instead of ``out``'s own values: ``out = base + incoming``.
         """
-        inc, finish = self._start_recv(src, tag, out, op)
+        inc, finish = self._start_recv(src, tag, out, op, base)
         while not inc.advance():
             self._ep.wait(inc.has_data, recv_from=inc.src, tag=tag)
         return finish()
 
     def sendrecv(self, sendbuf: np.ndarray, dst: int, src: int, sendtag: int = 0, recvtag: int = 0,
-                 out: np.ndarray | None = None, op: str | None = None) -> np.ndarray:
+                 out: np.ndarray | None = None, op: str | None = None,
+                 base: np.ndarray | None = None) -> np.ndarray:
         """Send ``sendbuf`` to ``dst`` and receive from ``src`` at the same time; return what arrived.
 
         Both directions progress segment by segment, so a ring where every rank calls sendrecv never
-        deadlocks, whatever the message size.
+        deadlocks, whatever the message size. ``out``, ``op`` and ``base`` are those of ``recv``.
         """
         outgoing = self._start_send(sendbuf, dst, sendtag)
-        inc, finish = self._start_recv(src, recvtag, out, op)
+        inc, finish = self._start_recv(src, recvtag, out, op, base)
         sent = received = False
         while not (sent and received):
             sent = sent or outgoing.advance()
@@ -191,7 +197,7 @@ class Communicator:
             print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {outgoing.seq}", flush=True)
         return outgoing
 
-    def _start_recv(self, src, tag, out, op):
+    def _start_recv(self, src, tag, out, op, base=None):
         world_src = self._peer(src, "src")
         tag = _check_tag(tag)
         ufunc = _check_op(op, out)
@@ -199,8 +205,10 @@ class Communicator:
             raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
         if out is not None and not out.flags.writeable:
             raise ValueError("out must be writeable")
-        # a non-contiguous out is received through a temporary and copied at the end
-        direct = out is not None and out.flags.c_contiguous
+        if base is not None:
+            _check_base(base, out, op)
+        # a non-contiguous out (or base) is received through a temporary and combined at the end
+        direct = out is not None and out.flags.c_contiguous and (base is None or base.flags.c_contiguous)
 
         def accept(meta: Meta):
             if meta.tag != tag or (out is not None and (meta.dtype != out.dtype or meta.shape != out.shape)):
@@ -208,8 +216,8 @@ class Communicator:
                 raise MessageMismatchError(
                     f"rank {self.rank} expected from rank {src}: {want}; but rank {src} sent: {meta.describe()}")
             if direct:
-                return out, ufunc
-            return np.empty(meta.shape, meta.dtype), None
+                return out, ufunc, base
+            return np.empty(meta.shape, meta.dtype), None, None
 
         inc = Incoming(self._ep, world_src, self._id, USER, accept)
 
@@ -225,7 +233,7 @@ class Communicator:
             if ufunc is None:
                 out[...] = inc.target
             else:
-                ufunc(out, inc.target, out=out)
+                ufunc(out if base is None else base, inc.target, out=out)
             return out
 
         return inc, finish
@@ -236,7 +244,8 @@ class Communicator:
             self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=-kind, room_at=outgoing.room_at())
 
     def _internal_recv(self, src: int, kind: int) -> tuple[Meta, np.ndarray]:
-        inc = Incoming(self._ep, self._ranks[src], self._id, kind, lambda meta: (np.empty(meta.shape, meta.dtype), None))
+        inc = Incoming(self._ep, self._ranks[src], self._id, kind,
+                       lambda meta: (np.empty(meta.shape, meta.dtype), None, None))
         while not inc.advance():
             self._ep.wait(inc.has_data, recv_from=inc.src, tag=-kind)
         return inc.meta, inc.target
@@ -268,6 +277,16 @@ def _check_tag(tag) -> int:
     if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or not 0 <= tag < 2**62:
         raise ValueError(f"tag must be an int >= 0, got {tag!r}")
     return int(tag)
+
+
+def _check_base(base, out, op) -> None:
+    if op is None:
+        raise ValueError("base= is what op= combines with the message: give op= too")
+    if not isinstance(base, np.ndarray):
+        raise TypeError(f"base must be a numpy array, got {type(base).__name__}")
+    if out is not None and (base.shape != out.shape or base.dtype != out.dtype):
+        raise ValueError(f"base must have out's dtype and shape {out.dtype} {out.shape}, got {base.dtype} "
+                         f"{base.shape}")
 
 
 def _check_op(op, out):

@@ -282,8 +282,9 @@ class Incoming:
     """A message being received from ``src``: ``advance()`` consumes the segments that have arrived.
 
     ``accept(meta)`` is called with the header of the next message of this communicator and kind; it
-    checks it and returns the destination array (C-contiguous, of the message's dtype and shape) and the
-    ufunc to combine with (None: plain copy). Messages of another communicator or kind are stashed.
+    checks it and returns the destination array (C-contiguous, of the message's dtype and shape), the
+    ufunc to combine with (None: plain copy) and the array combined with the message (None: the
+    destination itself; else C-contiguous, like it). Messages of another communicator or kind are stashed.
     """
 
     def __init__(self, ep: Endpoint, src: int, comm: int, kind: int, accept):
@@ -300,8 +301,8 @@ class Incoming:
         ep = self.ep
         if self.meta is None and ep.stash and ep.stash.get(self.key):
             meta, data = ep.stash[self.key].pop(0)
-            self.target, ufunc = self.accept(meta)
-            _combine(self.target.reshape(-1), data.reshape(-1), ufunc)
+            self.target, ufunc, base = self.accept(meta)
+            _combine(self.target.reshape(-1), data.reshape(-1), ufunc, None if base is None else base.reshape(-1))
             self.meta, self.done = meta, True
         while not self.done:
             if not self.has_data():
@@ -316,9 +317,9 @@ class Incoming:
             if self.ufunc is None:
                 self.target_bytes[lo:lo + n] = incoming
             else:
-                itemsize = self.target.dtype.itemsize
-                _combine(self.target_flat[lo // itemsize:(lo + n) // itemsize],
-                         incoming.view(self.target.dtype), self.ufunc)
+                piece = slice(lo // self.target.dtype.itemsize, (lo + n) // self.target.dtype.itemsize)
+                _combine(self.target_flat[piece], incoming.view(self.target.dtype), self.ufunc,
+                         None if self.base_flat is None else self.base_flat[piece])
             ep.read[self.src] = r + 1
             ep.ctrl[self.read_index] = r + 1
             ep.ring_if_asleep(self.src, ROOM, 1, r + 1)
@@ -341,10 +342,11 @@ class Incoming:
         self.stashing = comm != self.comm or kind != self.kind
         if self.stashing:       # another communicator's message: keep it aside, in arrival order
             self.stash_key = (comm, kind, self.src)
-            self.target, self.ufunc = np.empty(shape, meta.dtype), None
+            self.target, self.ufunc, base = np.empty(shape, meta.dtype), None, None
         else:
-            self.target, self.ufunc = self.accept(meta)
+            self.target, self.ufunc, base = self.accept(meta)
         self.target_flat = self.target.reshape(-1)
+        self.base_flat = None if base is None else base.reshape(-1)
         if self.ufunc is None:
             self.target_bytes = self.target_flat.view(np.uint8)
 
@@ -377,8 +379,9 @@ def _dtype_code(dtype: np.dtype) -> bytes:
     return dtype.str.encode()
 
 
-def _combine(target: np.ndarray, incoming: np.ndarray, ufunc) -> None:
+def _combine(target: np.ndarray, incoming: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
+    """target = incoming, or target = ufunc(base, incoming) (base defaults to target itself)."""
     if ufunc is None:
         target[...] = incoming
     else:
-        ufunc(target, incoming, out=target)
+        ufunc(target if base is None else base, incoming, out=target)

@@ -105,7 +105,11 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
     agree(comm, f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={x.dtype})")
-    flat = flat_copy(x)
-    if comm.world_size > 1:
-        flat = ALGORITHMS[algorithm](comm, flat, "sum" if op == "mean" else op)
+    reduce_op = "sum" if op == "mean" else op
+    if algorithm == "ring" and comm.world_size > 1:   # the ring reads x itself: no working copy (ring.py)
+        flat = ring_allreduce(comm, np.empty(x.size, x.dtype), reduce_op, source=x.reshape(-1))
+    else:
+        flat = flat_copy(x)
+        if comm.world_size > 1:
+            flat = ALGORITHMS[algorithm](comm, flat, reduce_op)
     return finish(flat, op, comm.world_size, x.shape)

@@ -43,6 +43,10 @@ def in_rank(call):
     (lambda comm: comm.recv(1, out=np.ones(2), op="mean"), "ValueError: op must be one of"),
     (lambda comm: comm.recv(1, op="sum"), "ValueError: op='sum' combines into out="),
     (lambda comm: comm.recv(1, out=[0.0]), "TypeError: out must be a numpy array"),
+    (lambda comm: comm.recv(1, out=np.ones(2), base=np.ones(2)), "ValueError: base= is what op= combines"),
+    (lambda comm: comm.recv(1, out=np.ones(2), op="sum", base=np.ones(3)),
+     r"ValueError: base must have out's dtype and shape float64 \(2,\), got float64 \(3,\)"),
+    (lambda comm: comm.recv(1, out=np.ones(2), op="sum", base=[1.0, 2.0]), "TypeError: base must be a numpy array"),
     (lambda comm: comm.compute(-1), "ValueError: compute expects flops >= 0"),
     (lambda comm: comm.split("red"), "TypeError: split expects an int color"),
 ])

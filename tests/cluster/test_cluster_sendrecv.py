@@ -141,6 +141,33 @@ def test_recv_into_out_and_combine_with_op(op, combine, rng):
     assert np.array_equal(acc, combine(y, x)) and np.array_equal(strided, combine(y, x))
 
 
+@pytest.mark.parametrize("op, combine", [("sum", np.add), ("max", np.maximum)])
+def test_combine_with_a_base_leaves_the_base_alone(op, combine, rng):
+    x = rng.integers(-9, 9, size=(300, 7)).astype(np.float32)       # 8.4 KB: several 2 KiB segments
+    base = rng.integers(-9, 9, size=(300, 7)).astype(np.float32)
+
+    def fn(comm):
+        if comm.rank == 0:
+            for _ in range(3):
+                comm.send(x, 1)
+            return None
+        kept = base.copy()
+        kept.flags.writeable = False                  # base is only read
+        out = np.full_like(x, np.nan)                 # out's old values must not matter
+        same = comm.recv(0, out=out, op=op, base=kept) is out
+        strided_out = np.asfortranarray(np.full_like(x, np.nan))       # through a temporary
+        comm.recv(0, out=strided_out, op=op, base=kept)
+        in_place = base.copy()                        # base may be out itself: op= without base
+        comm.recv(0, out=in_place, op=op, base=in_place)
+        return same, out, strided_out, in_place, kept
+
+    same, out, strided_out, in_place, kept = run(fn, 2, mailbox_bytes=2048 * 16)[1]
+    assert same
+    for got in (out, strided_out, in_place):
+        assert np.array_equal(got, combine(base, x))
+    assert np.array_equal(kept, base)
+
+
 def test_barrier_orders_ranks():
     def fn(comm):
         for _ in range(3):

@@ -113,3 +113,25 @@ def test_allreduce_on_sub_communicators():
         members = [r for r in range(5) if r % 2 == rank % 2]
         for y in results:
             assert np.array_equal(y, np.full(7, float(sum(members))))
+
+
+def _ring_with_and_without_source(comm, n):
+    from minidist.collectives.ring import ring_allreduce
+
+    rng = np.random.default_rng(comm.rank)
+    x = rng.integers(-50, 50, size=(n, 3)).astype(np.float32).T      # transposed: not C-contiguous
+    x.flags.writeable = False                                          # allreduce only reads x
+    through_a_copy = ring_allreduce(comm, x.reshape(-1).copy(), "sum")
+    from_source = ring_allreduce(comm, np.full(x.size, np.nan, np.float32), "sum", source=x.reshape(-1))
+    via_allreduce = allreduce(comm, x, algorithm="ring")
+    return through_a_copy, from_source, via_allreduce, x
+
+
+@pytest.mark.parametrize("world_size, n", [(2, 5), (3, 7), (4, 1), (5, 100)])
+def test_ring_reads_its_own_values_from_source_without_a_working_copy(world_size, n):
+    results = run(_ring_with_and_without_source, world_size, n)
+    want = exact([x for *_, x in results], "sum").reshape(-1)
+    for through_a_copy, from_source, via_allreduce, _ in results:
+        assert through_a_copy.tobytes() == want.tobytes()
+        assert from_source.tobytes() == want.tobytes(), "flat's initial values (NaN) must never be read"
+        assert via_allreduce.reshape(-1).tobytes() == want.tobytes()
