@@ -8,8 +8,10 @@
             return comm.recv(src=0)
     results = run(fn, 2)          # [None, array([0., 1., 2., 3.])]
 
-launcher.py starts the processes and handles failures, comm.py is the Communicator, mailbox.py the
-shared-memory transport under it, ledger.py the byte counters, the simulated alpha-beta clock and traces.
+launcher.py starts the processes and handles failures (process_setup.py prepares each one), comm.py is
+the Communicator, mailbox.py the shared-memory transport under it (the block's layout, waiting and
+doorbells) and messages.py how one message streams through a mailbox; ledger.py holds the byte counters,
+the simulated alpha-beta clock and traces.
 """
 
 from .comm import Communicator, MessageMismatchError

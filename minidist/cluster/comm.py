@@ -34,7 +34,8 @@ import os
 import numpy as np
 
 from .ledger import Ledger, Stats, _size
-from .mailbox import Endpoint, Incoming, Meta, Outgoing
+from .mailbox import Endpoint
+from .messages import Incoming, Meta, Outgoing
 
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 USER, BARRIER, SPLIT, AGREE = 0, 1, 2, 3   # message kinds: only USER messages are counted in stats

@@ -13,7 +13,7 @@ A message takes ceil(nbytes / segment) slots (at least one); its header (sequenc
 kind, tag, dtype, shape, nbytes, arrival time) rides in the first. Mailbox s -> d is a ring buffer with a
 single writer (s) and a single reader (d): s may write slot ``written`` while ``written - read <
 nslots``; d may read slot ``read`` while ``read < written``. Each side owns one counter, so no lock is
-needed. Larger messages stream through the ring, segment after segment.
+needed. Larger messages stream through the ring, segment after segment (messages.py: Outgoing, Incoming).
 
 Waiting never burns CPU: every rank has one *doorbell* semaphore and a status line saying what it is
 asleep for (data from s, room in the mailbox to d). Whoever writes into d's mailbox while d sleeps for
@@ -31,11 +31,9 @@ on a core another awake rank needs would only delay that rank.
 
 from __future__ import annotations
 
-import functools
 import struct
 import threading
 import time
-from typing import NamedTuple
 
 import numpy as np
 
@@ -228,160 +226,3 @@ class Endpoint:
                 ([f"recv from rank {recv_from}"] if mask & DATA else [])
         what = {-1: "barrier", -2: "split"}.get(tag, f"tag {tag}")
         return f"{' + '.join(parts)} ({what})" if parts else "running"
-
-
-class Outgoing:
-    """A message on its way from this rank to ``dst``: ``advance()`` writes as many segments as fit."""
-
-    def __init__(self, ep: Endpoint, dst: int, data: np.ndarray, comm: int, kind: int, tag: int, arrival: float):
-        self.ep, self.dst = ep, dst
-        self.bytes = data.reshape(-1).view(np.uint8)   # data is C-contiguous
-        self.seg, self.nseg = ep.layout.segments(self.bytes.size, data.dtype.itemsize)
-        self.next = 0
-        ep.seq[dst] += 1
-        self.seq = ep.seq[dst]
-        self.header = HEADER_WITH_SHAPE[data.ndim].pack(self.seq, comm, tag, self.bytes.size, arrival, kind,
-                                                        data.ndim, _dtype_code(data.dtype), *data.shape)
-        self.read_index, self.written_index, self.box = ep.read_out[dst], ep.written_out[dst], ep.box_out[dst]
-
-    def has_room(self) -> bool:
-        ep = self.ep
-        return ep.written[self.dst] - ep.ctrl[self.read_index] < ep.nslots
-
-    def room_at(self) -> int:
-        """The reader's ``read`` count at which this full mailbox has room for a batch of segments.
-
-        The batch is half the mailbox, or the rest of the message if shorter: a reader that receives
-        this message always frees that much, so waiting for the batch can never deadlock.
-        """
-        ep = self.ep
-        return ep.written[self.dst] - ep.nslots + min(ep.nslots // 2, self.nseg - self.next)
-
-    def advance(self) -> bool:
-        """Write segments while there are free slots; True when the whole message is written."""
-        ep, dst = self.ep, self.dst
-        while self.next < self.nseg:
-            if not self.has_room():
-                return False
-            w = ep.written[dst]
-            offset = self.box + (w % ep.nslots) * ep.slot_bytes
-            if self.next == 0:
-                ep.buf[offset:offset + len(self.header)] = self.header
-            lo = self.next * self.seg
-            piece = self.bytes[lo:lo + self.seg]
-            start = offset + HEADER_BYTES
-            ep.buf[start:start + piece.size] = piece
-            ep.written[dst] = w + 1
-            ep.ctrl[self.written_index] = w + 1      # publish after the data is in place
-            ep.ring_if_asleep(dst, DATA, 2)
-            self.next += 1
-        return True
-
-
-class Incoming:
-    """A message being received from ``src``: ``advance()`` consumes the segments that have arrived.
-
-    ``accept(meta)`` is called with the header of the next message of this communicator and kind; it
-    checks it and returns the destination array (C-contiguous, of the message's dtype and shape), the
-    ufunc to combine with (None: plain copy) and the array combined with the message (None: the
-    destination itself; else C-contiguous, like it). Messages of another communicator or kind are stashed.
-    """
-
-    def __init__(self, ep: Endpoint, src: int, comm: int, kind: int, accept):
-        self.ep, self.src, self.comm, self.kind, self.accept = ep, src, comm, kind, accept
-        self.key = (comm, kind, src)
-        self.written_index, self.read_index, self.box = ep.written_in[src], ep.read_in[src], ep.box_in[src]
-        self.meta = None           # header of the message in progress
-        self.done = False
-
-    def has_data(self) -> bool:
-        return self.ep.read[self.src] < self.ep.ctrl[self.written_index]
-
-    def advance(self) -> bool:
-        ep = self.ep
-        if self.meta is None and ep.stash and ep.stash.get(self.key):
-            meta, data = ep.stash[self.key].pop(0)
-            self.target, ufunc, base = self.accept(meta)
-            _combine(self.target.reshape(-1), data.reshape(-1), ufunc, None if base is None else base.reshape(-1))
-            self.meta, self.done = meta, True
-        while not self.done:
-            if not self.has_data():
-                return False
-            r = ep.read[self.src]
-            offset = self.box + (r % ep.nslots) * ep.slot_bytes
-            if self.meta is None:
-                self.start_message(offset)
-            lo = self.next * self.seg
-            n = min(self.seg, self.nbytes - lo)
-            incoming = ep.raw[offset + HEADER_BYTES:offset + HEADER_BYTES + n]
-            if self.ufunc is None:
-                self.target_bytes[lo:lo + n] = incoming
-            else:
-                piece = slice(lo // self.target.dtype.itemsize, (lo + n) // self.target.dtype.itemsize)
-                _combine(self.target_flat[piece], incoming.view(self.target.dtype), self.ufunc,
-                         None if self.base_flat is None else self.base_flat[piece])
-            ep.read[self.src] = r + 1
-            ep.ctrl[self.read_index] = r + 1
-            ep.ring_if_asleep(self.src, ROOM, 1, r + 1)
-            self.next += 1
-            if self.next == self.nseg:
-                if self.stashing:
-                    ep.stash.setdefault(self.stash_key, []).append((self.meta, self.target))
-                    self.meta = None
-                else:
-                    self.done = True
-        return True
-
-    def start_message(self, offset: int) -> None:
-        ndim = HEADER.unpack_from(self.ep.buf, offset)[6]
-        seq, comm, tag, nbytes, arrival, kind, ndim, dtype, *shape = HEADER_WITH_SHAPE[ndim].unpack_from(
-            self.ep.buf, offset)
-        meta = Meta(seq, comm, kind, tag, nbytes, arrival, _dtype(dtype), tuple(shape))
-        self.meta, self.nbytes, self.next = meta, nbytes, 0
-        self.seg, self.nseg = self.ep.layout.segments(nbytes, meta.dtype.itemsize)
-        self.stashing = comm != self.comm or kind != self.kind
-        if self.stashing:       # another communicator's message: keep it aside, in arrival order
-            self.stash_key = (comm, kind, self.src)
-            self.target, self.ufunc, base = np.empty(shape, meta.dtype), None, None
-        else:
-            self.target, self.ufunc, base = self.accept(meta)
-        self.target_flat = self.target.reshape(-1)
-        self.base_flat = None if base is None else base.reshape(-1)
-        if self.ufunc is None:
-            self.target_bytes = self.target_flat.view(np.uint8)
-
-
-class Meta(NamedTuple):
-    """A message header as the receiver sees it."""
-
-    seq: int
-    comm: int
-    kind: int
-    tag: int
-    nbytes: int
-    arrival: float
-    dtype: np.dtype
-    shape: tuple
-
-    def describe(self) -> str:
-        return f"tag {self.tag}, {self.dtype} {self.shape}, {self.nbytes} bytes"
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype(code: bytes) -> np.dtype:
-    """The dtype of a header's code: b'<f4\\0\\0...' -> float32."""
-    return np.dtype(code.rstrip(b"\0").decode())
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype_code(dtype: np.dtype) -> bytes:
-    """A dtype as the header carries it: float32 -> b'<f4' (the array-interface string)."""
-    return dtype.str.encode()
-
-
-def _combine(target: np.ndarray, incoming: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
-    """target = incoming, or target = ufunc(base, incoming) (base defaults to target itself)."""
-    if ufunc is None:
-        target[...] = incoming
-    else:
-        ufunc(target if base is None else base, incoming, out=target)
