@@ -112,21 +112,18 @@ class Ledger:
                 for start, end, kind, label, peer, nbytes in self._records]
 
     def record(self, kind: str, end: float, label: str | None, peer: int = -1, nbytes: int = 0) -> None:
-        """Record the span from the current clock to ``end`` and move the clock there."""
+        """Record the span from the current clock to ``end`` and move the clock there (label None: a
+        send/recv span, labelled when read)."""
         self._records.append((self.clock, end, kind, label, peer, nbytes))
         self.clock = end
 
     def send(self, nbytes: int, peer: int) -> float:
         """Charge one send; return the message's arrival time at the receiver."""
-        start = self.clock
-        self.clock = start + self.link.time(nbytes)
-        self._records.append((start, self.clock, "send", None, peer, nbytes))
+        self.record("send", self.clock + self.link.time(nbytes), None, peer, nbytes)
         return self.clock
 
     def recv(self, arrival: float, nbytes: int, peer: int) -> None:
-        start = self.clock
-        self.clock = max(start, arrival)
-        self._records.append((start, self.clock, "recv", None, peer, nbytes))
+        self.record("recv", max(self.clock, arrival), None, peer, nbytes)
 
     def compute(self, flops: float, label: str = "") -> None:
         if not flops >= 0:

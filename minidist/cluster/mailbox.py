@@ -94,15 +94,14 @@ class Layout:
     def mailbox_offset(self, src: int, dst: int) -> int:
         return self.control_bytes + (src * self.world_size + dst) * self.nslots * self.slot_bytes
 
-    def segment_for(self, itemsize: int) -> int:
-        """Segment size for one message: a whole number of items when an item fits in a segment."""
-        return self.segment // itemsize * itemsize if 0 < itemsize <= self.segment else self.segment
-
     def segments(self, nbytes: int, itemsize: int) -> tuple[int, int]:
-        """(segment size, number of segments >= 1) of a message of ``nbytes`` bytes."""
+        """(segment size, number of segments >= 1) of a message of ``nbytes`` bytes.
+
+        A segment holds a whole number of items when an item fits in one.
+        """
         if nbytes <= self.segment - itemsize:       # one segment: the usual case, decided at once
             return self.segment, 1
-        seg = self.segment_for(itemsize)
+        seg = self.segment // itemsize * itemsize if 0 < itemsize <= self.segment else self.segment
         return seg, max(1, -(-nbytes // seg))
 
 
