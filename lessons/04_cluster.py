@@ -172,8 +172,10 @@ print(f"Chrome trace (open in https://ui.perfetto.dev): {chrome}")
 #
 # Real clusters lose nodes. In minidist a rank that raises, exits or is killed makes `run` raise
 # `ClusterError` naming the rank, with its traceback; the other ranks are stopped and nothing is left
-# behind. A *deadlock* — here both ranks receive first — is caught by `timeout`, and the error says what
-# each rank was waiting for.
+# behind. A *deadlock* — here both ranks receive first, so each waits for a message the other will never
+# send — is noticed within a poll (50 ms) of the moment every rank is asleep and no message is on its
+# way: the ranks raise `DeadlockError`, saying what each rank waits for. (A rank stuck in an endless loop
+# of its own is no deadlock — it is running; for that `run(..., timeout=)` stops the run.)
 
 
 # %%
@@ -198,13 +200,16 @@ def deadlock(comm):
     comm.send(np.zeros(1), other)
 
 
+start = time.monotonic()
 try:
-    run(deadlock, 2, timeout=1.0)
+    run(deadlock, 2)
 except ClusterError as error:
-    print(error)
-    assert "timed out" in str(error) and "recv from rank 1" in str(error)
+    print(str(error).splitlines()[0], f"(after {time.monotonic() - start:.2f} s)")
+    assert "DeadlockError: deadlock" in str(error) and "rank 0 waits for recv from rank 1" in str(error)
+    assert time.monotonic() - start < 5.0, "a deadlock is reported at once, not at the timeout"
 
 # %% [markdown]
 # **What to remember.** A message costs alpha + n beta; the simulated clock adds these up exactly so that
 # later lessons can compare algorithms by formula. Real messages on this computer cost tens of
-# microseconds and a few GB/s. A failing rank stops the whole run with its traceback, never a hang.
+# microseconds and a few GB/s. A failing rank, or a deadlock, stops the whole run with its traceback,
+# never a hang.

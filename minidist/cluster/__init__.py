@@ -17,7 +17,7 @@ the simulated alpha-beta clock and traces.
 from .comm import Communicator, MessageMismatchError
 from .launcher import ClusterError, run, run_traced
 from .ledger import Device, LinkModel, Span, Stats, Trace, plot_timeline
-from .mailbox import PeerReturnedError
+from .mailbox import DeadlockError, PeerReturnedError
 
-__all__ = ["ClusterError", "Communicator", "Device", "LinkModel", "MessageMismatchError", "PeerReturnedError",
-           "Span", "Stats", "Trace", "plot_timeline", "run", "run_traced"]
+__all__ = ["ClusterError", "Communicator", "DeadlockError", "Device", "LinkModel", "MessageMismatchError",
+           "PeerReturnedError", "Span", "Stats", "Trace", "plot_timeline", "run", "run_traced"]

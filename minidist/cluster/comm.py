@@ -7,6 +7,7 @@
     comm.barrier()
     comm.all_equal(value)                      -> True on every rank iff every rank passed the same int
     comm.split(color, key=None)                -> a Communicator over the ranks of the same color
+    with comm.collective("allreduce(...)"):    messages inside carry the call's checksum (collectives)
     comm.stats, comm.clock, comm.compute(flops), comm.elapse(seconds)   (see ledger.py)
 
 Messages between an ordered pair of ranks arrive in the order they were sent (FIFO). The next message
@@ -21,6 +22,9 @@ while the mailbox has room: by default 16 slots of 128 KiB (``run(..., mailbox_b
 to 16 small messages or 2 MiB in flight per ordered pair. Bigger messages stream and wait for the reader;
 use ``sendrecv`` for exchanges of any size.
 
+A message that fits in one mailbox slot (up to 128 KiB by default) is written and read in one step
+(messages.post_short / take_short); longer ones stream segment by segment (Outgoing / Incoming).
+
 A message for another communicator (or a barrier) that arrives while ``recv`` waits is set aside and
 delivered when asked for, so sub-communicators from ``split`` never mix with their parent. One thread
 per rank: a Communicator is not meant to be shared between threads.
@@ -30,19 +34,35 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zlib
 
 import numpy as np
 
+from .checks import check_out, check_payload, check_tag
 from .ledger import Ledger, Stats, _size
 from .mailbox import Endpoint
-from .messages import Incoming, Meta, Outgoing
+from .messages import Incoming, Meta, Outgoing, post_short, take_short
 
-OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 USER, BARRIER, SPLIT, AGREE = 0, 1, 2, 3   # message kinds: only USER messages are counted in stats
 
 
 class MessageMismatchError(ValueError):
     """The next message from a rank is not the one the receiver asked for (tag, dtype or shape)."""
+
+
+class CollectiveCall:
+    """The context manager ``comm.collective(call)`` returns (see there)."""
+
+    def __init__(self, comm: Communicator, call: str):
+        self.comm, self.call, self.checksum = comm, call, zlib.crc32(call.encode()) + 1     # 0: no call
+
+    def __enter__(self) -> None:
+        comm = self.comm
+        self.outer = comm._call, comm._call_name
+        comm._call, comm._call_name = self.checksum, self.call
+
+    def __exit__(self, *exception) -> None:
+        self.comm._call, self.comm._call_name = self.outer
 
 
 class Communicator:
@@ -54,6 +74,7 @@ class Communicator:
         self.world_size = len(self._ranks)
         self.stats = Stats()
         self._splits = 0
+        self._call, self._call_name = 0, ""     # the collective call in progress (see ``collective``)
         self._verbose = os.environ.get("MINIDIST_VERBOSE", "") not in ("", "0")
 
     def __repr__(self) -> str:
@@ -76,7 +97,11 @@ class Communicator:
     # -- point to point ---------------------------------------------------------------------------------
     def send(self, array: np.ndarray, dst: int, tag: int = 0) -> None:
         """Send ``array`` (any shape, numeric/bool/string dtype; copied) to rank ``dst``."""
-        out = self._start_send(array, dst, tag)
+        world_dst, data, tag = self._peer(dst, "dst"), check_payload(array), check_tag(tag)
+        arrival = self._count_send(data, dst, world_dst, tag)
+        if post_short(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival):
+            return                                  # the usual case: one slot, written at once
+        out = Outgoing(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival)
         while not out.advance():
             self._ep.wait(out.has_room, send_to=out.dst, tag=tag, room_at=out.room_at())
 
@@ -89,10 +114,9 @@ class Communicator:
         ``base``: with ``op``, combine this array (same dtype and shape as ``out``) with the message
         instead of ``out``'s own values: ``out = base + incoming``.
         """
-        inc, finish = self._start_recv(src, tag, out, op, base)
-        while not inc.advance():
-            self._ep.wait(inc.has_data, recv_from=inc.src, tag=tag)
-        return finish()
+        world_src = self._peer(src, "src")
+        accept, finish = self._receiver(src, check_tag(tag), out, op, base)
+        return finish(*self._receive(world_src, accept, tag))
 
     def sendrecv(self, sendbuf: np.ndarray, dst: int, src: int, sendtag: int = 0, recvtag: int = 0,
                  out: np.ndarray | None = None, op: str | None = None,
@@ -102,8 +126,14 @@ class Communicator:
         Both directions progress segment by segment, so a ring where every rank calls sendrecv never
         deadlocks, whatever the message size. ``out``, ``op`` and ``base`` are those of ``recv``.
         """
-        outgoing = self._start_send(sendbuf, dst, sendtag)
-        inc, finish = self._start_recv(src, recvtag, out, op, base)
+        world_dst, data, sendtag = self._peer(dst, "dst"), check_payload(sendbuf), check_tag(sendtag)
+        world_src = self._peer(src, "src")
+        accept, finish = self._receiver(src, check_tag(recvtag), out, op, base)
+        arrival = self._count_send(data, dst, world_dst, sendtag)
+        if post_short(self._ep, world_dst, data, self._id, self._call, USER, sendtag, arrival):
+            return finish(*self._receive(world_src, accept, recvtag))   # sent already: receive only
+        outgoing = Outgoing(self._ep, world_dst, data, self._id, self._call, USER, sendtag, arrival)
+        inc = Incoming(self._ep, world_src, self._id, USER, accept)
         sent = received = False
         while not (sent and received):
             sent = sent or outgoing.advance()
@@ -116,7 +146,16 @@ class Communicator:
             elif not sent and not received:
                 self._ep.wait(lambda: outgoing.has_room() or inc.has_data(), outgoing.dst, inc.src, recvtag,
                               outgoing.room_at())
-        return finish()
+        return finish(inc.meta, inc.target)
+
+    def collective(self, call: str) -> CollectiveCall:
+        """``with comm.collective(call):`` — inside the block every message sent carries ``call``'s
+        checksum, and every message received must carry this rank's own: a collective's messages can
+        then only meet the same call on the other side. A message of another call raises
+        MessageMismatchError ("collective mismatch"), naming this rank's call, before anything is
+        received (a plain ``send`` carries checksum 0). Blocks nest; leaving one restores the outer call.
+        """
+        return CollectiveCall(self, call)
 
     def barrier(self) -> None:
         """Wait until every rank of this communicator has called barrier (dissemination: log2 P rounds).
@@ -186,32 +225,25 @@ class Communicator:
                              f"{self.rank}), got {peer}")
         return self._ranks[int(peer)]
 
-    def _start_send(self, array, dst, tag) -> Outgoing:
-        world_dst = self._peer(dst, "dst")
-        data = _check_payload(array)
-        tag = _check_tag(tag)
-        arrival = self._ledger.send(data.nbytes, world_dst)
+    def _count_send(self, data: np.ndarray, dst: int, world_dst: int, tag: int) -> float:
+        """Charge a send to the clock and the stats; return its arrival time."""
         self.stats.bytes_sent += data.nbytes
         self.stats.messages_sent += 1
-        outgoing = Outgoing(self._ep, world_dst, data, self._id, USER, tag, arrival)
         if self._verbose:
-            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {outgoing.seq}", flush=True)
-        return outgoing
+            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {self._ep.seq[world_dst] + 1}",
+                  flush=True)
+        return self._ledger.send(data.nbytes, world_dst)
 
-    def _start_recv(self, src, tag, out, op, base=None):
-        world_src = self._peer(src, "src")
-        tag = _check_tag(tag)
-        ufunc = _check_op(op, out)
-        if out is not None and not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
-        if out is not None and not out.flags.writeable:
-            raise ValueError("out must be writeable")
-        if base is not None:
-            _check_base(base, out, op)
+    def _receiver(self, src: int, tag: int, out, op, base):
+        """The checks of a receive, as ``accept(meta) -> (target, ufunc, base)`` (see messages.Incoming),
+        and ``finish(meta, target)``, which charges the receive and returns the array."""
+        ufunc = check_out(out, op, base)
         # a non-contiguous out (or base) is received through a temporary and combined at the end
         direct = out is not None and out.flags.c_contiguous and (base is None or base.flags.c_contiguous)
 
         def accept(meta: Meta):
+            if meta.call != self._call:
+                raise MessageMismatchError(self._call_mismatch(src, meta))
             if meta.tag != tag or (out is not None and (meta.dtype != out.dtype or meta.shape != out.shape)):
                 want = f"tag {tag}" + ("" if out is None else f", {out.dtype} {out.shape} (out=)")
                 raise MessageMismatchError(
@@ -220,81 +252,48 @@ class Communicator:
                 return out, ufunc, base
             return np.empty(meta.shape, meta.dtype), None, None
 
-        inc = Incoming(self._ep, world_src, self._id, USER, accept)
-
-        def finish() -> np.ndarray:
-            meta = inc.meta
-            self._ledger.recv(meta.arrival, meta.nbytes, world_src)
+        def finish(meta: Meta, target: np.ndarray) -> np.ndarray:
+            self._ledger.recv(meta.arrival, meta.nbytes, self._ranks[src])
             self.stats.bytes_received += meta.nbytes
             self.stats.messages_received += 1
             if self._verbose:
                 print(f"rank {self.rank} <- {src}  tag {tag}  {_size(meta.nbytes)}  step {meta.seq}", flush=True)
             if out is None or direct:
-                return inc.target
+                return target
             if ufunc is None:
-                out[...] = inc.target
+                out[...] = target
             else:
-                ufunc(out if base is None else base, inc.target, out=out)
+                ufunc(out if base is None else base, target, out=out)
             return out
 
-        return inc, finish
+        return accept, finish
+
+    def _receive(self, world_src: int, accept, tag: int, kind: int = USER) -> tuple[Meta, np.ndarray]:
+        """The next message from ``world_src`` of this communicator and kind: (meta, target)."""
+        ep = self._ep
+        stashed = ep.stash and (self._id, kind, world_src) in ep.stash
+        got = None if stashed else take_short(ep, world_src, self._id, kind, accept, tag)
+        if got is None:                             # a long message, or one set aside earlier
+            inc = Incoming(ep, world_src, self._id, kind, accept)
+            while not inc.advance():
+                ep.wait(inc.has_data, recv_from=world_src, tag=tag)
+            got = inc.meta, inc.target
+        return got
+
+    def _call_mismatch(self, src: int, meta: Meta) -> str:
+        mine = f"is in {self._call_name}" if self._call else "expects a plain message (no collective call)"
+        theirs = "a plain send" if meta.call == 0 else "a message of another collective call"
+        return (f"collective mismatch: rank {self.rank} {mine}, but the next message from rank {src} is "
+                f"{theirs} ({meta.describe()}); every rank must make the same calls in the same order")
 
     def _internal_send(self, data: np.ndarray, dst: int, kind: int, stamp: float) -> None:
-        outgoing = Outgoing(self._ep, self._ranks[dst], data, self._id, kind, 0, stamp)
+        if post_short(self._ep, self._ranks[dst], data, self._id, 0, kind, 0, stamp):
+            return
+        outgoing = Outgoing(self._ep, self._ranks[dst], data, self._id, 0, kind, 0, stamp)
         while not outgoing.advance():
             self._ep.wait(outgoing.has_room, send_to=outgoing.dst, tag=-kind, room_at=outgoing.room_at())
 
     def _internal_recv(self, src: int, kind: int) -> tuple[Meta, np.ndarray]:
-        inc = Incoming(self._ep, self._ranks[src], self._id, kind,
-                       lambda meta: (np.empty(meta.shape, meta.dtype), None, None))
-        while not inc.advance():
-            self._ep.wait(inc.has_data, recv_from=inc.src, tag=-kind)
-        return inc.meta, inc.target
+        return self._receive(self._ranks[src], lambda meta: (np.empty(meta.shape, meta.dtype), None, None), -kind,
+                             kind)
 
-
-def _check_payload(array) -> np.ndarray:
-    if type(array) is np.ndarray and array.dtype in _SENDABLE and array.flags.c_contiguous \
-            and array.ndim <= 32:                                            # the usual case
-        return array
-    if isinstance(array, np.generic):
-        array = np.asarray(array)
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"send expects a numpy array, got {type(array).__name__}")
-    if array.dtype.hasobject or array.dtype.fields is not None or np.dtype(array.dtype.str) != array.dtype:
-        raise TypeError(f"send expects a numeric, bool or string dtype, got {array.dtype} (views such as "
-                        f"x.view(np.uint16) carry other types)")
-    if array.ndim > 32:
-        raise ValueError(f"send supports up to 32 dimensions, got {array.ndim}")
-    _SENDABLE.add(array.dtype)
-    return array if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(array.shape)
-
-
-_SENDABLE: set[np.dtype] = set()      # dtypes that passed the checks above once
-
-
-def _check_tag(tag) -> int:
-    if type(tag) is int and 0 <= tag < 2**62:
-        return tag
-    if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or not 0 <= tag < 2**62:
-        raise ValueError(f"tag must be an int >= 0, got {tag!r}")
-    return int(tag)
-
-
-def _check_base(base, out, op) -> None:
-    if op is None:
-        raise ValueError("base= is what op= combines with the message: give op= too")
-    if not isinstance(base, np.ndarray):
-        raise TypeError(f"base must be a numpy array, got {type(base).__name__}")
-    if out is not None and (base.shape != out.shape or base.dtype != out.dtype):
-        raise ValueError(f"base must have out's dtype and shape {out.dtype} {out.shape}, got {base.dtype} "
-                         f"{base.shape}")
-
-
-def _check_op(op, out):
-    if op is None:
-        return None
-    if op not in OPS:
-        raise ValueError(f"op must be one of {sorted(OPS)} or None, got {op!r}")
-    if out is None:
-        raise ValueError(f"op={op!r} combines into out=: give the array to combine into")
-    return OPS[op]

@@ -119,11 +119,15 @@ class Ledger:
 
     def send(self, nbytes: int, peer: int) -> float:
         """Charge one send; return the message's arrival time at the receiver."""
-        self.record("send", self.clock + self.link.time(nbytes), None, peer, nbytes)
+        start = self.clock
+        self.clock = start + self.link.alpha + nbytes * self.link.beta      # link.time(nbytes), inlined
+        self._records.append((start, self.clock, "send", None, peer, nbytes))
         return self.clock
 
     def recv(self, arrival: float, nbytes: int, peer: int) -> None:
-        self.record("recv", max(self.clock, arrival), None, peer, nbytes)
+        start = self.clock
+        self.clock = max(start, arrival)
+        self._records.append((start, self.clock, "recv", None, peer, nbytes))
 
     def compute(self, flops: float, label: str = "") -> None:
         if not flops >= 0:

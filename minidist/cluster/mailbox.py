@@ -5,7 +5,8 @@ Layout of the shared block (created by the launcher, mapped by every rank)::
     control lines (64 bytes each, so two ranks never write the same cache line):
         line 0                 abort flag, rank that failed first
         line 1 + r             done[r]: rank r's function has returned
-        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA bits, send_to, recv_from, tag)
+        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA bits, send_to, recv_from, tag,
+                               room_at, wait number)
         written[s, d], read[s, d]   slots written by s / consumed by d in mailbox s -> d
     mailboxes: one per ordered pair (s, d), each ``nslots`` slots of [header | segment of payload]
 
@@ -27,27 +28,28 @@ Waking a sleeping process costs tens of microseconds, far more than a short mess
 spins for up to ``SPIN`` seconds, but only while the ranks that are awake fit on the cores: every rank
 if there are no more ranks than cores, else those whose status line says they are not asleep. Spinning
 on a core another awake rank needs would only delay that rank.
+
+A rank whose poll finds nothing to do looks for a *deadlock* (``find_deadlock``): every rank that has not
+returned is asleep, and none of them can be woken, because no message and no free slot can ever come.
+Then it raises ``DeadlockError`` saying what every rank waits for, instead of hanging until the timeout.
 """
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 
 import numpy as np
 
-HEADER = struct.Struct("<QQqQdii16s")           # seq, comm, tag, nbytes, arrival, kind, ndim, dtype
 MAX_DIMS = 32
-HEADER_BYTES = 384                              # HEADER + up to 32 dims of int64, rounded to 64
-# HEADER followed by the shape, one Struct per number of dimensions (packed and unpacked in one call)
-HEADER_WITH_SHAPE = [struct.Struct(HEADER.format + "q" * ndim) for ndim in range(MAX_DIMS + 1)]
+HEADER_BYTES = 384                              # a message header with up to 32 dims (messages.py), rounded to 64
 LINE = 8                                        # int64 per 64-byte control line
 POLL = 0.05                                     # seconds between checks for abort / returned peers
 SPIN = 50e-6                                    # bounded spin before sleeping (only if awake ranks <= cores)
 
-# Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag, room_at]
-# (room_at: wake this writer when the reader's ``read`` counter reaches it)
+# Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag, room_at, wait number]
+# (room_at: wake this writer when the reader's ``read`` counter reaches it; the wait number counts the
+# rank's sleeps, so that find_deadlock can tell one sleep from the next)
 ROOM, DATA = 1, 2
 _lock = threading.Lock()
 
@@ -71,6 +73,10 @@ class Aborted(BaseException):
 
 class PeerReturnedError(RuntimeError):
     """A rank waits for a peer whose function has already returned."""
+
+
+class DeadlockError(RuntimeError):
+    """Every rank that has not returned waits for a message or for room that no rank can ever provide."""
 
 
 class Layout:
@@ -177,7 +183,8 @@ class Endpoint:
         ``room_at``: the reader of mailbox me -> send_to rings only once its ``read`` counter reaches it
         (``Outgoing.room_at()``); a poll or a message from ``recv_from`` may still wake this rank earlier.
 
-        Raises Aborted, or PeerReturnedError, instead of waiting forever.
+        Raises Aborted, PeerReturnedError or DeadlockError instead of waiting forever. ``ready`` must depend
+        only on the counters of mailboxes me -> send_to and recv_from -> me (find_deadlock reads those).
         """
         if self.may_spin():
             stop = time.perf_counter() + SPIN
@@ -185,6 +192,7 @@ class Endpoint:
                 if ready():
                     return
         bell, st = self.doorbells[self.rank], self.status[self.rank]
+        self.ctrl[st + 5] += 1                 # a new wait number, published before the bits below
         self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
         self.ctrl[st + 4] = room_at
         self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
@@ -204,6 +212,9 @@ class Endpoint:
                             raise PeerReturnedError(
                                 f"rank {self.rank} waits for {what} rank {peer} (tag {tag}), but rank "
                                 f"{peer}'s function has already returned")
+                    deadlock = self.find_deadlock()
+                    if deadlock:
+                        raise DeadlockError(deadlock)
                 elif self.aborting():
                     raise Aborted()
         finally:
@@ -217,11 +228,51 @@ class Endpoint:
         awake = sum(1 for r in range(p) if self.ctrl[self.status[r]] == 0 and not self.peer_done(r))
         return awake <= self.cores
 
-    def blocked_on(self, rank: int) -> str:
-        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line."""
+    def find_deadlock(self) -> str | None:
+        """What every rank waits for, if no rank can ever make progress again; else None.
+
+        A deadlock: every rank that has not returned sleeps in ``wait``, and none can be woken — a rank
+        waiting for data from s finds mailbox s -> it empty (written == read), one waiting for room to d
+        finds mailbox it -> d full (written - read >= nslots), one in sendrecv both. Any unread data, even
+        a message it will only stash, means "not now": the next poll looks again.
+
+        Why it never cries wolf, though the other ranks run on while we look: we read every status line
+        and done flag, then the counters, then every status line and done flag again, and only trust
+        two identical snapshots. A rank inside ``wait`` writes nothing but its own status line; one that
+        leaves ``wait`` clears its bits, and one that enters again has a new wait number. So identical
+        snapshots, with every rank asleep or done, mean that no rank was outside ``wait`` while we read
+        the counters: nobody wrote a counter then, so the counters we read were true all that time, and
+        if they let nobody progress, nobody ever will (a rank only wakes for good once a counter moves).
+        Like the rest of this file, it relies on the CPU making stores visible in program order (x86 does).
+        """
+        ctrl, line = self.ctrl, self.layout.line
+
+        def snapshot() -> list[tuple]:      # (done, bits, send_to, recv_from, tag, room_at, wait number)
+            return [(ctrl[line("done", r)], *ctrl[st:st + 6].tolist()) for r, st in enumerate(self.status)]
+
+        first = snapshot()
+        for r, (finished, mask, send_to, recv_from, *_) in enumerate(first):
+            if finished:
+                continue
+            if mask == 0:
+                return None                          # rank r is running: it may still send
+            if any(peer >= 0 and first[peer][0] for peer in (send_to, recv_from)):
+                return None                          # its peer returned: it raises PeerReturnedError itself
+            if mask & DATA and ctrl[line("written", recv_from, r)] > ctrl[line("read", recv_from, r)]:
+                return None                          # data has arrived for it
+            if mask & ROOM and ctrl[line("written", r, send_to)] - ctrl[line("read", r, send_to)] < self.nslots:
+                return None                          # a slot is free for it
+        if snapshot() != first:
+            return None                                  # someone moved while we looked: look again later
+        return "deadlock: every rank is waiting and no message can arrive: " + "; ".join(
+            f"rank {r} returned" if status[0] else f"rank {r} waits for {self.blocked_on(r, status[1:])}"
+            for r, status in enumerate(first))
+
+    def blocked_on(self, rank: int, line: list[int] | None = None) -> str:
+        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line (or ``line``)."""
         st = self.status[rank]
-        mask, send_to, recv_from, tag = self.ctrl[st:st + 4].tolist()
+        mask, send_to, recv_from, tag = (self.ctrl[st:st + 4].tolist() if line is None else line)[:4]
         parts = ([f"send to rank {send_to}"] if mask & ROOM else []) + \
                 ([f"recv from rank {recv_from}"] if mask & DATA else [])
-        what = {-1: "barrier", -2: "split"}.get(tag, f"tag {tag}")
+        what = {-1: "barrier", -2: "split", -3: "all_equal"}.get(tag, f"tag {tag}")
         return f"{' + '.join(parts)} ({what})" if parts else "running"

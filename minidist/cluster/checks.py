@@ -1,0 +1,72 @@
+"""Argument checks of the Communicator: every bad argument gets a TypeError/ValueError saying what was
+expected. Each check starts with a fast path for the usual case (plain ints, arrays of a dtype already
+seen), because a short message costs only a few microseconds and these checks run on every one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+def check_payload(array) -> np.ndarray:
+    if type(array) is np.ndarray and array.dtype in _SENDABLE and array.flags.c_contiguous \
+            and array.ndim <= 32:                                            # the usual case
+        return array
+    if isinstance(array, np.generic):
+        array = np.asarray(array)
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"send expects a numpy array, got {type(array).__name__}")
+    if array.dtype.hasobject or array.dtype.fields is not None or np.dtype(array.dtype.str) != array.dtype:
+        raise TypeError(f"send expects a numeric, bool or string dtype, got {array.dtype} (views such as "
+                        f"x.view(np.uint16) carry other types)")
+    if array.ndim > 32:
+        raise ValueError(f"send supports up to 32 dimensions, got {array.ndim}")
+    _SENDABLE.add(array.dtype)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(array.shape)
+
+
+_SENDABLE: set[np.dtype] = set()      # dtypes that passed the checks above once
+
+
+def check_tag(tag) -> int:
+    if type(tag) is int and 0 <= tag < 2**62:
+        return tag
+    if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or not 0 <= tag < 2**62:
+        raise ValueError(f"tag must be an int >= 0, got {tag!r}")
+    return int(tag)
+
+
+def check_out(out, op, base):
+    """Check recv's ``out``, ``op`` and ``base``; return the ufunc of ``op`` (None: plain copy)."""
+    if op is None and base is None and (out is None or type(out) is np.ndarray and out.flags.writeable):
+        return None                                                 # the usual case
+    if out is not None and not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if out is not None and not out.flags.writeable:
+        raise ValueError("out must be writeable")
+    ufunc = _check_op(op, out)
+    if base is not None:
+        _check_base(base, out, op)
+    return ufunc
+
+
+def _check_base(base, out, op) -> None:
+    if op is None:
+        raise ValueError("base= is what op= combines with the message: give op= too")
+    if not isinstance(base, np.ndarray):
+        raise TypeError(f"base must be a numpy array, got {type(base).__name__}")
+    if out is not None and (base.shape != out.shape or base.dtype != out.dtype):
+        raise ValueError(f"base must have out's dtype and shape {out.dtype} {out.shape}, got {base.dtype} "
+                         f"{base.shape}")
+
+
+def _check_op(op, out):
+    if op is None:
+        return None
+    if op not in OPS:
+        raise ValueError(f"op must be one of {sorted(OPS)} or None, got {op!r}")
+    if out is None:
+        raise ValueError(f"op={op!r} combines into out=: give the array to combine into")
+    return OPS[op]
