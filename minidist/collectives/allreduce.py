@@ -27,10 +27,11 @@ import numpy as np
 from minidist.collectives.common import (
     TAGS,
     UFUNCS,
-    agree,
+    agreement,
     check_array,
     check_comm,
     check_op,
+    dtype_name,
     finish,
     flat_copy,
     largest_power_of_two,
@@ -104,12 +105,13 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
         algorithm = choose_algorithm(x.nbytes, x.size, comm.world_size)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
-    agree(comm, f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={x.dtype})")
+    if comm.world_size == 1:
+        return finish(flat_copy(x), op, 1, x.shape)
     reduce_op = "sum" if op == "mean" else op
-    if algorithm == "ring" and comm.world_size > 1:   # the ring reads x itself: no working copy (ring.py)
-        flat = ring_allreduce(comm, np.empty(x.size, x.dtype), reduce_op, source=x.reshape(-1))
-    else:
-        flat = flat_copy(x)
-        if comm.world_size > 1:
-            flat = ALGORITHMS[algorithm](comm, flat, reduce_op)
+    call = f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})"
+    with agreement(comm, call):
+        if algorithm == "ring":     # the ring reads x itself: no working copy (ring.py)
+            flat = ring_allreduce(comm, np.empty(x.size, x.dtype), reduce_op, source=x.reshape(-1))
+        else:
+            flat = ALGORITHMS[algorithm](comm, flat_copy(x), reduce_op)
     return finish(flat, op, comm.world_size, x.shape)

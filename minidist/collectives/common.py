@@ -6,11 +6,23 @@ returns the P + 1 offsets, so piece i is ``flat[bounds[i]:bounds[i + 1]]``.
 
 Agreement: every rank must call the same collective with the same arguments (algorithm, root, op,
 length, dtype). Ranks that disagree would run different message patterns and could wait for each other
-forever, so each collective starts with ``agree(comm, call)``: ``comm.all_equal`` on a checksum of the
-call, which exchanges 16 bytes per round for log2 P rounds outside the ledger (no payload bytes, no
-simulated time); if the ranks' checksums differ, every rank raises a ValueError at once instead of
-hanging. Each collective (and allreduce algorithm) also sends with its own tag, and receives pass
-``out=`` with the expected shape, so a message that still does not fit is refused by the cluster.
+forever, so they must find out, and say so, instead of hanging. Two ways:
+
+- ``agreement(comm, call)`` (allreduce, allgather, reduce_scatter, alltoall): the check rides on the
+  data. Inside it every message carries a checksum of the call (``comm.collective``), and a rank refuses
+  a message of another call ("collective mismatch"). In these collectives every rank's result depends
+  on every rank's input, so some message must cross between two ranks that disagree: it is refused, or
+  the ranks end up waiting on each other (``DeadlockError``) or on a rank that has returned, which
+  ``agreement`` also reports as a collective mismatch. No extra message: a small allreduce is one
+  exchange per step and nothing more.
+- ``agree(comm, call)`` (broadcast, reduce, gather, scatter): in a rooted collective some ranks only
+  send, and an eager send returns before anyone looks at it, so a rank could finish a wrong call
+  unnoticed. These check first: ``comm.all_equal`` on a checksum of the call, 16 bytes per round for
+  log2 P rounds outside the ledger (no payload bytes, no simulated time); if the checksums differ,
+  every rank raises at once.
+
+Each collective (and allreduce algorithm) also sends with its own tag, and receives pass ``out=`` with
+the expected shape, so a message that still does not fit is refused by the cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +30,8 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+
+from minidist.cluster import DeadlockError, PeerReturnedError
 
 # Reductions the collectives accept; "mean" is a sum divided by the world size at the end.
 REDUCE_OPS = ("sum", "mean", "max", "min")
@@ -90,7 +104,42 @@ def agree(comm, call: str) -> None:
     if comm.world_size == 1:
         return
     checksum = zlib.crc32(call.encode())  # the same number in every process (unlike hash())
-    if not comm.all_equal(checksum):
-        raise ValueError(f"collective mismatch: rank {comm.rank} called {call}, but not every rank made the "
-                         f"same call; every rank must call the same collective with the same algorithm, root, "
-                         f"op, length and dtype")
+    try:
+        same = comm.all_equal(checksum)
+    except (DeadlockError, PeerReturnedError) as error:    # the others are in a collective without agree
+        raise _mismatch(comm, call, f"waits for a message that cannot come ({error})") from error
+    if not same:
+        raise _mismatch(comm, call, "but not every rank made the same call")
+
+
+class agreement:
+    """Run the block as the collective ``call``: its messages carry the call's checksum (see above).
+
+    A rank that waits inside the block for a message that cannot come (every rank waits, or the peer
+    has returned) raises the same ValueError as ``agree``, with the cluster's reason. (A class rather
+    than a @contextmanager generator: it runs on every collective, and a class costs fewer statements.)
+    """
+
+    def __init__(self, comm, call: str):
+        self.comm, self.call, self.block = comm, call, comm.collective(call)
+
+    def __enter__(self):
+        self.block.__enter__()
+
+    def __exit__(self, kind, error, traceback) -> None:
+        self.block.__exit__(kind, error, traceback)
+        if isinstance(error, (DeadlockError, PeerReturnedError)):
+            raise _mismatch(self.comm, self.call, f"waits for a message that cannot come ({error})") from error
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """'float32': str(dtype), remembered (NumPy builds the name in Python, a few microseconds each time)."""
+    return _DTYPE_NAMES.get(dtype) or _DTYPE_NAMES.setdefault(dtype, str(dtype))
+
+
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _mismatch(comm, call: str, what: str) -> ValueError:
+    return ValueError(f"collective mismatch: rank {comm.rank} called {call}, {what}; every rank must call the "
+                      f"same collective with the same algorithm, root, op, length and dtype")

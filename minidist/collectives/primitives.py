@@ -22,11 +22,13 @@ import numpy as np
 from minidist.collectives.common import (
     TAGS,
     agree,
+    agreement,
     check_array,
     check_comm,
     check_op,
     check_root,
     chunk_bounds,
+    dtype_name,
     finish,
     flat_copy,
 )
@@ -61,7 +63,7 @@ def reduce(comm, x: np.ndarray, root: int = 0, op: str = "sum") -> np.ndarray | 
     x = check_array(x)
     p, root, tag = comm.world_size, check_root(comm, root), TAGS["reduce"]
     check_op(op, x.dtype)
-    agree(comm, f"reduce(root={root}, op={op!r}, size={x.size}, dtype={x.dtype})")
+    agree(comm, f"reduce(root={root}, op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})")
     me = (comm.rank - root) % p
     total = flat_copy(x)
     mask = 1
@@ -107,12 +109,12 @@ def allgather(comm, x: np.ndarray) -> list[np.ndarray]:
     check_comm(comm)
     x = check_array(x)
     p, r, tag = comm.world_size, comm.rank, TAGS["allgather"]
-    agree(comm, "allgather()")
     out = [None] * p
     out[r] = x.copy()
-    for s in range(p - 1):  # forward what arrived last step; receive the next one from the left
-        out[(r - s - 1) % p] = comm.sendrecv(out[(r - s) % p], dst=(r + 1) % p, src=(r - 1) % p,
-                                             sendtag=tag, recvtag=tag)
+    with agreement(comm, "allgather()"):
+        for s in range(p - 1):  # forward what arrived last step; receive the next one from the left
+            out[(r - s - 1) % p] = comm.sendrecv(out[(r - s) % p], dst=(r + 1) % p, src=(r - 1) % p,
+                                                 sendtag=tag, recvtag=tag)
     return out
 
 
@@ -122,7 +124,6 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     x = check_array(x)
     check_op(op, x.dtype)
     p, r, tag = comm.world_size, comm.rank, TAGS["reduce_scatter"]
-    agree(comm, f"reduce_scatter(op={op!r}, size={x.size}, dtype={x.dtype})")
     flat = flat_copy(x)
     bounds = chunk_bounds(flat.size, p)
 
@@ -130,9 +131,10 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
         i %= p
         return flat[bounds[i]:bounds[i + 1]]
 
-    for s in range(p - 1):  # as in ring allreduce: after P − 1 hops piece r is complete on rank r
-        comm.sendrecv(piece(r - s - 1), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag, recvtag=tag,
-                      out=piece(r - s - 2), op="sum" if op == "mean" else op)
+    with agreement(comm, f"reduce_scatter(op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})"):
+        for s in range(p - 1):  # as in ring allreduce: after P − 1 hops piece r is complete on rank r
+            comm.sendrecv(piece(r - s - 1), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag, recvtag=tag,
+                          out=piece(r - s - 2), op="sum" if op == "mean" else op)
     mine = piece(r).copy()
     return finish(mine, op, p, mine.shape)
 
@@ -143,13 +145,13 @@ def alltoall(comm, chunks: list[np.ndarray]) -> list[np.ndarray]:
     p, r, tag = comm.world_size, comm.rank, TAGS["alltoall"]
     if not isinstance(chunks, (list, tuple)) or len(chunks) != p:
         raise ValueError(f"alltoall needs a list of {p} arrays (one per destination rank)")
-    agree(comm, "alltoall()")
     out = [None] * p
     out[r] = check_array(chunks[r], f"chunks[{r}]").copy()
-    for shift in range(1, p):  # round `shift`: send to r + shift, receive from r − shift
-        dst, src = (r + shift) % p, (r - shift) % p
-        out[src] = comm.sendrecv(check_array(chunks[dst], f"chunks[{dst}]"), dst=dst, src=src,
-                                 sendtag=tag, recvtag=tag)
+    with agreement(comm, "alltoall()"):
+        for shift in range(1, p):  # round `shift`: send to r + shift, receive from r − shift
+            dst, src = (r + shift) % p, (r - shift) % p
+            out[src] = comm.sendrecv(check_array(chunks[dst], f"chunks[{dst}]"), dst=dst, src=src,
+                                     sendtag=tag, recvtag=tag)
     return out
 
 
