@@ -281,10 +281,13 @@ class Communicator:
         return got
 
     def _call_mismatch(self, src: int, meta: Meta) -> str:
-        mine = f"is in {self._call_name}" if self._call else "expects a plain message (no collective call)"
+        if self._call == 0:
+            return (f"collective mismatch: rank {self.rank} expects a plain message from rank {src}, but the next "
+                    f"one is a message of a collective call ({meta.describe()}); every rank must make the same "
+                    f"calls in the same order")
         theirs = "a plain send" if meta.call == 0 else "a message of another collective call"
-        return (f"collective mismatch: rank {self.rank} {mine}, but the next message from rank {src} is "
-                f"{theirs} ({meta.describe()}); every rank must make the same calls in the same order")
+        return (f"collective mismatch: rank {self.rank} called {self._call_name}, but not every rank made the same "
+                f"call: the next message from rank {src} is {theirs} ({meta.describe()})")
 
     def _internal_send(self, data: np.ndarray, dst: int, kind: int, stamp: float) -> None:
         if post_short(self._ep, self._ranks[dst], data, self._id, 0, kind, 0, stamp):

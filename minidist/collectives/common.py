@@ -107,29 +107,35 @@ def agree(comm, call: str) -> None:
     try:
         same = comm.all_equal(checksum)
     except (DeadlockError, PeerReturnedError) as error:    # the others are in a collective without agree
-        raise _mismatch(comm, call, f"waits for a message that cannot come ({error})") from error
+        raise _mismatch(comm, call, error) from error
     if not same:
-        raise _mismatch(comm, call, "but not every rank made the same call")
+        raise _mismatch(comm, call)
 
 
-class agreement:
-    """Run the block as the collective ``call``: its messages carry the call's checksum (see above).
+def agreement(comm, call: str) -> Agreement:
+    """``with agreement(comm, call):`` runs the block as the collective ``call``: its messages carry the
+    call's checksum (see above).
 
     A rank that waits inside the block for a message that cannot come (every rank waits, or the peer
-    has returned) raises the same ValueError as ``agree``, with the cluster's reason. (A class rather
-    than a @contextmanager generator: it runs on every collective, and a class costs fewer statements.)
+    has returned) raises the same ValueError as ``agree``, with the cluster's reason.
     """
+    return Agreement(comm, call)
+
+
+class Agreement:
+    """The context manager of ``agreement`` (a class, not a @contextmanager generator: it runs on every
+    collective call, and a class costs fewer Python statements)."""
 
     def __init__(self, comm, call: str):
         self.comm, self.call, self.block = comm, call, comm.collective(call)
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.block.__enter__()
 
     def __exit__(self, kind, error, traceback) -> None:
         self.block.__exit__(kind, error, traceback)
         if isinstance(error, (DeadlockError, PeerReturnedError)):
-            raise _mismatch(self.comm, self.call, f"waits for a message that cannot come ({error})") from error
+            raise _mismatch(self.comm, self.call, error) from error
 
 
 def dtype_name(dtype: np.dtype) -> str:
@@ -140,6 +146,8 @@ def dtype_name(dtype: np.dtype) -> str:
 _DTYPE_NAMES: dict[np.dtype, str] = {}
 
 
-def _mismatch(comm, call: str, what: str) -> ValueError:
-    return ValueError(f"collective mismatch: rank {comm.rank} called {call}, {what}; every rank must call the "
-                      f"same collective with the same algorithm, root, op, length and dtype")
+def _mismatch(comm, call: str, error: Exception | None = None) -> ValueError:
+    why = "" if error is None else f": it waits for a message that cannot come ({error})"
+    return ValueError(f"collective mismatch: rank {comm.rank} called {call}, but not every rank made the same "
+                      f"call{why}; every rank must call the same collective with the same algorithm, root, op, "
+                      f"length and dtype")
