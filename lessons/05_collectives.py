@@ -37,6 +37,7 @@ import numpy as np
 
 from minidist.cluster import LinkModel, run
 from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
+from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES
 from minidist.collectives.cost import allreduce_cost
 from minidist.collectives.schedule import schedule, simulate
 
@@ -341,12 +342,19 @@ print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ 
 # MPICH's classic allreduce (its source, `MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE` = 2048 bytes) uses
 # recursive doubling when the array has at most 2048 bytes, or fewer elements than the largest power of
 # two ≤ P; otherwise Rabenseifner's reduce-scatter + allgather. `allreduce(..., algorithm="auto")` follows
-# the same rule. Newer MPICH versions pick from tuning tables that also contain a ring; NCCL on GPUs uses
-# rings and trees.
+# the same rule, with the threshold tuned for minidist, as MPICH's is meant to be tuned per machine
+# (it is a "CVAR", a setting): 256 KiB. Section 6 says why: a message costs minidist tens of
+# microseconds of Python, not MPICH's one, so Rabenseifner's log2 P extra messages pay for themselves
+# only on far larger arrays (benchmarks/allreduce.md measures where the two cross). Newer MPICH
+# versions pick from tuning tables that also contain a ring; NCCL on GPUs uses rings and trees.
 
 # %%
-for nbytes in (8, 2048, 2052, 2**20):
-    print(f"{nbytes:8d} bytes on 8 ranks -> {choose_algorithm(nbytes, nbytes // 4, 8)}")
-assert choose_algorithm(2048, 512, 8) == "recursive_doubling"
-assert choose_algorithm(2052, 513, 8) == "rabenseifner"
+for nbytes in (8, 2048, 2052, 2**18, 2**20):
+    print(f"{nbytes:8d} bytes on 8 ranks -> MPICH's default: "
+          f"{choose_algorithm(nbytes, nbytes // 4, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES):18s} "
+          f"minidist's: {choose_algorithm(nbytes, nbytes // 4, 8)}")
+assert choose_algorithm(2048, 512, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == "recursive_doubling"
+assert choose_algorithm(2052, 513, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == "rabenseifner"
+assert choose_algorithm(2052, 513, 8) == "recursive_doubling"
+assert choose_algorithm(2**20, 2**18, 8) == "rabenseifner"
 print("done: figures in", FIGURES)

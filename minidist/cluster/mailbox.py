@@ -36,6 +36,7 @@ Then it raises ``DeadlockError`` saying what every rank waits for, instead of ha
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -45,6 +46,7 @@ MAX_DIMS = 32
 HEADER_BYTES = 384                              # a message header with up to 32 dims (messages.py), rounded to 64
 LINE = 8                                        # int64 per 64-byte control line
 POLL = 0.05                                     # seconds between checks for abort / returned peers
+YIELDS = 3                                       # sched_yield()s before sleeping, when spinning is not allowed
 SPIN = 50e-6                                    # bounded spin before sleeping (only if awake ranks <= cores)
 
 # Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag, room_at, wait number]
@@ -189,6 +191,11 @@ class Endpoint:
         if self.may_spin():
             stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
+                if ready():
+                    return
+        else:
+            for _ in range(YIELDS):
+                os.sched_yield()
                 if ready():
                     return
         bell, st = self.doorbells[self.rank], self.status[self.rank]

@@ -13,11 +13,15 @@ The others live in ring.py (``ring``), tree.py (``tree``) and halving_doubling.p
 ``rabenseifner``); their costs are in cost.py. Seeds: "Scaling Up Training" (naive vs manager vs ring and
 their work counts), "Hardware Accelerators for Training DNNs" (collectives and their algorithms).
 
-``auto`` picks as MPICH's classic allreduce does (MPICH src/mpi/coll/allreduce, CVAR
-MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE, default 2048 bytes): recursive doubling when the array has at most
-2048 bytes or fewer elements than P' (the largest power of two <= P), otherwise Rabenseifner's
-reduce-scatter + allgather. Newer MPICH releases choose from a tuning table (including a ring); the
-classic rule is the one documented in MPICH's source and the one taught here.
+``auto`` picks as MPICH's classic allreduce does (MPICH src/mpi/coll/allreduce): recursive doubling
+when the array has at most ``short_bytes`` bytes or fewer elements than P' (the largest power of two
+<= P), otherwise Rabenseifner's reduce-scatter + allgather. MPICH's threshold is the tunable CVAR
+MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE, 2048 bytes by default (``MPICH_SHORT_MESSAGE_BYTES``). Tuned for
+this library on its test machine it is ``SHORT_MESSAGE_BYTES`` = 256 KiB: a message costs minidist
+~10-15 us of Python (MPICH: ~1 us), so the log2 P extra messages of Rabenseifner pay for themselves
+only on much larger arrays. Measured (benchmarks/allreduce.md, "Session 3"): recursive doubling is
+faster up to 256 KiB at P = 2 and P = 4, equal at 1 MiB for P = 2, slower from 1 MiB at P = 4. Newer
+MPICH releases choose from a tuning table (including a ring); the classic rule is the one taught here.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from minidist.collectives.halving_doubling import rabenseifner_allreduce, recurs
 from minidist.collectives.ring import ring_allreduce
 from minidist.collectives.tree import tree_allreduce
 
-SHORT_MESSAGE_BYTES = 2048  # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE default
+MPICH_SHORT_MESSAGE_BYTES = 2048      # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE default
+SHORT_MESSAGE_BYTES = 256 * 1024      # the same threshold, tuned for minidist (see above)
 
 
 def naive_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
@@ -84,9 +89,12 @@ ALGORITHMS = {
 }
 
 
-def choose_algorithm(nbytes: int, n: int, world_size: int) -> str:
-    """MPICH's classic choice: recursive doubling for short arrays, Rabenseifner for long ones."""
-    if nbytes <= SHORT_MESSAGE_BYTES or n < largest_power_of_two(world_size):
+def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES) -> str:
+    """MPICH's classic choice: recursive doubling for short arrays, Rabenseifner for long ones.
+
+    ``short_bytes``: the largest "short" array; MPICH_SHORT_MESSAGE_BYTES gives MPICH's own default.
+    """
+    if nbytes <= short_bytes or n < largest_power_of_two(world_size):
         return "recursive_doubling"
     return "rabenseifner"
 

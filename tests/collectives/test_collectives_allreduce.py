@@ -10,6 +10,7 @@ from hypothesis import given
 
 from minidist.cluster import run
 from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
+from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES, SHORT_MESSAGE_BYTES
 from tests.collectives.collectives_data import cases, exact, rank_arrays, world_sizes
 
 OPS = ("sum", "sum", "mean", "max", "min")
@@ -86,6 +87,17 @@ def test_allreduce_integer_arrays():
     (6, 4096, 1024, "rabenseifner"),
 ])
 def test_auto_follows_mpich_rule(world_size, nbytes, n, expected):
+    assert choose_algorithm(nbytes, n, world_size, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == expected
+
+
+@pytest.mark.parametrize("world_size, nbytes, n, expected", [
+    (4, 4096, 1024, "recursive_doubling"),     # short for minidist, long for MPICH's default
+    (2, 256 * 1024, 65536, "recursive_doubling"),
+    (2, 256 * 1024 + 4, 65537, "rabenseifner"),
+    (8, 1 << 20, 4, "recursive_doubling"),     # fewer elements than P' = 8
+])
+def test_auto_uses_the_threshold_tuned_for_minidist(world_size, nbytes, n, expected):
+    assert SHORT_MESSAGE_BYTES == 256 * 1024
     assert choose_algorithm(nbytes, n, world_size) == expected
 
 
