@@ -27,7 +27,10 @@ instead of one per segment, because a wake-up costs far more CPU than writing a 
 Waking a sleeping process costs tens of microseconds, far more than a short message, so a rank first
 spins for up to ``SPIN`` seconds, but only while the ranks that are awake fit on the cores: every rank
 if there are no more ranks than cores, else those whose status line says they are not asleep. Spinning
-on a core another awake rank needs would only delay that rank.
+on a core another awake rank needs would only delay that rank. Then the rank yields its core instead
+(``sched_yield``, ``YIELDS`` times) before it sleeps: a yield hands the core straight to an awake rank
+with work to do, often the very one it waits for, and costs a few microseconds where a sleep and a
+wake-up cost tens. When no other rank wants the core, a yield returns at once, so this is no busy-wait.
 
 A rank whose poll finds nothing to do looks for a *deadlock* (``find_deadlock``): every rank that has not
 returned is asleep, and none of them can be woken, because no message and no free slot can ever come.
