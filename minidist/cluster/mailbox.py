@@ -132,6 +132,8 @@ class Endpoint:
         self.nslots, self.slot_bytes = layout.nslots, layout.slot_bytes
         me, peers = rank, range(p)
         self.status = [layout.line("status", r) for r in peers]
+        # the other ranks' status and done lines, for may_spin
+        self.others = [(self.status[r], layout.line("done", r)) for r in peers if r != rank]
         # where my counters and mailboxes are: out = me -> d, in = s -> me
         self.written_out = [layout.line("written", me, d) for d in peers]
         self.read_out = [layout.line("read", me, d) for d in peers]
@@ -235,8 +237,13 @@ class Endpoint:
         p = self.layout.world_size
         if p <= self.cores:
             return True
-        awake = sum(1 for r in range(p) if self.ctrl[self.status[r]] == 0 and not self.peer_done(r))
-        return awake <= self.cores
+        ctrl, awake = self.ctrl, 1                  # this rank
+        for status, done in self.others:            # (a plain loop: this runs before every wait)
+            if ctrl[status] == 0 and ctrl[done] == 0:
+                awake += 1
+                if awake > self.cores:
+                    return False
+        return True
 
     def find_deadlock(self) -> str | None:
         """What every rank waits for, if no rank can ever make progress again; else None.
