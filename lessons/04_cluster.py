@@ -210,6 +210,6 @@ except ClusterError as error:
 
 # %% [markdown]
 # **What to remember.** A message costs alpha + n beta; the simulated clock adds these up exactly so that
-# later lessons can compare algorithms by formula. Real messages on this computer cost tens of
+# later lessons can compare algorithms by formula. Real messages on this computer cost about ten
 # microseconds and a few GB/s. A failing rank, or a deadlock, stops the whole run with its traceback,
 # never a hang.
