@@ -27,6 +27,7 @@ the expected shape, so a message that still does not fit is refused by the clust
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 import numpy as np
@@ -138,12 +139,10 @@ class Agreement:
             raise _mismatch(self.comm, self.call, error) from error
 
 
+@functools.lru_cache(maxsize=256)
 def dtype_name(dtype: np.dtype) -> str:
     """'float32': str(dtype), remembered (NumPy builds the name in Python, a few microseconds each time)."""
-    return _DTYPE_NAMES.get(dtype) or _DTYPE_NAMES.setdefault(dtype, str(dtype))
-
-
-_DTYPE_NAMES: dict[np.dtype, str] = {}
+    return str(dtype)
 
 
 def _mismatch(comm, call: str, error: Exception | None = None) -> ValueError:
