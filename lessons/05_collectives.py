@@ -343,7 +343,7 @@ print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ 
 # recursive doubling when the array has at most 2048 bytes, or fewer elements than the largest power of
 # two ≤ P; otherwise Rabenseifner's reduce-scatter + allgather. `allreduce(..., algorithm="auto")` follows
 # the same rule, with the threshold tuned for minidist, as MPICH's is meant to be tuned per machine
-# (it is a "CVAR", a setting): 256 KiB. Section 6 says why: a message costs minidist ten or more
+# (it is a "CVAR", a setting): 512 KiB. Section 6 says why: a message costs minidist ten or more
 # microseconds of Python, not MPICH's one, so Rabenseifner's log2 P extra messages pay for themselves
 # only on far larger arrays (benchmarks/allreduce.md measures where the two cross). Newer MPICH
 # versions pick from tuning tables that also contain a ring; NCCL on GPUs uses rings and trees.

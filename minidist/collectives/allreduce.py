@@ -17,10 +17,10 @@ their work counts), "Hardware Accelerators for Training DNNs" (collectives and t
 when the array has at most ``short_bytes`` bytes or fewer elements than P' (the largest power of two
 <= P), otherwise Rabenseifner's reduce-scatter + allgather. MPICH's threshold is the tunable CVAR
 MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE, 2048 bytes by default (``MPICH_SHORT_MESSAGE_BYTES``). Tuned for
-this library on its test machine it is ``SHORT_MESSAGE_BYTES`` = 256 KiB: a message costs minidist
+this library on its test machine it is ``SHORT_MESSAGE_BYTES`` = 512 KiB: a message costs minidist
 ~10-15 us of Python (MPICH: ~1 us), so the log2 P extra messages of Rabenseifner pay for themselves
-only on much larger arrays. Measured (benchmarks/allreduce.md, "Session 3"): recursive doubling is
-faster up to 256 KiB at P = 2 and P = 4, equal at 1 MiB for P = 2, slower from 1 MiB at P = 4. Newer
+only on much larger arrays. Measured (benchmarks/allreduce.md, "Session 4"): recursive doubling is
+faster up to 512 KiB at P = 2 and P = 4, slower from 1 MiB at P = 4 and equal at 2 MiB for P = 2. Newer
 MPICH releases choose from a tuning table (including a ring); the classic rule is the one taught here.
 """
 
@@ -45,7 +45,7 @@ from minidist.collectives.ring import ring_allreduce
 from minidist.collectives.tree import tree_allreduce
 
 MPICH_SHORT_MESSAGE_BYTES = 2048      # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE default
-SHORT_MESSAGE_BYTES = 256 * 1024      # the same threshold, tuned for minidist (see above)
+SHORT_MESSAGE_BYTES = 512 * 1024      # the same threshold, tuned for minidist (see above)
 
 
 def naive_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
@@ -87,6 +87,8 @@ ALGORITHMS = {
     "recursive_doubling": recursive_doubling_allreduce,
     "rabenseifner": rabenseifner_allreduce,
 }
+# the algorithms that take ``source=``: x read in place, never copied into the working buffer
+READ_SOURCE = ("ring", "recursive_doubling", "rabenseifner")
 
 
 def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES) -> str:
@@ -118,8 +120,8 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
     reduce_op = "sum" if op == "mean" else op
     call = f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})"
     with agreement(comm, call):
-        if algorithm == "ring":     # the ring reads x itself: no working copy (ring.py)
-            flat = ring_allreduce(comm, np.empty(x.size, x.dtype), reduce_op, source=x.reshape(-1))
+        if algorithm in READ_SOURCE:     # these read x itself: no working copy
+            flat = ALGORITHMS[algorithm](comm, np.empty(x.size, x.dtype), reduce_op, source=x.reshape(-1))
         else:
             flat = ALGORITHMS[algorithm](comm, flat_copy(x), reduce_op)
     return finish(flat, op, comm.world_size, x.shape)

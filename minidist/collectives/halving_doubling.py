@@ -22,6 +22,10 @@ Rabenseifner sends as few bytes as the ring with only 2 log2 P messages instead 
 Bitwise agreement: in recursive doubling both partners compute a + b from the same two arrays (IEEE
 addition is commutative), so they agree after every step; in Rabenseifner each chunk is summed once, by
 its owner, and then copied.
+
+No working copy: given ``source=`` (``allreduce`` passes x), the first step reads this rank's values
+from x and adds the partner's straight into the output (``recv(..., op=op, base=)``), as the ring does.
+At P = 2 that halves the time of a 256 KiB recursive doubling (benchmarks/allreduce.md, "Session 4").
 """
 
 from __future__ import annotations
@@ -31,16 +35,20 @@ import numpy as np
 from minidist.collectives.common import TAGS, UFUNCS, chunk_bounds, largest_power_of_two
 
 
-def _fold_in(comm, flat: np.ndarray, op: str, tag: int) -> int:
-    """Non-power-of-two prologue: returns this rank's number among the P' active ranks, or -1 if idle."""
+def _fold_in(comm, mine: np.ndarray, flat: np.ndarray, op: str, tag: int) -> int:
+    """Non-power-of-two prologue: returns this rank's number among the P' active ranks, or -1 if idle.
+
+    mine: this rank's array (``flat`` itself, or recursive doubling's ``source``). An odd rank below
+    2·rem receives its even neighbour's array into flat: flat = mine + incoming.
+    """
     p2 = largest_power_of_two(comm.world_size)
     rem, r = comm.world_size - p2, comm.rank
     if r >= 2 * rem:
         return r - rem
     if r % 2 == 0:
-        comm.send(flat, dst=r + 1, tag=tag)
+        comm.send(mine, dst=r + 1, tag=tag)
         return -1
-    comm.recv(r - 1, tag=tag, out=flat, op=op)
+    comm.recv(r - 1, tag=tag, out=flat, op=op, base=mine)
     return r // 2
 
 
@@ -59,33 +67,58 @@ def _real_rank(new_rank: int, rem: int) -> int:
     return 2 * new_rank + 1 if new_rank < rem else new_rank + rem
 
 
-def recursive_doubling_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Allreduce the 1-D array ``flat`` (overwritten) by recursive doubling; returns it."""
+def recursive_doubling_allreduce(comm, flat: np.ndarray, op: str = "sum",
+                                 source: np.ndarray | None = None) -> np.ndarray:
+    """Allreduce the 1-D array ``flat`` (overwritten) by recursive doubling; returns it.
+
+    source: this rank's array (1-D, like flat) if it is not already in ``flat``; it is never written,
+    and flat's initial values are then never read. ``allreduce`` passes x itself: the first exchange
+    adds x and the partner's array straight into flat (``out=flat, op=op, base=x``), so x needs no
+    working copy and that step no separate addition. (A later step cannot do the same in place: a long
+    message streams, and flat would change while it is still being sent.)
+    """
     tag, p2 = TAGS["recursive_doubling"], largest_power_of_two(comm.world_size)
     rem = comm.world_size - p2
-    me = _fold_in(comm, flat, op, tag)
+    mine = flat if source is None else source     # this rank's partial result so far
+    me = _fold_in(comm, mine, flat, op, tag)
     if me >= 0:
-        incoming = np.empty_like(flat)
-        distance = 1
+        if comm.rank < 2 * rem:                   # the fold added the neighbour's array into flat
+            mine = flat
+        incoming, distance = None, 1
         while distance < p2:
             partner = _real_rank(me ^ distance, rem)
-            comm.sendrecv(flat, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=incoming)
-            UFUNCS[op](flat, incoming, out=flat)  # a + b on one side, b + a on the other: same bits
+            if mine is flat:    # flat += the partner's partial result: a + b on one side, b + a on the other
+                incoming = comm.sendrecv(flat, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=incoming)
+                UFUNCS[op](flat, incoming, out=flat)
+            else:               # the first step, reading source: flat = source + the partner's array
+                comm.sendrecv(mine, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=flat, op=op,
+                              base=mine)
+                mine = flat
             distance <<= 1
+        if mine is not flat:                      # no step at all (P = 1)
+            flat[...] = mine
     _fold_out(comm, flat, tag)
     return flat
 
 
-def rabenseifner_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Allreduce the 1-D array ``flat`` (overwritten) by recursive halving + doubling; returns it."""
+def rabenseifner_allreduce(comm, flat: np.ndarray, op: str = "sum",
+                          source: np.ndarray | None = None) -> np.ndarray:
+    """Allreduce the 1-D array ``flat`` (overwritten) by recursive halving + doubling; returns it.
+
+    source: as for recursive doubling. The first halving sends half of source and adds the other half
+    into flat (``base=``); every later step only touches chunks of flat that an earlier step wrote.
+    """
     tag, p2 = TAGS["rabenseifner"], largest_power_of_two(comm.world_size)
     rem = comm.world_size - p2
-    me = _fold_in(comm, flat, op, tag)
+    mine = flat if source is None else source     # this rank's partial sums: source until flat has them
+    me = _fold_in(comm, mine, flat, op, tag)
     if me >= 0:
+        if comm.rank < 2 * rem:                   # the fold added the neighbour's array into flat
+            mine = flat
         bounds = chunk_bounds(flat.size, p2)
 
-        def chunks(lo: int, hi: int) -> np.ndarray:  # chunks lo..hi-1 as one contiguous view
-            return flat[bounds[lo]:bounds[hi]]
+        def chunks(lo: int, hi: int, of: np.ndarray = flat) -> np.ndarray:  # chunks lo..hi-1, one view
+            return of[bounds[lo]:bounds[hi]]
 
         lo, hi, halvings = 0, p2, []
         distance = p2 // 2
@@ -93,8 +126,9 @@ def rabenseifner_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarra
             partner = _real_rank(me ^ distance, rem)
             mid = (lo + hi) // 2
             keep, give = ((mid, hi), (lo, mid)) if me & distance else ((lo, mid), (mid, hi))
-            comm.sendrecv(chunks(*give), dst=partner, src=partner, sendtag=tag, recvtag=tag,
-                          out=chunks(*keep), op=op)
+            comm.sendrecv(chunks(*give, of=mine), dst=partner, src=partner, sendtag=tag, recvtag=tag,
+                          out=chunks(*keep), op=op, base=chunks(*keep, of=mine))
+            mine = flat
             halvings.append((lo, hi))
             lo, hi = keep
             distance //= 2
@@ -107,5 +141,7 @@ def rabenseifner_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarra
                           out=chunks(*theirs))
             lo, hi = parent_lo, parent_hi
             distance <<= 1
+        if mine is not flat:                      # no step at all (P = 1)
+            flat[...] = mine
     _fold_out(comm, flat, tag)
     return flat

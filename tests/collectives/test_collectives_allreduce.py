@@ -92,12 +92,12 @@ def test_auto_follows_mpich_rule(world_size, nbytes, n, expected):
 
 @pytest.mark.parametrize("world_size, nbytes, n, expected", [
     (4, 4096, 1024, "recursive_doubling"),     # short for minidist, long for MPICH's default
-    (2, 256 * 1024, 65536, "recursive_doubling"),
-    (2, 256 * 1024 + 4, 65537, "rabenseifner"),
+    (2, 512 * 1024, 131072, "recursive_doubling"),
+    (2, 512 * 1024 + 4, 131073, "rabenseifner"),
     (8, 1 << 20, 4, "recursive_doubling"),     # fewer elements than P' = 8
 ])
 def test_auto_uses_the_threshold_tuned_for_minidist(world_size, nbytes, n, expected):
-    assert SHORT_MESSAGE_BYTES == 256 * 1024
+    assert SHORT_MESSAGE_BYTES == 512 * 1024
     assert choose_algorithm(nbytes, n, world_size) == expected
 
 
@@ -127,21 +127,24 @@ def test_allreduce_on_sub_communicators():
             assert np.array_equal(y, np.full(7, float(sum(members))))
 
 
-def _ring_with_and_without_source(comm, n):
-    from minidist.collectives.ring import ring_allreduce
+def _with_and_without_source(comm, algorithm, n):
+    from minidist.collectives.allreduce import ALGORITHMS
 
     rng = np.random.default_rng(comm.rank)
     x = rng.integers(-50, 50, size=(n, 3)).astype(np.float32).T      # transposed: not C-contiguous
     x.flags.writeable = False                                          # allreduce only reads x
-    through_a_copy = ring_allreduce(comm, x.reshape(-1).copy(), "sum")
-    from_source = ring_allreduce(comm, np.full(x.size, np.nan, np.float32), "sum", source=x.reshape(-1))
-    via_allreduce = allreduce(comm, x, algorithm="ring")
+    algorithm_fn = ALGORITHMS[algorithm]
+    through_a_copy = algorithm_fn(comm, x.reshape(-1).copy(), "sum")
+    from_source = algorithm_fn(comm, np.full(x.size, np.nan, np.float32), "sum", source=x.reshape(-1))
+    via_allreduce = allreduce(comm, x, algorithm=algorithm)
     return through_a_copy, from_source, via_allreduce, x
 
 
-@pytest.mark.parametrize("world_size, n", [(2, 5), (3, 7), (4, 1), (5, 100)])
-def test_ring_reads_its_own_values_from_source_without_a_working_copy(world_size, n):
-    results = run(_ring_with_and_without_source, world_size, n)
+# (1000, 3) float32 = 12 KB: through a 4 KiB mailbox (slots of 256 bytes) these messages stream
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "rabenseifner"])
+@pytest.mark.parametrize("world_size, n", [(1, 4), (2, 5), (3, 7), (4, 1), (5, 100), (6, 1000)])
+def test_reads_its_own_values_from_source_without_a_working_copy(algorithm, world_size, n):
+    results = run(_with_and_without_source, world_size, algorithm, n, mailbox_bytes=4096)
     want = exact([x for *_, x in results], "sum").reshape(-1)
     for through_a_copy, from_source, via_allreduce, _ in results:
         assert through_a_copy.tobytes() == want.tobytes()
