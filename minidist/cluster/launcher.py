@@ -69,8 +69,8 @@ def run(fn, world_size: int, *args, timeout: float = 60.0, link: LinkModel | Non
 
 
 def run_traced(fn, world_size: int, *args, **options) -> tuple[list, Trace]:
-    """Like ``run``, but also return the ``Trace`` (spans, clocks, stats of every rank; see ledger.py)."""
-    results, ledgers = _run(fn, world_size, args, **options)
+    """Like ``run``, but every rank keeps its spans: also returns the ``Trace`` (spans, clocks, stats)."""
+    results, ledgers = _run(fn, world_size, args, keep_spans=True, **options)
     spans = [span for spans, _, _ in ledgers for span in spans]
     return results, Trace(spans, [clock for _, clock, _ in ledgers], [stats for _, _, stats in ledgers])
 
@@ -81,7 +81,7 @@ def last_resource_names() -> list[str]:
 
 
 def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_method=None,
-         mailbox_bytes=2 * 2**20):
+         mailbox_bytes=2 * 2**20, keep_spans=False):
     if not callable(fn):
         raise TypeError(f"run expects a function fn(comm, *args), got {type(fn).__name__}")
     if not isinstance(world_size, (int, np.integer)) or isinstance(world_size, bool) or world_size < 1:
@@ -105,7 +105,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     layout = Layout(int(world_size), mailbox_bytes)
     # A rank may spin briefly before sleeping while the ranks that are awake fit on the cores (mailbox.py)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    plan = (layout, link or LinkModel(), device or Device(), cores)
+    plan = (layout, link or LinkModel(), device or Device(), cores, keep_spans)
 
     block, shm = _shared_block(layout.total_bytes, method)
     doorbells = [ctx.Semaphore(0) for _ in range(world_size)]
@@ -239,14 +239,14 @@ def _shutdown(procs, parent: Endpoint) -> None:
 def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     """The body of one rank's process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
-    layout, link, device, cores = plan
+    layout, link, device, cores, keep_spans = plan
     endpoint = None
     code = 0
     try:
         block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
         keep_freed_memory()
         endpoint = Endpoint(layout, rank, block, doorbells, cores)
-        ledger = Ledger(rank, link, device)
+        ledger = Ledger(rank, link, device, keep_spans)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
         result = fn(comm, *args)
         endpoint.mark_done()

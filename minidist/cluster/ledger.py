@@ -24,6 +24,10 @@ Getting the ledger back to the parent process::
     trace.save_chrome("ring.json")     # open in https://ui.perfetto.dev or chrome://tracing
     plot_timeline(trace, path="ring.png")   # a Gantt chart, one row per rank
 
+Spans are kept only under ``run_traced``. Under ``run`` the clock and the counters run the same, but
+no span is stored: a long training run would otherwise pile up two tuples per message in every rank
+(and storing them is a tenth of a small message's cost; benchmarks/comm.md, "Session 4").
+
 ``comm.stats`` counts payload bytes and messages of one communicator (a sub-communicator from
 ``comm.split`` has its own counters); headers, barriers and ``split`` bookkeeping are not counted, so the
 numbers can be compared with the textbook formulas exactly.
@@ -98,12 +102,14 @@ class Ledger:
     """The simulated clock and the spans of one process (shared by all its communicators).
 
     Spans are kept as plain tuples and their send/recv labels are written only when ``spans`` is read:
-    a message costs the sender and the receiver one tuple each, not a formatted string.
+    a message costs the sender and the receiver one tuple each, not a formatted string. With
+    ``keep_spans=False`` (``run``) the clock runs but no span is stored, and ``spans`` is empty.
     """
 
-    def __init__(self, rank: int, link: LinkModel, device: Device):
+    def __init__(self, rank: int, link: LinkModel, device: Device, keep_spans: bool = True):
         self.rank, self.link, self.device = rank, link, device
         self.clock = 0.0
+        self.keep_spans = keep_spans
         self._records: list[tuple] = []       # (start, end, kind, label or None, peer, nbytes)
 
     @property
@@ -114,20 +120,23 @@ class Ledger:
     def record(self, kind: str, end: float, label: str | None, peer: int = -1, nbytes: int = 0) -> None:
         """Record the span from the current clock to ``end`` and move the clock there (label None: a
         send/recv span, labelled when read)."""
-        self._records.append((self.clock, end, kind, label, peer, nbytes))
+        if self.keep_spans:
+            self._records.append((self.clock, end, kind, label, peer, nbytes))
         self.clock = end
 
     def send(self, nbytes: int, peer: int) -> float:
         """Charge one send; return the message's arrival time at the receiver."""
         start = self.clock
         self.clock = start + self.link.alpha + nbytes * self.link.beta      # link.time(nbytes), inlined
-        self._records.append((start, self.clock, "send", None, peer, nbytes))
+        if self.keep_spans:
+            self._records.append((start, self.clock, "send", None, peer, nbytes))
         return self.clock
 
     def recv(self, arrival: float, nbytes: int, peer: int) -> None:
         start = self.clock
         self.clock = max(start, arrival)
-        self._records.append((start, self.clock, "recv", None, peer, nbytes))
+        if self.keep_spans:
+            self._records.append((start, self.clock, "recv", None, peer, nbytes))
 
     def compute(self, flops: float, label: str = "") -> None:
         if not flops >= 0:

@@ -40,6 +40,21 @@ def test_scripted_exchange_gives_the_exact_alpha_beta_times():
     assert [s.bytes_sent for s in trace.stats] == [1024, 2048]
 
 
+def _spans_kept(comm):
+    clocks_and_stats = scripted(comm), comm.stats
+    return clocks_and_stats, len(comm._ledger.spans)
+
+
+def test_run_keeps_no_spans_but_the_same_clock_and_stats():
+    """Spans are stored only under run_traced; plain run charges the clock and the counters the same."""
+    link, device = LinkModel(ALPHA, BETA), Device(flops=FLOPS)
+    plain = run(_spans_kept, 2, link=link, device=device)
+    traced, trace = run_traced(_spans_kept, 2, link=link, device=device)
+    assert [result for result, _ in plain] == [result for result, _ in traced]
+    assert [count for _, count in plain] == [0, 0]
+    assert [count for _, count in traced] == [3, 3] == [len(trace.rank_spans(r)) for r in range(2)]
+
+
 @pytest.mark.parametrize("world_size", [2, 5])
 def test_ring_of_sendrecv_costs_one_message_per_step_and_barrier_aligns_clocks(world_size):
     n = 4096
