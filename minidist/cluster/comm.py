@@ -98,12 +98,12 @@ class Communicator:
     def send(self, array: np.ndarray, dst: int, tag: int = 0) -> None:
         """Send ``array`` (any shape, numeric/bool/string dtype; copied) to rank ``dst``."""
         world_dst, data, tag = self._peer(dst, "dst"), check_payload(array), check_tag(tag)
-        arrival = self._count_send(data, dst, world_dst, tag)
-        if post_short(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival):
-            return                                  # the usual case: one slot, written at once
-        out = Outgoing(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival)
-        while not out.advance():
-            self._ep.wait(out.has_room, send_to=out.dst, tag=tag, room_at=out.room_at())
+        arrival = self._ledger.send(data.nbytes, world_dst)
+        if not post_short(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival):
+            out = Outgoing(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival)   # streams
+            while not out.advance():
+                self._ep.wait(out.has_room, send_to=out.dst, tag=tag, room_at=out.room_at())
+        self._count_send(data, dst, world_dst, tag)     # after the message is out: the receiver is not kept waiting
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None,
              base: np.ndarray | None = None) -> np.ndarray:
@@ -129,10 +129,12 @@ class Communicator:
         world_dst, data, sendtag = self._peer(dst, "dst"), check_payload(sendbuf), check_tag(sendtag)
         world_src = self._peer(src, "src")
         accept, finish = self._receiver(src, check_tag(recvtag), out, op, base)
-        arrival = self._count_send(data, dst, world_dst, sendtag)
+        arrival = self._ledger.send(data.nbytes, world_dst)
         if post_short(self._ep, world_dst, data, self._id, self._call, USER, sendtag, arrival):
+            self._count_send(data, dst, world_dst, sendtag)
             return finish(*self._receive(world_src, accept, recvtag))   # sent already: receive only
         outgoing = Outgoing(self._ep, world_dst, data, self._id, self._call, USER, sendtag, arrival)
+        self._count_send(data, dst, world_dst, sendtag)
         inc = Incoming(self._ep, world_src, self._id, USER, accept)
         sent = received = False
         while not (sent and received):
@@ -225,14 +227,13 @@ class Communicator:
                              f"{self.rank}), got {peer}")
         return self._ranks[int(peer)]
 
-    def _count_send(self, data: np.ndarray, dst: int, world_dst: int, tag: int) -> float:
-        """Charge a send to the clock and the stats; return its arrival time."""
+    def _count_send(self, data: np.ndarray, dst: int, world_dst: int, tag: int) -> None:
+        """Count a send in the stats (and print it in verbose mode); its message has been numbered."""
         self.stats.bytes_sent += data.nbytes
         self.stats.messages_sent += 1
         if self._verbose:
-            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {self._ep.seq[world_dst] + 1}",
+            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {self._ep.seq[world_dst]}",
                   flush=True)
-        return self._ledger.send(data.nbytes, world_dst)
 
     def _receiver(self, src: int, tag: int, out, op, base):
         """The checks of a receive, as ``accept(meta) -> (target, ufunc, base)`` (see messages.Incoming),
