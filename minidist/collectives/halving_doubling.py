@@ -88,7 +88,8 @@ def recursive_doubling_allreduce(comm, flat: np.ndarray, op: str = "sum",
         while distance < p2:
             partner = _real_rank(me ^ distance, rem)
             if mine is flat:    # flat += the partner's partial result: a + b on one side, b + a on the other
-                incoming = comm.sendrecv(flat, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=incoming)
+                incoming = np.empty_like(flat) if incoming is None else incoming
+                comm.sendrecv(flat, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=incoming)
                 UFUNCS[op](flat, incoming, out=flat)
             else:               # the first step, reading source: flat = source + the partner's array
                 comm.sendrecv(mine, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=flat, op=op,
