@@ -35,21 +35,23 @@ import numpy as np
 from minidist.collectives.common import TAGS, UFUNCS, chunk_bounds, largest_power_of_two
 
 
-def _fold_in(comm, mine: np.ndarray, flat: np.ndarray, op: str, tag: int) -> int:
-    """Non-power-of-two prologue: returns this rank's number among the P' active ranks, or -1 if idle.
+def _fold_in(comm, flat: np.ndarray, op: str, tag: int,
+             source: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+    """Non-power-of-two prologue. Returns this rank's number among the P' active ranks (-1 if idle) and
+    the array that now holds its values: ``source`` (if given) until flat has been written, else flat.
 
-    mine: this rank's array (``flat`` itself, or recursive doubling's ``source``). An odd rank below
-    2·rem receives its even neighbour's array into flat: flat = mine + incoming.
+    An odd rank below 2·rem receives its even neighbour's array into flat: flat = own + incoming.
     """
     p2 = largest_power_of_two(comm.world_size)
     rem, r = comm.world_size - p2, comm.rank
+    mine = flat if source is None else source
     if r >= 2 * rem:
-        return r - rem
+        return r - rem, mine
     if r % 2 == 0:
         comm.send(mine, dst=r + 1, tag=tag)
-        return -1
+        return -1, mine
     comm.recv(r - 1, tag=tag, out=flat, op=op, base=mine)
-    return r // 2
+    return r // 2, flat
 
 
 def _fold_out(comm, flat: np.ndarray, tag: int) -> None:
@@ -79,11 +81,8 @@ def recursive_doubling_allreduce(comm, flat: np.ndarray, op: str = "sum",
     """
     tag, p2 = TAGS["recursive_doubling"], largest_power_of_two(comm.world_size)
     rem = comm.world_size - p2
-    mine = flat if source is None else source     # this rank's partial result so far
-    me = _fold_in(comm, mine, flat, op, tag)
+    me, mine = _fold_in(comm, flat, op, tag, source)     # mine: this rank's partial result so far
     if me >= 0:
-        if comm.rank < 2 * rem:                   # the fold added the neighbour's array into flat
-            mine = flat
         incoming, distance = None, 1
         while distance < p2:
             partner = _real_rank(me ^ distance, rem)
@@ -111,11 +110,8 @@ def rabenseifner_allreduce(comm, flat: np.ndarray, op: str = "sum",
     """
     tag, p2 = TAGS["rabenseifner"], largest_power_of_two(comm.world_size)
     rem = comm.world_size - p2
-    mine = flat if source is None else source     # this rank's partial sums: source until flat has them
-    me = _fold_in(comm, mine, flat, op, tag)
+    me, mine = _fold_in(comm, flat, op, tag, source)     # mine: this rank's partial sums so far
     if me >= 0:
-        if comm.rank < 2 * rem:                   # the fold added the neighbour's array into flat
-            mine = flat
         bounds = chunk_bounds(flat.size, p2)
 
         def chunks(lo: int, hi: int, of: np.ndarray = flat) -> np.ndarray:  # chunks lo..hi-1, one view
