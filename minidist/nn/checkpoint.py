@@ -167,6 +167,7 @@ class Checkpoint(Module):
         y, saved = self._forward_recording_shapes(x)
         saved.release()  # the point of checkpointing: nothing of the segment's forward survives
         self._input = x
+        self.remember_output_shape(y.shape)
         return y
 
     def _forward_recording_shapes(self, x: np.ndarray) -> tuple[np.ndarray, SavedActivations]:
@@ -184,6 +185,7 @@ class Checkpoint(Module):
     def backward(self, dy: np.ndarray) -> np.ndarray:
         if self._input is None:
             raise RuntimeError("Checkpoint.backward called before forward (or twice for one forward)")
+        self.check_upstream(dy)  # before the recompute: a wrong dy changes nothing
         after_forward = [(layer, name, g.bit_generator.state) for layer, name, g in _generators(self.segment)]
         for layer, name, state in self._rng_states:
             getattr(layer, name).bit_generator.state = state  # same draws as forward: same Dropout mask
