@@ -29,8 +29,8 @@ import numpy as np
 
 from minidist.nn.module import check_float_array
 
-from .formats import FP8_E5M2, FP16, FloatFormat, check_format, quantize
-from .rounding import ROUNDINGS
+from .formats import FP8_E5M2, FP16, FloatFormat, check_format
+from .rounding import ROUNDINGS, quantize
 
 
 def lowp_matmul(a: np.ndarray, b: np.ndarray, operand_fmt: FloatFormat = FP8_E5M2,

@@ -35,8 +35,8 @@ import numpy as np
 
 from minidist.nn.module import Module, Sequential
 
-from .formats import FP32, FloatFormat, check_format, quantize
-from .rounding import ROUNDINGS
+from .formats import FP32, FloatFormat, check_flag, check_format
+from .rounding import ROUNDINGS, quantize
 from .scaling import DynamicLossScaler, StaticLossScaler
 
 
@@ -131,7 +131,7 @@ class MixedPrecisionTrainer:
         Returns True if the update was applied. In data parallelism found_inf must be the same on every
         rank (allreduce it with max), or the replicas drift apart.
         """
-        found_inf = bool(found_inf)
+        found_inf = check_flag(found_inf, "found_inf")
         if found_inf:
             self.steps_skipped += 1
         else:
