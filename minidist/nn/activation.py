@@ -38,6 +38,7 @@ class ReLU(_Elementwise):
     flops_per_element = 1  # one comparison
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "ReLU input")
         self._mask = x > 0  # a boolean per element: 1 byte, not a copy of x
         self.remember_output_shape(x.shape)
@@ -53,6 +54,7 @@ class Tanh(_Elementwise):
     flops_per_element = 1
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "Tanh input")
         self._y = np.tanh(x)  # the derivative needs only the output
         self.remember_output_shape(x.shape)
@@ -68,6 +70,7 @@ class Sigmoid(_Elementwise):
     flops_per_element = 3  # exp, add, divide
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "Sigmoid input")
         # e^(−|x|) never overflows: σ(x) = 1/(1 + e) for x >= 0 and e/(1 + e) for x < 0
         e = np.exp(-np.abs(x))
@@ -91,6 +94,7 @@ class GELU(_Elementwise):
         self.flops_per_element = 5 if approximate == "none" else 9
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "GELU input")
         self._x = x
         self.remember_output_shape(x.shape)
@@ -130,6 +134,7 @@ class Dropout(_Elementwise):
         self._scaled_mask: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "Dropout input")
         self.remember_output_shape(x.shape)
         if not self.training or self.p == 0.0:

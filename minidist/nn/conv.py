@@ -13,9 +13,10 @@ Backward:  dW  = Σ_n dY_n · X_nᵀ             (O, K)      "the weight update 
            dX_n = Wᵀ · dY_n                  (K, Ho·Wo), then col2im: every window's column is added
                                                           back onto the pixels it was read from.
 
-These are the seed's three-layer formulas in column form (dX = Wᵀ·dY, dW = dY·Xᵀ; blog-hotchips), with
-the windows as the batch: "if you ignore the convolution with sliding window, the operation is identical
-to MLP" (slides-hardware-accelerators, "Dualities in Training Convolution Layers"). The windows are read
+These are the three-layer formulas in column form (dX = Wᵀ·dY, dW = dY·Xᵀ; the HOT CHIPS tutorial
+"Fundamentals of Scaling out DL Training"), with the windows as the batch: "if you ignore the convolution
+with sliding window, the operation is identical to MLP" (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Dualities in
+Training Convolution Layers"). The windows are read
 with ``numpy.lib.stride_tricks.sliding_window_view``, so there is no Python loop over pixels; col2im and
 the pools loop over the kh·kw kernel offsets only, each step handling a whole (N, C, Ho, Wo) slice.
 """

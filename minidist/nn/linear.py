@@ -11,7 +11,7 @@ Backward:  dx = dy · W          (N, in)
 ``input_grad=False`` skips dx: the first layer of a network needs no gradient of the data, and PyTorch
 does not compute one for an input that does not require grad (backward then returns None).
 
-The seed's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW = dY·Xᵀ);
+The HOT CHIPS tutorial's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW = dY·Xᵀ);
 here the batch is in rows, as in PyTorch, so the transposes sit on the other side.
 """
 

@@ -2,7 +2,7 @@
 
 All four compute, over a set of axes S (the "statistics axes", m elements per statistic),
     μ = mean_S(x),   σ² = mean_S((x − μ)²)   (biased),   x̂ = (x − μ) / √(σ² + ε),   y = γ · x̂ + β
-and differ only in S (the hardware-accelerators seed, "Batch / Layer / Group Norm"):
+and differ only in S (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Batch / Layer / Group Norm"):
     BatchNorm   S = batch and spatial axes, one (μ, σ²) per channel     x (N, C) / (N, C, L) / (N, C, H, W)
     LayerNorm   S = the last len(normalized_shape) axes, one per sample
     GroupNorm   S = the channels of one group and all spatial axes, one per (sample, group)

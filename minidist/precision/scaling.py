@@ -1,8 +1,8 @@
 """Loss scaling: keep small gradients representable in FP16/FP8 by scaling the loss (and so, by the chain
 rule, every gradient) by s, and dividing the weight gradients by s before the update.
 
-The seed (slides-hardware-accelerators-for-training-dnns.txt, "Loss Scaling" and "Automatic Loss
-Scaling", NVIDIA) gives the algorithm:
+The "Hardware Accelerators for Training Deep Neural Networks" slides ("Loss Scaling" and "Automatic
+Loss Scaling", NVIDIA) give the algorithm:
 
     scale the loss by s;  backprop;  if dW holds Inf/NaN: reduce s, skip the update;
     if no Inf/NaN for N updates: increase s;  scale dW by 1/s;  update W
@@ -13,7 +13,7 @@ Scaling", NVIDIA) gives the algorithm:
     otherwise:  counter ← counter + 1;  if counter = growth_interval:  s ← s · growth_factor, counter ← 0
 
 plus an optional floor ``min_scale`` (s never drops below it). The FP8 paper's "enhanced" loss scaling
-(Mellempudi et al. 2019, in the same seed) raises that floor on a schedule so that the scale cannot
+(Mellempudi et al. 2019, on the same slides) raises that floor on a schedule so that the scale cannot
 collapse early in training; set ``scaler.min_scale`` as training proceeds.
 
 Usage, one step:
