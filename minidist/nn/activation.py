@@ -38,11 +38,15 @@ class ReLU(_Elementwise):
     flops_per_element = 1  # one comparison
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "ReLU input")
         self._mask = x > 0  # a boolean per element: 1 byte, not a copy of x
+        self.remember_output_shape(x.shape)
         return np.maximum(x, 0)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of x; returns dx = dy · [x > 0], shape of x."""
+        self.check_upstream(dy)
         return dy * self._mask  # (np.where(mask, dy, 0) says the same, an order of magnitude slower)
 
 
@@ -50,11 +54,15 @@ class Tanh(_Elementwise):
     flops_per_element = 1
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "Tanh input")
         self._y = np.tanh(x)  # the derivative needs only the output
+        self.remember_output_shape(x.shape)
         return self._y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of x; returns dx = dy · (1 − y²), shape of x."""
+        self.check_upstream(dy)
         return dy * (1 - self._y * self._y)
 
 
@@ -62,13 +70,17 @@ class Sigmoid(_Elementwise):
     flops_per_element = 3  # exp, add, divide
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "Sigmoid input")
         # e^(−|x|) never overflows: σ(x) = 1/(1 + e) for x >= 0 and e/(1 + e) for x < 0
         e = np.exp(-np.abs(x))
         self._y = np.where(x >= 0, 1, e) / (1 + e)
+        self.remember_output_shape(x.shape)
         return self._y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of x; returns dx = dy · y · (1 − y), shape of x."""
+        self.check_upstream(dy)
         return dy * self._y * (1 - self._y)
 
 
@@ -82,8 +94,10 @@ class GELU(_Elementwise):
         self.flops_per_element = 5 if approximate == "none" else 9
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "GELU input")
         self._x = x
+        self.remember_output_shape(x.shape)
         if self.approximate == "tanh":
             self._t = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))
             return 0.5 * x * (1 + self._t)
@@ -91,6 +105,8 @@ class GELU(_Elementwise):
         return x * self._cdf
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of x; returns dx, shape of x (formula in the module docstring)."""
+        self.check_upstream(dy)
         x = self._x
         if self.approximate == "tanh":
             t = self._t
@@ -118,7 +134,9 @@ class Dropout(_Elementwise):
         self._scaled_mask: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, any shape; returns y, shape of x."""
         check_float_array(x, "Dropout input")
+        self.remember_output_shape(x.shape)
         if not self.training or self.p == 0.0:
             self._scaled_mask = None
             return x
@@ -128,6 +146,8 @@ class Dropout(_Elementwise):
         return x * self._scaled_mask
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of x; returns dx = dy · m / (1 − p) (dy itself in eval), shape of x."""
+        self.check_upstream(dy)
         return dy if self._scaled_mask is None else dy * self._scaled_mask
 
     def __repr__(self) -> str:

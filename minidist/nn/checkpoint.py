@@ -1,42 +1,27 @@
 """Gradient checkpointing: keep a segment's input, recompute its activations during backward.
 
-A plain segment (say three Linear+ReLU blocks) keeps, from forward until backward, everything its
-backward pass needs: each Linear's input, each ReLU's mask, ... — the *activations*. Summed over a deep
-network they are most of training's memory (seed: slides-hardware-accelerators, "Activations Take Most of
-The Memory"). ``Checkpoint(segment)`` trades compute for that memory:
+A plain segment keeps, from forward until backward, everything its backward needs (each Linear's input,
+each ReLU's mask, ...): the *activations*, most of training's memory ("Activations Take Most of The
+Memory", the "Hardware Accelerators for Training Deep Neural Networks" slides; the "Scaling Up Training"
+slides show the trade). ``Checkpoint(segment)`` trades compute for that memory:
 
     forward(x):   y = segment.forward(x); then drop everything the segment saved; keep only x
     backward(dy): segment.forward(x) again (the *recompute*), then dx = segment.backward(dy)
 
 Memory held between forward and backward:  Σ_l a_l  ->  |x|     (a_l: what layer l saves)
-Memory during the segment's own backward:  |x| + Σ_l a_l again (the recompute), so checkpointing pays
-off when several micro-batches or segments wait for their backward at once; a segment whose first layer
-does not keep x itself (Dropout, ReLU) can even peak |x| higher than the plain one.
+Memory during the segment's own backward:  |x| + Σ_l a_l again (the recompute).
 Compute:  forward F, backward ≈ 2F  ->  one more F, i.e. 3F -> 4F for the checkpointed segment.
-(The seed's "25% More Compute Saves 80% memory" (slides-hardware-accelerators, from Simon Knowles) and
-"10x larger models ... at only a 20% increase in computation time" (slides-ml-systems-design, from
-cybertronai/gradient-checkpointing) are measurements of particular networks; lessons/08_pipeline.py
-measures ours.)
 
-The recompute sees exactly the same input and parameters, so the gradients are *bitwise* those of the
-plain segment — provided the recompute makes the same random draws and leaves no second trace:
+The gradients are *bitwise* those of the plain segment: before the recompute every
+``numpy.random.Generator`` on the segment is rewound to its state at forward (Dropout draws the same
+mask) and put back afterwards; every registered buffer (BatchNorm's running statistics) is copied before
+the recompute and restored after it, so it is updated once, by forward.
 
-* Randomness (Dropout): forward records the state of every ``numpy.random.Generator`` found on the
-  segment's layers; backward rewinds each generator to that state before recomputing (so Dropout draws
-  the same mask) and afterwards puts it back where forward left it (so later draws are unchanged).
-* Running statistics (BatchNorm's ``running_mean``/``running_var``, any registered buffer): forward
-  updates them once, as the plain segment does; backward copies every buffer before the recompute and
-  restores the copies after it, so they are not updated twice.
-
-How "drop everything the segment saved" works without knowing the layers: a layer keeps what backward
-needs as attributes it assigns during forward (``self._x2d = ...``, ``self._mask = ...``).
-``forward_saving(module, x)`` runs a forward pass and returns the attributes that pass assigned (new or
-rebound; parameters and buffers excluded) as a ``SavedActivations`` object, which can report their size,
-``release()`` them (set to None) and ``restore()`` them. The pipeline uses the same object to keep one
-micro-batch's activations per (stage, micro-batch) while several micro-batches are in flight.
-Attributes are compared by identity: one rebound to the very same object counts as unchanged (its value
-is unchanged, so nothing is lost, but it is not counted again). Sizes count each piece of memory once (a
-view counts as its base array), so pass contiguous copies, not views of a larger batch, to measure.
+How "drop everything the segment saved" works without knowing the layers: ``forward_saving(module, x)``
+runs a forward pass and returns the attributes it assigned (new or rebound, by identity; parameters and
+buffers excluded) as a ``SavedActivations``, which can report their size (a view counts as its base),
+``release()`` them (set to None) and ``restore()`` them. The pipeline uses it to keep one micro-batch's
+activations per (stage, micro-batch) while several are in flight.
 """
 
 from __future__ import annotations
@@ -161,12 +146,14 @@ class Checkpoint(Module):
         self.recompute_nbytes = 0
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: the segment's input, any shape it accepts; returns y, the segment's output."""
         if not isinstance(x, np.ndarray):
             raise TypeError(f"Checkpoint input: expected a numpy array, got {type(x).__name__}")
         self._rng_states = [(layer, name, g.bit_generator.state) for layer, name, g in _generators(self.segment)]
         y, saved = self._forward_recording_shapes(x)
         saved.release()  # the point of checkpointing: nothing of the segment's forward survives
         self._input = x
+        self.remember_output_shape(y.shape)
         return y
 
     def _forward_recording_shapes(self, x: np.ndarray) -> tuple[np.ndarray, SavedActivations]:
@@ -182,8 +169,11 @@ class Checkpoint(Module):
         return y, _assigned_since(before)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of y; returns dx, shape of x; adds the segment's parameter gradients
+        (bitwise those of the plain segment)."""
         if self._input is None:
             raise RuntimeError("Checkpoint.backward called before forward (or twice for one forward)")
+        self.check_upstream(dy)  # before the recompute: a wrong dy changes nothing
         after_forward = [(layer, name, g.bit_generator.state) for layer, name, g in _generators(self.segment)]
         for layer, name, state in self._rng_states:
             getattr(layer, name).bit_generator.state = state  # same draws as forward: same Dropout mask

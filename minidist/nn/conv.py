@@ -13,9 +13,10 @@ Backward:  dW  = Σ_n dY_n · X_nᵀ             (O, K)      "the weight update 
            dX_n = Wᵀ · dY_n                  (K, Ho·Wo), then col2im: every window's column is added
                                                           back onto the pixels it was read from.
 
-These are the seed's three-layer formulas in column form (dX = Wᵀ·dY, dW = dY·Xᵀ; blog-hotchips), with
-the windows as the batch: "if you ignore the convolution with sliding window, the operation is identical
-to MLP" (slides-hardware-accelerators, "Dualities in Training Convolution Layers"). The windows are read
+These are the three-layer formulas in column form (dX = Wᵀ·dY, dW = dY·Xᵀ; the HOT CHIPS tutorial
+"Fundamentals of Scaling out DL Training"), with the windows as the batch: "if you ignore the convolution
+with sliding window, the operation is identical to MLP" (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Dualities in
+Training Convolution Layers"). The windows are read
 with ``numpy.lib.stride_tricks.sliding_window_view``, so there is no Python loop over pixels; col2im and
 the pools loop over the kh·kw kernel offsets only, each step handling a whole (N, C, Ho, Wo) slice.
 """
@@ -87,8 +88,10 @@ class Conv2d(Module):
         self._cols: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (N, C, H, W); returns y, shape (N, O, Ho, Wo)."""
         _check_image(x, "Conv2d input", self.in_channels, self.kernel_size, self.padding)
         n, _, ho, wo = self.output_shape(x.shape)
+        self.remember_output_shape((n, self.out_channels, ho, wo))
         windows = _windows(_pad(x, self.padding), self.kernel_size, self.stride)  # (N, C, Ho, Wo, kh, kw)
         # im2col: X_n has one column per output pixel and one row per (c, di, dj). This copy is the memory
         # the layer keeps for backward: kh·kw times the input, for stride 1.
@@ -100,8 +103,9 @@ class Conv2d(Module):
         return y.reshape(n, self.out_channels, ho, wo)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        if self._cols is None:
-            raise RuntimeError("Conv2d.backward called before forward")
+        """dy: upstream gradient, shape (N, O, Ho, Wo); returns dx, shape (N, C, H, W); adds dW
+        (O, C, kh, kw) into weight.grad and db (O,) into bias.grad."""
+        self.check_upstream(dy)
         # BEGIN SOLUTION conv2d_backward
         n, c, h, w = self._input_shape
         (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
@@ -157,6 +161,7 @@ class _Pool2d(Module):
     def _padded(self, x: np.ndarray, pad_value: float) -> np.ndarray:
         _check_image(x, f"{self.name} input", None, self.kernel_size, self.padding)
         self._input_shape = x.shape
+        self.remember_output_shape(self.output_shape(x.shape))
         return _pad(x, self.padding, pad_value)
 
     def _offsets(self) -> list[tuple[slice, ...]]:
@@ -195,6 +200,7 @@ class MaxPool2d(_Pool2d):
     name = "MaxPool2d"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (N, C, H, W); returns y, shape (N, C, Ho, Wo)."""
         self._xp = self._padded(x, pad_value=-np.inf)
         offsets = self._offsets()
         self._y = self._xp[offsets[0]].copy()
@@ -203,6 +209,8 @@ class MaxPool2d(_Pool2d):
         return self._y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape (N, C, Ho, Wo); returns dx, shape (N, C, H, W)."""
+        self.check_upstream(dy)
         dxp = np.zeros(self._xp.shape, dtype=dy.dtype)
         routed = np.zeros(dy.shape, dtype=bool)  # windows whose maximum has been found
         for index in self._offsets():
@@ -218,6 +226,7 @@ class AvgPool2d(_Pool2d):
     name = "AvgPool2d"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (N, C, H, W); returns y, shape (N, C, Ho, Wo)."""
         xp = self._padded(x, pad_value=0.0)
         offsets = self._offsets()
         total = xp[offsets[0]].copy()
@@ -226,6 +235,8 @@ class AvgPool2d(_Pool2d):
         return total / (self.kernel_size[0] * self.kernel_size[1])
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape (N, C, Ho, Wo); returns dx, shape (N, C, H, W)."""
+        self.check_upstream(dy)
         share = dy / (self.kernel_size[0] * self.kernel_size[1])  # every pixel of a window gets 1/(kh·kw)
         dxp = np.zeros((*dy.shape[:2], *(s + 2 * p for s, p in zip(self._input_shape[2:], self.padding))),
                        dtype=dy.dtype)
@@ -241,15 +252,21 @@ class Flatten(Module):
         self.start_dim, self.end_dim = int(start_dim), int(end_dim)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, e.g. shape (N, C, H, W); returns y, e.g. shape (N, C·H·W) (dimensions start_dim..end_dim
+        collapsed into one)."""
         check_float_array(x, "Flatten input")
         start, end = self.start_dim % max(x.ndim, 1), self.end_dim % max(x.ndim, 1)
         if x.ndim == 0 or start > end:
             raise ValueError(f"Flatten(start_dim={self.start_dim}, end_dim={self.end_dim}) cannot flatten "
                              f"an input of shape {x.shape}")
         self._input_shape = x.shape
-        return x.reshape(*x.shape[:start], -1, *x.shape[end + 1:])
+        y = x.reshape(*x.shape[:start], -1, *x.shape[end + 1:])
+        self.remember_output_shape(y.shape)
+        return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of y; returns dx, shape of x (a reshape)."""
+        self.check_upstream(dy)
         return dy.reshape(self._input_shape)
 
     def flops(self, input_shape: tuple[int, ...]) -> int:

@@ -11,7 +11,7 @@ Backward:  dx = dy · W          (N, in)
 ``input_grad=False`` skips dx: the first layer of a network needs no gradient of the data, and PyTorch
 does not compute one for an input that does not require grad (backward then returns None).
 
-The seed's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW = dY·Xᵀ);
+The HOT CHIPS tutorial's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW = dY·Xᵀ);
 here the batch is in rows, as in PyTorch, so the transposes sit on the other side.
 """
 
@@ -40,9 +40,12 @@ class Linear(Module):
         self._x2d: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (N, in_features) (or (..., in_features));
+        returns y, shape (N, out_features) (or (..., out_features))."""
         check_float_array(x, "Linear input")
         if x.ndim < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"Linear expects input of shape (..., {self.in_features}), got {x.shape}")
+        self.remember_output_shape((*x.shape[:-1], self.out_features))
         # BEGIN SOLUTION linear
         self._x2d = x.reshape(-1, self.in_features)  # keep the input: backward needs it for dW
         y = self._x2d @ self.weight.data.T
@@ -52,8 +55,10 @@ class Linear(Module):
         # END SOLUTION
 
     def backward(self, dy: np.ndarray) -> np.ndarray | None:
-        if self._x2d is None:
-            raise RuntimeError("Linear.backward called before forward")
+        """dy: upstream gradient, shape (N, out_features); returns dx, shape (N, in_features) (None with
+        input_grad=False); adds dW (out_features, in_features) into weight.grad, db (out_features,) into
+        bias.grad."""
+        self.check_upstream(dy)
         # BEGIN SOLUTION linear
         dy2d = dy.reshape(-1, self.out_features)
         self.weight.grad += dy2d.T @ self._x2d

@@ -25,6 +25,7 @@ class CrossEntropyLoss:
         self._target: np.ndarray | None = None
 
     def forward(self, logits: np.ndarray, target: np.ndarray) -> float:
+        """logits: shape (N, C); target: integer labels, shape (N,); returns the mean loss (a float)."""
         check_float_array(logits, "CrossEntropyLoss logits", ndim=2)
         target = np.asarray(target)
         if not np.issubdtype(target.dtype, np.integer):
@@ -45,6 +46,7 @@ class CrossEntropyLoss:
         return float(-log_probs[np.arange(n), target].mean())
 
     def backward(self) -> np.ndarray:
+        """Returns dlogits = (softmax(z) − onehot(t)) / N, shape (N, C) (the loss is the end: no dy)."""
         if self._probs is None:
             raise RuntimeError("CrossEntropyLoss.backward called before forward")
         # BEGIN SOLUTION cross_entropy_backward
@@ -65,6 +67,7 @@ class MSELoss:
         self._diff: np.ndarray | None = None
 
     def forward(self, prediction: np.ndarray, target: np.ndarray) -> float:
+        """prediction, target: one shape, any; returns mean((prediction − target)²) (a float)."""
         check_float_array(prediction, "MSELoss prediction")
         target = np.asarray(target)
         if target.shape != prediction.shape:
@@ -75,6 +78,7 @@ class MSELoss:
         return float(np.mean(self._diff ** 2))
 
     def backward(self) -> np.ndarray:
+        """Returns dprediction = 2 (prediction − target) / size, shape of prediction."""
         if self._diff is None:
             raise RuntimeError("MSELoss.backward called before forward")
         return 2.0 * self._diff / self._diff.size

@@ -58,6 +58,8 @@ class Module:
     """
 
     training: bool = True
+    #: shape of the last forward's output, which backward's dy must have; None until forward has run
+    _y_shape: tuple[int, ...] | None = None
 
     # -- the two methods every layer writes ------------------------------------------------------------
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -65,6 +67,22 @@ class Module:
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         raise TypeError(f"{type(self).__name__} does not define backward(dy)")
+
+    # -- the check every backward makes first ------------------------------------------------------------
+    def remember_output_shape(self, shape: tuple[int, ...]) -> None:
+        """Called by forward: the shape of the output y, which backward's dy must match."""
+        self._y_shape = tuple(shape)
+
+    def check_upstream(self, dy) -> None:
+        """Called first by backward, before anything changes: dy must be a float array of exactly the
+        shape of forward's output (no broadcasting: PyTorch also refuses a mismatch)."""
+        name = type(self).__name__
+        if self._y_shape is None:
+            raise RuntimeError(f"{name}.backward called before forward")
+        check_float_array(dy, f"{name}.backward dy")
+        if dy.shape != self._y_shape:
+            raise ValueError(f"{name}.backward: expected dy of shape {self._y_shape} (the shape of "
+                             f"forward's output), got {dy.shape}")
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self.forward(x)
@@ -165,11 +183,16 @@ class Sequential(Module):
         self.layers = list(layers)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input of the first layer; returns y, the last layer's output."""
         for layer in self.layers:
             x = layer.forward(x)
         return x
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape of y; returns dx, shape of x; each layer adds its gradients.
+
+        The last layer checks dy first, so a wrong dy is refused before any layer changes anything.
+        """
         for layer in reversed(self.layers):
             dy = layer.backward(dy)
         return dy

@@ -2,7 +2,7 @@
 
 All four compute, over a set of axes S (the "statistics axes", m elements per statistic),
     μ = mean_S(x),   σ² = mean_S((x − μ)²)   (biased),   x̂ = (x − μ) / √(σ² + ε),   y = γ · x̂ + β
-and differ only in S (the hardware-accelerators seed, "Batch / Layer / Group Norm"):
+and differ only in S (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Batch / Layer / Group Norm"):
     BatchNorm   S = batch and spatial axes, one (μ, σ²) per channel     x (N, C) / (N, C, L) / (N, C, H, W)
     LayerNorm   S = the last len(normalized_shape) axes, one per sample
     GroupNorm   S = the channels of one group and all spatial axes, one per (sample, group)
@@ -57,6 +57,7 @@ class _BatchNorm(Module):
         return v.reshape(1, -1, *([1] * (ndim - 2)))
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (N, C) or (N, C, L) (BatchNorm1d), (N, C, H, W) (BatchNorm2d); returns y, shape of x."""
         what = f"{type(self).__name__} input"
         check_float_array(x, what, ndim=self.expected_ndim)
         if x.shape[1] != self.num_features:
@@ -73,6 +74,7 @@ class _BatchNorm(Module):
             self.running_var[...] = (1 - m) * self.running_var + m * var * (count / (count - 1))
         else:
             mean, var = self.running_mean.astype(x.dtype), self.running_var.astype(x.dtype)
+        self.remember_output_shape(x.shape)
         self._inv_std = self._per_channel(1.0 / np.sqrt(var + self.eps), x.ndim).astype(x.dtype)
         self._x_hat = (x - self._per_channel(mean, x.ndim)) * self._inv_std
         if self.weight is None:
@@ -80,8 +82,9 @@ class _BatchNorm(Module):
         return self._x_hat * self._per_channel(self.weight.data, x.ndim) + self._per_channel(self.bias.data, x.ndim)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        if self._x_hat is None:
-            raise RuntimeError(f"{type(self).__name__}.backward called before forward")
+        """dy: upstream gradient, shape of x; returns dx, shape of x; adds dγ (C,) into weight.grad and
+        dβ (C,) into bias.grad."""
+        self.check_upstream(dy)
         # BEGIN SOLUTION batchnorm_backward
         x_hat, inv_std, axes = self._x_hat, self._inv_std, self._axes
         if self.weight is not None:
@@ -131,20 +134,23 @@ class LayerNorm(Module):
         self._x_hat: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (..., *normalized_shape); returns y, shape of x."""
         check_float_array(x, "LayerNorm input")
         k = len(self.normalized_shape)
         if x.shape[x.ndim - k:] != self.normalized_shape or x.ndim < k:
             raise ValueError(f"LayerNorm input: expected shape (..., {', '.join(map(str, self.normalized_shape))})"
                              f", got {x.shape}")
         self._axes = tuple(range(x.ndim - k, x.ndim))
+        self.remember_output_shape(x.shape)
         mean, var = x.mean(axis=self._axes, keepdims=True), x.var(axis=self._axes, keepdims=True)
         self._inv_std = 1.0 / np.sqrt(var + self.eps)
         self._x_hat = (x - mean) * self._inv_std
         return self._x_hat if self.weight is None else self._x_hat * self.weight.data + self.bias.data
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        if self._x_hat is None:
-            raise RuntimeError(f"{type(self).__name__}.backward called before forward")
+        """dy: upstream gradient, shape of x; returns dx, shape of x; adds dγ and dβ (normalized_shape)
+        into weight.grad and bias.grad."""
+        self.check_upstream(dy)
         g = dy
         if self.weight is not None:
             batch_axes = tuple(range(dy.ndim - len(self.normalized_shape)))
@@ -175,10 +181,12 @@ class GroupNorm(Module):
         self._x_hat: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (N, C, *); returns y, shape of x."""
         check_float_array(x, "GroupNorm input")
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ValueError(f"GroupNorm input: expected shape (N, {self.num_channels}, ...), got {x.shape}")
         self._shape = x.shape
+        self.remember_output_shape(x.shape)
         grouped = x.reshape(x.shape[0], self.num_groups, -1)  # (N, G, C/G · spatial)
         mean, var = grouped.mean(axis=2, keepdims=True), grouped.var(axis=2, keepdims=True)
         self._inv_std = 1.0 / np.sqrt(var + self.eps)
@@ -189,8 +197,9 @@ class GroupNorm(Module):
         return self._x_hat * self.weight.data.reshape(per_channel) + self.bias.data.reshape(per_channel)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        if self._x_hat is None:
-            raise RuntimeError(f"{type(self).__name__}.backward called before forward")
+        """dy: upstream gradient, shape (N, C, *); returns dx, shape (N, C, *); adds dγ (C,) into
+        weight.grad and dβ (C,) into bias.grad."""
+        self.check_upstream(dy)
         g = dy
         if self.weight is not None:
             axes = (0, *range(2, dy.ndim))

@@ -8,7 +8,7 @@ the sum s starts at ``initial_accumulator_value`` in every coordinate)::
     s_t = s_{t-1} + g_t²
     w_t = w_{t-1} − γ_t g_t / (sqrt(s_t) + ε)
 
-The slides (seed slides-hardware-accelerators, "Adagrad and RMSProp") write::
+The slides ("Hardware Accelerators for Training Deep Neural Networks" slides, "Adagrad and RMSProp") write::
 
     V_i(t) = V_i(t − 1) + G_i²(t)
     ΔW_i(t + 1) = −λ G_i(t) / sqrt(V_i(t) + ε)           # their λ is the learning rate

@@ -13,7 +13,7 @@ AdamW (Loshchilov & Hutter) instead shrinks the weights directly, outside the ad
 
     w_{t-1} ← (1 − γλ) w_{t-1}                          # then the Adam step above with λ = 0
 
-The slides (seed slides-hardware-accelerators, "Adam") write the same rule with bias correction::
+The slides ("Hardware Accelerators for Training Deep Neural Networks" slides, "Adam") write the same rule with bias correction::
 
     M(t+1) = β1 M(t) + (1 − β1) G(t);   M̂ = M(t+1) / (1 − β1^t)
     V(t+1) = β2 V(t) + (1 − β2) G²(t);  V̂ = V(t+1) / (1 − β2^t)
@@ -24,9 +24,6 @@ outside the moving averages in both. (The slide's index t on the bias correction
 The slide's exercise — "there is a bug in this algorithm, can you build a counterexample?" — is Reddi et
 al.'s: because v_t may *shrink*, the effective step γ/sqrt(v̂) may grow, and Adam can fail to converge on a
 simple convex problem; AMSGrad's running max of v_t repairs it (lessons/02_optimizers.py shows both).
-
-A useful fact the tests check: on the first step m̂ = g and v̂ = g², so each coordinate moves by
-γ·|g|/(|g| + ε) ≈ γ, whatever the scale of the gradient.
 """
 
 from __future__ import annotations

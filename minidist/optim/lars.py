@@ -4,7 +4,7 @@ Large-batch training needs a large learning rate (the linear scaling rule), but 
 large for some layers and too small for others: the ratio |w| / |∇f(w)| differs by orders of magnitude
 between layers. LARS gives every *parameter array* (a "layer": a weight matrix or a bias vector) its own
 local rate, proportional to that ratio, so that each step changes a layer by about the same *fraction*
-of its norm (seed slides-hardware-accelerators, "Layer-Wise Adaptive Learning Rate": ResNet-50 to
+of its norm (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Layer-Wise Adaptive Learning Rate": ResNet-50 to
 B = 32K).
 
 The form used here — the paper's Algorithm 1, written the way torch writes SGD (η = trust_coefficient,

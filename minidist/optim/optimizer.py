@@ -18,14 +18,9 @@ bitwise the same parameters as the uninterrupted one.
 
 Unlike torch.optim there are no parameter groups: one set of hyper-parameters for all parameters.
 
-Why the updates run in chunks. An update such as ``w -= lr * (m / (sqrt(v) + eps))`` is a handful of
-element-wise NumPy operations, each of which makes a temporary array and streams the whole parameter
-through memory once. For a 10M-element parameter every temporary is 40 MB: fresh pages from the OS and a
-round trip to DRAM per operation, which made a plain NumPy Adam slower than torch's fused kernels. Applying
-the same code to slices of ``CHUNK_ELEMENTS`` elements keeps the temporaries in the CPU cache, so the
-arrays are read from memory about once per step. Element-wise updates give bitwise the same result in
-chunks as in one piece; only the loop over chunks (a few hundred iterations, never one per element) is
-Python.
+Why the updates run in chunks: each element-wise NumPy operation of an update makes a temporary the
+size of the parameter and streams it through memory. Applied to slices of ``CHUNK_ELEMENTS`` elements the
+same code keeps its temporaries in the CPU cache, with bitwise the same result (benchmarks/optim_step.md).
 """
 
 from __future__ import annotations
@@ -39,7 +34,7 @@ import numpy as np
 from minidist.nn.module import Parameter
 
 #: elements per slice in ``in_chunks``: 2^15 float32 = 128 KiB, so a slice of w, of g and a temporary
-#: fit together in a 512 KiB L2 cache (measured best on the 2-core AMD EPYC this was developed on)
+#: fit together in a 512 KiB L2 cache
 CHUNK_ELEMENTS = 1 << 15
 
 

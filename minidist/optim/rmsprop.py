@@ -13,7 +13,7 @@ v, ḡ and b are state arrays of the parameter's shape, starting at zero)::
     if μ > 0:  b_t = μ b_{t-1} + g_t / d_t;   w_t = w_{t-1} − γ b_t
     else:      w_t = w_{t-1} − γ g_t / d_t
 
-The slides (seed slides-hardware-accelerators, "Adagrad and RMSProp") write::
+The slides ("Hardware Accelerators for Training Deep Neural Networks" slides, "Adagrad and RMSProp") write::
 
     V_i(t) = γ V_i(t − 1) + (1 − γ) G_i²(t)          # their γ is our α; their λ(t) our γ
     ΔW_i(t + 1) = −λ(t) G_i(t) / sqrt(V_i(t) + ε)
@@ -22,9 +22,7 @@ Without momentum the two differ only in where ε sits (inside the square root on
 torch: with the defaults a difference only where v is ~1e-8 or smaller). With momentum torch multiplies
 the accumulated buffer by the current learning rate, so — as for SGD — a change of lr rescales the past
 steps too.
-
-v_t − ḡ_t² is a variance and never negative in exact arithmetic, but rounding can make it a tiny negative
-number; it is clipped at 0 here so that the square root cannot produce NaN (torch does not clip).
+v_t − ḡ_t² is clipped at 0 (rounding can make it slightly negative; torch does not clip).
 """
 
 from __future__ import annotations

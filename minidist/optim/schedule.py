@@ -13,8 +13,8 @@ from any step. A training loop calls it once per step, before ``optimizer.step()
 The schedules: ``Constant``, ``StepDecay`` (×γ every step_size steps), ``Cosine`` (half a cosine from lr to
 min_lr), ``LinearWarmup`` (multiplies any schedule by a factor that rises linearly to 1) and
 ``LinearScalingRule`` (Goyal et al. 2017, "Accurate, large minibatch SGD": lr = base_lr · batch /
-base_batch, reached by gradual warm-up from base_lr; seed slides-ai-systems-distributed-dl-part2,
-"Solution: Linear Scaling Rule"). Combine the scaling rule with a decay by composing the pieces, e.g.
+base_batch, reached by gradual warm-up from base_lr; the
+"Distributed Deep Learning (Part II)" slides, "Solution: Linear Scaling Rule"). Combine the scaling rule with a decay by composing the pieces, e.g.
 Goyal et al.'s recipe (warm-up, then ×0.1 steps)::
 
     peak = scaled_lr(0.1, batch_size=8192, base_batch_size=256)                  # 3.2

@@ -11,29 +11,18 @@ steps from 1; ``b`` is the momentum buffer, one array per parameter)::
         g_t = b_t                     otherwise
     w_t = w_{t-1} − γ g_t
 
-The slides ("Classical GD with momentum", Polyak 1964; seed slides-hardware-accelerators) write::
+The slides ("Classical GD with momentum", Polyak 1964; the "Hardware Accelerators for Training Deep
+Neural Networks" slides) write::
 
     M(t+1) = β M(t) − λ(t) G(t)                 # λ is the *learning rate* there, β the momentum
     W(t+1) = W(t) + M(t+1)
 
-The two agree when τ = 0 and the learning rate is constant: then M = −γ b at every step, so both make
-exactly the same moves. They differ once the learning rate changes: torch multiplies the *whole*
-buffer by the new rate (w −= γ_new · b, so the past gradients are suddenly taken at the new rate), while
-the slide's M keeps the past gradients at the rates they were taken with and only the newest gradient
-gets the new rate. (A decay of γ therefore brakes torch's momentum at once; the slide's fades in. That is
-why torch chose its form, pytorch/pytorch#1099; its SGD documentation notes the difference.)
-
-Momentum as a weighted moving average (slide "SGD with momentum as gradients averaging"): unrolling
-b_t = μ b_{t-1} + g_t gives b_t = Σ_{k=1..t} μ^{t−k} g_k, so the step is −γ times an exponentially
-weighted sum of all gradients so far; μ sets the window (≈ 1/(1−μ) steps).
-
-Nesterov: Sutskever et al. evaluate the gradient at the look-ahead point w + μ M. torch (and this code)
-uses the equivalent form that needs the gradient at w only: step along g_t + μ b_t.
-
-Example::
-
-    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt.zero_grad(); model.backward(loss.backward()); opt.step()
+The two agree when τ = 0 and the learning rate is constant: then M = −γ b at every step. When the rate
+changes, torch multiplies the *whole* buffer by the new rate (w −= γ_new · b), while the slide's M keeps
+past gradients at the rates they were taken with (torch's choice: pytorch/pytorch#1099). Unrolled,
+b_t = Σ_k μ^{t−k} g_k: momentum is an exponentially weighted average of gradients over ≈ 1/(1−μ) steps
+("SGD with momentum as gradients averaging"). Nesterov (Sutskever et al.) evaluates the gradient at
+w + μ M; torch uses the equivalent step along g_t + μ b_t, which needs the gradient at w only.
 """
 
 from __future__ import annotations

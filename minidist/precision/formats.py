@@ -1,4 +1,4 @@
-"""Binary floating-point formats (FP32, FP16, BF16, FP8) and their real bit patterns.
+"""Binary floating-point formats (FP32, FP16, BF16, FP8): what a format is, and its numbers.
 
 A format with E exponent bits and M mantissa (fraction) bits stores sign s, exponent field f and
 fraction bits t as
@@ -10,8 +10,8 @@ IEEE style (FP16, BF16, E5M2): f = all ones is ±Inf (t = 0) or NaN (t ≠ 0).
 OCP "fn" style (E4M3, ``finite_only=True``): no Inf; f = all ones holds normal numbers too, and only
 S.1111.111 is NaN — so E4M3's largest value is 1.110₂ · 2^8 = 448.
 
-Numbers worth knowing (the seed slides-hardware-accelerators-for-training-dnns.txt, table 1, gives the
-half-float maximum as 65,535; it is 65,504 = (2 − 2^−10) · 2^15):
+Numbers worth knowing (the "Hardware Accelerators for Training DNNs" slides, table 1, give the half-float
+maximum as 65,535; it is 65,504 = (2 − 2^−10) · 2^15):
 
     format   (s,e,m)   max normal   min normal   min subnormal   epsilon
     FP32     1,8,23    3.40e38      2^−126       2^−149          2^−23
@@ -20,7 +20,7 @@ half-float maximum as 65,535; it is 65,504 = (2 − 2^−10) · 2^15):
     E5M2     1,5,2     57344        2^−14        2^−16           2^−2
     E4M3fn   1,4,3     448          2^−6         2^−9            2^−3
 
-``quantize`` (rounding into a format) lives in rounding.py and is re-exported here.
+Rounding into a format is rounding.py (``quantize``); bit patterns are bits.py (``encode``/``decode``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+def check_flag(value, name: str) -> bool:
+    """A yes/no option must be True or False: "no" or 1 would silently count as True (or False)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class FloatFormat:
             value = getattr(self, attribute)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"FloatFormat.{attribute} must be an int, got {type(value).__name__}")
+        check_flag(self.finite_only, "FloatFormat.finite_only")
         if not 2 <= self.exp_bits <= 11:
             raise ValueError(f"FloatFormat needs 2..11 exponent bits (0 or 1 leave no normal numbers; "
                              f"more than 11 does not fit float64), got {self.exp_bits}")
@@ -125,62 +133,22 @@ def code_dtype(fmt: FloatFormat) -> type:
     raise AssertionError("unreachable: formats fit in 64 bits")
 
 
-def encode(x, fmt: FloatFormat) -> np.ndarray:
-    """The bit patterns of x in fmt (round-to-nearest-even first), as the smallest unsigned int type.
-
-    Layout (most significant first): sign | exponent field | fraction — as IEEE half and ml_dtypes.
-    Inf → field all ones, fraction 0. NaN → the canonical quiet NaN (fraction 10…0; "fn": all ones),
-    with the sign of the input NaN. To encode a stochastically rounded value, quantize first: encode
-    of a representable value is exact.
-    """
-    check_format(fmt)
-    value = quantize(x, fmt).astype(np.float64)  # exact: every fmt value is a float64
-    sign = np.signbit(value).astype(np.uint64)
-    magnitude = np.abs(value)
-    is_nan, is_inf = np.isnan(magnitude), np.isinf(magnitude)
-    finite = np.where(is_nan | is_inf, 0.0, magnitude)
-    m, ones = fmt.man_bits, 2 ** fmt.exp_bits - 1
-    _, exponent = np.frexp(finite)               # finite = f · 2^exponent, f in [0.5, 1)
-    leading = exponent.astype(np.int64) - 1      # finite in [2^leading, 2^(leading+1))
-    normal = finite >= fmt.min_normal
-    field = np.where(normal, leading + fmt.bias, 0)
-    # the fraction bits as an integer: finite / quantum − implicit bit (exact: a power-of-two scaling)
-    fraction = np.where(normal, np.ldexp(finite, m - leading) - 2.0 ** m, np.ldexp(finite, m - fmt.emin))
-    field = np.where(is_inf | is_nan, ones, field).astype(np.uint64)
-    nan_fraction = 2 ** m - 1 if fmt.finite_only else 2 ** (m - 1)
-    fraction = np.where(is_nan, nan_fraction, np.where(is_inf, 0, fraction)).astype(np.uint64)
-    bits = (sign << np.uint64(fmt.total_bits - 1)) | (field << np.uint64(m)) | fraction
-    return bits.astype(code_dtype(fmt))
+# The host float dtypes as formats: the rounding code reads their bits with these parameters.
+HOST_FORMATS = {np.dtype(np.float16): FloatFormat(5, 10), np.dtype(np.float32): FloatFormat(8, 23),
+                np.dtype(np.float64): FloatFormat(11, 52)}
 
 
-def decode(bits, fmt: FloatFormat, dtype=np.float64) -> np.ndarray:
-    """The values of bit patterns of fmt, as ``dtype`` (float64 by default; float32 if fmt fits in it)."""
-    check_format(fmt)
-    bits = np.asarray(bits)
-    if not np.issubdtype(bits.dtype, np.integer):
-        raise TypeError(f"decode expects integer bit patterns, got dtype {bits.dtype}")
-    if bits.size and (bits.min() < 0 or int(bits.max()) >= 2 ** fmt.total_bits):
-        raise ValueError(f"decode: {fmt.name} patterns lie in [0, 2^{fmt.total_bits}), "
-                         f"got range [{bits.min()}, {bits.max()}]")
-    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"decode: dtype must be float32 or float64, got {dtype}")
-    bits = bits.astype(np.uint64)
-    m, ones = fmt.man_bits, 2 ** fmt.exp_bits - 1
-    negative = ((bits >> np.uint64(fmt.total_bits - 1)) & np.uint64(1)).astype(bool)
-    field = ((bits >> np.uint64(m)) & np.uint64(ones)).astype(np.int64)
-    fraction = (bits & np.uint64(2 ** m - 1)).astype(np.float64)
-    value = np.where(field == 0,
-                     np.ldexp(fraction, fmt.emin - m),                                   # 0.t · 2^emin
-                     np.ldexp(fraction + 2.0 ** m, field - fmt.bias - m))                # 1.t · 2^(f−bias)
-    if fmt.finite_only:
-        value = np.where((field == ones) & (fraction == 2 ** m - 1), np.nan, value)
-    else:
-        value = np.where(field == ones, np.where(fraction == 0, np.inf, np.nan), value)
-    value = np.where(negative, -value, value)
-    if np.dtype(dtype) == np.float32 and not fits_in(fmt, np.float32):
-        raise ValueError(f"decode: {fmt.name} values do not all fit float32; use float64")
-    return value.astype(dtype)
+def fits_in(fmt: FloatFormat, dtype) -> bool:
+    """True if every value of fmt is exactly a value of the float dtype (float16/32/64)."""
+    host = HOST_FORMATS[np.dtype(dtype)]
+    return (fmt.man_bits <= host.man_bits and fmt.emax <= host.emax
+            and fmt.emin - fmt.man_bits >= host.emin - host.man_bits)
 
 
-# quantize is defined in rounding.py (which needs FloatFormat from above); re-exported here.
-from .rounding import fits_in, quantize
+def __getattr__(name: str):
+    # Old import path (``from minidist.precision.formats import quantize``), resolved lazily so that
+    # formats.py imports nothing of rounding.py; use ``from minidist.precision import quantize``.
+    if name == "quantize":
+        from .rounding import quantize
+        return quantize
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

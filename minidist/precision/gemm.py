@@ -7,9 +7,9 @@ Shapes: a (M, K), b (K, N) → c (M, N), c[i, j] = Σ_k a[i, k]·b[k, j] compute
     chunked (CL): partial ← round(partial + a[i,k]·b[k,j])          within each chunk of CL products
                   acc ← round(acc + partial)                          after each chunk
 
-where round() rounds into ``accum_fmt`` (nearest-even or stochastic). The seed (slides-hardware-
-accelerators-for-training-dnns.txt, "8-Bit Floating-Point Training": FP8 (1,5,2) multiplications, 16-bit
-additions, chunk size 64) explains why chunking helps: in a long sequential sum the accumulator grows
+where round() rounds into ``accum_fmt`` (nearest-even or stochastic). The "Hardware
+Accelerators for Training Deep Neural Networks" slides ("8-Bit Floating-Point Training": FP8 (1,5,2)
+multiplications, 16-bit additions, chunk size 64) explains why chunking helps: in a long sequential sum the accumulator grows
 until each new product is below half its ulp and is lost ("swamping"); a chunk's partial sum stays small,
 so its products survive, and only K/CL additions meet the large accumulator.
 
@@ -29,8 +29,8 @@ import numpy as np
 
 from minidist.nn.module import check_float_array
 
-from .formats import FP8_E5M2, FP16, FloatFormat, check_format, quantize
-from .rounding import ROUNDINGS
+from .formats import FP8_E5M2, FP16, FloatFormat, check_format
+from .rounding import ROUNDINGS, quantize
 
 
 def lowp_matmul(a: np.ndarray, b: np.ndarray, operand_fmt: FloatFormat = FP8_E5M2,

@@ -1,7 +1,7 @@
 """Mixed-precision training: FP32 master weights, a low-precision copy for forward and backward.
 
-The recipe of the seed (slides-hardware-accelerators-for-training-dnns.txt, "Weight Update", "Loss
-Scaling"; Micikevicius et al.), one iteration:
+The recipe (Micikevicius et al.; the "Hardware Accelerators for Training Deep Neural Networks" slides,
+"Weight Update", "Loss Scaling"; the "Scaling Up Training" slides), one iteration:
 
     make an fp16 copy of the weights                  W16 = quantize(W32, fmt)
     forward in fp16                                   every layer's input and output quantized to fmt
@@ -11,22 +11,18 @@ Scaling"; Micikevicius et al.), one iteration:
     if dW holds Inf/NaN: skip the update              (the dynamic scaler backs off)
     update W32 with the optimizer                     and optionally round W into master_fmt
 
-Why FP32 masters: "a sum of FP16 values whose ratio is greater than 2^11 is just the larger value" —
-w + lr·dw in FP16 loses updates smaller than half an ulp of w (swamping). The FP8 paper (Mellempudi
-et al. 2019) keeps 16-bit masters instead and rounds the update *stochastically* so that small updates
-survive on average: ``master_fmt=FP16, update_rounding="stochastic"``.
+Why FP32 masters: w + lr·dw in FP16 loses updates smaller than half an ulp of w (swamping). The FP8
+paper (Mellempudi et al. 2019) keeps 16-bit masters and rounds the update *stochastically* so that small
+updates survive on average: ``master_fmt=FP16, update_rounding="stochastic"``.
 
-The model's own Parameters hold the masters (so any optimizer built on ``model.parameters()`` works
-unchanged); during forward_backward their ``.data`` is swapped for the low-precision copies and swapped
-back afterwards. Layer boundaries: for a ``Sequential`` model, between its top-level layers; for any other
-Module, at its input and output. Inside a layer the arithmetic is float32 (like an FP32 accumulator).
-
-A step is split in three so data parallelism can act in between (APIS.md):
+The model's own Parameters hold the masters (any optimizer on ``model.parameters()`` works unchanged);
+during forward_backward their ``.data`` is swapped for the low-precision copies. Layer boundaries: between
+a Sequential's top-level layers, else at the model's input and output; inside a layer, float32.
+A step is split in three so data parallelism can act in between:
 
     loss = trainer.forward_backward(x, y)    # gradients (scaled by s) added into each master's .grad
     found_inf = trainer.unscale()            # .grad /= s; Inf/NaN on this rank?
-    # data parallel: allreduce every .grad (mean) and found_inf (max) across ranks here
-    trainer.step(found_inf)                  # skip, or optimizer.step() (+ rounding); scaler.update
+    trainer.step(found_inf)                  # (after allreducing .grad and found_inf) skip or update
 """
 
 from __future__ import annotations
@@ -35,8 +31,8 @@ import numpy as np
 
 from minidist.nn.module import Module, Sequential
 
-from .formats import FP32, FloatFormat, check_format, quantize
-from .rounding import ROUNDINGS
+from .formats import FP32, FloatFormat, check_flag, check_format
+from .rounding import ROUNDINGS, quantize
 from .scaling import DynamicLossScaler, StaticLossScaler
 
 
@@ -131,7 +127,7 @@ class MixedPrecisionTrainer:
         Returns True if the update was applied. In data parallelism found_inf must be the same on every
         rank (allreduce it with max), or the replicas drift apart.
         """
-        found_inf = bool(found_inf)
+        found_inf = check_flag(found_inf, "found_inf")
         if found_inf:
             self.steps_skipped += 1
         else:

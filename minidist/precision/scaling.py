@@ -1,8 +1,8 @@
 """Loss scaling: keep small gradients representable in FP16/FP8 by scaling the loss (and so, by the chain
 rule, every gradient) by s, and dividing the weight gradients by s before the update.
 
-The seed (slides-hardware-accelerators-for-training-dnns.txt, "Loss Scaling" and "Automatic Loss
-Scaling", NVIDIA) gives the algorithm:
+The "Hardware Accelerators for Training Deep Neural Networks" slides ("Loss Scaling" and "Automatic
+Loss Scaling", NVIDIA) give the algorithm:
 
     scale the loss by s;  backprop;  if dW holds Inf/NaN: reduce s, skip the update;
     if no Inf/NaN for N updates: increase s;  scale dW by 1/s;  update W
@@ -13,7 +13,7 @@ Scaling", NVIDIA) gives the algorithm:
     otherwise:  counter ← counter + 1;  if counter = growth_interval:  s ← s · growth_factor, counter ← 0
 
 plus an optional floor ``min_scale`` (s never drops below it). The FP8 paper's "enhanced" loss scaling
-(Mellempudi et al. 2019, in the same seed) raises that floor on a schedule so that the scale cannot
+(Mellempudi et al. 2019, on the same slides) raises that floor on a schedule so that the scale cannot
 collapse early in training; set ``scaler.min_scale`` as training proceeds.
 
 Usage, one step:
@@ -28,6 +28,8 @@ import math
 
 import numpy as np
 
+from .formats import check_flag
+
 
 def _check_positive(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -38,11 +40,18 @@ def _check_positive(value, what: str) -> float:
 
 
 def unscale_(grads: list[np.ndarray], scale: float) -> bool:
-    """Divide every gradient array by scale, in place; return True if any entry is Inf or NaN."""
+    """grads: float arrays (any shapes), divided by scale in place; returns True if any entry is Inf or
+    NaN. The whole list is checked first, so a bad entry leaves every gradient as it was."""
+    if isinstance(grads, np.ndarray) or not isinstance(grads, (list, tuple)):
+        raise TypeError(f"unscale expects a list of gradient arrays, got {type(grads).__name__}")
+    for i, g in enumerate(grads):
+        if not isinstance(g, np.ndarray) or not np.issubdtype(g.dtype, np.floating):
+            raise TypeError(f"unscale expects float numpy arrays, grads[{i}] is "
+                            f"{type(g).__name__}{' of dtype ' + str(g.dtype) if isinstance(g, np.ndarray) else ''}")
+        if not g.flags.writeable:
+            raise ValueError(f"unscale divides in place, but grads[{i}] is read-only")
     found_inf = False
     for g in grads:
-        if not isinstance(g, np.ndarray) or not np.issubdtype(g.dtype, np.floating):
-            raise TypeError(f"unscale expects float numpy arrays, got {type(g).__name__}")
         g /= scale
         found_inf = found_inf or not bool(np.isfinite(g).all())
     return found_inf
@@ -59,7 +68,8 @@ class StaticLossScaler:
         return unscale_(grads, self.scale)
 
     def update(self, found_inf: bool) -> None:
-        """A static scale never changes."""
+        """found_inf: True or False. A static scale never changes."""
+        check_flag(found_inf, "found_inf")
 
     def __repr__(self) -> str:
         return f"StaticLossScaler(scale={self.scale:g})"
@@ -91,7 +101,9 @@ class DynamicLossScaler:
         return unscale_(grads, self.scale)
 
     def update(self, found_inf: bool) -> None:
-        """After a step: back off on overflow, grow after growth_interval clean steps, respect min_scale."""
+        """found_inf: True or False (this step's gradients held Inf/NaN). Back off on overflow, grow after
+        growth_interval clean steps, respect min_scale."""
+        check_flag(found_inf, "found_inf")
         # BEGIN SOLUTION dynamic_loss_scaling
         if found_inf:
             self.scale *= self.backoff_factor

@@ -163,3 +163,14 @@ def test_bad_arguments():
         MixedPrecisionTrainer(model, opt, CrossEntropyLoss(), "fp16")
     with pytest.raises(TypeError, match="scaler"):
         MixedPrecisionTrainer(model, opt, CrossEntropyLoss(), FP16, scaler=1024)
+
+
+def test_step_takes_a_bool_found_inf_and_changes_nothing_otherwise():
+    model = make_model()
+    trainer = MixedPrecisionTrainer(model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), FP16)
+    before = [p.data.copy() for p in model.parameters()]
+    for flag in ("no", 0, None):
+        with pytest.raises(TypeError, match="found_inf must be True or False"):
+            trainer.step(flag)
+    assert all(np.array_equal(p.data, b) for p, b in zip(model.parameters(), before))
+    assert trainer.steps_taken == trainer.steps_skipped == 0

@@ -82,3 +82,32 @@ def test_bad_hyper_parameters():
         StaticLossScaler("1024")
     with pytest.raises(TypeError):
         StaticLossScaler(2.0).unscale([[1.0, 2.0]])
+
+
+@pytest.mark.parametrize("make", [lambda: StaticLossScaler(4), lambda: DynamicLossScaler(init_scale=4.0)],
+                         ids=["static", "dynamic"])
+def test_unscale_checks_the_whole_list_before_dividing_any(make):
+    """Issue 18 item 5: a bad entry used to raise only after the float arrays before it were divided."""
+    scaler = make()
+    g_float = np.array([8.0, 12.0])
+    read_only = np.array([4.0])
+    read_only.flags.writeable = False
+    for bad in ([g_float, np.array([4, 8])], [g_float, [4.0]], [g_float, read_only]):
+        with pytest.raises((TypeError, ValueError), match=r"grads\[1\]"):
+            scaler.unscale(bad)
+        assert g_float.tolist() == [8.0, 12.0]
+    with pytest.raises(TypeError, match="list of gradient arrays"):
+        scaler.unscale(g_float)
+    assert scaler.unscale([g_float]) is False and g_float.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("make", [lambda: StaticLossScaler(4), lambda: DynamicLossScaler(init_scale=4.0)],
+                         ids=["static", "dynamic"])
+def test_update_takes_a_bool(make):
+    scaler = make()
+    for flag in ("no", 0, 1.0, None):
+        with pytest.raises(TypeError, match="found_inf must be True or False"):
+            scaler.update(flag)
+    assert scaler.scale == 4.0
+    scaler.update(np.True_)
+    assert scaler.scale == (4.0 if isinstance(scaler, StaticLossScaler) else 2.0)
