@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
 # cheap lessons whose figures are all committed (no measured timings): run twice by the bitwise check
-REPRODUCIBLE = ("07_large_batch.py", "09_model_parallel.py")
+REPRODUCIBLE = ("01_backprop.py", "02_optimizers.py")
 
 
 def run_lesson(lesson: Path, cwd: Path, figures: Path) -> None:
