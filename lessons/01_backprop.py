@@ -17,7 +17,6 @@
 
 # %%
 import time
-from pathlib import Path
 
 import matplotlib
 
@@ -40,9 +39,9 @@ from minidist.nn import (
     Sequential,
 )
 from minidist.optim import SGD
+from minidist.plots import figures_dir, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 START = time.perf_counter()
 # Our matrices are small: one BLAS thread is fastest, and on a busy machine several BLAS threads that
 # wait for each other after every small product are many times slower.
@@ -196,7 +195,7 @@ for ax, (title, memory) in zip(axes, [("MLP 64-128-128-10", mlp_memory), ("CNN o
     ax.set(xlabel="KiB kept from forward until backward", title=f"{title}, batch {batch}")
 fig.suptitle("Activation memory per layer (what each layer's backward needs)")
 fig.tight_layout()
-fig.savefig(FIGURES / "01_activation_memory.png", dpi=110)
+save_figure(fig, "01_activation_memory.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -271,7 +270,7 @@ ax.set(yscale="log", xlabel="epoch", ylabel="mean training loss (cross-entropy)"
        title="Training on the real 8×8 digits, backward passes by hand")
 ax.legend()
 fig.tight_layout()
-fig.savefig(FIGURES / "01_loss_curves.png", dpi=110)
+save_figure(fig, "01_loss_curves.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -289,3 +288,19 @@ plt.close(fig)
 # %%
 elapsed = time.perf_counter() - START
 print(f"lesson 01 done in {elapsed:.1f} s; figures: 01_activation_memory.png, 01_loss_curves.png")
+
+# %% [markdown]
+# ## Exercises
+#
+# In a student copy (see lessons/EXERCISES.md) these bodies are cut out; each is checked on its own by
+# `python -m pytest --exercise ID`:
+#
+# * `linear` — `Linear.forward` / `Linear.backward`: y = x·Wᵀ + b; dx = dy·W, dW = dyᵀ·x, db = Σ dy.
+#   Backward *adds* into `self.weight.grad` (`+=`); reshape `(..., in)` inputs to 2-D first.
+# * `conv2d_backward` — `Conv2d.backward` from the im2col columns forward kept (`self._cols`):
+#   dW = Σₙ dYₙ·colsₙᵀ, db = Σ dy, and dx by adding Wᵀ·dYₙ back onto the padded input (col2im).
+# * `batchnorm_backward` — the batch-norm backward through the batch mean and variance:
+#   dx = (γ/σ)·(dy − mean(dy) − x̂·mean(dy·x̂)), means over every axis but the channel axis.
+# * `cross_entropy_backward` — `CrossEntropyLoss.backward`: (softmax(z) − onehot(t)) / N from `self._probs`.
+#
+# Hint: `minidist.gradcheck.gradcheck(layer, x, rng)` tells you which gradient is wrong.

@@ -22,7 +22,6 @@
 
 # %%
 import math
-from pathlib import Path
 
 import matplotlib
 
@@ -34,9 +33,9 @@ from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, Parameter, ReLU, Sequential
 from minidist.optim import SGD, Adam, RMSprop
 from minidist.optim.schedule import Cosine, LinearScalingRule, LinearWarmup
+from minidist.plots import figures_dir, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 
 # %% [markdown]
 # ## 1. The optimizers on the seed's toy surface
@@ -145,7 +144,7 @@ for ax, start in zip(axes, STARTS):
     ax.set(title=f"start {start}", xlabel="w1", ylabel="w2", xlim=(-2.2, 2.2), ylim=(-2.2, 2.2), aspect="equal")
 axes[0].legend(loc="lower left")
 fig.suptitle("y(w1, w2) = (w1·w2 − 1)²  (log scale; dashed: the valley of minima w1·w2 = 1; x: the saddle)")
-fig.savefig(FIGURES / "02_toy_trajectories.png", dpi=90)
+save_figure(fig, "02_toy_trajectories.png", dpi=90)
 plt.close(fig)
 
 # %% [markdown]
@@ -248,7 +247,7 @@ for name, (losses, accuracy) in curves.items():
 ax.set(yscale="log", xlabel="step (mini-batch of 64)", ylabel="training loss (moving average of 11)",
        title="64-64-10 MLP on the 8×8 digits, 20 epochs")
 ax.legend()
-fig.savefig(FIGURES / "02_digits_loss.png", dpi=90)
+save_figure(fig, "02_digits_loss.png", dpi=90)
 plt.close(fig)
 
 # %% [markdown]
@@ -305,7 +304,7 @@ ax2.plot(t_axis, regret_ams, label="AMSGrad", color="tab:blue")
 ax2.set(xlabel="step t", ylabel="R_t / t", xscale="log", title="average regret")
 for ax in (ax1, ax2):
     ax.legend()
-fig.savefig(FIGURES / "02_adam_counterexample.png", dpi=90)
+save_figure(fig, "02_adam_counterexample.png", dpi=90)
 plt.close(fig)
 
 # %% [markdown]
@@ -328,7 +327,7 @@ for label, schedule in schedules.items():
     ax.plot(steps, [schedule(int(k)) for k in steps], label=label)
 ax.set(xlabel="step", ylabel="learning rate", title="warm-up to the linearly scaled rate 0.1·8192/256 = 3.2")
 ax.legend(loc="center right")
-fig.savefig(FIGURES / "02_schedules.png", dpi=90)
+save_figure(fig, "02_schedules.png", dpi=90)
 plt.close(fig)
 rule = schedules["LinearScalingRule(0.1, 8192, 256, warmup 100)"]
 assert abs(rule(0) - 0.1) < 1e-15 and rule(100) == rule.peak_lr == 0.1 * 8192 / 256
@@ -341,3 +340,14 @@ print(f"linear scaling rule: lr {rule(0):.3f} at step 0, {rule(50):.3f} at step 
 # outvoted — AMSGrad's maximum fixes that; and the learning rate is a schedule, not a constant, above all
 # when the batch grows. Figures: figures/02_toy_trajectories.png, 02_digits_loss.png,
 # 02_adam_counterexample.png, 02_schedules.png.
+
+# %% [markdown]
+# ## Exercises
+#
+# * `sgd_momentum` — the momentum branch of `SGD._update`: b = μ·b + (1 − τ)·g (b = g on the first
+#   step), then step along g + μ·b (Nesterov) or b. Check: `python -m pytest --exercise sgd_momentum`.
+# * `adam` — `Adam._update`: m and v as running averages in `state["exp_avg"]`, `state["exp_avg_sq"]`
+#   (in place), bias correction 1 − βᵗ, AMSGrad's running maximum. Check: `python -m pytest --exercise adam`.
+#
+# Hint: the tests compare trajectories with torch.optim step by step; update the state arrays in place
+# (`m *= beta1; m += (1 - beta1) * g`), never rebind them.

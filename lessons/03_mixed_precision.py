@@ -17,7 +17,6 @@
 # behaves as if it computed in FP16 or FP8 at every place we round.
 
 # %%
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -40,9 +39,9 @@ from minidist.precision import (
     lowp_dot,
     quantize,
 )
+from minidist.plots import figures_dir, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 FORMATS = [FP32, FP16, BF16, FP8_E5M2, FP8_E4M3]
 
 # %% [markdown]
@@ -85,7 +84,7 @@ ax.set_xlim(-140, 150)
 ax.invert_yaxis()
 ax.set_title("Range of the 16- and 8-bit formats")
 fig.tight_layout()
-fig.savefig(FIGURES / "03_formats.png", dpi=110)
+save_figure(fig, "03_formats.png", dpi=110)
 plt.close(fig)
 assert round(np.log2(FP16.max_normal) - np.log2(FP16.min_subnormal)) == 40   # seed: "~40 powers of 2"
 
@@ -184,7 +183,7 @@ ax.set_ylabel("count")
 ax.set_title("Gradients of the digits MLP: left of a dashed line they round to 0")
 ax.legend(fontsize=7, loc="upper left")
 fig.tight_layout()
-fig.savefig(FIGURES / "03_gradients.png", dpi=110)
+save_figure(fig, "03_gradients.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -223,7 +222,7 @@ ax.set_ylabel("log2 scale")
 ax.set_title("Dynamic loss scaling, FP16 mixed precision on the digits (growth_interval = 40)")
 ax.legend()
 fig.tight_layout()
-fig.savefig(FIGURES / "03_loss_scale.png", dpi=110)
+save_figure(fig, "03_loss_scale.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -286,7 +285,7 @@ left.set(xlabel="epoch", ylabel="training loss", title="Loss", yscale="log")
 right.set(xlabel="epoch", ylabel="test accuracy", title="Accuracy", ylim=(0, 1))
 right.legend(fontsize=8, loc="lower right")
 fig.tight_layout()
-fig.savefig(FIGURES / "03_training.png", dpi=110)
+save_figure(fig, "03_training.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -328,7 +327,7 @@ ax.set_ylabel("mean relative error")
 ax.set_title("FP8 (E5M2) products, FP16 accumulator")
 ax.legend()
 fig.tight_layout()
-fig.savefig(FIGURES / "03_chunking.png", dpi=110)
+save_figure(fig, "03_chunking.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -340,3 +339,15 @@ plt.close(fig)
 #   the scale by itself and skips the few steps that overflow.
 # * Precision problems (swamping) are fixed by **FP32 master weights**, **chunked accumulation** and
 #   **stochastic rounding**, whose expected value is exact.
+
+# %% [markdown]
+# ## Exercises
+#
+# * `stochastic_rounding` — round to one of the two representable neighbours with probability
+#   proportional to closeness, so E[round(x)] = x exactly (subnormals included), drawing from the given
+#   `rng` (a `numpy.random.Generator`). Check: `python -m pytest --exercise stochastic_rounding`.
+# * `dynamic_loss_scaling` — `DynamicLossScaler.update(found_inf)`: multiply `self.scale` by
+#   `backoff_factor` on Inf/NaN and reset `self.clean_steps`; after `growth_interval` clean steps grow by
+#   `growth_factor` (never into Inf); respect `min_scale`. Check: `python -m pytest --exercise dynamic_loss_scaling`.
+#
+# Hint: section 4 runs the scaler over a whole run and asserts where it backs off and grows.

@@ -27,10 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minidist.cluster import ClusterError, Device, LinkModel, plot_timeline, run, run_traced
+from minidist.cluster import ClusterError, Device, LinkModel, run, run_traced
+from minidist.plots import figures_dir, plot_timeline, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 
 # %% [markdown]
 # ## The machine model
@@ -69,7 +69,8 @@ print(run(lambda comm: f"rank {comm.rank} of {comm.world_size}", 4))
 #
 # The ranks first bounce a small message a few thousand times, untimed: a rank that waits sleeps (it
 # never burns a core), and the cores of a virtual machine run slower for a while after sleeping, so the
-# first round trips measure waking up rather than messaging.
+# first round trips measure waking up rather than messaging. The times differ from run to run, so
+# figures/04_pingpong.png is not committed (.gitignore); every other figure is the same bytes each run.
 
 
 # %%
@@ -120,7 +121,7 @@ ax.set_ylabel("one-way time (us)")
 ax.set_title("ping-pong between two ranks")
 ax.legend()
 fig.tight_layout()
-fig.savefig(FIGURES / "04_pingpong.png", dpi=120)
+save_figure(fig, "04_pingpong.png", dpi=120)
 
 # %% [markdown]
 # ## A token around a ring

@@ -27,7 +27,6 @@
 
 # %%
 import time
-from pathlib import Path
 
 import matplotlib
 
@@ -40,9 +39,9 @@ from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
 from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES
 from minidist.collectives.cost import allreduce_cost
 from minidist.collectives.schedule import schedule, simulate
+from minidist.plots import figures_dir, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 LINK = LinkModel()  # the cluster's default link: alpha = 5 us, beta = 1 / (25 GB/s)
 NAMES = list(ALGORITHMS)
 print(f"link model: alpha = {LINK.alpha * 1e6:.1f} us, 1/beta = {1 / LINK.beta / 1e9:.0f} GB/s")
@@ -87,7 +86,7 @@ def chunk_label(plan, t):
     return f"c{t.lo}" if t.hi - t.lo == 1 else f"c{t.lo}-{t.hi - 1}"
 
 
-def draw_schedule(plan, path):
+def draw_schedule(plan, name):
     p, steps = plan.world_size, plan.steps
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 + 1.5 * len(steps)), 1.0 + 0.75 * p))
     for k, step in enumerate(steps):
@@ -112,13 +111,13 @@ def draw_schedule(plan, path):
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, name, dpi=110)
     plt.close(fig)
 
 
 for name in NAMES:
     plan = schedule(name, 4)
-    draw_schedule(plan, FIGURES / f"05_schedule_{name}.png")
+    draw_schedule(plan, f"05_schedule_{name}.png")
     print(f"{name:19s} {len(plan.steps)} steps, {sum(len(s) for s in plan.steps):2d} messages in total")
 
 ring = schedule("ring", 4)
@@ -232,7 +231,7 @@ ax.set_title(f"allreduce on P = {P} ranks, alpha = {LINK.alpha * 1e6:.0f} us, "
              f"1/beta = {1 / LINK.beta / 1e9:.0f} GB/s (lines: formulas, dots: cluster clock)", fontsize=9)
 ax.legend()
 fig.tight_layout()
-fig.savefig(FIGURES / "05_time_vs_size.png", dpi=110)
+save_figure(fig, "05_time_vs_size.png", dpi=110)
 plt.close(fig)
 print(f"small arrays: {best_small} is fastest (fewest messages); large: {best_large} (fewest bytes)")
 print(f"the ring overtakes the tree above {crossing / 1024:.0f} KiB; Rabenseifner overtakes recursive "
@@ -276,7 +275,7 @@ ax.set_ylabel("simulated time (ms)")
 ax.set_title("allreduce of 64 MiB: the ring's line is flat (dots: ring runs on the cluster)", fontsize=10)
 ax.legend()
 fig.tight_layout()
-fig.savefig(FIGURES / "05_time_vs_world_size.png", dpi=110)
+save_figure(fig, "05_time_vs_world_size.png", dpi=110)
 plt.close(fig)
 ring_growth = exact_times["ring"][-1] / exact_times["ring"][2]  # P = 64 vs P = 4
 tree_growth = exact_times["tree"][-1] / exact_times["tree"][2]
@@ -291,7 +290,9 @@ print(f"from P = 4 to P = 64 the ring's time grows {ring_growth:.2f}x, the tree'
 # a "message" is a copy into shared memory plus a semaphore wake-up, and P processes share the cores.
 # We time each algorithm for real (P = 4) and fit this machine's own α and β to the ring's formula. Only
 # the shapes are comparable: on a laptop the "latency" is tens of microseconds (operating-system
-# wake-ups, far above the 5 us of the model) and the "bandwidth" is that of a memory copy.
+# wake-ups, far above the 5 us of the model) and the "bandwidth" is that of a memory copy. Measured
+# times differ from run to run, so figures/05_wall_clock.png is yours alone: it is not committed
+# (.gitignore), unlike the other figures, which are the same bytes on every run.
 
 
 # %%
@@ -330,7 +331,7 @@ ax.set_ylabel("time per allreduce (us)")
 ax.set_title(f"P = {P}: wall-clock here (solid) vs the alpha-beta model (dashed)", fontsize=10)
 ax.legend(fontsize=7, ncol=2)
 fig.tight_layout()
-fig.savefig(FIGURES / "05_wall_clock.png", dpi=110)
+save_figure(fig, "05_wall_clock.png", dpi=110)
 plt.close(fig)
 print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ "
       f"{1 / max(beta_fit, 1e-15) / 1e9:.2f} GB/s "
@@ -358,3 +359,18 @@ assert choose_algorithm(2052, 513, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == 
 assert choose_algorithm(2052, 513, 8) == "recursive_doubling"
 assert choose_algorithm(2**20, 2**18, 8) == "rabenseifner"
 print("done: figures in", FIGURES)
+
+# %% [markdown]
+# ## Exercises
+#
+# * `ring_allreduce` — reduce-scatter then allgather around the ring, P − 1 steps each: send my chunk
+#   right, receive from the left, add it in. Check: `python -m pytest --exercise ring_allreduce`.
+# * `parameter_server_allreduce` — rank 0 receives every worker's array, sums, sends the total back.
+#   Check: `python -m pytest --exercise parameter_server_allreduce`.
+# * `tree_allreduce` — binomial-tree reduce to rank 0, then binomial-tree broadcast.
+#   Check: `python -m pytest --exercise tree_allreduce`.
+#
+# Hint: `comm.sendrecv(x, dst, src, out=chunk, op="sum")` sends and receives in one step (no deadlock,
+# whatever the size) and adds the incoming chunk into `out` on receipt; `comm.recv(src, out=, op=)` does
+# the same for a plain receive. Chunk bounds follow `np.array_split` (minidist/split.py); the schedule
+# figures above show every message.

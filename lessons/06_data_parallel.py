@@ -19,7 +19,6 @@
 # %%
 import time
 from itertools import pairwise
-from pathlib import Path
 
 import matplotlib
 
@@ -35,10 +34,10 @@ from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.buckets import assign_buckets, ready_layers
 from minidist.parallel.data import DataParallel, leaf_layers
-from minidist.parallel.overlap import allreduce_seconds, plot_overlap, step_time
+from minidist.parallel.overlap import allreduce_seconds, step_time
+from minidist.plots import figures_dir, plot_overlap, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()
 
 
@@ -160,7 +159,7 @@ for ax, (name, (bucket_bytes, overlap)) in zip(axes, configs.items()):
     print(f"{name:>30}: step {times[name] * 1e6:6.1f} us, compute {compute * 1e6:5.1f} us, "
           f"exposed communication {(times[name] - compute) * 1e6:6.1f} us")
 fig.tight_layout()
-fig.savefig(FIGURES / "06_overlap.png", dpi=100)
+save_figure(fig, "06_overlap.png", dpi=100)
 plt.close(fig)
 assert times["1 MiB buckets, overlapped"] < times["one allreduce after backward"]
 
@@ -243,7 +242,7 @@ ax2.plot(ps, [3 * sum(f) * 1e3 for f in (schedule_of(WIDE, B // p, p, 2**22)[0] 
 ax2.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="milliseconds", title="where the time goes")
 ax2.legend(fontsize="small")
 fig.tight_layout()
-fig.savefig(FIGURES / "06_scaling.png", dpi=100)
+save_figure(fig, "06_scaling.png", dpi=100)
 plt.close(fig)
 for p, s, w, c in zip(ps, strong, weak, seed_tcomm):
     print(f"P = {p:2d}: strong step {s * 1e3:6.3f} ms (speedup {t1 / s:5.2f}), weak step {w * 1e3:6.3f} ms "
@@ -304,3 +303,14 @@ def epoch_wall(comm):
 
 wall = {p: max(run(epoch_wall, p)) for p in (1, 2)}
 print(f"wall-clock of 5 steps: P = 1 {wall[1]:.2f} s, P = 2 {wall[2]:.2f} s, speedup {wall[1] / wall[2]:.2f}x")
+
+# %% [markdown]
+# ## Exercises
+#
+# * `dp_bucketed_allreduce` — `allreduce_bucket(comm, grads, algorithm, buffer)`: flatten one bucket of
+#   gradients into one buffer, allreduce it in one call, copy each piece of the sum back into its
+#   gradient (in place). Check: `python -m pytest --exercise dp_bucketed_allreduce`.
+#
+# Hint: `np.concatenate([g.ravel() for g in grads], out=buffer)`, then
+# `minidist.collectives.allreduce(comm, flat, algorithm=algorithm)`; write back with `g[...] = ...`, since
+# the optimizer holds references to the gradient arrays.

@@ -18,7 +18,6 @@
 # Budget: at most 30 epochs per run, stopped when the test accuracy first reaches 94%.
 
 # %%
-from pathlib import Path
 
 import matplotlib
 
@@ -32,9 +31,9 @@ from minidist.demo import accuracy, digits_mlp
 from minidist.nn import CrossEntropyLoss
 from minidist.optim import LARS, SGD, Constant, LinearScalingRule
 from minidist.parallel.data import DataParallel
+from minidist.plots import figures_dir, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()
 BASE_LR, BASE_BATCH, TARGET, MAX_EPOCHS, WARMUP_EPOCHS = 0.05, 32, 0.94, 30, 10
 
@@ -129,7 +128,7 @@ ax1.set_title("digits MLP, data-parallel on 2 ranks: test accuracy")
 ax2.set_title("the same against optimizer steps")
 ax2.legend(fontsize="x-small", loc="lower right")
 fig.tight_layout()
-fig.savefig(FIGURES / "07_large_batch.png", dpi=100)
+save_figure(fig, "07_large_batch.png", dpi=100)
 plt.close(fig)
 
 # %% [markdown]

@@ -26,7 +26,6 @@
 # %%
 import itertools
 import time
-from pathlib import Path
 
 import matplotlib
 
@@ -41,9 +40,9 @@ from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.pipeline_schedule import format_schedule, make_schedule, max_in_flight
 from minidist.parallel.pipeline_split import layer_costs, split_by_layers, stage_costs
+from minidist.plots import figures_dir, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 START = time.perf_counter()
 
 # The simulated machine: NVLink-like links (α = 5 µs, 25 GB/s) and a 100 GFLOP/s device — slow on
@@ -68,11 +67,9 @@ def train_once(comm, widths, schedule, M, checkpoint=False, boundaries="layers")
     data = np.random.default_rng(1)
     x = data.normal(size=(BATCH, widths[0])).astype(np.float32)
     target = data.normal(size=(BATCH, widths[-1])).astype(np.float32)
-    model = mlp(widths)
-    pipe = Pipeline(comm, model, loss_fn=MSELoss(), num_micro_batches=M, schedule=schedule,
+    pipe = Pipeline(comm, mlp(widths), loss_fn=MSELoss(), num_micro_batches=M, schedule=schedule,
                     checkpoint=checkpoint, boundaries=boundaries, sample=x)
-    optimizer = SGD(pipe.parameters(), lr=0.01)
-    pipe.train_step(x, target, optimizer)
+    pipe.train_step(x, target, SGD(pipe.parameters(), lr=0.01))
     return {"busy": pipe.busy_seconds, "end": comm.clock, "memory": pipe.memory,
             "peak": pipe.peak_activation_bytes, "boundaries": pipe.boundaries}
 
@@ -157,7 +154,7 @@ for ax, M in zip(axes, (1, 4, 8)):
     draw_ops(ax, trace, f"GPipe, P = {P}, M = {M}: step {makespan * 1e3:.2f} ms, bubble {bubble:.1%} "
                         f"(formula {(P - 1) / (M + P - 1):.1%})")
 fig.tight_layout()
-fig.savefig(FIGURES / "08_gpipe_timelines.png", dpi=110)
+save_figure(fig, "08_gpipe_timelines.png", dpi=110)
 plt.close(fig)
 
 print(" M   measured bubble   (P−1)/(M+P−1)   step (ms)")
@@ -210,7 +207,7 @@ for ax, name, res in ((axes[0, 1], "1F1B", f1b_results), (axes[1, 1], "GPipe", g
     ax.legend(fontsize=7, loc="upper right")
 axes[0, 1].sharey(axes[1, 1])
 fig.tight_layout()
-fig.savefig(FIGURES / "08_1f1b_vs_gpipe_memory.png", dpi=110)
+save_figure(fig, "08_1f1b_vs_gpipe_memory.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -270,7 +267,7 @@ ax.set_ylabel("peak activation memory (KiB)")
 ax.set_title("Checkpointing: the saving depends on the segment size", fontsize=10)
 ax.legend(fontsize=8)
 fig.tight_layout()
-fig.savefig(FIGURES / "08_checkpoint_segments.png", dpi=110)
+save_figure(fig, "08_checkpoint_segments.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -310,7 +307,7 @@ fig, axes = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
 for ax, (split, bounds, per_stage, makespan, bubble, trace) in zip(axes, rows):
     draw_ops(ax, trace, f"split by {split}: step {makespan * 1e3:.2f} ms, idle {bubble:.0%}")
 fig.tight_layout()
-fig.savefig(FIGURES / "08_load_imbalance.png", dpi=110)
+save_figure(fig, "08_load_imbalance.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -364,7 +361,7 @@ ax.set_ylabel("training loss (MSE)")
 ax.set_title("Stale gradients (PipeDream-style) at a learning rate synchronous SGD handles", fontsize=10)
 ax.legend(fontsize=8)
 fig.tight_layout()
-fig.savefig(FIGURES / "08_staleness.png", dpi=110)
+save_figure(fig, "08_staleness.png", dpi=110)
 plt.close(fig)
 for delay, losses in curves.items():
     print(f"τ = {delay}, lr = 0.3: loss after 10 steps {losses[9]:.4g}, after 60 steps {losses[-1]:.4g}")
@@ -388,5 +385,13 @@ assert slow[-1] < 1.01 * curves[0][-1] and slow[9] > 2 * curves[0][9], "a smalle
 #   schedules with flushes (GPipe, 1F1B) train exactly like one device.
 
 # %%
-elapsed = time.perf_counter() - START
-print(f"lesson ran in {elapsed:.1f} s; figures in {FIGURES}")
+print(f"lesson ran in {time.perf_counter() - START:.1f} s; figures in {FIGURES}")
+
+# %% [markdown]
+# ## Exercises
+#
+# * `gpipe_schedule` — `gpipe_schedule(P, M)`: the list of 2(M + P − 1) ticks, F(s, m) at tick s + m and
+#   B(s, m) at tick (M + P − 1) + (P − 1 − s) + m, each tick's `Op(stage, kind, micro_batch)` sorted by
+#   stage. Check: `python -m pytest --exercise gpipe_schedule`.
+#
+# Hint: `print(format_schedule(make_schedule("gpipe", 4, 3), 4))` prints the wave (section 1).

@@ -18,7 +18,6 @@
 # *blog-hotchips-scaling-dl-training* and *slides-ml-systems-design-scaling-up-training*.
 
 # %%
-from pathlib import Path
 
 import matplotlib
 
@@ -45,9 +44,9 @@ from minidist.parallel.tensor_cost import (
     seed_t_comm_data,
     seed_t_comm_model,
 )
+from minidist.plots import figures_dir, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 
 # %% [markdown]
 # ## 1. Two ways to cut a Linear layer
@@ -113,7 +112,7 @@ ax.set_title("the Megatron MLP block on rank p", fontsize=10)
 fig.suptitle(f"Weight partitions over P = {P_DRAW} ranks (hidden = {HIDDEN} units → "
              f"{[hi - lo for lo, hi in hidden_bounds]} per rank)")
 fig.tight_layout()
-fig.savefig(FIGURES / "09_partitions.png", dpi=110)
+save_figure(fig, "09_partitions.png", dpi=110)
 plt.close(fig)
 print("hidden units per rank:", [hi - lo for lo, hi in hidden_bounds])
 
@@ -265,7 +264,7 @@ handles, labels = axes[0].get_legend_handles_labels()
 fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
 fig.suptitle("Communication per step: the ledger's bytes (markers) over the seed's T_comm (lines)")
 fig.tight_layout(rect=(0, 0.12, 1, 1))
-fig.savefig(FIGURES / "09_bytes_per_step.png", dpi=110)
+save_figure(fig, "09_bytes_per_step.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -308,7 +307,7 @@ ax.set_xlabel("batch size B"), ax.set_ylabel("layer width d")
 ax.set_title(f"Model vs data parallelism: bytes per step (P = {P}, L = {LAYERS})")
 ax.legend(fontsize=7, loc="lower right")
 fig.tight_layout()
-fig.savefig(FIGURES / "09_crossover.png", dpi=110)
+save_figure(fig, "09_crossover.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -362,7 +361,7 @@ ax.set_title(f"Weights + grads + Adam + activations, L = {L_BIG}, B = {B_BIG}, P
 ax.legend(fontsize=8)
 ax.grid(alpha=0.3)
 fig.tight_layout()
-fig.savefig(FIGURES / "09_memory.png", dpi=110)
+save_figure(fig, "09_memory.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -372,3 +371,12 @@ plt.close(fig)
 # weights and optimizer state do not fit on one device. In practice the two are combined on a grid of ranks
 # (Gholami et al., 2018): model parallelism inside a group of closely connected devices, data parallelism
 # across groups.
+
+# %% [markdown]
+# ## Exercises
+#
+# * `megatron_mlp` — `MegatronMLP.forward` / `.backward`: column-parallel first layer, element-wise
+#   activation, row-parallel second layer; one all-reduce forward (`self.g.forward`) and one backward
+#   (`self.f.backward`). Check: `python -m pytest --exercise megatron_mlp`.
+#
+# Hint: keep x and the activation for backward; add the whole bias b2 once, after the all-reduce.

@@ -15,7 +15,6 @@
 
 # %%
 import time
-from pathlib import Path
 
 import matplotlib
 
@@ -23,14 +22,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minidist.cluster import Device, LinkModel, plot_timeline, run, run_traced
+from minidist.cluster import Device, LinkModel, run, run_traced
 from minidist.nn import Conv2d
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
 from minidist.parallel.spatial_cost import forward_time_1d, rehearse_conv_step
 from minidist.parallel.spatial_partition import AxisPartition, HaloPlan, length
+from minidist.plots import figures_dir, plot_timeline, save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 started = time.perf_counter()
 
 # %% [markdown]
@@ -89,7 +88,7 @@ for ax, (kernel, stride) in zip(axes.flat, [(3, 1), (5, 1), (3, 2), (5, 2)]):
 fig.suptitle("centre rank of a 3×3 grid: own block (white), phase-0 rows (blue), phase-1 columns (orange);\n"
              "red dashes: the input window its output reads", fontsize=10)
 fig.tight_layout()
-fig.savefig(FIGURES / "10_partition_halo.png", dpi=110)
+save_figure(fig, "10_partition_halo.png", dpi=110)
 print("wrote figures/10_partition_halo.png")
 
 # %% [markdown]
@@ -171,7 +170,7 @@ ax.set_title("3×3 conv: halo-to-interior ratio (solid: 1-D strips, dashed: 2-D 
 ax.legend(fontsize=8)
 ax.grid(True, which="both", alpha=0.3)
 fig.tight_layout()
-fig.savefig(FIGURES / "10_halo_ratio.png", dpi=110)
+save_figure(fig, "10_halo_ratio.png", dpi=110)
 print("wrote figures/10_halo_ratio.png")
 
 # %% [markdown]
@@ -254,7 +253,7 @@ for ax, which, seed in [(axes[0], 0, SEED_FWD), (axes[1], 1, SEED_BWD)]:
 axes[0].set_ylabel("speedup over 1 accelerator")
 axes[1].legend(fontsize=7)
 fig.tight_layout()
-fig.savefig(FIGURES / "10_scaling.png", dpi=110)
+save_figure(fig, "10_scaling.png", dpi=110)
 print("wrote figures/10_scaling.png")
 
 # %% [markdown]
@@ -271,7 +270,7 @@ def rehearse_64(comm):
 _, trace = run_traced(rehearse_64, 4)
 ax = plot_timeline(trace, title="one rehearsed step: 3×3 conv, 64², batch 32, 64 channels, 4 ranks")
 ax.figure.tight_layout()
-ax.figure.savefig(FIGURES / "10_timeline.png", dpi=110)
+save_figure(ax.figure, "10_timeline.png", dpi=110)
 sends = [s for s in trace.spans if s.kind == "send" and s.rank == 1]
 assert len(sends) >= 4   # an interior rank: 2 halo slabs forward, 2 gradients back (+ the allreduce)
 print("wrote figures/10_timeline.png")
@@ -311,7 +310,7 @@ ax.set_ylabel("forward efficiency T(1) / (P·T(P))")
 ax.set_title("3×3 conv, batch 32, 64 channels, V100 model: where the halo eats the gain")
 ax.legend()
 fig.tight_layout()
-fig.savefig(FIGURES / "10_efficiency.png", dpi=110)
+save_figure(fig, "10_efficiency.png", dpi=110)
 print("wrote figures/10_efficiency.png")
 
 # %% [markdown]
@@ -324,3 +323,13 @@ print("wrote figures/10_efficiency.png")
 # %%
 elapsed = time.perf_counter() - started
 print(f"\nlesson ran in {elapsed:.1f} s")
+
+# %% [markdown]
+# ## Exercises
+#
+# * `halo_exchange` — `exchange_halo(comm, x_local, plan)`: fill this rank's input window from its
+#   own block and the neighbours' boundary slabs, rows first (`plan.steps(rank, phase=0)`), then
+#   columns (`phase=1`). Check: `python -m pytest --exercise halo_exchange`.
+#
+# Hint: one `comm.sendrecv(slab, dst, src, sendtag=, recvtag=)` per step (`shift_step` wraps it): a
+# shift never deadlocks, whatever the slab size.

@@ -25,9 +25,10 @@ from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel, shard_bounds
-from minidist.parallel.overlap import plot_overlap, save_overlap_chrome
+from minidist.parallel.overlap import save_overlap_chrome
+from minidist.plots import figures_dir, plot_overlap, write_png
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
+FIGURES: Path | None = None  # None: minidist.plots.figures_dir() (figures/, or $MINIDIST_FIGURES)
 
 
 @dataclass
@@ -89,7 +90,7 @@ def plot_losses(run: TrainingRun, path: Path) -> None:
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    write_png(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -177,13 +178,14 @@ def main(epochs: int = 15) -> int:
           f"{WORLD_SIZE} processes, {wall_single:.1f} s in one process")
 
     step_trace = last_step_trace(trace, *out["last_step"])
-    FIGURES.mkdir(parents=True, exist_ok=True)
+    figures = Path(FIGURES) if FIGURES is not None else figures_dir()
+    figures.mkdir(parents=True, exist_ok=True)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plot_overlap(step_trace, [r["last_compute"] for r in results], path=FIGURES / "00_demo_timeline.png",
+    plot_overlap(step_trace, [r["last_compute"] for r in results], path=figures / "00_demo_timeline.png",
                  title="one data-parallel step: backward overlapped with the bucket allreduces")
     plt.close("all")
     chrome = save_overlap_chrome(step_trace, [r["last_compute"] for r in results],
@@ -191,9 +193,9 @@ def main(epochs: int = 15) -> int:
     run = TrainingRun(model=single.model, epoch_losses=[float(step_losses[e * steps_per_epoch:(e + 1) *
                       steps_per_epoch].mean()) for e in range(epochs)], test_accuracies=out["accuracies"],
                       step_losses=list(step_losses))
-    plot_losses(run, FIGURES / "00_demo_loss.png")
+    plot_losses(run, figures / "00_demo_loss.png")
     print(f"\ntest accuracy {out['accuracies'][-1]:.1%} after {epochs} epochs "
           f"({single.model.num_parameters():,} parameters, {time.perf_counter() - start:.1f} s)")
-    print(f"loss curve: {FIGURES / '00_demo_loss.png'}; timeline: {FIGURES / '00_demo_timeline.png'}; "
+    print(f"loss curve: {figures / '00_demo_loss.png'}; timeline: {figures / '00_demo_timeline.png'}; "
           f"Chrome trace of the last step (open in https://ui.perfetto.dev): {chrome}")
     return 0
