@@ -48,17 +48,21 @@ class OneBit:
                 ids.append(np.full(int(np.prod(shape)), first))
                 first += 1
         self.group, self.groups = np.concatenate(ids), first
+        self.order = np.argsort(self.group, kind="stable")           # entries sorted by group, and
+        self.starts = np.searchsorted(self.group[self.order], np.arange(first))   # where each group starts
         self.message_bytes = (self.n + 7) // 8 + 2 * self.groups * self.dtype.itemsize
 
     def encode(self, x: np.ndarray) -> np.ndarray:
         """x: flat gradient, shape (n,) -> the message, uint8 of shape (message_bytes,)."""
         x = self._check(x)
         bits = x >= 0
-        ones = np.bincount(self.group, weights=bits, minlength=self.groups)
-        plus = np.bincount(self.group, weights=np.where(bits, x, 0), minlength=self.groups)
-        minus = np.bincount(self.group, weights=np.where(bits, 0, x), minlength=self.groups)
+        xs, bs = x[self.order].astype(np.float64), bits[self.order]      # grouped; sums in float64
+        count = np.diff(np.append(self.starts, self.n))
+        ones = np.add.reduceat(bs.astype(np.int64), self.starts)
+        plus = np.add.reduceat(np.where(bs, xs, 0.0), self.starts)
+        minus = np.add.reduceat(xs, self.starts) - plus
         with np.errstate(invalid="ignore", divide="ignore"):      # an empty side: its mean is never used
-            scales = np.stack([plus / ones, minus / (np.bincount(self.group, minlength=self.groups) - ones)])
+            scales = np.stack([plus / ones, minus / (count - ones)])
         scales = np.nan_to_num(scales).astype(self.dtype)
         return np.concatenate([np.packbits(bits), scales.ravel().view(np.uint8)])
 
