@@ -35,7 +35,8 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     model: the same initial replica on every rank (build it from one seed); loss_fn: e.g. MSELoss();
     batch(worker, step) -> (x, y): worker's batch at that step; seconds: (W, K) compute seconds (the
     table also fixes the number of steps K); link: the run's LinkModel (default LinkModel()).
-    Servers return {"shard", "staleness", "history": [(clock, shard copy)] every record_every updates};
+    Servers return {"shard", "staleness", "times" (clock of each update), "history": [(clock, shard copy)]
+    every record_every updates};
     workers return {"losses": [(clock, loss)], "clock"}.
     """
     if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or not 1 <= servers < comm.world_size:
@@ -65,13 +66,14 @@ def _serve(comm, flat, piece, pushes, servers, lr, momentum, record_every) -> di
     shard = Parameter(flat[piece[0]:piece[1]].copy())
     optimizer = SGD([shard], lr=lr, momentum=momentum)
     version, sent = 0, {}
-    staleness, history = [], [(comm.clock, shard.data.copy())]
+    staleness, times, history = [], [], [(comm.clock, shard.data.copy())]
     for push in pushes:
         comm.recv(servers + push.worker, out=shard.grad)
         if comm.clock != push.received:
             raise RuntimeError(f"server {comm.rank}: the clock ({comm.clock}) left the schedule ({push.received}); "
                                f"pass train_parameter_server the LinkModel the run uses")
         staleness.append(version - sent.get(push.worker, 0))
+        times.append(comm.clock)
         optimizer.step()
         version += 1
         for worker in push.replies:
@@ -79,7 +81,7 @@ def _serve(comm, flat, piece, pushes, servers, lr, momentum, record_every) -> di
             sent[worker] = version
         if record_every and version % record_every == 0:
             history.append((comm.clock, shard.data.copy()))
-    return {"shard": shard.data, "staleness": staleness, "history": history}
+    return {"shard": shard.data, "staleness": staleness, "times": times, "history": history}
 
 
 def _work(comm, model, loss_fn, batch, params, pieces, seconds, servers) -> dict:
