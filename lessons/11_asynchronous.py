@@ -149,7 +149,8 @@ assert curves["asynchronous"][-1][0] <= curves["synchronous"][-1][0]     # it ne
 # %% [markdown]
 # Synchronous SGD runs at the straggler's pace: every round lasts 3 ms. Asynchronous SGD lets the three
 # fast workers go on, so the server applies ~2.5× as many pushes per simulated second (the fast workers
-# finish their 48 steps after ~50 ms; from then on only the straggler pushes) — and pays in staleness: the fast workers' gradients are a few updates old, the straggler's up to ~10. The bound s
+# finish their 48 steps after ~50 ms; from then on only the straggler pushes) — and pays in staleness:
+# the fast workers' gradients are a few updates old, the straggler's up to ~10. The bound s
 # trades between the two. Local SGD and elastic averaging communicate every 4 steps only, but wait for
 # the straggler at each exchange. Per *update*, staleness costs accuracy (Mitliagkas et al., "Asynchrony
 # begets momentum": a stale update behaves like implicit momentum, so explicit momentum should drop as
@@ -170,7 +171,8 @@ runs = {"P = 1": hogwild(problem, 1, 1, 0.5), "P = 2, no lock": hogwild(problem,
 for name, out in runs.items():
     print(f"{name:>16}: {out['updates_per_second']:8.0f} updates/s, loss {out['loss']:.3f}, "
           f"conflicts {out['conflicts']} of {out['updates']} updates")
-print(f"speedup of two lock-free processes: {runs['P = 2, no lock']['updates_per_second'] / runs['P = 1']['updates_per_second']:.2f}x")
+hogwild_speedup = runs["P = 2, no lock"]["updates_per_second"] / runs["P = 1"]["updates_per_second"]
+print(f"speedup of two lock-free processes: {hogwild_speedup:.2f}x (wall clock, on a shared machine)")
 assert runs["P = 1"]["conflicts"] == 0 and runs["P = 2, one lock"]["conflicts"] == 0
 assert runs["P = 2, no lock"]["conflicts"] < 0.05 * runs["P = 2, no lock"]["updates"]     # sparse: rare
 assert runs["P = 2, no lock"]["loss"] < 1.1 * runs["P = 1"]["loss"]                       # and harmless
