@@ -1,0 +1,21 @@
+"""Training that does not wait for the slowest worker: parameter servers, Hogwild!, elastic and local SGD.
+
+stragglers.py        step_seconds: per-worker, per-step compute times on the simulated clock
+staleness.py         may_start: the stale-synchronous bound (an exercise)
+schedule.py          ps_schedule: the order in which parameter servers take pushes, on the clock
+parameter_server.py  train_parameter_server: Downpour SGD, asynchronous or stale-synchronous
+local_sgd.py         train_local_sgd: average the models every H steps
+elastic.py           train_elastic: elastic averaging SGD with a center variable
+hogwild.py           hogwild: lock-free SGD on a shared array (real processes, real parallelism)
+"""
+
+from .elastic import train_elastic
+from .hogwild import SparseProblem, hogwild, sparse_problem
+from .local_sgd import train_local_sgd
+from .parameter_server import train_parameter_server
+from .schedule import PSSchedule, Push, ps_schedule
+from .staleness import check_bound, may_start
+from .stragglers import step_seconds
+
+__all__ = ["PSSchedule", "Push", "SparseProblem", "check_bound", "hogwild", "may_start", "ps_schedule",
+           "sparse_problem", "step_seconds", "train_elastic", "train_local_sgd", "train_parameter_server"]

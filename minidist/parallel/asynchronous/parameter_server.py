@@ -1,0 +1,109 @@
+"""Asynchronous SGD with parameter servers (Downpour SGD), stale-synchronous if asked.
+
+Dean et al., "Large Scale Distributed Deep Networks" (the "Scaling Deep Learning" slides: "Parameter
+Server [Dean, NIPS 2012]: asynchronously update parameters"; "Hardware Accelerators for Training DNNs":
+"Distributed asynchronous SGD"). Ranks 0..S−1 are servers, each holding one piece of the flat
+parameter vector (minidist.split's rule); ranks S..P−1 are workers. Per step a worker
+
+    computes g = ∇ℓ(w_pulled) on its own batch,  pushes piece j of g to server j,  pulls fresh pieces
+
+and server j applies every push on arrival with its optimizer (SGD, optionally with momentum:
+M ← μM − lr·g; W ← W + M), without waiting for the other workers. A gradient computed on parameters
+that are τ updates old has staleness τ. With bound s, a worker more than s steps ahead of the slowest
+waits for its reply (schedule.py); s = 0 is synchronous parameter-server SGD. Compute time comes from
+a straggler table (stragglers.py) on the simulated clock; the arithmetic is real.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.cluster import LinkModel
+from minidist.nn import Parameter
+from minidist.optim import SGD
+from minidist.split import split_bounds
+
+from .schedule import ps_schedule
+from .staleness import check_bound
+
+
+def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: np.ndarray, servers: int = 1,
+                           bound: int | None = None, momentum: float = 0.0, link: LinkModel | None = None,
+                           record_every: int = 0) -> dict:
+    """Run on every rank of ``run(train_parameter_server, S + W, model, ...)``; returns this rank's record.
+
+    model: the same initial replica on every rank (build it from one seed); loss_fn: e.g. MSELoss();
+    batch(worker, step) -> (x, y): worker's batch at that step; seconds: (W, K) compute seconds (the
+    table also fixes the number of steps K); link: the run's LinkModel (default LinkModel()).
+    Servers return {"shard", "staleness", "times" (clock of each update), "history": [(clock, shard copy)]
+    every record_every updates};
+    workers return {"losses": [(clock, loss)], "clock"}.
+    """
+    if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or not 1 <= servers < comm.world_size:
+        raise ValueError(f"servers must be an integer with 1 <= servers < world size = {comm.world_size} "
+                         f"(at least one worker), got {servers!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    bound, link = check_bound(bound), LinkModel() if link is None else link
+    workers = comm.world_size - servers
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if seconds.ndim != 2 or seconds.shape[0] != workers:
+        raise ValueError(f"seconds must have shape (workers = {workers}, steps), got {seconds.shape}")
+    params = model.parameters()
+    flat = np.concatenate([p.data.ravel() for p in params])
+    pieces = split_bounds(flat.size, servers)
+    if any(lo == hi for lo, hi in pieces):
+        raise ValueError(f"{servers} servers for {flat.size} parameters: a server would hold nothing")
+    nbytes = [(hi - lo) * flat.itemsize for lo, hi in pieces]
+    plan = ps_schedule(seconds, nbytes, nbytes, link.alpha, link.beta, bound)
+    if comm.rank < servers:
+        return _serve(comm, flat, pieces[comm.rank], plan.pushes[comm.rank], servers, lr, momentum, record_every)
+    return _work(comm, model, loss_fn, batch, params, pieces, seconds[comm.rank - servers], servers)
+
+
+def _serve(comm, flat, piece, pushes, servers, lr, momentum, record_every) -> dict:
+    """Apply every push of this server's schedule in order; reply to the workers it lets go."""
+    shard = Parameter(flat[piece[0]:piece[1]].copy())
+    optimizer = SGD([shard], lr=lr, momentum=momentum)
+    version, sent = 0, {}
+    staleness, times, history = [], [], [(comm.clock, shard.data.copy())]
+    for push in pushes:
+        comm.recv(servers + push.worker, out=shard.grad)
+        if comm.clock != push.received:
+            raise RuntimeError(f"server {comm.rank}: the clock ({comm.clock}) left the schedule ({push.received}); "
+                               f"pass train_parameter_server the LinkModel the run uses")
+        staleness.append(version - sent.get(push.worker, 0))
+        times.append(comm.clock)
+        optimizer.step()
+        version += 1
+        for worker in push.replies:
+            comm.send(shard.data, servers + worker)
+            sent[worker] = version
+        if record_every and version % record_every == 0:
+            history.append((comm.clock, shard.data.copy()))
+    return {"shard": shard.data, "staleness": staleness, "times": times, "history": history}
+
+
+def _work(comm, model, loss_fn, batch, params, pieces, seconds, servers) -> dict:
+    """Compute, push, pull, for every step of this worker's row of the straggler table."""
+    flat_grad = np.empty(sum(p.size for p in params), dtype=params[0].data.dtype)
+    flat_data = np.empty_like(flat_grad)
+    losses = []
+    for step, duration in enumerate(seconds):
+        x, y = batch(comm.rank - servers, step)
+        model.zero_grad()
+        loss = loss_fn.forward(model.forward(x), y)
+        model.backward(loss_fn.backward())
+        comm.elapse(float(duration), label=f"step {step}")
+        losses.append((comm.clock, float(loss)))
+        np.concatenate([p.grad.ravel() for p in params], out=flat_grad)
+        for j, (lo, hi) in enumerate(pieces):
+            comm.send(flat_grad[lo:hi], j)
+        if step + 1 < len(seconds):
+            for j, (lo, hi) in enumerate(pieces):
+                comm.recv(j, out=flat_data[lo:hi])
+            offset = 0
+            for p in params:
+                p.data[...] = flat_data[offset:offset + p.size].reshape(p.shape)
+                offset += p.size
+    return {"losses": losses, "clock": comm.clock}

@@ -1,0 +1,98 @@
+"""When each push reaches each parameter server: an event simulation of asynchronous SGD on the clock.
+
+The cluster's receive names its sender, so a server must know in advance from which worker the next
+gradient comes. That order follows from the simulated clock alone (the arithmetic does not change it):
+
+    worker w, step k:  compute seconds[w, k]; push shard j to server j (α + n_j β each, in order j = 0..S−1);
+                       wait for the reply of every server, then start step k + 1
+    server j:          takes pushes in order of arrival (ties: lower worker first), applies each at once,
+                       then replies (α + n_j β) to every waiting worker the stale-synchronous bound lets go
+
+``ps_schedule`` replays exactly these rules with the cluster ledger's arithmetic (clock + α + n·β for a
+send, max(clock, arrival) for a receive), so the trainer's clocks equal it bit for bit. Sources: Dean et
+al., "Large Scale Distributed Deep Networks" (Downpour SGD); the "Scaling Deep Learning" slides.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import NamedTuple
+
+import numpy as np
+
+from .staleness import check_bound, may_start
+
+
+class Push(NamedTuple):
+    """One gradient shard as server j takes it: who sent it, when, how stale, and whom j replies to next."""
+
+    worker: int
+    step: int
+    received: float        # the server's clock once the push is in (max(its clock, arrival))
+    staleness: int         # updates applied by this server since the worker pulled
+    replies: tuple         # workers this server sends fresh parameters to right after this update
+
+
+class PSSchedule(NamedTuple):
+    pushes: list           # per server: its Pushes in the order it applies them
+    worker_clock: np.ndarray   # each worker's clock after its last push, shape (W,)
+    server_clock: np.ndarray   # each server's clock at the end, shape (S,)
+
+
+def ps_schedule(seconds: np.ndarray, push_bytes: list[int], pull_bytes: list[int], alpha: float, beta: float,
+                bound: int | None = None) -> PSSchedule:
+    """Simulate asynchronous SGD on S = len(push_bytes) servers and W workers for K steps each.
+
+    seconds: (W, K) compute seconds per worker and step; push_bytes / pull_bytes: bytes of one push /
+    one reply of each server; alpha, beta: the link model; bound: the staleness bound s (None: none).
+    """
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if seconds.ndim != 2 or seconds.size == 0 or not np.all(seconds >= 0):
+        raise ValueError(f"ps_schedule: seconds must be a non-empty (workers, steps) table of times >= 0, "
+                         f"got shape {seconds.shape}")
+    if len(push_bytes) != len(pull_bytes) or not push_bytes:
+        raise ValueError("ps_schedule: push_bytes and pull_bytes need one entry per server (at least one)")
+    bound = check_bound(bound)
+    workers, steps = seconds.shape
+    servers = len(push_bytes)
+    clock = [0.0] * workers
+    next_step = [0] * workers
+    pushed = [[0] * workers for _ in range(servers)]
+    pulled = [[0] * workers for _ in range(servers)]        # the version each worker last received
+    version, server_clock = [0] * servers, [0.0] * servers
+    waiting = [set() for _ in range(servers)]
+    reply_at: list[dict] = [{} for _ in range(workers)]     # server -> arrival of its reply
+    heap, pushes = [], [[] for _ in range(servers)]
+
+    def start(w: int) -> None:                              # compute step next_step[w], push every shard
+        t = clock[w] + float(seconds[w, next_step[w]])
+        for j in range(servers):
+            t = t + alpha + push_bytes[j] * beta            # the ledger's send: (start + α) + n·β
+            heapq.heappush(heap, (t, j, w, next_step[w]))
+        clock[w] = t
+        next_step[w] += 1
+
+    for w in range(workers):
+        start(w)
+    while heap:
+        arrival, j, w, k = heapq.heappop(heap)
+        server_clock[j] = max(server_clock[j], arrival)
+        received, staleness = server_clock[j], version[j] - pulled[j][w]
+        version[j] += 1
+        pushed[j][w] = k + 1
+        if k + 1 < steps:
+            waiting[j].add(w)
+        replies = []
+        for v in sorted(waiting[j]):
+            if may_start(v, pushed[j], bound):
+                server_clock[j] = server_clock[j] + alpha + pull_bytes[j] * beta
+                reply_at[v][j], pulled[j][v] = server_clock[j], version[j]
+                waiting[j].discard(v)
+                replies.append(v)
+                if len(reply_at[v]) == servers:             # the worker receives from servers 0..S−1
+                    for i in range(servers):
+                        clock[v] = max(clock[v], reply_at[v][i])
+                    reply_at[v] = {}
+                    start(v)
+        pushes[j].append(Push(w, k, received, staleness, tuple(replies)))
+    return PSSchedule(pushes, np.array(clock), np.array(server_clock))

@@ -1,0 +1,83 @@
+"""1-bit SGD's quantiser: one sign bit per gradient entry plus two reconstruction values per group.
+
+Seide et al., "1-Bit Stochastic Gradient Descent and its Application to Data-Parallel Distributed
+Training of Speech DNNs" (the "Scaling Deep Learning" slides: "send quantized gradients around, keep
+residuals"). Each group (a whole tensor, or one column of a weight matrix) is sent as
+
+    bit_i = [x_i >= 0]          mean_+ = mean of the x_i with bit 1,   mean_- = mean of those with bit 0
+    decoded_i = mean_+ if bit_i else mean_-
+
+so the decoded group has the same sum as the original. The wire format is one uint8 array: the bits of
+all n entries packed 8 to a byte (ceil(n / 8) bytes), then the 2·groups reconstruction values in the
+value dtype — 32x fewer bytes than float32, plus the scales. What is lost (x − decoded) is what error
+feedback (error_feedback.py) carries to the next step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .topk import check_dtype
+
+
+class OneBit:
+    """Sign + two means per group, for flat gradients made of tensors of the given ``shapes``.
+
+    Args:
+        shapes: the tensors' shapes, in the order they are concatenated into the flat gradient.
+        per: "tensor" (one group per tensor) or "column" (one group per column of a 2-D tensor, Seide's
+            choice; other tensors stay one group).
+        dtype: the gradients' float dtype (the reconstruction values travel in it).
+    """
+
+    def __init__(self, shapes: list[tuple[int, ...]], per: str = "tensor", dtype=np.float32):
+        if per not in ("tensor", "column"):
+            raise ValueError(f"OneBit: per must be 'tensor' or 'column', got {per!r}")
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        if not shapes or any(int(np.prod(s)) == 0 for s in shapes):
+            raise ValueError(f"OneBit needs at least one non-empty tensor shape, got {shapes}")
+        self.shapes, self.per, self.dtype = shapes, per, check_dtype(dtype)
+        self.n = sum(int(np.prod(s)) for s in shapes)
+        # group id of every flat entry: a tensor, or (per="column") a column of a 2-D tensor
+        ids, first = [], 0
+        for shape in shapes:
+            if per == "column" and len(shape) == 2:
+                ids.append(first + np.tile(np.arange(shape[1]), shape[0]))   # row-major: entry (i, j) -> j
+                first += shape[1]
+            else:
+                ids.append(np.full(int(np.prod(shape)), first))
+                first += 1
+        self.group, self.groups = np.concatenate(ids), first
+        self.order = np.argsort(self.group, kind="stable")           # entries sorted by group, and
+        self.starts = np.searchsorted(self.group[self.order], np.arange(first))   # where each group starts
+        self.message_bytes = (self.n + 7) // 8 + 2 * self.groups * self.dtype.itemsize
+
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        """x: flat gradient, shape (n,) -> the message, uint8 of shape (message_bytes,)."""
+        x = self._check(x)
+        bits = x >= 0
+        xs, bs = x[self.order].astype(np.float64), bits[self.order]      # grouped; sums in float64
+        count = np.diff(np.append(self.starts, self.n))
+        ones = np.add.reduceat(bs.astype(np.int64), self.starts)
+        plus = np.add.reduceat(np.where(bs, xs, 0.0), self.starts)
+        minus = np.add.reduceat(xs, self.starts) - plus
+        with np.errstate(invalid="ignore", divide="ignore"):      # an empty side: its mean is never used
+            scales = np.stack([plus / ones, minus / (count - ones)])
+        scales = np.nan_to_num(scales).astype(self.dtype)
+        return np.concatenate([np.packbits(bits), scales.ravel().view(np.uint8)])
+
+    def decode(self, message: np.ndarray) -> np.ndarray:
+        """message: uint8 (message_bytes,) -> the decoded flat gradient, shape (n,), in the value dtype."""
+        if not (isinstance(message, np.ndarray) and message.dtype == np.uint8 and message.shape == (self.message_bytes,)):
+            raise ValueError(f"OneBit.decode expects a uint8 message of {self.message_bytes} bytes, got "
+                             f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}")
+        packed = (self.n + 7) // 8
+        bits = np.unpackbits(message[:packed], count=self.n).astype(bool)
+        scales = message[packed:].view(self.dtype).reshape(2, self.groups)
+        return np.where(bits, scales[0][self.group], scales[1][self.group])
+
+    def _check(self, x) -> np.ndarray:
+        if not (isinstance(x, np.ndarray) and x.shape == (self.n,) and x.dtype == self.dtype):
+            raise ValueError(f"OneBit.encode expects a flat {self.dtype} gradient of shape ({self.n},), got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+        return x
