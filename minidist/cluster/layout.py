@@ -40,6 +40,7 @@ class Layout:
         return first * LINE
 
     def mailbox_offset(self, src: int, dst: int) -> int:
+        """Byte offset of mailbox ``src`` -> ``dst`` in the block."""
         return self.control_bytes + (src * self.world_size + dst) * self.nslots * self.slot_bytes
 
     def segments(self, nbytes: int, itemsize: int) -> tuple[int, int]:

@@ -93,6 +93,7 @@ class Endpoint:
 
     # -- shared state ------------------------------------------------------------------------------------
     def aborting(self) -> bool:
+        """True once any rank (or the parent) has asked the run to stop."""
         return self.ctrl[0] != 0
 
     def abort(self) -> None:
@@ -104,11 +105,13 @@ class Endpoint:
             bell.release()
 
     def mark_done(self) -> None:
+        """Tell every rank that this rank's function has returned (a peer waiting for it then raises)."""
         self.ctrl[self.layout.line("done", self.rank)] = 1
         for bell in self.doorbells:
             bell.release()
 
     def peer_done(self, peer: int) -> bool:
+        """True if world rank ``peer``'s function has returned."""
         return self.ctrl[self.layout.line("done", peer)] != 0
 
     def ring_if_asleep(self, peer: int, reason: int, column: int, read: int = 0) -> None:
