@@ -26,8 +26,8 @@ def check_payload(array) -> np.ndarray:
         raise TypeError(f"send expects a numeric, bool or string dtype, got {array.dtype} (views such as "
                         f"x.view(np.uint16) carry other types)")
     if len(array.dtype.str) > DTYPE_CHARS:
-        raise ValueError(f"send carries a dtype's name in at most {DTYPE_CHARS} characters; {array.dtype.str!r} "
-                         f"has {len(array.dtype.str)}")
+        raise ValueError(f"send carries a dtype's name in at most {DTYPE_CHARS} characters; "
+                         f"{array.dtype.str!r} has {len(array.dtype.str)}")
     if array.ndim > 32:
         raise ValueError(f"send supports up to 32 dimensions, got {array.ndim}")
     _SENDABLE.add(array.dtype)

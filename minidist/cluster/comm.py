@@ -58,7 +58,6 @@ class CollectiveCall:
         self.comm._call, self.comm._call_name = self.outer
 
 
-
 class Communicator(Group):
     """A group of ranks that exchange NumPy arrays. Built by ``run``; sub-groups by ``split``."""
 

@@ -61,7 +61,8 @@ class Group:
         while step < self.world_size:
             self._control_send(np.array([low, high], dtype=np.int64), (self.rank + step) % self.world_size,
                                AGREE, self._ledger.clock)
-            other_low, other_high = self._control_recv((self.rank - step) % self.world_size, AGREE)[1].tolist()
+            theirs = self._control_recv((self.rank - step) % self.world_size, AGREE)[1]
+            other_low, other_high = theirs.tolist()
             low, high = min(low, other_low), max(high, other_high)
             step *= 2
         return low == high

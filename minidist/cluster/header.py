@@ -45,7 +45,8 @@ class Meta(NamedTuple):
         return f"tag {self.tag}, {self.dtype} {self.shape}, {self.nbytes} bytes"
 
 
-def pack_header(seq: int, comm: int, call: int, tag: int, data: np.ndarray, arrival: float, kind: int) -> bytes:
+def pack_header(seq: int, comm: int, call: int, tag: int, data: np.ndarray, arrival: float,
+                kind: int) -> bytes:
     """The header of a message of ``data`` (C-contiguous, up to 32 dims) as bytes for its first slot."""
     return HEADER_WITH_SHAPE[data.ndim].pack(seq, comm, call, tag, data.nbytes, arrival, kind, data.ndim,
                                              _dtype_code(data.dtype), *data.shape)

@@ -149,7 +149,7 @@ class Endpoint:
         waits for, and a new wait number) and sleeps on its doorbell, re-checking after every ring and
         every ``POLL`` seconds.
         """
-        def ready() -> bool:        # decided from the two mailboxes' counters only (find_deadlock reads them too)
+        def ready() -> bool:        # from the two mailboxes' counters only (find_deadlock reads the same)
             return (send_to >= 0 and self.written[send_to] - self.ctrl[self.read_out[send_to]] < self.nslots) or \
                 (recv_from >= 0 and self.read[recv_from] < self.ctrl[self.written_in[recv_from]])
 

@@ -110,7 +110,8 @@ class Outgoing:
 
 
 # -- receiving: wait, copy out (or reduce into out), free -------------------------------------------------
-def wait_for_header(ep: Endpoint, src: int, comm: int, kind: int, wait_tag: int) -> tuple[Meta, Incoming | None]:
+def wait_for_header(ep: Endpoint, src: int, comm: int, kind: int,
+                    wait_tag: int) -> tuple[Meta, Incoming | None]:
     """Wait for the next message of this communicator and kind from ``src``; consume nothing of it.
 
     Returns (header, None) for a message that sits in one slot (``read_message`` takes it in one
@@ -130,8 +131,8 @@ def wait_for_header(ep: Endpoint, src: int, comm: int, kind: int, wait_tag: int)
     return meta, incoming
 
 
-def read_message(ep: Endpoint, src: int, meta: Meta, incoming: Incoming | None, target: np.ndarray, ufunc=None,
-                 base: np.ndarray | None = None, wait_tag: int = 0) -> None:
+def read_message(ep: Endpoint, src: int, meta: Meta, incoming: Incoming | None, target: np.ndarray,
+                 ufunc=None, base: np.ndarray | None = None, wait_tag: int = 0) -> None:
     """Receive the message ``wait_for_header`` announced into ``target`` and free its slots.
 
     target: C-contiguous, of the message's dtype and shape. ufunc None: target = incoming; else
@@ -146,7 +147,7 @@ def read_message(ep: Endpoint, src: int, meta: Meta, incoming: Incoming | None, 
 
 
 def take_short(ep: Endpoint, src: int, meta: Meta, target: np.ndarray, ufunc, base) -> None:
-    """Copy (or combine) the one-slot message at the head of mailbox ``src`` -> me into ``target``; free the slot."""
+    """Copy (or combine) the one-slot message at the head of mailbox src -> me into ``target``; free its slot."""
     r = ep.read[src]
     start = ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes + HEADER_BYTES
     if ufunc is None:
@@ -184,7 +185,8 @@ class Incoming:
                 del ep.stash[key]     # an empty stash lets the next receive take the short path
         while self.meta is None and ep.has_data(self.src):
             if self.reading is None:
-                meta = read_header(ep.buf, ep.box_in[self.src] + (ep.read[self.src] % ep.nslots) * ep.slot_bytes)
+                slot = ep.box_in[self.src] + (ep.read[self.src] % ep.nslots) * ep.slot_bytes
+                meta = read_header(ep.buf, slot)
                 if meta.comm == self.comm and meta.kind == self.kind:
                     self.meta = meta
                     break
@@ -198,7 +200,8 @@ class Incoming:
     def start(self, target: np.ndarray, ufunc=None, base: np.ndarray | None = None) -> None:
         """Receive our message into ``target`` (see ``read_message``)."""
         if self.stashed is not None:
-            _combine(target.reshape(-1), self.stashed.reshape(-1), ufunc, None if base is None else base.reshape(-1))
+            base_flat = None if base is None else base.reshape(-1)
+            _combine(target.reshape(-1), self.stashed.reshape(-1), ufunc, base_flat)
             self.done = True
         else:
             self._begin(self.meta, target, ufunc, base)
