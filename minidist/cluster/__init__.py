@@ -8,10 +8,15 @@
             return comm.recv(src=0)
     results = run(fn, 2)          # [None, array([0., 1., 2., 3.])]
 
-launcher.py starts the processes and handles failures (process_setup.py prepares each one), comm.py is
-the Communicator, mailbox.py the shared-memory transport under it (the block's layout, waiting and
-doorbells) and messages.py how one message streams through a mailbox; ledger.py holds the byte counters,
-the simulated alpha-beta clock and traces.
+launcher.py starts the processes and handles failures (process_setup.py prepares each one). Each rank
+talks through a Communicator, and each layer calls only the one below it:
+
+    comm.py       the Communicator: send, recv, sendrecv, collective (group.py: barrier, all_equal, split)
+    messages.py   one message through a mailbox: reserve slots, copy in, ring / wait, copy out, free
+    mailbox.py    the shared-memory mailboxes, waiting and doorbells (layout.py: where everything sits)
+
+header.py packs a message's header, checks.py checks arguments, ledger.py holds the byte counters, the
+simulated alpha-beta clock and traces.
 """
 
 from .comm import Communicator, MessageMismatchError

@@ -1,36 +1,27 @@
 """Traffic counters, the simulated alpha-beta clock, and the trace of every span.
 
-The machine model (seeds: slides "AI systems: distributed DL, part 2" — T = alpha + beta * n per message,
-the ring allreduce costs 2(P-1)(alpha + beta |W| / P); slides "hardware accelerators" — a V100 has
-16 GB of HBM2 and 300 GB/s of NVLink in total):
+The machine model: a message of n bytes costs T = alpha + beta * n seconds (alpha = latency, beta =
+seconds per byte = 1 / bandwidth), the model of the "Distributed Deep Learning (Part II)" slides, where
+a ring allreduce of |W| bytes costs 2(P-1)(alpha + beta |W| / P). A ``Device`` computes ``flops``
+FLOP/s and holds ``memory`` bytes (a V100 by default: the "Hardware Accelerators for Training Deep
+Neural Networks" tutorial).
 
-* A ``Device`` computes ``flops`` floating-point operations per second and holds ``memory`` bytes.
-* A ``LinkModel`` says what one message costs: sending n bytes occupies the sender for
-  ``alpha + n * beta`` seconds (alpha = latency, beta = seconds per byte = 1 / bandwidth).
-* Every rank has its own clock. ``send`` advances the sender's clock by alpha + n beta and stamps the
-  message with its arrival time; ``recv`` completes at ``max(own clock, arrival)`` — waiting for a late
-  message is idle time. ``comm.compute(flops)`` charges flops / device.flops; ``comm.elapse(seconds)``
-  charges seconds directly. ``barrier()`` is taken as ideal: every clock jumps to the latest one.
-
-The clock is *simulated*: it says how long the program would take on the modelled machine, whatever this
-computer's real speed. Real wall-clock times are for benchmarks/comm.py.
-
-Getting the ledger back to the parent process::
+Every rank has its own clock. ``send`` advances the sender's clock by alpha + n beta and stamps the
+message with its arrival time; ``recv`` completes at ``max(own clock, arrival)`` (waiting for a late
+message is idle time); ``comm.compute(flops)`` charges flops / device.flops, ``comm.elapse(seconds)``
+charges seconds; ``barrier()`` is ideal: every clock jumps to the latest. The clock says how long the
+program would take on the modelled machine, whatever this computer's real speed.
 
     results, trace = run_traced(fn, world_size, *args)   # same arguments as run(...)
-    trace.spans            # list of Span(rank, start, end, kind, label, peer, nbytes), by rank then time
-    trace.clocks           # final simulated clock of each rank
-    trace.stats            # Stats of each rank's world communicator (payload bytes and messages)
-    trace.save_chrome("ring.json")     # open in https://ui.perfetto.dev or chrome://tracing
-    plot_timeline(trace, path="ring.png")   # a Gantt chart, one row per rank
+    trace.spans            # Span(rank, start, end, kind, label, peer, nbytes), by rank then time
+    trace.clocks, trace.stats                # final clock and world-communicator Stats of each rank
+    trace.save_chrome("ring.json")           # open in https://ui.perfetto.dev or chrome://tracing
+    plot_timeline(trace, path="ring.png")    # a Gantt chart, one row per rank
 
-Spans are kept only under ``run_traced``. Under ``run`` the clock and the counters run the same, but
-no span is stored: a long training run would otherwise pile up two tuples per message in every rank
-(and storing them is a tenth of a small message's cost; benchmarks/comm.md, "Session 4").
-
-``comm.stats`` counts payload bytes and messages of one communicator (a sub-communicator from
-``comm.split`` has its own counters); headers, barriers and ``split`` bookkeeping are not counted, so the
-numbers can be compared with the textbook formulas exactly.
+Spans are kept only under ``run_traced`` (under ``run`` the clock and counters run the same, but a
+long run does not pile up two tuples per message). ``comm.stats`` counts payload bytes and messages of
+one communicator; headers, barriers and ``split`` bookkeeping are not counted, so the numbers can be
+compared with the textbook formulas exactly.
 """
 
 from __future__ import annotations
@@ -60,7 +51,7 @@ class LinkModel:
             raise ValueError(f"LinkModel expects finite alpha >= 0 and beta >= 0, got {self.alpha}, {self.beta}")
 
     def time(self, nbytes: int) -> float:
-        """Seconds to send one message of ``nbytes`` bytes."""
+        """Seconds to send one message of ``nbytes`` bytes: alpha + nbytes * beta."""
         return self.alpha + nbytes * self.beta
 
 
@@ -114,6 +105,7 @@ class Ledger:
 
     @property
     def spans(self) -> list[Span]:
+        """The spans recorded so far (empty with ``keep_spans=False``), in time order."""
         return [Span(self.rank, start, end, kind, _label(kind, label, peer, nbytes), peer, nbytes)
                 for start, end, kind, label, peer, nbytes in self._records]
 
@@ -125,7 +117,8 @@ class Ledger:
         self.clock = end
 
     def send(self, nbytes: int, peer: int) -> float:
-        """Charge one send; return the message's arrival time at the receiver."""
+        """Charge one send of ``nbytes`` payload bytes to world rank ``peer`` (alpha + nbytes * beta);
+        return the message's arrival time at the receiver (simulated seconds)."""
         start = self.clock
         self.clock = start + self.link.alpha + nbytes * self.link.beta      # link.time(nbytes), inlined
         if self.keep_spans:
@@ -133,17 +126,20 @@ class Ledger:
         return self.clock
 
     def recv(self, arrival: float, nbytes: int, peer: int) -> None:
+        """Charge one receive from world rank ``peer``: the clock moves to max(clock, ``arrival``)."""
         start = self.clock
         self.clock = max(start, arrival)
         if self.keep_spans:
             self._records.append((start, self.clock, "recv", None, peer, nbytes))
 
     def compute(self, flops: float, label: str = "") -> None:
+        """Charge ``flops`` (>= 0) floating-point operations: the clock advances by flops / device.flops."""
         if not flops >= 0:
             raise ValueError(f"compute expects flops >= 0, got {flops}")
         self.record("compute", self.clock + flops / self.device.flops, label or f"{flops:.3g} flop")
 
     def elapse(self, seconds: float, label: str = "") -> None:
+        """Charge ``seconds`` (>= 0) of work: the clock advances by that much."""
         if not seconds >= 0:
             raise ValueError(f"elapse expects seconds >= 0, got {seconds}")
         self.record("compute", self.clock + seconds, label or f"{seconds:.3g} s")
@@ -162,6 +158,7 @@ class Trace:
         self.world_size = len(self.clocks)
 
     def rank_spans(self, rank: int) -> list[Span]:
+        """The spans of one rank, in time order."""
         return [s for s in self.spans if s.rank == rank]
 
     def chrome_events(self) -> list[dict]:

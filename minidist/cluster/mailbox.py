@@ -1,40 +1,17 @@
 """The transport under the Communicator: mailboxes in one block of shared memory, and doorbells.
 
-Layout of the shared block (created by the launcher, mapped by every rank)::
+The block's layout (control lines, then one mailbox per ordered pair of ranks) is in layout.py.
 
-    control lines (64 bytes each, so two ranks never write the same cache line):
-        line 0                 abort flag, rank that failed first
-        line 1 + r             done[r]: rank r's function has returned
-        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA bits, send_to, recv_from, tag,
-                               room_at, wait number)
-        written[s, d], read[s, d]   slots written by s / consumed by d in mailbox s -> d
-    mailboxes: one per ordered pair (s, d), each ``nslots`` slots of [header | segment of payload]
+Mailbox s -> d is a ring buffer with one writer (s) and one reader (d): s may write slot ``written``
+while ``written - read < nslots``; d may read slot ``read`` while ``read < written``. Each side owns
+one counter, so no lock is needed. messages.py says what goes into the slots.
 
-A message takes ceil(nbytes / segment) slots (at least one); its header (sequence number, communicator,
-kind, tag, dtype, shape, nbytes, arrival time) rides in the first. Mailbox s -> d is a ring buffer with a
-single writer (s) and a single reader (d): s may write slot ``written`` while ``written - read <
-nslots``; d may read slot ``read`` while ``read < written``. Each side owns one counter, so no lock is
-needed. Larger messages stream through the ring, segment after segment (messages.py: Outgoing, Incoming).
-
-Waiting never burns CPU: every rank has one *doorbell* semaphore and a status line saying what it is
-asleep for (data from s, room in the mailbox to d). Whoever writes into d's mailbox while d sleeps for
-its data, or frees the slots d sleeps for, rings d's doorbell; the sleeper re-checks its condition each time
-the bell rings, and at least every ``POLL`` seconds, when it also notices an abort or a peer that has
-already returned. A writer that finds the mailbox full asks to be woken only once several slots are free
-(half the mailbox, or what the rest of its message needs if less): one wake-up per batch of segments
-instead of one per segment, because a wake-up costs far more CPU than writing a segment.
-
-Waking a sleeping process costs tens of microseconds, far more than a short message, so a rank first
-spins for up to ``SPIN`` seconds, but only while the ranks that are awake fit on the cores: every rank
-if there are no more ranks than cores, else those whose status line says they are not asleep. Spinning
-on a core another awake rank needs would only delay that rank. Then the rank yields its core instead
-(``sched_yield``, ``YIELDS`` times) before it sleeps: a yield hands the core straight to an awake rank
-with work to do, often the very one it waits for, and costs a few microseconds where a sleep and a
-wake-up cost tens. When no other rank wants the core, a yield returns at once, so this is no busy-wait.
-
-A rank whose poll finds nothing to do looks for a *deadlock* (``find_deadlock``): every rank that has not
-returned is asleep, and none of them can be woken, because no message and no free slot can ever come.
-Then it raises ``DeadlockError`` saying what every rank waits for, instead of hanging until the timeout.
+Waiting never burns CPU: a rank that must wait (``Endpoint.wait``) writes in its status line what it
+waits for and sleeps on its *doorbell* semaphore; whoever writes the data it waits for, or frees the
+room, rings the bell. Every ``POLL`` seconds the sleeper also looks for an abort, a peer that has
+returned, or a deadlock (``find_deadlock``: every rank asleep and none can ever be woken), and raises
+instead of hanging. This module calls nothing above it: ``wait`` decides from the counters alone
+whether a rank may go on.
 """
 
 from __future__ import annotations
@@ -45,17 +22,11 @@ import time
 
 import numpy as np
 
-MAX_DIMS = 32
-HEADER_BYTES = 384                              # a message header with up to 32 dims (messages.py), rounded to 64
-LINE = 8                                        # int64 per 64-byte control line
-POLL = 0.05                                     # seconds between checks for abort / returned peers
-YIELDS = 3                                       # sched_yield()s before sleeping, when spinning is not allowed
-SPIN = 50e-6                                    # bounded spin before sleeping (only if awake ranks <= cores)
+from .layout import DATA, HEADER_BYTES, MAX_DIMS, ROOM, Layout  # noqa: F401 (re-exported)
 
-# Status line of a rank: [what it sleeps for (bits), send_to, recv_from, tag, room_at, wait number]
-# (room_at: wake this writer when the reader's ``read`` counter reaches it; the wait number counts the
-# rank's sleeps, so that find_deadlock can tell one sleep from the next)
-ROOM, DATA = 1, 2
+POLL = 0.05                                     # seconds between checks for abort / returned peers
+YIELDS = 3                                      # sched_yield()s before sleeping, when spinning is not allowed
+SPIN = 50e-6                                    # bounded spin before sleeping (only if awake ranks <= cores)
 _lock = threading.Lock()
 
 
@@ -82,38 +53,6 @@ class PeerReturnedError(RuntimeError):
 
 class DeadlockError(RuntimeError):
     """Every rank that has not returned waits for a message or for room that no rank can ever provide."""
-
-
-class Layout:
-    """Sizes and offsets of the shared block for ``world_size`` ranks (all in bytes unless said)."""
-
-    def __init__(self, world_size: int, mailbox_bytes: int = 2 * 2**20, nslots: int = 16):
-        p = self.world_size = world_size
-        self.mailbox_bytes, self.nslots = mailbox_bytes, nslots
-        self.segment = max(64, mailbox_bytes // nslots // 64 * 64)      # payload bytes per slot
-        self.slot_bytes = HEADER_BYTES + self.segment
-        self.control_bytes = (1 + 2 * p + 2 * p * p) * LINE * 8
-        self.total_bytes = self.control_bytes + p * p * nslots * self.slot_bytes
-
-    def line(self, name: str, a: int = 0, b: int = 0) -> int:
-        """Index (in int64) of a control value."""
-        p = self.world_size
-        first = {"abort": 0, "done": 1 + a, "status": 1 + p + a,
-                 "written": 1 + 2 * p + a * p + b, "read": 1 + 2 * p + p * p + a * p + b}[name]
-        return first * LINE
-
-    def mailbox_offset(self, src: int, dst: int) -> int:
-        return self.control_bytes + (src * self.world_size + dst) * self.nslots * self.slot_bytes
-
-    def segments(self, nbytes: int, itemsize: int) -> tuple[int, int]:
-        """(segment size, number of segments >= 1) of a message of ``nbytes`` bytes.
-
-        A segment holds a whole number of items when an item fits in one.
-        """
-        if nbytes <= self.segment - itemsize:       # one segment: the usual case, decided at once
-            return self.segment, 1
-        seg = self.segment // itemsize * itemsize if 0 < itemsize <= self.segment else self.segment
-        return seg, max(1, -(-nbytes // seg))
 
 
 class Endpoint:
@@ -154,6 +93,7 @@ class Endpoint:
 
     # -- shared state ------------------------------------------------------------------------------------
     def aborting(self) -> bool:
+        """True once any rank (or the parent) has asked the run to stop."""
         return self.ctrl[0] != 0
 
     def abort(self) -> None:
@@ -165,11 +105,13 @@ class Endpoint:
             bell.release()
 
     def mark_done(self) -> None:
+        """Tell every rank that this rank's function has returned (a peer waiting for it then raises)."""
         self.ctrl[self.layout.line("done", self.rank)] = 1
         for bell in self.doorbells:
             bell.release()
 
     def peer_done(self, peer: int) -> bool:
+        """True if world rank ``peer``'s function has returned."""
         return self.ctrl[self.layout.line("done", peer)] != 0
 
     def ring_if_asleep(self, peer: int, reason: int, column: int, read: int = 0) -> None:
@@ -183,16 +125,34 @@ class Endpoint:
                 (reason == DATA or read >= self.ctrl[st + 4]):
             self.doorbells[peer].release()
 
+    def has_room(self, dst: int) -> bool:
+        """True if mailbox me -> dst has a free slot."""
+        return self.written[dst] - self.ctrl[self.read_out[dst]] < self.nslots
+
+    def has_data(self, src: int) -> bool:
+        """True if mailbox src -> me holds a slot this rank has not read yet."""
+        return self.read[src] < self.ctrl[self.written_in[src]]
+
     # -- waiting -----------------------------------------------------------------------------------------
-    def wait(self, ready, send_to: int = -1, recv_from: int = -1, tag: int = 0, room_at: int = 0) -> None:
-        """Return when ``ready()`` is true (room to send to ``send_to`` / data from ``recv_from``).
+    def wait(self, send_to: int = -1, recv_from: int = -1, tag: int = 0, room_at: int = 0) -> None:
+        """Return once there is room in mailbox me -> ``send_to`` or data in ``recv_from`` -> me.
 
-        ``room_at``: the reader of mailbox me -> send_to rings only once its ``read`` counter reaches it
-        (``Outgoing.room_at()``); a poll or a message from ``recv_from`` may still wake this rank earlier.
+        send_to, recv_from: world ranks, -1 for "not waiting for that"; tag: what the status line shows
+        (``blocked_on``); room_at: ring me only once the reader of me -> send_to has read this many
+        slots (``Outgoing.room_at``; a poll or data from ``recv_from`` may still wake me earlier).
+        Raises Aborted, PeerReturnedError or DeadlockError instead of waiting forever.
 
-        Raises Aborted, PeerReturnedError or DeadlockError instead of waiting forever. ``ready`` must depend
-        only on the counters of mailboxes me -> send_to and recv_from -> me (find_deadlock reads those).
+        Waking a sleeping process costs tens of microseconds, far more than a short message, so a rank
+        first spins for up to ``SPIN`` seconds if ``may_spin``, else yields its core ``YIELDS`` times (a
+        yield hands the core to an awake rank, often the one it waits for; with nobody else wanting the
+        core it returns at once, so this is no busy-wait). Then it writes its status line (what it
+        waits for, and a new wait number) and sleeps on its doorbell, re-checking after every ring and
+        every ``POLL`` seconds.
         """
+        def ready() -> bool:        # from the two mailboxes' counters only (find_deadlock reads the same)
+            return (send_to >= 0 and self.written[send_to] - self.ctrl[self.read_out[send_to]] < self.nslots) or \
+                (recv_from >= 0 and self.read[recv_from] < self.ctrl[self.written_in[recv_from]])
+
         if self.may_spin():
             stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
@@ -233,7 +193,9 @@ class Endpoint:
             self.ctrl[st] = 0
 
     def may_spin(self) -> bool:
-        """Spin before sleeping only while the awake ranks (this one included) fit on the cores."""
+        """Spin before sleeping only while the awake ranks (this one included) fit on the cores: every rank
+        if there are no more ranks than cores, else those whose status line says they are not asleep.
+        Spinning on a core another awake rank needs would only delay that rank."""
         p = self.layout.world_size
         if p <= self.cores:
             return True

@@ -1,34 +1,68 @@
-"""Messages through a mailbox: ``Outgoing`` writes one segment by segment, ``Incoming`` reads one.
+"""One message through a mailbox: a header and a payload, in as many slots as it needs.
 
-A message takes ceil(nbytes / segment) slots of the mailbox s -> d (at least one; mailbox.py has the
-layout); its header (sequence number, communicator, call, tag, nbytes, arrival time, kind, dtype, shape)
-rides in the first slot. The writer publishes its ``written`` counter after each segment is in place
-and rings the reader's doorbell if the reader sleeps for it; the reader copies (or combines, for
-``recv(op=)``) each segment out of shared memory, publishes its ``read`` counter and rings the writer
-if the writer sleeps for room.
+Sending is "reserve slots, copy in, ring the doorbell": a message takes ceil(nbytes / segment) slots of
+mailbox s -> d (at least one); its header (sequence number, communicator, collective call, tag, nbytes,
+arrival time on the simulated clock, kind, dtype, shape) rides in the first slot. The writer publishes
+its ``written`` counter once a segment is in place and rings the reader's doorbell if it sleeps.
 
-Most messages fit in one slot. ``post_short`` and ``take_short`` move those in one step each, the same
-bytes as ``Outgoing``/``Incoming`` write and read, without their bookkeeping: a 64-byte message is
-dominated by Python statements, not by copying, so fewer statements is what makes it faster.
+Receiving is "wait, copy out (or reduce into out), free": the reader waits for the header
+(``wait_for_header``), the caller checks it and says where the payload goes, and ``read_message``
+copies each segment out of shared memory — or combines it, ``out = op(base, incoming)`` — then
+publishes its ``read`` counter, which frees the slot, and rings the writer if it sleeps for room.
+
+A message that fits in one slot is written and read in one step (``post_short``, ``take_short``);
+longer ones stream segment by segment (``Outgoing``, ``Incoming``), so a message of any size passes
+through a mailbox of a few slots. Messages of another communicator or kind that arrive first are read
+whole and set aside (``Endpoint.stash``) until someone asks for them.
+
+Nothing here calls back into comm.py: each function returns what the caller needs to decide next.
 """
 
 from __future__ import annotations
 
-import functools
-import struct
-from typing import NamedTuple
-
 import numpy as np
 
-from .mailbox import DATA, HEADER_BYTES, MAX_DIMS, ROOM, Endpoint
+from .header import Meta, pack_header, read_header
+from .mailbox import DATA, HEADER_BYTES, ROOM, Endpoint
 
-# seq, comm, call, tag, nbytes, arrival, kind, ndim, dtype (``call``: see Communicator.collective)
-HEADER = struct.Struct("<QQQqQdii16s")
-# HEADER followed by the shape, one Struct per number of dimensions (packed and unpacked in one call)
-HEADER_WITH_SHAPE = [struct.Struct(HEADER.format + "q" * ndim) for ndim in range(MAX_DIMS + 1)]
-assert HEADER_WITH_SHAPE[MAX_DIMS].size <= HEADER_BYTES
-NDIM_BYTE = struct.calcsize("<QQQqQdi")          # where ndim sits in the header (its low byte: ndim <= 32)
 SMALL_BYTES = 2048     # up to this size a payload goes through bytes (tobytes): fewer NumPy calls
+
+
+# -- sending: reserve slots, copy in, ring the doorbell -----------------------------------------------------
+def send_message(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, kind: int, tag: int,
+                 arrival: float, wait_tag: int) -> None:
+    """Write ``data`` (C-contiguous, any shape) with its header into mailbox me -> ``dst``; return once
+    the last segment is in. ``wait_tag`` is what this rank's status line shows while it waits for room."""
+    if not post_short(ep, dst, data, comm, call, kind, tag, arrival):
+        out = Outgoing(ep, dst, data, comm, call, kind, tag, arrival)
+        while not out.advance():
+            ep.wait(send_to=dst, tag=wait_tag, room_at=out.room_at())
+
+
+def post_short(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, kind: int, tag: int,
+               arrival: float) -> bool:
+    """Write a message that fits in one slot in one step, if the mailbox to ``dst`` has a free slot.
+
+    Returns False, having written nothing, if the message needs more than one slot or the mailbox is
+    full: then ``Outgoing`` streams it (and waits for room).
+    """
+    nbytes = data.nbytes
+    w = ep.written[dst]
+    if nbytes > ep.layout.segment - data.dtype.itemsize or w - ep.ctrl[ep.read_out[dst]] >= ep.nslots:
+        return False
+    ep.seq[dst] += 1
+    header = pack_header(ep.seq[dst], comm, call, tag, data, arrival, kind)
+    offset = ep.box_out[dst] + (w % ep.nslots) * ep.slot_bytes
+    ep.buf[offset:offset + len(header)] = header
+    start = offset + HEADER_BYTES
+    if nbytes <= SMALL_BYTES:
+        ep.buf[start:start + nbytes] = data.tobytes()
+    else:
+        ep.raw[start:start + nbytes] = data.reshape(-1).view(np.uint8)
+    ep.written[dst] = w + 1
+    ep.ctrl[ep.written_out[dst]] = w + 1          # publish after the data is in place
+    ep.ring_if_asleep(dst, DATA, 2)
+    return True
 
 
 class Outgoing:
@@ -41,19 +75,15 @@ class Outgoing:
         self.seg, self.nseg = ep.layout.segments(self.bytes.size, data.dtype.itemsize)
         self.next = 0
         ep.seq[dst] += 1
-        self.seq = ep.seq[dst]
-        self.header = _header(self.seq, comm, call, tag, data, arrival, kind)
-        self.read_index, self.written_index, self.box = ep.read_out[dst], ep.written_out[dst], ep.box_out[dst]
-
-    def has_room(self) -> bool:
-        ep = self.ep
-        return ep.written[self.dst] - ep.ctrl[self.read_index] < ep.nslots
+        self.header = pack_header(ep.seq[dst], comm, call, tag, data, arrival, kind)
+        self.written_index, self.box = ep.written_out[dst], ep.box_out[dst]
 
     def room_at(self) -> int:
         """The reader's ``read`` count at which this full mailbox has room for a batch of segments.
 
         The batch is half the mailbox, or the rest of the message if shorter: a reader that receives
-        this message always frees that much, so waiting for the batch can never deadlock.
+        this message always frees that much, so waiting for the batch can never deadlock. (One wake-up
+        per batch instead of one per segment: a wake-up costs far more CPU than writing a segment.)
         """
         ep = self.ep
         return ep.written[self.dst] - ep.nslots + min(ep.nslots // 2, self.nseg - self.next)
@@ -62,7 +92,7 @@ class Outgoing:
         """Write segments while there are free slots; True when the whole message is written."""
         ep, dst = self.ep, self.dst
         while self.next < self.nseg:
-            if not self.has_room():
+            if not ep.has_room(dst):
                 return False
             w = ep.written[dst]
             offset = self.box + (w % ep.nslots) * ep.slot_bytes
@@ -79,139 +109,47 @@ class Outgoing:
         return True
 
 
-class Incoming:
-    """A message being received from ``src``: ``advance()`` consumes the segments that have arrived.
+# -- receiving: wait, copy out (or reduce into out), free -------------------------------------------------
+def wait_for_header(ep: Endpoint, src: int, comm: int, kind: int,
+                    wait_tag: int) -> tuple[Meta, Incoming | None]:
+    """Wait for the next message of this communicator and kind from ``src``; consume nothing of it.
 
-    ``accept(meta)`` is called with the header of the next message of this communicator and kind; it
-    checks it and returns the destination array (C-contiguous, of the message's dtype and shape), the
-    ufunc to combine with (None: plain copy) and the array combined with the message (None: the
-    destination itself; else C-contiguous, like it). Messages of another communicator or kind are stashed.
+    Returns (header, None) for a message that sits in one slot (``read_message`` takes it in one
+    step), else (header, the ``Incoming`` that reads it). Messages of other communicators or kinds that
+    come first are set aside. ``wait_tag``: what this rank's status line shows while it waits.
     """
-
-    def __init__(self, ep: Endpoint, src: int, comm: int, kind: int, accept):
-        self.ep, self.src, self.comm, self.kind, self.accept = ep, src, comm, kind, accept
-        self.key = (comm, kind, src)
-        self.written_index, self.read_index, self.box = ep.written_in[src], ep.read_in[src], ep.box_in[src]
-        self.meta = None           # header of the message in progress
-        self.done = False
-
-    def has_data(self) -> bool:
-        return self.ep.read[self.src] < self.ep.ctrl[self.written_index]
-
-    def advance(self) -> bool:
-        ep = self.ep
-        if self.meta is None and ep.stash and ep.stash.get(self.key):
-            meta, data = ep.stash[self.key].pop(0)
-            if not ep.stash[self.key]:
-                del ep.stash[self.key]     # an empty stash lets the next receive take the short path
-            self.target, ufunc, base = self.accept(meta)
-            _combine(self.target.reshape(-1), data.reshape(-1), ufunc, None if base is None else base.reshape(-1))
-            self.meta, self.done = meta, True
-        while not self.done:
-            if not self.has_data():
-                return False
-            r = ep.read[self.src]
-            offset = self.box + (r % ep.nslots) * ep.slot_bytes
-            if self.meta is None:
-                self.start_message(offset)
-            lo = self.next * self.seg
-            n = min(self.seg, self.nbytes - lo)
-            incoming = ep.raw[offset + HEADER_BYTES:offset + HEADER_BYTES + n]
-            if self.ufunc is None:
-                self.target_bytes[lo:lo + n] = incoming
-            else:
-                piece = slice(lo // self.target.dtype.itemsize, (lo + n) // self.target.dtype.itemsize)
-                _combine(self.target_flat[piece], incoming.view(self.target.dtype), self.ufunc,
-                         None if self.base_flat is None else self.base_flat[piece])
-            ep.read[self.src] = r + 1
-            ep.ctrl[self.read_index] = r + 1
-            ep.ring_if_asleep(self.src, ROOM, 1, r + 1)
-            self.next += 1
-            if self.next == self.nseg:
-                if self.stashing:
-                    ep.stash.setdefault(self.stash_key, []).append((self.meta, self.target))
-                    self.meta = None
-                else:
-                    self.done = True
-        return True
-
-    def start_message(self, offset: int) -> None:
-        meta = self.meta = _read_header(self.ep.buf, offset)
-        self.nbytes, self.next = meta.nbytes, 0
-        self.seg, self.nseg = self.ep.layout.segments(meta.nbytes, meta.dtype.itemsize)
-        self.stashing = meta.comm != self.comm or meta.kind != self.kind
-        if self.stashing:       # another communicator's message: keep it aside, in arrival order
-            self.stash_key = (meta.comm, meta.kind, self.src)
-            self.target, self.ufunc, base = np.empty(meta.shape, meta.dtype), None, None
-        else:
-            self.target, self.ufunc, base = self.accept(meta)
-        self.target_flat = self.target.reshape(-1)
-        self.base_flat = None if base is None else base.reshape(-1)
-        if self.ufunc is None:
-            self.target_bytes = self.target_flat.view(np.uint8)
+    if not (ep.stash and (comm, kind, src) in ep.stash):        # nothing set aside: look at the mailbox
+        r = ep.read[src]
+        if r >= ep.ctrl[ep.written_in[src]]:
+            ep.wait(recv_from=src, tag=wait_tag)
+        meta = read_header(ep.buf, ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes)
+        if meta.comm == comm and meta.kind == kind and meta.nbytes <= ep.layout.segment - meta.dtype.itemsize:
+            return meta, None
+    incoming = Incoming(ep, src, comm, kind)
+    while (meta := incoming.header()) is None:
+        ep.wait(recv_from=src, tag=wait_tag)
+    return meta, incoming
 
 
-class Meta(NamedTuple):
-    """A message header as the receiver sees it (the fields in the header's order)."""
+def read_message(ep: Endpoint, src: int, meta: Meta, incoming: Incoming | None, target: np.ndarray,
+                 ufunc=None, base: np.ndarray | None = None, wait_tag: int = 0) -> None:
+    """Receive the message ``wait_for_header`` announced into ``target`` and free its slots.
 
-    seq: int
-    comm: int
-    call: int
-    tag: int
-    nbytes: int
-    arrival: float
-    kind: int
-    dtype: np.dtype
-    shape: tuple
-
-    def describe(self) -> str:
-        return f"tag {self.tag}, {self.dtype} {self.shape}, {self.nbytes} bytes"
-
-
-def post_short(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, kind: int, tag: int,
-               arrival: float) -> bool:
-    """Write a message that fits in one slot in one step, if the mailbox to ``dst`` has a free slot.
-
-    Returns False, having written nothing, if the message needs more than one slot or the mailbox is
-    full: then ``Outgoing`` streams it (and waits for room).
+    target: C-contiguous, of the message's dtype and shape. ufunc None: target = incoming; else
+    target = ufunc(base, incoming), base defaulting to target itself (C-contiguous, like target).
     """
-    nbytes = data.nbytes
-    w = ep.written[dst]
-    if nbytes > ep.layout.segment - data.dtype.itemsize or w - ep.ctrl[ep.read_out[dst]] >= ep.nslots:
-        return False
-    ep.seq[dst] += 1
-    header = _header(ep.seq[dst], comm, call, tag, data, arrival, kind)
-    offset = ep.box_out[dst] + (w % ep.nslots) * ep.slot_bytes
-    ep.buf[offset:offset + len(header)] = header
-    start = offset + HEADER_BYTES
-    if nbytes <= SMALL_BYTES:
-        ep.buf[start:start + nbytes] = data.tobytes()
-    else:
-        ep.raw[start:start + nbytes] = data.reshape(-1).view(np.uint8)
-    ep.written[dst] = w + 1
-    ep.ctrl[ep.written_out[dst]] = w + 1          # publish after the data is in place
-    ep.ring_if_asleep(dst, DATA, 2)
-    return True
+    if incoming is None:
+        take_short(ep, src, meta, target, ufunc, base)
+        return
+    incoming.start(target, ufunc, base)
+    while not incoming.advance():
+        ep.wait(recv_from=src, tag=wait_tag)
 
 
-def take_short(ep: Endpoint, src: int, comm: int, kind: int, accept, wait_tag: int):
-    """Wait for the next message from ``src``; if it fits in one slot and is of this communicator and kind,
-    receive it in one step and return (meta, target) — ``accept`` as for ``Incoming``; ``wait_tag`` is
-    what the status line shows while this rank waits.
-
-    Returns None, having consumed nothing, for any other message: ``Incoming`` then takes it (it streams
-    long messages and sets aside other communicators' messages). Call it only when nothing is set aside
-    for (comm, kind, src): that message would come first.
-    """
-    written_index, r = ep.written_in[src], ep.read[src]
-    if r >= ep.ctrl[written_index]:
-        ep.wait(lambda: r < ep.ctrl[written_index], recv_from=src, tag=wait_tag)
-    offset = ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes
-    meta = _read_header(ep.buf, offset)
-    if meta.comm != comm or meta.kind != kind or meta.nbytes > ep.layout.segment - meta.dtype.itemsize:
-        return None
-    target, ufunc, base = accept(meta)
-    start = offset + HEADER_BYTES
+def take_short(ep: Endpoint, src: int, meta: Meta, target: np.ndarray, ufunc, base) -> None:
+    """Copy (or combine) the one-slot message at the head of mailbox src -> me into ``target``; free its slot."""
+    r = ep.read[src]
+    start = ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes + HEADER_BYTES
     if ufunc is None:
         if meta.nbytes:
             _copy_out(ep, start, meta.nbytes, target)
@@ -221,7 +159,89 @@ def take_short(ep: Endpoint, src: int, comm: int, kind: int, accept, wait_tag: i
     ep.read[src] = r + 1
     ep.ctrl[ep.read_in[src]] = r + 1
     ep.ring_if_asleep(src, ROOM, 1, r + 1)
-    return meta, target
+
+
+class Incoming:
+    """The next message of one communicator and kind from ``src``, read segment by segment.
+
+    ``header()`` until it returns the header (None: wait for data), then ``start(target, ufunc, base)``
+    to say where the payload goes, then ``advance()`` until it returns True (False: wait for data).
+    """
+
+    def __init__(self, ep: Endpoint, src: int, comm: int, kind: int):
+        self.ep, self.src, self.comm, self.kind = ep, src, comm, kind
+        self.meta = None            # the header of our message, once known
+        self.stashed = None         # its payload, if it had been set aside earlier
+        self.reading = None         # the header of the message being read from the mailbox (ours or not)
+        self.done = False
+
+    def header(self) -> Meta | None:
+        """The header of our message, or None until it has arrived. Messages of another communicator or
+        kind that come first are read whole (as far as they have arrived) and set aside."""
+        ep, key = self.ep, (self.comm, self.kind, self.src)
+        if self.meta is None and ep.stash.get(key):
+            self.meta, self.stashed = ep.stash[key].pop(0)
+            if not ep.stash[key]:
+                del ep.stash[key]     # an empty stash lets the next receive take the short path
+        while self.meta is None and ep.has_data(self.src):
+            if self.reading is None:
+                slot = ep.box_in[self.src] + (ep.read[self.src] % ep.nslots) * ep.slot_bytes
+                meta = read_header(ep.buf, slot)
+                if meta.comm == self.comm and meta.kind == self.kind:
+                    self.meta = meta
+                    break
+                self._begin(meta, np.empty(meta.shape, meta.dtype), None, None)    # someone else's: set aside
+            if self._copy_segments():
+                ep.stash.setdefault((self.reading.comm, self.reading.kind, self.src), []).append(
+                    (self.reading, self.target))
+                self.reading = None
+        return self.meta
+
+    def start(self, target: np.ndarray, ufunc=None, base: np.ndarray | None = None) -> None:
+        """Receive our message into ``target`` (see ``read_message``)."""
+        if self.stashed is not None:
+            base_flat = None if base is None else base.reshape(-1)
+            _combine(target.reshape(-1), self.stashed.reshape(-1), ufunc, base_flat)
+            self.done = True
+        else:
+            self._begin(self.meta, target, ufunc, base)
+
+    def advance(self) -> bool:
+        """Copy out the segments that have arrived; True once the whole message is in ``target``."""
+        if not self.done:
+            self.done = self._copy_segments()
+        return self.done
+
+    def _begin(self, meta: Meta, target: np.ndarray, ufunc, base) -> None:
+        self.reading, self.target, self.ufunc, self.next = meta, target, ufunc, 0
+        self.seg, self.nseg = self.ep.layout.segments(meta.nbytes, meta.dtype.itemsize)
+        self.target_flat = target.reshape(-1)
+        self.target_bytes = self.target_flat.view(np.uint8)
+        self.base_flat = None if base is None else base.reshape(-1)
+
+    def _copy_segments(self) -> bool:
+        """Copy (or combine) the arrived segments of the message being read and free their slots; True
+        once it is complete."""
+        ep, src, meta = self.ep, self.src, self.reading
+        while self.next < self.nseg:
+            if not ep.has_data(src):
+                return False
+            r = ep.read[src]
+            start = ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes + HEADER_BYTES
+            lo = self.next * self.seg
+            n = min(self.seg, meta.nbytes - lo)
+            incoming = ep.raw[start:start + n]
+            if self.ufunc is None:
+                self.target_bytes[lo:lo + n] = incoming
+            else:
+                piece = slice(lo // meta.dtype.itemsize, (lo + n) // meta.dtype.itemsize)
+                _combine(self.target_flat[piece], incoming.view(meta.dtype), self.ufunc,
+                         None if self.base_flat is None else self.base_flat[piece])
+            ep.read[src] = r + 1
+            ep.ctrl[ep.read_in[src]] = r + 1
+            ep.ring_if_asleep(src, ROOM, 1, r + 1)
+            self.next += 1
+        return True
 
 
 def _copy_out(ep: Endpoint, start: int, nbytes: int, target: np.ndarray) -> None:
@@ -230,29 +250,6 @@ def _copy_out(ep: Endpoint, start: int, nbytes: int, target: np.ndarray) -> None
         memoryview(target).cast("B")[:] = ep.buf[start:start + nbytes]
     else:                                                         # (datetimes have no buffer format)
         target.reshape(-1).view(np.uint8)[:] = ep.raw[start:start + nbytes]
-
-
-def _header(seq: int, comm: int, call: int, tag: int, data: np.ndarray, arrival: float, kind: int) -> bytes:
-    return HEADER_WITH_SHAPE[data.ndim].pack(seq, comm, call, tag, data.nbytes, arrival, kind, data.ndim,
-                                             _dtype_code(data.dtype), *data.shape)
-
-
-def _read_header(buf, offset: int) -> Meta:
-    ndim = buf[offset + NDIM_BYTE]          # read first: it says which Struct unpacks the rest
-    fields = HEADER_WITH_SHAPE[ndim].unpack_from(buf, offset)       # ..., kind, ndim, dtype code, *shape
-    return Meta._make((*fields[:7], _dtype(fields[8]), fields[9:]))
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype(code: bytes) -> np.dtype:
-    """The dtype of a header's code: b'<f4\\0\\0...' -> float32."""
-    return np.dtype(code.rstrip(b"\0").decode())
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype_code(dtype: np.dtype) -> bytes:
-    """A dtype as the header carries it: float32 -> b'<f4' (the array-interface string)."""
-    return dtype.str.encode()
 
 
 def _combine(target: np.ndarray, incoming: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:

@@ -1,0 +1,54 @@
+"""Where everything sits in the shared block: control lines first, then one mailbox per ordered pair.
+
+    control lines (64 bytes each, so two ranks never write the same cache line):
+        line 0                 abort flag, rank that failed first
+        line 1 + r             done[r]: rank r's function has returned
+        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA bits, send_to, recv_from,
+                               tag, room_at, wait number; written by ``Endpoint.wait``)
+        written[s, d], read[s, d]   slots written by s / consumed by d in mailbox s -> d
+    mailboxes: one per ordered pair (s, d), each ``nslots`` slots of [header | segment of payload]
+
+A message takes ceil(nbytes / segment) slots (at least one); its header rides in the first slot
+(messages.py packs it). ``room_at`` in a status line: wake this writer when the reader's ``read``
+counter reaches it; the wait number counts the rank's sleeps, so find_deadlock can tell them apart.
+"""
+
+from __future__ import annotations
+
+MAX_DIMS = 32
+HEADER_BYTES = 384          # a message header with up to 32 dims (messages.py), rounded up to 64
+LINE = 8                    # int64 per 64-byte control line
+ROOM, DATA = 1, 2           # status bits: asleep for room in a mailbox / for data from a rank
+
+
+class Layout:
+    """Sizes and offsets of the shared block for ``world_size`` ranks (all in bytes unless said)."""
+
+    def __init__(self, world_size: int, mailbox_bytes: int = 2 * 2**20, nslots: int = 16):
+        p = self.world_size = world_size
+        self.mailbox_bytes, self.nslots = mailbox_bytes, nslots
+        self.segment = max(64, mailbox_bytes // nslots // 64 * 64)      # payload bytes per slot
+        self.slot_bytes = HEADER_BYTES + self.segment
+        self.control_bytes = (1 + 2 * p + 2 * p * p) * LINE * 8
+        self.total_bytes = self.control_bytes + p * p * nslots * self.slot_bytes
+
+    def line(self, name: str, a: int = 0, b: int = 0) -> int:
+        """Index (in int64) of a control value."""
+        p = self.world_size
+        first = {"abort": 0, "done": 1 + a, "status": 1 + p + a,
+                 "written": 1 + 2 * p + a * p + b, "read": 1 + 2 * p + p * p + a * p + b}[name]
+        return first * LINE
+
+    def mailbox_offset(self, src: int, dst: int) -> int:
+        """Byte offset of mailbox ``src`` -> ``dst`` in the block."""
+        return self.control_bytes + (src * self.world_size + dst) * self.nslots * self.slot_bytes
+
+    def segments(self, nbytes: int, itemsize: int) -> tuple[int, int]:
+        """(segment size, number of segments >= 1) of a message of ``nbytes`` bytes.
+
+        A segment holds a whole number of items when an item fits in one.
+        """
+        if nbytes <= self.segment - itemsize:       # one segment: the usual case, decided at once
+            return self.segment, 1
+        seg = self.segment // itemsize * itemsize if 0 < itemsize <= self.segment else self.segment
+        return seg, max(1, -(-nbytes // seg))
