@@ -27,11 +27,11 @@ from minidist.collectives.common import (
     check_comm,
     check_op,
     check_root,
-    chunk_bounds,
     dtype_name,
     finish,
     flat_copy,
 )
+from minidist.split import split_offsets
 
 
 def broadcast(comm, x: np.ndarray | None, root: int = 0) -> np.ndarray:
@@ -125,7 +125,7 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     check_op(op, x.dtype)
     p, r, tag = comm.world_size, comm.rank, TAGS["reduce_scatter"]
     flat = flat_copy(x)
-    bounds = chunk_bounds(flat.size, p)
+    bounds = split_offsets(flat.size, p)
 
     def piece(i: int) -> np.ndarray:
         i %= p
