@@ -1,6 +1,6 @@
 """Allreduce bus bandwidth: minidist's ring and auto against MPICH (mpi4py) and torch.distributed (gloo).
 
-    PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,64K,1M,32M] [--world-sizes 2,4] [--peers mpich,floor]
+    PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,1M,32M] [--world-sizes 2,4] [--peers mpich,floor]
 
 For each world size P and message size (float32 arrays of S bytes) every peer runs allreduce-sum untimed
 for ~0.3 s (this VM's cores run slower for a while after idling, and minidist's ranks sleep when they

@@ -36,7 +36,8 @@ class Slot:
     """One ordered pair's mailbox: ``nbytes`` of shared memory and the empty/full semaphores."""
 
     def __init__(self, ctx, nbytes: int):
-        self.memory, self.empty, self.full = ctx.RawArray("b", max(nbytes, 1)), ctx.Semaphore(1), ctx.Semaphore(0)
+        self.memory = ctx.RawArray("b", max(nbytes, 1))
+        self.empty, self.full = ctx.Semaphore(1), ctx.Semaphore(0)
 
     def send(self, x: np.ndarray) -> None:
         self.empty.acquire()
@@ -173,7 +174,8 @@ def minidist_latency(world_size: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="4K")
     parser.add_argument("--world-sizes", default="2,4")
     args = parser.parse_args()
@@ -183,7 +185,8 @@ def main() -> None:
     for p in [int(w) for w in args.world_sizes.split(",")]:
         for nbytes in sizes:
             ours, floor = minidist_allreduce(p, nbytes), floor_allreduce(p, nbytes)
-            print(f"| allreduce auto {nbytes} B | {p} | {ours * 1e6:.1f} | {floor * 1e6:.1f} | {ours / floor:.2f}x |")
+            print(f"| allreduce auto {nbytes} B | {p} | {ours * 1e6:.1f} | {floor * 1e6:.1f} | "
+                  f"{ours / floor:.2f}x |")
         ours, floor = minidist_latency(p), floor_latency(p)
         print(f"| 64 B one-way latency | {p} | {ours * 1e6:.1f} | {floor * 1e6:.1f} | {ours / floor:.2f}x |")
 

@@ -137,7 +137,8 @@ def working_buffer(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
     if out.shape != x.shape or out.dtype != x.dtype:
-        raise ValueError(f"out must have x's shape {x.shape} and dtype {x.dtype}, got {out.shape} {out.dtype}")
+        raise ValueError(f"out must have x's shape {x.shape} and dtype {x.dtype}, "
+                         f"got {out.shape} {out.dtype}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be a writeable C-contiguous array")
     same = out.__array_interface__["data"][0] == x.__array_interface__["data"][0] and out.strides == x.strides

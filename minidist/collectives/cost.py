@@ -1,9 +1,9 @@
 """The α-β-γ cost of every allreduce algorithm, in closed form.
 
 The model (the "Hardware Accelerators for Training DNNs" tutorial, collectives; the "Distributed DL
-Part II" slides, T_comm): sending a message of b bytes costs α + bβ on the sender's link (α: latency, β: seconds per byte,
-1/β the bandwidth); a receive completes when the message has arrived; reducing b bytes costs bγ.
-P ranks, an array of n bytes. Per rank:
+Part II" slides, T_comm): sending a message of b bytes costs α + bβ on the sender's link (α: latency,
+β: seconds per byte, 1/β the bandwidth); a receive completes when the message has arrived; reducing
+b bytes costs bγ. P ranks, an array of n bytes. Per rank:
 
     algorithm           steps      messages sent        bytes sent              time (γ = 0)
     naive               P − 1      P − 1                (P − 1) n               (P − 1)(α + nβ)
