@@ -1,6 +1,6 @@
 """Allreduce bus bandwidth: minidist's ring and auto against MPICH (mpi4py) and torch.distributed (gloo).
 
-    PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,64K,1M,32M] [--world-sizes 2,4] [--repeat 3]
+    PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,1M,32M] [--world-sizes 2,4] [--peers mpich,floor]
 
 For each world size P and message size (float32 arrays of S bytes) every peer runs allreduce-sum untimed
 for ~0.3 s (this VM's cores run slower for a while after idling, and minidist's ranks sleep when they
@@ -14,6 +14,11 @@ nccl-tests defines them:
 invocation: MPICH through ``mpiexec -n P python benchmarks/allreduce.py --mpi-worker`` (mpi4py), gloo
 through P processes running ``--gloo-worker``. A peer that is not installed is skipped. Ratios printed
 are minidist / peer (higher busbw is better; for the 4 KiB latency, lower is better).
+
+The "floor" peer (benchmarks/floor.py, arrays up to 64 KiB, P a power of two) is the same recursive
+doubling written in bare Python — forked processes, one shared-memory slot and two semaphores per ordered
+pair, no minidist code: the least a short allreduce between Python processes costs. "auto/floor" is
+minidist's ``auto`` over it (target <= 2x, issue 17).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from floor import floor_allreduce  # benchmarks/floor.py, beside this script
 from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +44,7 @@ def parse_size(text: str) -> int:
     return int(text[:-1]) * UNITS[text[-1].upper()] if text[-1].upper() in UNITS else int(text)
 
 
+FLOOR_MAX_BYTES = 64 * 1024  # the floor is measured for short arrays only
 BLOCKS = 5  # the machine is shared: time 5 blocks of allreduces and keep the fastest block
 WARMUP_SECONDS = 0.3  # this VM's cores run slower for a while after they idle: warm them up first
 
@@ -178,7 +185,8 @@ def busbw(nbytes: int, seconds: float, world_size: int) -> float:
 
 def ratio(results: dict, a: str, b: str, i: int) -> str:
     """busbw of a over busbw of b at size i (= time of b over time of a)."""
-    return f"{results[b][i] / results[a][i]:.2f}x" if results[a] and results[b] else "-"
+    ok = results[a] and results[b] and results[a][i] and results[b][i]
+    return f"{results[b][i] / results[a][i]:.2f}x" if ok else "-"
 
 
 def main() -> None:
@@ -186,6 +194,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="4K,64K,256K,1M,4M,16M,32M,64M")
     parser.add_argument("--world-sizes", default="2,4")
+    parser.add_argument("--peers", default="mpich,gloo,floor", help="which peers to run beside minidist")
     parser.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gloo-worker", nargs=3, type=int, metavar=("RANK", "P", "PORT"),
                         help=argparse.SUPPRESS)
@@ -198,20 +207,30 @@ def main() -> None:
 
     print(f"machine: {os.cpu_count()} cores, {sys.platform}; python {sys.version.split()[0]}; "
           f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}")
+    peers = args.peers.split(",")
     for world_size in [int(p) for p in args.world_sizes.split(",")]:
         results = {"ring": bench_minidist(world_size, sizes, "ring"),
                    "auto": bench_minidist(world_size, sizes, "auto"),
-                   "mpich": bench_mpi(world_size, sizes), "gloo": bench_gloo(world_size, sizes)}
-        peers = [name for name, times in results.items() if times is not None]
+                   "mpich": bench_mpi(world_size, sizes) if "mpich" in peers else None,
+                   "gloo": bench_gloo(world_size, sizes) if "gloo" in peers else None,
+                   "floor": bench_floor(world_size, sizes) if "floor" in peers else None}
+        ran = [name for name, times in results.items() if times is not None]
         print(f"\nP = {world_size}: busbw GB/s (time per allreduce in us)")
-        print("| size | " + " | ".join(peers) + " | ring/mpich | auto/mpich | ring/gloo |")
-        print("|---" * (len(peers) + 4) + "|")
+        pairs = (("ring", "mpich"), ("auto", "mpich"), ("ring", "gloo"), ("floor", "auto"))
+        print("| size | " + " | ".join(ran) + " | ring/mpich | auto/mpich | ring/gloo | auto/floor (time) |")
+        print("|---" * (len(ran) + 5) + "|")
         for i, nbytes in enumerate(sizes):
             cells = [f"{busbw(nbytes, results[p][i], world_size):.2f} ({results[p][i] * 1e6:.0f})"
-                     for p in peers]
-            pairs = (("ring", "mpich"), ("auto", "mpich"), ("ring", "gloo"))
+                     if results[p][i] else "-" for p in ran]
             ratios = [ratio(results, a, b, i) for a, b in pairs]
             print(f"| {human(nbytes)} | " + " | ".join(cells + ratios) + " |")
+
+
+def bench_floor(world_size: int, sizes: list[int]) -> list[float | None] | None:
+    """The bare-Python floor (floor.py) for the short arrays; None where it is not measured."""
+    if world_size & (world_size - 1):
+        return None
+    return [floor_allreduce(world_size, nbytes) if nbytes <= FLOOR_MAX_BYTES else None for nbytes in sizes]
 
 
 if __name__ == "__main__":

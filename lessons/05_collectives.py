@@ -52,7 +52,9 @@ print(f"link model: alpha = {LINK.alpha * 1e6:.1f} us, 1/beta = {1 / LINK.beta /
 # Four ranks, each with its own integer-valued array (so the float sums are exact). After an allreduce
 # every rank must hold *bitwise* the same array — otherwise data-parallel replicas would drift apart.
 # The algorithms make sure of that: each element's sum is computed once and copied (ring, tree,
-# Rabenseifner, parameter server), or computed in the same order everywhere (naive, recursive doubling).
+# Rabenseifner, parameter server), or computed from the same operands in the same order everywhere (naive
+# adds in rank order; in recursive doubling both partners put the lower rank's array first — a + b and
+# b + a can differ in the sign of a NaN, and max(−0.0, +0.0) in the sign of the zero).
 
 
 # %%

@@ -2,26 +2,23 @@
 
 This file holds the entry point, the two algorithms of the first lecture slides, and ``auto``:
 
-- ``naive``: everyone sends its whole array to everyone else; each rank adds the P arrays itself.
-  (P − 1)·n elements sent per rank, O(n P²) in total; T = (P − 1)(α + n β).
+- ``naive``: everyone sends its whole array to everyone else; each rank adds the P arrays itself, in
+  rank order. (P − 1)·n elements sent per rank, O(n P²) in total; T = (P − 1)(α + n β).
 - ``parameter_server``: one rank (the "manager", rank 0, itself one of the workers) receives every array,
   adds them, and sends the sum back. Only O(n P) in total, but all of it through one node: the root sends
   and receives (P − 1)·n, the workers n each. With receives free in the α-β model the root's sends are
   the bottleneck: T = P (α + n β).
 
 The others live in ring.py (``ring``), tree.py (``tree``) and halving_doubling.py (``recursive_doubling``,
-``rabenseifner``); their costs are in cost.py. Seeds: "Scaling Up Training" (naive vs manager vs ring and
-their work counts), "Hardware Accelerators for Training DNNs" (collectives and their algorithms).
+``rabenseifner``); their costs are in cost.py. Sources: the "Scaling Up Training" slides (naive vs
+manager vs ring and their work counts), the "Hardware Accelerators for Training DNNs" tutorial
+(collectives and their algorithms).
 
-``auto`` picks as MPICH's classic allreduce does (MPICH src/mpi/coll/allreduce): recursive doubling
-when the array has at most ``short_bytes`` bytes or fewer elements than P' (the largest power of two
-<= P), otherwise Rabenseifner's reduce-scatter + allgather. MPICH's threshold is the tunable CVAR
-MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE, 2048 bytes by default (``MPICH_SHORT_MESSAGE_BYTES``). Tuned for
-this library on its test machine it is ``SHORT_MESSAGE_BYTES`` = 512 KiB: a message costs minidist
-~10-15 us of Python (MPICH: ~1 us), so the log2 P extra messages of Rabenseifner pay for themselves
-only on much larger arrays. Measured (benchmarks/allreduce.md, "Session 4"): recursive doubling is
-faster up to 512 KiB at P = 2 and P = 4, slower from 1 MiB at P = 4 and equal at 2 MiB for P = 2. Newer
-MPICH releases choose from a tuning table (including a ring); the classic rule is the one taught here.
+``auto`` picks as MPICH's classic allreduce does: recursive doubling when the array has at most
+``short_bytes`` bytes or fewer elements than P' (the largest power of two <= P), otherwise Rabenseifner.
+MPICH's default threshold is 2048 bytes (``MPICH_SHORT_MESSAGE_BYTES``); minidist's,
+``SHORT_MESSAGE_BYTES`` = 512 KiB, is tuned for a message that costs Python statements rather than
+hardware latency (benchmarks/allreduce.md).
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from minidist.collectives.common import (
     check_op,
     dtype_name,
     finish,
-    flat_copy,
     largest_power_of_two,
 )
 from minidist.collectives.halving_doubling import rabenseifner_allreduce, recursive_doubling_allreduce
@@ -45,11 +41,14 @@ from minidist.collectives.ring import ring_allreduce
 from minidist.collectives.tree import tree_allreduce
 
 MPICH_SHORT_MESSAGE_BYTES = 2048      # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE default
-SHORT_MESSAGE_BYTES = 512 * 1024      # the same threshold, tuned for minidist (see above)
+SHORT_MESSAGE_BYTES = 512 * 1024      # the same threshold, tuned for minidist (benchmarks/allreduce.md)
 
 
 def naive_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Everyone sends its 1-D array to everyone; each rank reduces the P arrays in rank order."""
+    """Everyone sends ``flat`` (shape (n,)) to everyone; each rank reduces the P arrays in rank order.
+
+    Returns a new array, shape (n,): the same operations in the same order on every rank, the same bits.
+    """
     p, r, tag = comm.world_size, comm.rank, TAGS["naive"]
     arrays = [flat] * p
     for shift in range(1, p):  # in round `shift`, send to r + shift, receive from r − shift
@@ -63,7 +62,10 @@ def naive_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
 
 
 def parameter_server_allreduce(comm, flat: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
-    """The root (one of the workers) receives and reduces every 1-D array, then sends the result back."""
+    """The root (one of the workers) receives and reduces every rank's ``flat``, then sends it back.
+
+    flat: this rank's contribution, shape (n,), contiguous; overwritten with the result and returned.
+    """
     p, r, tag = comm.world_size, comm.rank, TAGS["parameter_server"]
     # BEGIN SOLUTION parameter_server_allreduce
     if r != root:
@@ -87,26 +89,27 @@ ALGORITHMS = {
     "recursive_doubling": recursive_doubling_allreduce,
     "rabenseifner": rabenseifner_allreduce,
 }
-# the algorithms that take ``source=``: x read in place, never copied into the working buffer
-READ_SOURCE = ("ring", "recursive_doubling", "rabenseifner")
 
 
 def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES) -> str:
     """MPICH's classic choice: recursive doubling for short arrays, Rabenseifner for long ones.
 
-    ``short_bytes``: the largest "short" array; MPICH_SHORT_MESSAGE_BYTES gives MPICH's own default.
+    nbytes, n: the array's size in bytes and elements. ``short_bytes``: the largest "short" array;
+    MPICH_SHORT_MESSAGE_BYTES gives MPICH's own default. Returns an algorithm name.
     """
     if nbytes <= short_bytes or n < largest_power_of_two(world_size):
         return "recursive_doubling"
     return "rabenseifner"
 
 
-def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
-    """Reduce x elementwise over all ranks; every rank receives the result (a new array).
+def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
+              out: np.ndarray | None = None) -> np.ndarray:
+    """Reduce x elementwise over all ranks; every rank receives the result, bitwise the same everywhere.
 
-    x: any shape, float or integer dtype, the same shape and dtype on every rank. op: "sum", "mean",
-    "max" or "min". algorithm: one of ``ALGORITHMS`` or "auto". Returns an array of x's shape and dtype,
-    bitwise the same on every rank; x itself is not modified.
+    x: any shape, float or integer dtype, the same shape and dtype on every rank; never modified unless
+    it is ``out``. op: "sum", "mean", "max" or "min". algorithm: one of ``ALGORITHMS`` or "auto".
+    out: where to write the result (C-contiguous, x's shape and dtype; may be x itself, for an in-place
+    allreduce); by default a new array. Returns the result, of x's shape and dtype (``out`` if given).
     """
     check_comm(comm)
     x = check_array(x)
@@ -115,13 +118,32 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
         algorithm = choose_algorithm(x.nbytes, x.size, comm.world_size)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
-    if comm.world_size == 1:
-        return finish(flat_copy(x), op, 1, x.shape)
-    reduce_op = "sum" if op == "mean" else op
-    call = f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})"
-    with agreement(comm, call):
-        if algorithm in READ_SOURCE:     # these read x itself: no working copy
-            flat = ALGORITHMS[algorithm](comm, np.empty(x.size, x.dtype), reduce_op, source=x.reshape(-1))
-        else:
-            flat = ALGORITHMS[algorithm](comm, flat_copy(x), reduce_op)
-    return finish(flat, op, comm.world_size, x.shape)
+    result = working_buffer(x, out)
+    flat = result.reshape(-1)            # a view: the algorithms work on the result's memory
+    if comm.world_size > 1:
+        call = f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})"
+        with agreement(comm, call):
+            reduced = ALGORITHMS[algorithm](comm, flat, "sum" if op == "mean" else op)
+        if reduced is not flat:          # naive builds a new array
+            flat[...] = reduced
+    finish(flat, op, comm.world_size, x.shape)
+    return result
+
+
+def working_buffer(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """The array the result is written to, holding x's values: a new copy, or ``out`` (checked first)."""
+    if out is None:
+        return np.array(x, copy=True, order="C")
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(f"out must have x's shape {x.shape} and dtype {x.dtype}, "
+                         f"got {out.shape} {out.dtype}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writeable C-contiguous array")
+    same = out.__array_interface__["data"][0] == x.__array_interface__["data"][0] and out.strides == x.strides
+    if not same:
+        if np.shares_memory(out, x):
+            raise ValueError("out overlaps x without being x itself: pass out=x for an in-place allreduce")
+        out[...] = x
+    return out

@@ -1,8 +1,6 @@
-"""What every collective shares: input checks, chunk boundaries, reduction ops and message tags.
+"""What every collective shares: input checks, reduction ops, message tags and call agreement.
 
-Chunks follow ``np.array_split``: n elements split into P pieces give the first ``n % P`` pieces
-``n // P + 1`` elements and the rest ``n // P`` (some are empty when n < P). ``chunk_bounds(n, P)``
-returns the P + 1 offsets, so piece i is ``flat[bounds[i]:bounds[i + 1]]``.
+Chunks of an array follow ``minidist.split`` (np.array_split's rule): ``split_offsets(n, P)``.
 
 Agreement: every rank must call the same collective with the same arguments (algorithm, root, op,
 length, dtype). Ranks that disagree would run different message patterns and could wait for each other
@@ -81,13 +79,6 @@ def check_root(comm, root: int) -> int:
 def flat_copy(x: np.ndarray) -> np.ndarray:
     """A new contiguous 1-D copy of x: the working buffer an algorithm may overwrite."""
     return np.array(x, copy=True, order="C").reshape(-1)
-
-
-def chunk_bounds(n: int, parts: int) -> np.ndarray:
-    """Offsets of np.array_split(range(n), parts): piece i is [bounds[i], bounds[i + 1])."""
-    sizes = np.full(parts, n // parts, dtype=np.int64)
-    sizes[: n % parts] += 1
-    return np.concatenate([[0], np.cumsum(sizes)])
 
 
 def largest_power_of_two(p: int) -> int:

@@ -1,9 +1,9 @@
 """The α-β-γ cost of every allreduce algorithm, in closed form.
 
-The model (seeds: "Hardware Accelerators for Training DNNs", collectives; "Distributed DL Part II",
-T_comm): sending a message of b bytes costs α + bβ on the sender's link (α: latency, β: seconds per byte,
-1/β the bandwidth); a receive completes when the message has arrived; reducing b bytes costs bγ.
-P ranks, an array of n bytes. Per rank:
+The model (the "Hardware Accelerators for Training DNNs" tutorial, collectives; the "Distributed DL
+Part II" slides, T_comm): sending a message of b bytes costs α + bβ on the sender's link (α: latency,
+β: seconds per byte, 1/β the bandwidth); a receive completes when the message has arrived; reducing
+b bytes costs bγ. P ranks, an array of n bytes. Per rank:
 
     algorithm           steps      messages sent        bytes sent              time (γ = 0)
     naive               P − 1      P − 1                (P − 1) n               (P − 1)(α + nβ)
@@ -16,18 +16,14 @@ P ranks, an array of n bytes. Per rank:
 The reductions add γ per byte on the critical path: (P − 1) nγ for naive and the parameter server,
 (P − 1)/P · nγ for ring and Rabenseifner, log2 P · nγ for tree and recursive doubling.
 
-(The tree's root sends log2 P messages, a leaf 1; all ranks together send 2(P − 1) messages, 2(P − 1) n
-bytes.) The parameter server's time is P (α + nβ), not 2(P − 1): the workers send to it in parallel and a
-receive costs nothing on the receiver's side in this model, then the root sends P − 1 times in a row.
+The tree's root sends log2 P messages, a leaf 1 (2(P − 1) in all). The parameter server takes P (α + nβ):
+the workers send in parallel, a receive costs the receiver nothing, then the root sends P − 1 times.
 
 The formulas are exact when P is a power of two (for tree, recursive doubling, Rabenseifner; otherwise
 log2 P reads ⌈log2 P⌉ and the numbers are the textbook's approximation) and the array's element count
 divides by P (ring, Rabenseifner). schedule.simulate gives the exact numbers for every case; the tests
-check both against the cluster's ledger and clock. The collectives do not charge their reductions to the
-simulated clock, so the clock measures the γ = 0 case.
-
-Ring vs tree is the lecture's point: the ring's time hardly grows with P (bandwidth-bound, large n), the
-tree's latency term grows only as log P (latency-bound, small n).
+check both against the cluster's ledger and clock (which does not charge reductions: γ = 0). The ring's
+time hardly grows with P (bandwidth-bound, large n); the tree's latency term grows only as log P.
 """
 
 from __future__ import annotations

@@ -5,57 +5,49 @@ number of ranks P'. Any other P is folded first, as MPICH does: with P' the larg
 rem = P − P', each even rank r < 2·rem sends its array to r + 1 and sits out; the remaining P' ranks run
 the algorithm under new numbers 0..P'−1; at the end each odd rank r < 2·rem sends the result back to r − 1.
 
-Recursive doubling (short arrays): log2 P' steps; at each, partners swap their *whole* arrays and both add.
+Recursive doubling (short arrays): log2 P' steps; at each, partners swap their *whole* arrays and both
+combine them, the lower rank's operand first, so that both compute the same bits (NaN signs, ±0 in max).
 
     T_rd = log2 P · (α + n β)                         bytes sent per rank: log2 P · n
 
-Rabenseifner (long arrays; Thakur, Rabenseifner & Gropp 2005):
-  - reduce-scatter by recursive halving: at distance P'/2, P'/4, ..., 1, partners split their current
-    range of chunks in half, each sends the half the other keeps and adds the half it received. After
-    log2 P' steps rank r holds the full sum of chunk r (1/P' of the array).
-  - allgather by recursive doubling: at distance 1, 2, ..., P'/2 partners swap what they hold.
+Rabenseifner (long arrays; "Optimization of Collective Communication Operations in MPICH", Thakur,
+Rabenseifner & Gropp, 2005). The array is cut into P' chunks; a block of d chunks is aligned to d.
+  - reduce-scatter by recursive halving: at distance d = P'/2, P'/4, ..., 1, partners hold the same block
+    of 2d chunks; each sends the partner's half and adds the partner's copy of its own half into it.
+    Afterwards rank r holds the full reduction of chunk r (1/P' of the array), computed by r alone.
+  - allgather by recursive doubling: at distance d = 1, 2, ..., P'/2 partners swap their blocks of d chunks.
 
     T_rab = 2 log2 P · α + 2 (P − 1)/P · n β          bytes sent per rank: 2 (P − 1)/P · n
 
 Rabenseifner sends as few bytes as the ring with only 2 log2 P messages instead of 2(P − 1).
-
-Bitwise agreement: in recursive doubling both partners compute a + b from the same two arrays (IEEE
-addition is commutative), so they agree after every step; in Rabenseifner each chunk is summed once, by
-its owner, and then copied.
-
-No working copy: given ``source=`` (``allreduce`` passes x), the first step reads this rank's values
-from x and adds the partner's straight into the output (``recv(..., op=op, base=)``), as the ring does.
-At P = 2 that halves the time of a 256 KiB recursive doubling (benchmarks/allreduce.md, "Session 4").
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives.common import TAGS, UFUNCS, chunk_bounds, largest_power_of_two
+from minidist.collectives.common import TAGS, UFUNCS, largest_power_of_two
+from minidist.split import split_offsets
 
 
-def _fold_in(comm, flat: np.ndarray, op: str, tag: int,
-             source: np.ndarray | None = None) -> tuple[int, np.ndarray]:
-    """Non-power-of-two prologue. Returns this rank's number among the P' active ranks (-1 if idle) and
-    the array that now holds its values: ``source`` (if given) until flat has been written, else flat.
+def fold_in(comm, flat: np.ndarray, op: str, tag: int) -> int:
+    """Non-power-of-two prologue: the even ranks below 2·rem hand their array to the odd rank above.
 
-    An odd rank below 2·rem receives its even neighbour's array into flat: flat = own + incoming.
+    flat: this rank's array, shape (n,); on the odd ranks below 2·rem it becomes op(own, the neighbour's).
+    Returns this rank's number among the P' ranks that go on (-1: this rank sits out).
     """
-    p2 = largest_power_of_two(comm.world_size)
-    rem, r = comm.world_size - p2, comm.rank
-    mine = flat if source is None else source
+    rem, r = comm.world_size - largest_power_of_two(comm.world_size), comm.rank
     if r >= 2 * rem:
-        return r - rem, mine
+        return r - rem
     if r % 2 == 0:
-        comm.send(mine, dst=r + 1, tag=tag)
-        return -1, mine
-    comm.recv(r - 1, tag=tag, out=flat, op=op, base=mine)
-    return r // 2, flat
+        comm.send(flat, dst=r + 1, tag=tag)
+        return -1
+    comm.recv(r - 1, tag=tag, out=flat, op=op)
+    return r // 2
 
 
-def _fold_out(comm, flat: np.ndarray, tag: int) -> None:
-    """Non-power-of-two epilogue: the odd ranks below 2·rem hand the result to the even ones."""
+def fold_out(comm, flat: np.ndarray, tag: int) -> None:
+    """Non-power-of-two epilogue: the odd ranks below 2·rem send the result, shape (n,), to r − 1."""
     rem, r = comm.world_size - largest_power_of_two(comm.world_size), comm.rank
     if r < 2 * rem:
         if r % 2:
@@ -64,81 +56,67 @@ def _fold_out(comm, flat: np.ndarray, tag: int) -> None:
             comm.recv(r + 1, tag=tag, out=flat)
 
 
-def _real_rank(new_rank: int, rem: int) -> int:
-    """Inverse of the fold's renumbering."""
+def real_rank(comm, new_rank: int) -> int:
+    """The rank of comm that runs under ``new_rank`` (0..P'−1) after fold_in."""
+    rem = comm.world_size - largest_power_of_two(comm.world_size)
     return 2 * new_rank + 1 if new_rank < rem else new_rank + rem
 
 
-def recursive_doubling_allreduce(comm, flat: np.ndarray, op: str = "sum",
-                                 source: np.ndarray | None = None) -> np.ndarray:
-    """Allreduce the 1-D array ``flat`` (overwritten) by recursive doubling; returns it.
+def recursive_doubling_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Allreduce ``flat`` by recursive doubling, in place.
 
-    source: this rank's array (1-D, like flat) if it is not already in ``flat``; it is never written,
-    and flat's initial values are then never read. ``allreduce`` passes x itself: the first exchange
-    adds x and the partner's array straight into flat (``out=flat, op=op, base=x``), so x needs no
-    working copy and that step no separate addition. (A later step cannot do the same in place: a long
-    message streams, and flat would change while it is still being sent.)
+    flat: this rank's contribution, shape (n,), contiguous; overwritten with the result. op: "sum",
+    "max" or "min". Returns flat, shape (n,), bitwise the same on every rank.
     """
     tag, p2 = TAGS["recursive_doubling"], largest_power_of_two(comm.world_size)
-    rem = comm.world_size - p2
-    me, mine = _fold_in(comm, flat, op, tag, source)     # mine: this rank's partial result so far
+    me = fold_in(comm, flat, op, tag)
     if me >= 0:
-        incoming, distance = None, 1
-        while distance < p2:
-            partner = _real_rank(me ^ distance, rem)
-            if mine is flat:    # flat += the partner's partial result: a + b on one side, b + a on the other
-                incoming = np.empty_like(flat) if incoming is None else incoming
-                comm.sendrecv(flat, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=incoming)
-                UFUNCS[op](flat, incoming, out=flat)
-            else:               # the first step, reading source: flat = source + the partner's array
-                comm.sendrecv(mine, dst=partner, src=partner, sendtag=tag, recvtag=tag, out=flat, op=op,
-                              base=mine)
-                mine = flat
+        mine, theirs = flat, np.empty_like(flat)
+        distance = 1
+        while distance < p2:  # swap whole arrays with the partner, then combine them
+            partner = me ^ distance
+            comm.sendrecv(mine, dst=real_rank(comm, partner), src=real_rank(comm, partner), sendtag=tag,
+                          recvtag=tag, out=theirs)
+            # Both partners run the very same operation: the lower rank's array first, the result written
+            # over it. (a + b and b + a differ for NaNs of different signs, and NumPy's choice of NaN also
+            # depends on which operand ``out`` is.)
+            low, high = (theirs, mine) if partner < me else (mine, theirs)
+            UFUNCS[op](low, high, out=low)
+            mine, theirs = low, high
             distance <<= 1
-        if mine is not flat:                      # no step at all (P = 1)
+        if mine is not flat:
             flat[...] = mine
-    _fold_out(comm, flat, tag)
+    fold_out(comm, flat, tag)
     return flat
 
 
-def rabenseifner_allreduce(comm, flat: np.ndarray, op: str = "sum",
-                          source: np.ndarray | None = None) -> np.ndarray:
-    """Allreduce the 1-D array ``flat`` (overwritten) by recursive halving + doubling; returns it.
+def rabenseifner_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Allreduce ``flat`` by recursive halving + recursive doubling, in place.
 
-    source: as for recursive doubling. The first halving sends half of source and adds the other half
-    into flat (``base=``); every later step only touches chunks of flat that an earlier step wrote.
+    flat: this rank's contribution, shape (n,), contiguous; overwritten with the result. op: "sum",
+    "max" or "min". Returns flat, shape (n,), bitwise the same on every rank.
     """
     tag, p2 = TAGS["rabenseifner"], largest_power_of_two(comm.world_size)
-    rem = comm.world_size - p2
-    me, mine = _fold_in(comm, flat, op, tag, source)     # mine: this rank's partial sums so far
+    me = fold_in(comm, flat, op, tag)
     if me >= 0:
-        bounds = chunk_bounds(flat.size, p2)
+        bounds = split_offsets(flat.size, p2)
 
-        def chunks(lo: int, hi: int, of: np.ndarray = flat) -> np.ndarray:  # chunks lo..hi-1, one view
-            return of[bounds[lo]:bounds[hi]]
+        def block(rank: int, d: int) -> np.ndarray:
+            """The aligned block of d chunks that holds chunk ``rank``."""
+            first = rank // d * d
+            return flat[bounds[first]:bounds[first + d]]
 
-        lo, hi, halvings = 0, p2, []
+        def exchange(send: np.ndarray, out: np.ndarray, partner: int, op: str | None) -> None:
+            peer = real_rank(comm, partner)
+            comm.sendrecv(send, dst=peer, src=peer, sendtag=tag, recvtag=tag, out=out, op=op)
+
         distance = p2 // 2
-        while distance >= 1:  # reduce-scatter by recursive halving
-            partner = _real_rank(me ^ distance, rem)
-            mid = (lo + hi) // 2
-            keep, give = ((mid, hi), (lo, mid)) if me & distance else ((lo, mid), (mid, hi))
-            comm.sendrecv(chunks(*give, of=mine), dst=partner, src=partner, sendtag=tag, recvtag=tag,
-                          out=chunks(*keep), op=op, base=chunks(*keep, of=mine))
-            mine = flat
-            halvings.append((lo, hi))
-            lo, hi = keep
+        while distance >= 1:  # reduce-scatter: give the partner its half, add its copy of mine into mine
+            exchange(block(me ^ distance, distance), block(me, distance), me ^ distance, op)
             distance //= 2
         distance = 1
-        while distance < p2:  # allgather by recursive doubling: undo the halvings in reverse
-            partner = _real_rank(me ^ distance, rem)
-            parent_lo, parent_hi = halvings.pop()
-            theirs = (hi, parent_hi) if lo == parent_lo else (parent_lo, lo)
-            comm.sendrecv(chunks(lo, hi), dst=partner, src=partner, sendtag=tag, recvtag=tag,
-                          out=chunks(*theirs))
-            lo, hi = parent_lo, parent_hi
+        while distance < p2:  # allgather: swap the blocks of `distance` finished chunks
+            exchange(block(me, distance), block(me ^ distance, distance), me ^ distance, None)
             distance <<= 1
-        if mine is not flat:                      # no step at all (P = 1)
-            flat[...] = mine
-    _fold_out(comm, flat, tag)
+    fold_out(comm, flat, tag)
     return flat

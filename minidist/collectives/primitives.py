@@ -27,15 +27,19 @@ from minidist.collectives.common import (
     check_comm,
     check_op,
     check_root,
-    chunk_bounds,
     dtype_name,
     finish,
     flat_copy,
 )
+from minidist.split import split_offsets
 
 
 def broadcast(comm, x: np.ndarray | None, root: int = 0) -> np.ndarray:
-    """root's x on every rank. Other ranks may pass None, or an array of the expected shape and dtype."""
+    """root's x on every rank (a binomial tree).
+
+    x: at root, the array to send (any shape); elsewhere None or an array of root's shape and dtype.
+    Returns a new array of root's x's shape and dtype on every rank.
+    """
     check_comm(comm)
     p, root, tag = comm.world_size, check_root(comm, root), TAGS["broadcast"]
     agree(comm, f"broadcast(root={root})")
@@ -58,7 +62,10 @@ def broadcast(comm, x: np.ndarray | None, root: int = 0) -> np.ndarray:
 
 
 def reduce(comm, x: np.ndarray, root: int = 0, op: str = "sum") -> np.ndarray | None:
-    """The elementwise reduction (sum, mean, max, min) of every rank's x at root; None elsewhere."""
+    """The elementwise reduction (sum, mean, max, min) of every rank's x at root; None elsewhere.
+
+    x: any shape, the same shape and dtype on every rank. Returns, at root, a new array of x's shape.
+    """
     check_comm(comm)
     x = check_array(x)
     p, root, tag = comm.world_size, check_root(comm, root), TAGS["reduce"]
@@ -78,7 +85,8 @@ def reduce(comm, x: np.ndarray, root: int = 0, op: str = "sum") -> np.ndarray | 
 
 
 def gather(comm, x: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
-    """The list [x of rank 0, ..., x of rank P − 1] at root; None elsewhere."""
+    """The list [x of rank 0, ..., x of rank P − 1] at root (P new arrays, each its rank's shape); None
+    elsewhere. x: any shape, may differ between ranks."""
     check_comm(comm)
     x = check_array(x)
     root, tag = check_root(comm, root), TAGS["gather"]
@@ -90,7 +98,10 @@ def gather(comm, x: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
 
 
 def scatter(comm, chunks: list[np.ndarray] | None, root: int = 0) -> np.ndarray:
-    """chunks[r] of the root's list on rank r (the list has one array per rank; others may pass None)."""
+    """chunks[r] of the root's list on rank r, a new array of that chunk's shape.
+
+    chunks: at root, a list of P arrays (any shapes); elsewhere ignored (None is fine).
+    """
     check_comm(comm)
     root, tag = check_root(comm, root), TAGS["scatter"]
     agree(comm, f"scatter(root={root})")
@@ -105,7 +116,10 @@ def scatter(comm, chunks: list[np.ndarray] | None, root: int = 0) -> np.ndarray:
 
 
 def allgather(comm, x: np.ndarray) -> list[np.ndarray]:
-    """The list [x of rank 0, ..., x of rank P − 1] on every rank (a ring: each x travels P − 1 hops)."""
+    """The list [x of rank 0, ..., x of rank P − 1] on every rank (a ring: each x travels P − 1 hops).
+
+    x: any shape, may differ between ranks. Returns P new arrays, each of its rank's shape.
+    """
     check_comm(comm)
     x = check_array(x)
     p, r, tag = comm.world_size, comm.rank, TAGS["allgather"]
@@ -119,13 +133,16 @@ def allgather(comm, x: np.ndarray) -> list[np.ndarray]:
 
 
 def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Piece r of np.array_split(reduction of all x, P).ravel() on rank r (a ring reduce-scatter)."""
+    """Piece r of the reduction of all x, cut with np.array_split, on rank r (a ring reduce-scatter).
+
+    x: any shape (n elements), the same on every rank. Returns a new 1-D array, shape (split_sizes(n, P)[r],).
+    """
     check_comm(comm)
     x = check_array(x)
     check_op(op, x.dtype)
     p, r, tag = comm.world_size, comm.rank, TAGS["reduce_scatter"]
     flat = flat_copy(x)
-    bounds = chunk_bounds(flat.size, p)
+    bounds = split_offsets(flat.size, p)
 
     def piece(i: int) -> np.ndarray:
         i %= p
@@ -140,7 +157,10 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
 
 
 def alltoall(comm, chunks: list[np.ndarray]) -> list[np.ndarray]:
-    """out[j] = rank j's chunks[r]: every rank sends a different array to every other rank."""
+    """out[j] = rank j's chunks[r]: every rank sends a different array to every other rank.
+
+    chunks: a list of P arrays (any shapes). Returns a list of P new arrays.
+    """
     check_comm(comm)
     p, r, tag = comm.world_size, comm.rank, TAGS["alltoall"]
     if not isinstance(chunks, (list, tuple)) or len(chunks) != p:

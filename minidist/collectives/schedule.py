@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.collectives.common import chunk_bounds, largest_power_of_two
+from minidist.collectives.common import largest_power_of_two
+from minidist.split import split_offsets, split_sizes
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def schedule(algorithm: str, world_size: int) -> Schedule:
 
 def simulate(plan: Schedule, n: int, itemsize: int, alpha: float, beta: float) -> Traffic:
     """Replay ``plan`` for an array of n elements of itemsize bytes under the α-β clock."""
-    p, bounds = plan.world_size, chunk_bounds(n, plan.parts)
+    p, bounds = plan.world_size, split_offsets(n, plan.parts)
     programs = [[] for _ in range(p)]  # each rank's operations in the order its code performs them
     for step in plan.steps:
         for t in step:
@@ -185,5 +186,5 @@ def simulate(plan: Schedule, n: int, itemsize: int, alpha: float, beta: float) -
 
 
 def chunk_sizes(plan: Schedule, n: int) -> np.ndarray:
-    """Number of elements in each of the plan's chunks for an array of n elements."""
-    return np.diff(chunk_bounds(n, plan.parts))
+    """Number of elements in each of the plan's chunks for an array of n elements: shape (parts,)."""
+    return np.array(split_sizes(n, plan.parts), dtype=np.int64)

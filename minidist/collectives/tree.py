@@ -24,7 +24,11 @@ from minidist.collectives.common import TAGS
 
 
 def tree_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Allreduce the 1-D array ``flat`` (overwritten) with a binomial reduce + broadcast; returns it."""
+    """Allreduce ``flat`` with a binomial-tree reduce to rank 0 and a broadcast back, in place.
+
+    flat: this rank's contribution, shape (n,), contiguous; overwritten with the result. op: "sum",
+    "max" or "min". Returns flat, shape (n,), bitwise the same on every rank.
+    """
     # BEGIN SOLUTION tree_allreduce
     p, r, tag = comm.world_size, comm.rank, TAGS["tree"]
     mask = 1

@@ -127,26 +127,53 @@ def test_allreduce_on_sub_communicators():
             assert np.array_equal(y, np.full(7, float(sum(members))))
 
 
-def _with_and_without_source(comm, algorithm, n):
-    from minidist.collectives.allreduce import ALGORITHMS
-
+def _through_a_small_mailbox(comm, algorithm, n):
     rng = np.random.default_rng(comm.rank)
     x = rng.integers(-50, 50, size=(n, 3)).astype(np.float32).T      # transposed: not C-contiguous
     x.flags.writeable = False                                          # allreduce only reads x
-    algorithm_fn = ALGORITHMS[algorithm]
-    through_a_copy = algorithm_fn(comm, x.reshape(-1).copy(), "sum")
-    from_source = algorithm_fn(comm, np.full(x.size, np.nan, np.float32), "sum", source=x.reshape(-1))
-    via_allreduce = allreduce(comm, x, algorithm=algorithm)
-    return through_a_copy, from_source, via_allreduce, x
+    in_place = np.array(x, order="C")
+    returned = allreduce(comm, in_place, algorithm=algorithm, out=in_place)
+    assert returned is in_place
+    return allreduce(comm, x, algorithm=algorithm), in_place, x
 
 
 # (1000, 3) float32 = 12 KB: through a 4 KiB mailbox (slots of 256 bytes) these messages stream
 @pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "rabenseifner"])
 @pytest.mark.parametrize("world_size, n", [(1, 4), (2, 5), (3, 7), (4, 1), (5, 100), (6, 1000)])
-def test_reads_its_own_values_from_source_without_a_working_copy(algorithm, world_size, n):
-    results = run(_with_and_without_source, world_size, algorithm, n, mailbox_bytes=4096)
-    want = exact([x for *_, x in results], "sum").reshape(-1)
-    for through_a_copy, from_source, via_allreduce, _ in results:
-        assert through_a_copy.tobytes() == want.tobytes()
-        assert from_source.tobytes() == want.tobytes(), "flat's initial values (NaN) must never be read"
-        assert via_allreduce.reshape(-1).tobytes() == want.tobytes()
+def test_streamed_messages_and_in_place_give_the_exact_sum(algorithm, world_size, n):
+    results = run(_through_a_small_mailbox, world_size, algorithm, n, mailbox_bytes=4096)
+    want = exact([x for *_, x in results], "sum")
+    for fresh, in_place, _ in results:
+        assert fresh.tobytes() == want.tobytes() and fresh.flags.c_contiguous
+        assert in_place.tobytes() == want.tobytes()
+
+
+def _with_out(comm):
+    x = np.arange(6, dtype=np.float64).reshape(2, 3) * (comm.rank + 1)
+    before = x.copy()
+    target = np.full_like(x, np.nan)
+    into_target = allreduce(comm, x, op="mean", algorithm="tree", out=target)
+    assert into_target is target and np.array_equal(x, before), "out= must leave x alone"
+    in_place = allreduce(comm, x, algorithm="auto", out=x)
+    assert in_place is x
+    errors, shared = [], np.zeros(7)
+    bad_pairs = [(x, np.empty((3, 2))), (x, np.empty((2, 3), np.float32)), (x, np.empty((3, 2)).T),
+                 (x, x[:, :2]), (shared[:6].reshape(2, 3), shared[1:].reshape(2, 3)), (x, [0.0] * 6)]
+    for source, bad in bad_pairs:
+        try:
+            allreduce(comm, source, out=bad)
+            errors.append(None)
+        except (TypeError, ValueError) as error:
+            errors.append(type(error).__name__)
+    return target, in_place, errors
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_out_receives_the_result_and_may_be_x(world_size):
+    p = world_size
+    for target, in_place, errors in run(_with_out, p):
+        x = np.arange(6, dtype=np.float64).reshape(2, 3)
+        assert np.array_equal(target, x * (p + 1) / 2)
+        assert np.array_equal(in_place, x * p * (p + 1) / 2)
+        # wrong shape, wrong dtype, not contiguous, wrong shape, overlapping x, not an array
+        assert errors == ["ValueError"] * 5 + ["TypeError"], errors
