@@ -45,6 +45,8 @@ import time
 
 import numpy as np
 
+from .process_setup import exit_if_orphaned
+
 MAX_DIMS = 32
 HEADER_BYTES = 384                              # a message header with up to 32 dims (messages.py), rounded to 64
 LINE = 8                                        # int64 per 64-byte control line
@@ -216,6 +218,7 @@ class Endpoint:
                 if ready():
                     return
                 if not bell.acquire(True, POLL):
+                    exit_if_orphaned()         # the launcher is gone: nobody will ever collect this rank
                     if self.aborting():
                         raise Aborted()
                     for peer in (recv_from, send_to):
