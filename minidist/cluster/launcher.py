@@ -125,7 +125,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
                 procs.append(proc)                # recorded before it starts: _shutdown finds every rank
                 with signals_deferred():          # no interrupt between its birth and knowing its pid
                     proc.start()
-                writer.close()
+                    writer.close()
         # spawn: once every rank has opened the names, remove them (a killed launcher leaves none)
         unlink = (lambda: unlink_names(shm, doorbells)) if shm is not None else None
         return _watch(procs, conns, parent, timeout, unlink)

@@ -115,17 +115,27 @@ def signals_deferred():
 
     Around ``Process.start``: an interrupt must not fall between the birth of a rank and the moment the
     launcher knows its pid. Handlers run only in the main thread, so elsewhere there is nothing to do.
+    A stand-in left in place by an interrupt during the restore puts the real handler back and calls it.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
+    deferring = [True]
     saved = {s: h for s in signal.valid_signals() if callable(h := signal.getsignal(s))}
+
+    def stand_in(sig, frame):
+        if deferring[0]:
+            return caught.append(sig)
+        signal.signal(sig, saved[sig])
+        return saved[sig](sig, frame)
+
     try:
         for sig in saved:
-            signal.signal(sig, lambda sig, frame: caught.append(sig))
+            signal.signal(sig, stand_in)
         yield
     finally:
+        deferring[0] = False
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         for sig in caught:                            # now they run, and may raise
