@@ -121,11 +121,11 @@ def signals_deferred():
         yield
         return
     caught: list[int] = []
-    deferring = [True]
+    deferring, me = [True], os.getpid()
     saved = {s: h for s in signal.valid_signals() if callable(h := signal.getsignal(s))}
 
     def stand_in(sig, frame):
-        if deferring[0]:
+        if deferring[0] and os.getpid() == me:        # (a rank forked meanwhile gets the real handler)
             return caught.append(sig)
         signal.signal(sig, saved[sig])
         return saved[sig](sig, frame)
