@@ -2,13 +2,11 @@
 
 How a run goes:
 
-1. The parent creates the shared block (mailbox.py's Layout) and one doorbell semaphore per rank. Under
-   "fork" the block is anonymous shared memory, inherited by the children, with no name in /dev/shm at
-   all; under "spawn" it is a named POSIX segment that the children attach to.
-2. It starts ``world_size`` processes with the ``multiprocess`` package (fork by default on Linux;
-   spawn on request and on macOS/Windows). Each limits BLAS to one thread, builds its
-   Communicator, calls ``fn`` and sends back ("ok", result, ledger) or ("error", summary, traceback)
-   through its own pipe.
+1. The parent creates the shared block (mailbox.py's Layout) and one doorbell semaphore per rank
+   (process_setup.py: anonymous under fork; under spawn named, until every rank has opened them).
+2. It starts ``world_size`` processes with the ``multiprocess`` package (fork by default on Linux,
+   spawn elsewhere), each recorded before it starts. Each builds its Communicator, calls ``fn`` and
+   sends back ("ok", result, ledger) or ("error", summary, traceback) through its own pipe.
 3. The parent sleeps in ``multiprocess.connection.wait`` on the pipes and the process sentinels (a
    sentinel becomes ready when its process ends) until every rank has answered, something goes wrong,
    or ``timeout`` runs out. No polling loop.
@@ -16,14 +14,13 @@ How a run goes:
    send/recv raise at once; ranks busy computing are terminated after ``GRACE`` seconds, killed if they
    ignore that. Then ``ClusterError`` names the rank that failed first, how (exception, exit code or
    signal), and carries its traceback. Ctrl-C in the parent goes the same way. Shared memory and
-   semaphores are released in every case.
-
-Each rank's process is set up by process_setup.py: one BLAS thread, and freed memory kept for reuse.
+   semaphores are released in every case, and a rank never outlives its launcher (process_setup.py).
 """
 
 from __future__ import annotations
 
-import mmap
+import math
+import numbers
 import os
 import signal
 import sys
@@ -38,7 +35,8 @@ from multiprocess.connection import wait
 from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace
 from .mailbox import Aborted, Endpoint, Layout
-from .process_setup import keep_freed_memory, one_blas_thread
+from .process_setup import (check_picklable, die_with_parent, keep_freed_memory, one_blas_thread,
+                            release_block, shared_resources, signals_deferred, unlink_names)
 
 MAX_RANKS = 64
 GRACE = 1.0              # seconds a failing run gives the other ranks to stop before terminating them
@@ -60,8 +58,8 @@ def run(fn, world_size: int, *args, timeout: float = 60.0, link: LinkModel | Non
         mailbox_bytes: int = 2 * 2**20) -> list:
     """Run ``fn(comm, *args)`` on ``world_size`` ranks (processes); return their results in rank order.
 
-    ``timeout`` bounds the whole run (seconds); ``link`` and ``device`` set the simulated machine
-    (ledger.py); ``start_method`` is "fork" or "spawn" (default: fork on Linux, spawn elsewhere);
+    ``timeout`` bounds the whole run (seconds; None or inf: no limit, a deadlock still ends it); ``link``
+    and ``device`` set the simulated machine (ledger.py); ``start_method`` is "fork" or "spawn" (default: fork on Linux, spawn elsewhere);
     ``mailbox_bytes`` is the capacity of each mailbox (the eager limit of ``send``).
     Raises ``ClusterError`` if a rank raises, exits, is killed, or the time runs out.
     """
@@ -89,8 +87,10 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     if world_size > MAX_RANKS:
         raise ValueError(f"world_size must be <= {MAX_RANKS} (one process and P-1 mailboxes per rank), "
                          f"got {world_size}")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if timeout is not None and not timeout > 0:             # also NaN
+        raise ValueError(f"timeout must be > 0 seconds (None or inf: no limit), got {timeout!r}")
     if not isinstance(mailbox_bytes, int) or mailbox_bytes < 1024:
         raise ValueError(f"mailbox_bytes must be an int >= 1024, got {mailbox_bytes!r}")
     methods = multiprocess.get_all_start_methods()
@@ -100,43 +100,52 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         raise ValueError(f"start_method must be one of {[m for m in methods if m in ('fork', 'spawn')]}, "
                          f"got {start_method!r}")
     if method == "spawn":
-        _check_picklable(fn, args)
+        check_picklable(fn, args)
     ctx = multiprocess.get_context(method)
     layout = Layout(int(world_size), mailbox_bytes)
     # A rank may spin briefly before sleeping while the ranks that are awake fit on the cores (mailbox.py)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    plan = (layout, link or LinkModel(), device or Device(), cores, keep_spans)
+    plan = (layout, link or LinkModel(), device or Device(), cores, keep_spans, os.getpid())
 
-    block, shm = _shared_block(layout.total_bytes, method)
-    doorbells = [ctx.Semaphore(0) for _ in range(world_size)]
-    _last_names[:] = ([shm.name] if shm else []) + [s._semlock.name for s in doorbells if s._semlock.name]
-    parent = Endpoint(layout, -1, block, doorbells, cores=0)
-    procs, conns = [], []
+    block = shm = parent = None
+    doorbells, procs, conns = [], [], []
     try:
+        with signals_deferred():                  # an interrupt here must not lose a name in /dev/shm
+            block, shm, doorbells = shared_resources(ctx, method, layout.total_bytes, world_size,
+                                                     f"minidist_{os.getpid()}_{next(_names)}")
+        _last_names[:] = ([shm.name] if shm else []) + [s._semlock.name for s in doorbells if s._semlock.name]
+        parent = Endpoint(layout, -1, block, doorbells, cores=0)
         with one_blas_thread(method):
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
+                conns.append(reader)
                 shared = block if shm is None else shm      # spawn: the segment travels by name
                 proc = ctx.Process(target=_worker, args=(rank, plan, shared, doorbells, fn, args, writer),
                                    name=f"minidist-rank-{rank}", daemon=True)
-                proc.start()
-                writer.close()
-                procs.append(proc)
-                conns.append(reader)
-        return _watch(procs, conns, parent, timeout, method)
+                procs.append(proc)                # recorded before it starts: _shutdown finds every rank
+                with signals_deferred():          # no interrupt between its birth and knowing its pid
+                    proc.start()
+                    writer.close()
+        # spawn: once every rank has opened the names, remove them (a killed launcher leaves none)
+        unlink = (lambda: unlink_names(shm, doorbells)) if shm is not None else None
+        return _watch(procs, conns, parent, timeout, unlink)
     finally:
         _shutdown(procs, parent)
         for conn in conns:
             conn.close()
-        parent.close()
-        _release(block, shm)
-        del doorbells
+        if parent is not None:
+            parent.close()
+        unlink_names(shm, doorbells)              # now, not when the last reference goes (a traceback's)
+        if block is not None:
+            release_block(block, shm)
 
 
-def _watch(procs, conns, parent: Endpoint, timeout: float, method: str):
-    """Wait for every rank's answer; raise ClusterError on the first failure or at the deadline."""
-    deadline = time.monotonic() + timeout
+def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
+    """Wait for every rank's answer; raise ClusterError on the first failure or at the deadline. ``unlink()``
+    is called once every rank has said "attached" (spawn: it has opened the named objects)."""
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
     answers: dict[int, tuple] = {}
+    attached: set[int] = set()
     pending = {conn: rank for rank, conn in enumerate(conns)}
     running = {proc.sentinel: rank for rank, proc in enumerate(procs)}
     failed = timed_out = False
@@ -145,26 +154,29 @@ def _watch(procs, conns, parent: Endpoint, timeout: float, method: str):
         if remaining <= 0:
             timed_out = failed = True
             break
-        for ready in wait(list(pending) + list(running), timeout=remaining):
+        # (at most an hour per wait: the OS refuses a timeout of months with OverflowError)
+        for ready in wait(list(pending) + list(running), timeout=min(remaining, 3600.0)):
             if ready in running:                   # a process ended: read what it sent first, if anything
                 rank = running.pop(ready)
-                if conns[rank] in pending and conns[rank].poll():
-                    _take(conns[rank], pending, answers)
+                while conns[rank] in pending and conns[rank].poll():
+                    _take(conns[rank], pending, answers, attached)
                 pending.pop(conns[rank], None)
                 failed |= rank not in answers      # ended without an answer: it died
             elif ready in pending:
-                failed |= _take(ready, pending, answers) != "ok"
+                failed |= _take(ready, pending, answers, attached) not in ("ok", "attached")
+        if unlink is not None and len(attached) == len(procs):
+            unlink = unlink()                      # (returns None: once)
     if not failed:
         return [answers[r][1] for r in range(len(procs))], [answers[r][2] for r in range(len(procs))]
     blocked = {r: parent.blocked_on(r) for r in running.values()}
     first_alarm = int(parent.ctrl[1]) if parent.aborting() else -1    # the rank that raised first
     parent.abort()
-    _stop(running, pending, answers)
+    _stop(running, pending, answers, attached)
     ended = set(range(len(procs))) - set(running.values())
     if timed_out:
         waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(blocked.items()))
         raise ClusterError(f"run timed out after {timeout:g} s; still running: {waiting or 'none'}")
-    raise _error(_culprit(answers, ended, first_alarm), answers, procs, method)
+    raise _error(_culprit(answers, ended, first_alarm), answers, procs)
 
 
 def _culprit(answers, ended: set[int], first_alarm: int) -> int:
@@ -180,7 +192,7 @@ def _culprit(answers, ended: set[int], first_alarm: int) -> int:
     return min(r for r, a in answers.items() if a[0] == "aborted")
 
 
-def _error(rank, answers, procs, method: str) -> ClusterError:
+def _error(rank, answers, procs) -> ClusterError:
     answer = answers.get(rank)
     procs[rank].join(GRACE)          # it has answered or ended (its pipe closes just before it can be reaped)
     code = procs[rank].exitcode
@@ -193,38 +205,46 @@ def _error(rank, answers, procs, method: str) -> ClusterError:
         how = "was aborted"
     else:
         how = f"exited with code {code} before returning"
-        if method == "spawn" and code == 1:
+        if procs[rank]._start_method == "spawn" and code == 1:
             how += (" (under spawn each worker imports the main script again: is its top-level code "
                     "guarded by `if __name__ == '__main__':`? see the worker's output above)")
     return ClusterError(f"rank {rank} {how}", rank, code, how)
 
 
-def _take(conn, pending: dict, answers: dict) -> str | None:
-    """Read one rank's answer from its pipe; return its status ("ok", "error", "aborted"; None: EOF)."""
+def _take(conn, pending: dict, answers: dict, attached: set) -> str | None:
+    """Read one message from a rank's pipe; return its status ("ok", "error", "aborted", "attached"; None:
+    EOF). After "attached" (spawn: the rank has opened the named objects) its answer is still pending."""
     rank = pending.pop(conn)
     try:
-        answers[rank] = conn.recv()
+        message = conn.recv()
     except (EOFError, OSError):                  # the pipe closed without an answer: the rank died
         return None
-    return answers[rank][0]
+    if message == "attached":
+        pending[conn] = rank
+        attached.add(rank)
+        return message
+    answers[rank] = message
+    return message[0]
 
 
-def _stop(running, pending, answers) -> None:
+def _stop(running, pending, answers, attached) -> None:
     """Give the ranks still running GRACE seconds to notice the abort, reading their answers."""
     deadline = time.monotonic() + GRACE
     while running and (remaining := deadline - time.monotonic()) > 0:
         for ready in wait(list(running) + list(pending), timeout=remaining):
             if ready in pending:
-                _take(ready, pending, answers)
+                _take(ready, pending, answers, attached)
             else:
                 running.pop(ready, None)
-    for conn in [c for c in pending if c.poll()]:      # answers sent just before their process ended
-        _take(conn, pending, answers)
+    for conn in list(pending):                          # answers sent just before their process ended
+        while conn in pending and conn.poll():
+            _take(conn, pending, answers, attached)
 
 
 def _shutdown(procs, parent: Endpoint) -> None:
     """Make sure no worker outlives the run: abort, terminate, then kill; reap them all."""
-    if any(p.is_alive() for p in procs):
+    procs = [p for p in procs if p.pid is not None]          # those that started
+    if parent is not None and any(p.is_alive() for p in procs):
         parent.abort()
     for sig in ("terminate", "kill"):
         alive = [p for p in procs if p.is_alive()]
@@ -238,10 +258,12 @@ def _shutdown(procs, parent: Endpoint) -> None:
 
 def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     """The body of one rank's process."""
+    layout, link, device, cores, keep_spans, launcher = plan
+    die_with_parent(launcher)
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
-    layout, link, device, cores, keep_spans = plan
-    endpoint = None
-    code = 0
+    if hasattr(shared, "buf"):
+        conn.send("attached")                        # spawn: segment and semaphores are open (by name)
+    endpoint, code = None, 0
     try:
         block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
         keep_freed_memory()
@@ -256,12 +278,12 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     except BaseException as exc:                     # noqa: BLE001 - report everything, even SystemExit
         if endpoint is not None:
             endpoint.abort()
-        answer, code = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()), 1
+        answer, code = ("error", *_explain(exc)), 1
     try:
         conn.send(answer)
     except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
-        conn.send(("error", f"{type(exc).__name__} while sending rank {rank}'s result: {exc}",
-                   traceback.format_exc()))
+        summary, trace = _explain(exc)
+        conn.send(("error", f"{summary} (while sending rank {rank}'s result)", trace))
         code = 1
     conn.close()
     if endpoint is not None:
@@ -269,32 +291,10 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     sys.exit(code)
 
 
-def _shared_block(nbytes: int, method: str):
-    """(memoryview of the block, SharedMemory or None). Anonymous under fork, named under spawn."""
-    if method == "fork":          # MAP_SHARED | MAP_ANONYMOUS: children inherit it, no name anywhere
-        return memoryview(mmap.mmap(-1, nbytes)), None
-    from multiprocess.shared_memory import SharedMemory
-    shm = SharedMemory(name=f"minidist_{os.getpid()}_{next(_names)}", create=True, size=nbytes)
-    return shm.buf, shm
-
-
-def _release(block, shm) -> None:
-    """Unmap the block (if no view of it survives; else the garbage collector will) and remove its name."""
+def _explain(exc: BaseException) -> tuple[str, str]:
+    """('ValueError: message', traceback) — even for an exception whose __str__ itself raises."""
     try:
-        block.release()
-        if shm is not None:
-            shm.close()
-    except BufferError:
-        pass
-    if shm is not None:
-        shm.unlink()
-
-
-def _check_picklable(fn, args) -> None:
-    from multiprocess.reduction import ForkingPickler
-    try:
-        ForkingPickler.dumps((fn, args))
-    except Exception as exc:
-        raise TypeError(f"start_method='spawn' sends fn and args to new processes by pickling them, and "
-                        f"{getattr(fn, '__name__', fn)!r} with its args cannot be pickled: "
-                        f"{type(exc).__name__}: {exc}") from exc
+        text = str(exc)
+    except BaseException as err:  # noqa: BLE001
+        text = f"<str() of the exception raised {type(err).__name__}>"
+    return f"{type(exc).__name__}: {text}", traceback.format_exc()     # (format_exc survives a bad __str__)

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from .layout import DATA, HEADER_BYTES, MAX_DIMS, ROOM, Layout  # noqa: F401 (re-exported)
+from .process_setup import exit_if_orphaned
 
 POLL = 0.05                                     # seconds between checks for abort / returned peers
 YIELDS = 3                                      # sched_yield()s before sleeping, when spinning is not allowed
@@ -176,6 +177,7 @@ class Endpoint:
                 if ready():
                     return
                 if not bell.acquire(True, POLL):
+                    exit_if_orphaned()         # the launcher is gone: nobody will ever collect this rank
                     if self.aborting():
                         raise Aborted()
                     for peer in (recv_from, send_to):

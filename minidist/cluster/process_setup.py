@@ -1,18 +1,18 @@
-"""How each rank's process is set up: one BLAS thread, and freed memory kept for reuse.
+"""How a run's processes are set up and tied to the launcher, and the OS resources they share.
 
 One BLAS thread per rank: P ranks share the machine's cores, so P BLAS thread pools would fight over
-them. Under fork NumPy is already loaded in the parent (its thread pool exists), so environment variables
-are too late. The parent sets its own BLAS to one thread with ``threadpoolctl`` (it comes with
-scikit-learn, a dependency) while it forks the workers, and restores it afterwards: the children inherit
-the setting and never start a BLAS thread pool. (Setting it inside each child instead makes OpenBLAS
-start a pool thread there that spins for ~40 ms of CPU before it sleeps.) Under spawn the children start a
-new interpreter: OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment apply before they import NumPy.
+them. Under fork NumPy is already loaded in the parent, so environment variables are too late: the parent
+sets its own BLAS to one thread (``threadpoolctl``) while it forks the workers, and the children inherit
+it. Under spawn OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment apply before they import NumPy.
 
-Freed memory kept for reuse: glibc's malloc gives every block above 32 MiB its own fresh ``mmap`` and
-returns it to the kernel when freed, so a rank that allocates a 32 MiB array per step (a collective's
-result, a gradient) pays for the kernel to zero 8,192 new pages every time: about 3 ms, as long as
-moving the data. ``keep_freed_memory`` asks glibc to serve such blocks from the heap and keep freed
-ones, as the caching allocators of PyTorch and MPI libraries do. Elsewhere than glibc it does nothing.
+Freed memory kept for reuse: glibc gives every block above 32 MiB a fresh ``mmap`` and returns it when
+freed, so a rank allocating a 32 MiB array per step pays the kernel to zero 8,192 pages each time.
+``keep_freed_memory`` asks glibc to keep such blocks, as caching allocators (PyTorch, MPI) do.
+
+A rank never outlives its launcher: on Linux the kernel kills it when the launcher dies
+(``die_with_parent``); elsewhere, and as a second guard, a waiting rank checks at each poll
+(``exit_if_orphaned``). Under spawn the run's names in /dev/shm (segment, semaphores) are removed as soon
+as every rank has opened them (``unlink_names``), so a launcher killed mid-run leaves none behind.
 """
 
 from __future__ import annotations
@@ -20,11 +20,22 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import mmap
 import os
+import signal
+import sys
+import threading
+import weakref
+
+from multiprocess.synchronize import SemLock, Semaphore
+from multiprocess.util import Finalize
 
 BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3       # mallopt parameters (glibc's malloc.h)
 KEEP_BYTES = 1 << 30                              # blocks below 1 GiB come from the heap and stay there
+PR_SET_PDEATHSIG = 1                              # prctl option (linux/prctl.h)
+ORPHANED = 70                                     # exit code of a rank whose launcher is gone
+_launcher: int | None = None                      # in a rank: the pid of the process that started it
 
 
 def keep_freed_memory() -> bool:
@@ -73,3 +84,125 @@ def _blas_controller():
         except ImportError:                          # then the workers keep the default thread count
             _blas = False
     return _blas or None
+
+
+def die_with_parent(launcher: int) -> None:
+    """In a rank's process: end when ``launcher`` (the pid that started it) ends, however it ends.
+
+    On Linux the kernel sends SIGKILL when the *thread* that started this process ends. That thread is
+    the one inside ``run``, which leaves only after every rank has ended, so the signal comes exactly
+    when the launcher dies. The launcher may already be gone before the request: then exit now.
+    """
+    global _launcher
+    _launcher = launcher
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass                                      # then exit_if_orphaned is the only guard
+    exit_if_orphaned()
+
+
+def exit_if_orphaned() -> None:
+    """In a rank: exit at once if the launcher that started it is gone (no-op in the launcher itself)."""
+    if _launcher is not None and os.getppid() != _launcher:
+        os._exit(ORPHANED)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold back Python signal handlers (Ctrl-C's KeyboardInterrupt, a test timeout's alarm) until the end.
+
+    Around ``Process.start``: an interrupt must not fall between the birth of a rank and the moment the
+    launcher knows its pid. Handlers run only in the main thread, so elsewhere there is nothing to do.
+    A stand-in left in place by an interrupt during the restore puts the real handler back and calls it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    deferring, me = [True], os.getpid()
+    saved = {s: h for s in signal.valid_signals() if callable(h := signal.getsignal(s))}
+
+    def stand_in(sig, frame):
+        if deferring[0] and os.getpid() == me:        # (a rank forked meanwhile gets the real handler)
+            return caught.append(sig)
+        signal.signal(sig, saved[sig])
+        return saved[sig](sig, frame)
+
+    try:
+        for sig in saved:
+            signal.signal(sig, stand_in)
+        yield
+    finally:
+        deferring[0] = False
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in caught:                            # now they run, and may raise
+            signal.raise_signal(sig)
+
+
+class _Doorbell(Semaphore):
+    """A named semaphore whose name starts with the run's prefix, so that a leak is easy to attribute."""
+
+    def __init__(self, prefix: str, ctx):
+        self._prefix = prefix
+        super().__init__(0, ctx=ctx)
+
+    def _make_name(self) -> str:
+        return f"/{self._prefix}-{next(SemLock._rand)}"
+
+
+def shared_resources(ctx, method: str, nbytes: int, world_size: int, prefix: str):
+    """(block, SharedMemory or None, doorbells): the run's shared block and one semaphore per rank.
+
+    Under fork the block is anonymous shared memory and the semaphores lose their names at once: the
+    children inherit them, nothing appears in /dev/shm. Under spawn the children open them by name.
+    """
+    if method == "fork":          # MAP_SHARED | MAP_ANONYMOUS
+        return memoryview(mmap.mmap(-1, nbytes)), None, [ctx.Semaphore(0) for _ in range(world_size)]
+    from multiprocess.shared_memory import SharedMemory
+    shm, bells = SharedMemory(name=prefix, create=True, size=nbytes), []
+    try:
+        bells.extend(_Doorbell(prefix, ctx) for _ in range(world_size))
+    except BaseException:
+        unlink_names(shm, bells)
+        raise
+    return shm.buf, shm, bells
+
+
+def unlink_names(shm, doorbells) -> None:
+    """Remove the run's names from /dev/shm; processes that have them open keep using them. Idempotent."""
+    if shm is not None:
+        try:
+            shm.unlink()                              # also tells the resource tracker
+        except FileNotFoundError:
+            pass
+    for bell in doorbells:             # multiprocess's own clean-up of a semaphore, run now, once
+        for ref in weakref.getweakrefs(bell):
+            if isinstance(ref.__callback__, Finalize):
+                try:
+                    ref.__callback__()
+                except FileNotFoundError:
+                    pass
+
+
+def release_block(block, shm) -> None:
+    """Unmap the shared block (if no view of it survives; else the garbage collector will)."""
+    try:
+        block.release()
+        if shm is not None:
+            shm.close()
+    except BufferError:
+        pass
+
+
+def check_picklable(fn, args) -> None:
+    """Under spawn, fn and args travel to the ranks pickled: refuse at once (TypeError) if they cannot."""
+    from multiprocess.reduction import ForkingPickler
+    try:
+        ForkingPickler.dumps((fn, args))
+    except Exception as exc:
+        raise TypeError(f"start_method='spawn' sends fn and args to new processes by pickling them, and "
+                        f"{getattr(fn, '__name__', fn)!r} with its args cannot be pickled: "
+                        f"{type(exc).__name__}: {exc}") from exc

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidist.cluster import ClusterError, run
+from minidist.cluster import ClusterError, launcher, process_setup, run
 from minidist.cluster.launcher import last_resource_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,11 +31,18 @@ def child_pids() -> set[int]:
     return pids - {resource_tracker._resource_tracker._pid}
 
 
+def names_left() -> list[str]:
+    """This process's runs' names in /dev/shm: segments minidist_<pid>_<n>, semaphores sem.minidist_<pid>_<n>-..."""
+    prefix = f"minidist_{os.getpid()}_"
+    return [n for n in os.listdir("/dev/shm") if n.startswith((prefix, "sem." + prefix))]
+
+
 def assert_nothing_left(before: set[int]) -> None:
     assert child_pids() <= before, "a worker process outlived the run"
     for name in last_resource_names():
-        assert not os.path.exists(f"/dev/shm/{name.lstrip('/')}"), f"/dev/shm/{name} was left behind"
-    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"minidist_{os.getpid()}_")]
+        for path in (f"/dev/shm/{name.lstrip('/')}", f"/dev/shm/sem.{name.lstrip('/')}"):
+            assert not os.path.exists(path), f"{path} was left behind"
+    assert not names_left()
 
 
 def ring_then(failure):
@@ -110,6 +117,122 @@ def test_failure_under_spawn_releases_shared_memory_and_semaphores():
         run(ring_then("raise"), 2, start_method="spawn", timeout=30)
     assert [n for n in last_resource_names() if n.startswith("minidist_")], "spawn uses a named segment"
     assert_nothing_left(before)
+
+
+def test_names_are_gone_under_spawn_while_the_error_is_still_referenced():
+    """A notebook keeps the last error (sys.last_value): its traceback's frames hold the doorbells."""
+    with pytest.raises(ClusterError, match="rank 1 raised ValueError") as info:
+        run(ring_then("raise"), 2, start_method="spawn", timeout=30)
+    names = last_resource_names()
+    assert len(names) == 3 and all(n.lstrip("/").startswith(f"minidist_{os.getpid()}_") for n in names)
+    assert info.value.__traceback__ is not None
+    assert not names_left(), "the run's segment or semaphores stay as long as the error is referenced"
+
+
+def unprintable_error():
+    def fn(comm):
+        class Unprintable(Exception):
+            def __str__(self):
+                raise RuntimeError("no text for you")
+
+        if comm.rank == 0:
+            raise Unprintable()
+        comm.recv(0)
+    return fn
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_an_exception_whose_str_raises_is_still_reported(method):
+    with pytest.raises(ClusterError, match=r"rank 0 raised Unprintable: <str\(\) of the exception raised "
+                                           r"RuntimeError>(.|\n)*traceback of rank 0(.|\n)*raise Unprintable") as info:
+        run(unprintable_error(), 2, start_method=method, timeout=30)
+    assert info.value.rank == 0 and info.value.exitcode == 1
+
+
+@pytest.mark.parametrize("timeout", [None, float("inf"), 1e7, 10**12, np.float32(30)])
+def test_no_timeout_or_a_huge_one(timeout):
+    assert run(lambda comm: comm.rank, 2, timeout=timeout) == [0, 1]
+
+
+def test_without_timeout_a_deadlock_still_ends_the_run():
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match="DeadlockError"):
+        run(lambda comm: comm.recv((comm.rank + 1) % 2), 2, timeout=None)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("timeout, error", [(-1, ValueError), (0, ValueError), (float("nan"), ValueError),
+                                            (-float("inf"), ValueError), ("10", TypeError), (True, TypeError),
+                                            ([5], TypeError), (np.bool_(True), TypeError)])
+def test_a_bad_timeout_is_refused_before_anything_starts(timeout, error, monkeypatch):
+    def no_start(*args):
+        raise AssertionError("a process context was made before the timeout was checked")
+
+    monkeypatch.setattr(launcher.multiprocess, "get_context", no_start)
+    with pytest.raises(error, match="timeout"):
+        run(lambda comm: None, 2, timeout=timeout)
+
+
+class InterruptAt:
+    """A trace function that interrupts ``run``'s start-up at its k-th line, counting lines until ``_watch``.
+
+    how="raise": raise KeyboardInterrupt at a line of launcher.py; how="signal": deliver SIGINT (Ctrl-C) at a
+    line of launcher.py, process_setup.py or inside multiprocess's ``Process.start`` (comprehensions and
+    finalizers aside: Python itself drops a KeyboardInterrupt raised in ``__del__``).
+    """
+
+    def __init__(self, k: int, how: str):
+        self.k, self.how, self.lines, self.pid, self.done = k, how, 0, os.getpid(), False
+        self.files = [launcher.__file__] + ([process_setup.__file__] if how == "signal" else [])
+
+    def __call__(self, frame, event, arg):
+        if os.getpid() != self.pid:                   # a forked rank inherits the tracer: not for it
+            sys.settrace(None)
+            return None
+        file = frame.f_code.co_filename
+        if frame.f_code.co_name == "_watch" and file == launcher.__file__:
+            self.done = True
+        starting = "multiprocess" in file and ("popen_" in file or frame.f_code.co_name == "start")
+        if self.done or not (file in self.files or (self.how == "signal" and starting)):
+            return None
+        if frame.f_code.co_name in ("__del__", "<dictcomp>", "<listcomp>", "<genexpr>"):
+            return None                               # (Python drops what a finalizer raises)
+        return self.line
+
+    def line(self, frame, event, arg):
+        if os.getpid() != self.pid or self.done:
+            return None
+        if event == "line":
+            self.lines += 1
+            if self.lines == self.k:
+                if self.how == "raise":
+                    raise KeyboardInterrupt(f"injected at {frame.f_code.co_name}, line {frame.f_lineno}")
+                signal.raise_signal(signal.SIGINT)
+        return self.line
+
+
+@pytest.mark.parametrize("how, method", [("raise", "fork"), ("signal", "fork"), ("raise", "spawn")])
+def test_an_interrupt_anywhere_in_start_up_leaves_nothing_behind(how, method):
+    before = child_pids()
+    k = 0
+    while True:
+        k += 1
+        tracer = InterruptAt(k, how)
+        interrupted = False
+        sys.settrace(tracer)
+        try:
+            result = run(lambda comm: comm.rank, 2, start_method=method, timeout=60)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        assert_nothing_left(before)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "Ctrl-C's handler not restored"
+        if tracer.lines < k:                          # start-up ended before line k: every line was tried
+            assert not interrupted and result == [0, 1]
+            break
+        assert interrupted, f"the interrupt at line {k} was lost"
+    assert k > 20, "too few lines traced: is the tracer looking at the right files?"
 
 
 def test_unpicklable_function_under_spawn_is_a_clear_type_error():
