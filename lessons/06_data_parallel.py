@@ -33,9 +33,9 @@ from minidist.collectives.schedule import schedule, simulate
 from minidist.data import load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.buckets import assign_buckets, ready_layers
+from minidist.parallel.data.comm import assign_buckets, ready_layers
 from minidist.parallel.data import DataParallel, leaf_layers
-from minidist.parallel.overlap import allreduce_seconds, plot_overlap, step_time
+from minidist.parallel.data.overlap import allreduce_seconds, plot_overlap, step_time
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 FIGURES.mkdir(exist_ok=True)

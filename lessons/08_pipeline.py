@@ -39,8 +39,8 @@ from minidist.nn import Linear, MSELoss, ReLU, Sequential
 from minidist.nn.checkpoint import Checkpoint, forward_saving
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline
-from minidist.parallel.pipeline_schedule import format_schedule, make_schedule, max_in_flight
-from minidist.parallel.pipeline_split import layer_costs, split_by_layers, stage_costs
+from minidist.parallel.pipeline.schedule import format_schedule, make_schedule, max_in_flight
+from minidist.parallel.pipeline.split import layer_costs, split_by_layers, stage_costs
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 FIGURES.mkdir(exist_ok=True)

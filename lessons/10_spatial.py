@@ -26,8 +26,8 @@ import numpy as np
 from minidist.cluster import Device, LinkModel, plot_timeline, run, run_traced
 from minidist.nn import Conv2d
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
-from minidist.parallel.spatial_cost import forward_time_1d, rehearse_conv_step
-from minidist.parallel.spatial_partition import AxisPartition, HaloPlan, length
+from minidist.parallel.spatial.cost import forward_time_1d, rehearse_conv_step
+from minidist.parallel.spatial.partition import AxisPartition, HaloPlan, length
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 FIGURES.mkdir(exist_ok=True)

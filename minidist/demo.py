@@ -25,7 +25,7 @@ from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel, shard_bounds
-from minidist.parallel.overlap import plot_overlap, save_overlap_chrome
+from minidist.parallel.data.overlap import plot_overlap, save_overlap_chrome
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from minidist.nn import Parameter
 
-from .tensor_comm import allreduce_sum
+from .tensor.comm import allreduce_sum
 
 
 class Grid:

@@ -1,16 +1,16 @@
 """The overlap of gradient communication with the backward pass: closed-form schedule and pictures.
 
-``DataParallel`` (data.py) keeps two streams per rank on the simulated clock: the compute stream (forward,
-then backward layer by layer, each backward twice its forward) and the communication stream (the bucket
-allreduces, one after the other, each starting when its last gradient is ready). The step time is
+``DataParallel`` (data_parallel.py) keeps two streams per rank on the simulated clock: the compute
+stream (forward, then backward layer by layer, each backward twice its forward) and the communication
+stream (the bucket allreduces, one after the other, each starting when its last gradient is ready):
 
     T_step = max(end of backward, end of the last allreduce)
     bucket k starts at max(end of bucket k−1, time its last gradient is ready)
 
 ``step_time`` computes exactly that from per-layer forward times and per-bucket communication times, so a
 lesson can sweep P = 1..64 without starting 64 processes; ``allreduce_seconds`` gives a bucket's time from
-the collectives' own schedule replay (minidist.collectives.schedule.simulate). The seed's form
-(slides-ai-systems-distributed-dl-part2.txt), for the ring:
+the collectives' own schedule replay (minidist.collectives.schedule.simulate). The form of the
+"AI-Systems Distributed Deep Learning (Part II)" slides, for the ring:
 
     T_comm = 2 Σ_i (α(P − 1) + β (P − 1)/P |W_i|)          (|W_i| in bytes, one allreduce per layer)
 

@@ -42,7 +42,7 @@ import numpy as np
 from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_flops, forward_saving, nbytes_of
 from minidist.nn.module import Sequential
 
-from .pipeline_comm import (
+from .comm import (
     recv_activation,
     recv_gradient,
     send_activation,
@@ -50,8 +50,8 @@ from .pipeline_comm import (
     send_gradient,
     send_gradient_recv_activation,
 )
-from .pipeline_schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
-from .pipeline_split import check_boundaries, layer_costs, split_by_cost, split_by_layers
+from .schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
+from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
 
 
 class Pipeline:

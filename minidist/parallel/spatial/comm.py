@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spatial_partition import HaloPlan, Range, Transfer, intersect, length
+from .partition import HaloPlan, Range, Transfer, intersect, length
 
 FORWARD_TAG = 101   # halo values, owner -> reader
 BACKWARD_TAG = 102  # halo gradients, reader -> owner

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..collectives import allgather, allreduce, gather, scatter
-from ..nn import GELU, AvgPool2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
-from .halo import exchange_halo, return_halo_gradient
-from .spatial_partition import HaloPlan, length, split_bounds
+from minidist.collectives import allgather, allreduce, gather, scatter
+from minidist.nn import GELU, AvgPool2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
+from .comm import exchange_halo, return_halo_gradient
+from .partition import HaloPlan, length, split_bounds
 
 
 class _SpatialLayer(Module):

@@ -1,17 +1,18 @@
-"""The communication tensor (intra-layer model) parallelism needs, and the shard arithmetic.
+"""The communication of tensor (intra-layer model) parallelism: Megatron's f and g, and the shards.
 
-Built on ``minidist.collectives``' reduce_scatter and allgather (both rings). The all-reduce is composed
-from those two rather than taken from ``collectives.allreduce``, whose ring is a student exercise:
-the layers here must keep working in a student's copy.
+Megatron-LM (Shoeybi et al. 2019) makes the communication of a split layer explicit with two conjugate
+operators on the P ranks of the tensor-parallel group:
 
-Three small helpers on a Communicator ``comm`` of P ranks (the tensor-parallel group):
+    f: forward identity,   backward all-reduce      (in front of a column-parallel layer)
+    g: forward all-reduce, backward identity        (behind a row-parallel layer)
 
-    allreduce_sum(comm, x)        every rank gets Σ_p x_p                  (ring: 2(P−1)/P·n words sent)
-    allgather_features(comm, y_p) every rank gets [y_0 | y_1 | ... ]       (ring: (P−1)/P·n words sent)
-    check_same_on_all_ranks(...)  a clear ValueError, on every rank, when the ranks disagree on a shape
+Costs per rank for n words (ring): all-reduce 2(P−1)/P·n, all-gather of the output slices (P−1)/P·n.
+The all-reduce is composed from ``minidist.collectives``' reduce_scatter and allgather rather than taken
+from ``collectives.allreduce``, whose ring is a student exercise: these layers must keep working in a
+student's copy.
 
-and the shard arithmetic: ``shard_bounds(n, P)`` cuts n features into P contiguous pieces the way
-``np.array_split`` does (the first n mod P pieces get one feature more), so widths not divisible by P work.
+Features are cut into P contiguous shards by ``minidist.split`` (np.array_split's rule: the first n mod P
+shards hold one feature more); here every shard must hold at least one feature.
 """
 
 from __future__ import annotations
@@ -19,32 +20,34 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, reduce_scatter
+from minidist.nn import Module
+from minidist.split import split_bounds, split_range
 
 
 def shard_bounds(n: int, parts: int) -> list[tuple[int, int]]:
-    """[(lo, hi), ...] of the ``parts`` contiguous pieces of range(n), as np.array_split cuts them.
+    """[(lo, hi), ...] of the ``parts`` feature shards of range(n); minidist.split's rule, none empty.
 
     Example: shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)].
-    Every piece must hold at least one feature: a layer of 3 features cannot be split 4 ways.
+    A layer of 3 features cannot be split 4 ways: ValueError.
     """
-    n, parts = int(n), int(parts)
-    if parts < 1:
-        raise ValueError(f"need at least one shard, got {parts}")
-    if n < parts:
-        raise ValueError(f"cannot split {n} features into {parts} shards: each shard needs at least one "
-                         f"feature (use at most {n} ranks for this layer)")
-    base, extra = divmod(n, parts)
-    sizes = [base + 1] * extra + [base] * (parts - extra)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    return [(starts[i], starts[i + 1]) for i in range(parts)]
+    _check_not_empty(n, parts)
+    return split_bounds(int(n), int(parts))
 
 
 def shard_slice(n: int, parts: int, index: int) -> slice:
-    """The slice of range(n) that shard ``index`` of ``parts`` owns."""
+    """The slice of range(n) that shard ``index`` of ``parts`` owns (no shard empty)."""
     if not 0 <= index < parts:
         raise ValueError(f"shard index {index} outside [0, {parts})")
-    lo, hi = shard_bounds(n, parts)[index]
-    return slice(lo, hi)
+    _check_not_empty(n, parts)
+    return slice(*split_range(int(n), int(parts), int(index)))
+
+
+def _check_not_empty(n: int, parts: int) -> None:
+    if int(parts) < 1:
+        raise ValueError(f"need at least one shard, got {parts}")
+    if int(n) < int(parts):
+        raise ValueError(f"cannot split {n} features into {parts} shards: each shard needs at least one "
+                         f"feature (use at most {n} ranks for this layer)")
 
 
 def allreduce_sum(comm, x: np.ndarray) -> np.ndarray:
@@ -91,3 +94,49 @@ def check_same_on_all_ranks(comm, what: str, values: tuple[int, ...]) -> None:
         listing = ", ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
         raise ValueError(f"{what} differs across the ranks of the tensor-parallel group ({listing}); "
                          f"every rank must build the same full layer and take its own slice")
+
+
+class CopyToTensorParallel(Module):
+    """Megatron's f: forward is the identity (every rank already holds x); backward all-reduces dx."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: the whole input, shape (..., d), the same on every rank. Returns x itself."""
+        return x
+
+    def backward(self, dx_partial: np.ndarray) -> np.ndarray:
+        """dx_partial: this rank's term of dx, shape (..., d). Returns dx = Σ_p dx_partial_p, (..., d)."""
+        return allreduce_sum(self.comm, dx_partial)
+
+
+class ReduceFromTensorParallel(Module):
+    """Megatron's g: forward all-reduces the partial outputs; backward is the identity."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def forward(self, z_partial: np.ndarray) -> np.ndarray:
+        """z_partial: this rank's partial product, shape (..., out). Returns z = Σ_p z_partial_p, (..., out)."""
+        return allreduce_sum(self.comm, z_partial)
+
+    def backward(self, dz: np.ndarray) -> np.ndarray:
+        """dz: upstream gradient, shape (..., out), whole on every rank. Returns dz itself."""
+        return dz
+
+
+class GatherFromTensorParallel(Module):
+    """Forward all-gathers the column slices into the full output; backward keeps this rank's slice."""
+
+    def __init__(self, comm, columns: slice):
+        self.comm, self.columns = comm, columns
+
+    def forward(self, y_part: np.ndarray) -> np.ndarray:
+        """y_part: this rank's output columns, shape (..., n_p). Returns y, shape (..., Σ_p n_p)."""
+        return allgather_features(self.comm, y_part)
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape (..., out). Returns this rank's columns, shape (..., n_p)."""
+        return dy[..., self.columns]
+
