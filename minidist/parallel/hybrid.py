@@ -9,7 +9,7 @@ P = D·M ranks form a grid of D rows and M columns; rank r sits at row r // M, c
     ...                                               weight shard, sees different slices of the batch)
 
 Each row runs the model-parallel layers of ``minidist.parallel.tensor`` on its communicator ``model_comm``
-with batch slice B_j (np.array_split of the batch into D pieces). Each column then all-reduces the
+with batch slice B_j (minidist.split cuts the batch into D pieces). Each column then all-reduces the
 gradients of its shard over ``data_comm``, so all D copies of a shard take the same step.
 D = 1 is pure model parallelism; M = 1 pure data parallelism.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.nn import Parameter
+from minidist.split import split_range
 
 from .tensor.comm import allreduce_sum
 
@@ -47,8 +48,7 @@ class Grid:
         if batch < self.data_parallel:
             raise ValueError(f"a batch of {batch} cannot be split over {self.data_parallel} data-parallel "
                              f"rows: each row needs at least one sample")
-        bounds = np.array_split(np.arange(batch), self.data_parallel)[self.row]
-        return slice(int(bounds[0]), int(bounds[-1]) + 1)
+        return slice(*split_range(batch, self.data_parallel, self.row))
 
     @property
     def bytes_sent(self) -> int:

@@ -41,6 +41,7 @@ import numpy as np
 
 from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_flops, forward_saving, nbytes_of
 from minidist.nn.module import Sequential
+from minidist.split import split_offsets
 
 from .comm import (
     recv_activation,
@@ -135,7 +136,7 @@ class Pipeline:
             raise ValueError(f"x has {N} samples but target has {len(target)}")
         if M > N:
             raise ValueError(f"cannot split a batch of {N} samples into {M} micro-batches (M must be <= N)")
-        edges = np.cumsum([0] + [len(part) for part in np.array_split(np.arange(N), M)])
+        edges = split_offsets(N, M)
         # Contiguous copies, not views: each micro-batch owns its memory (and is counted as such).
         self._x = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
         self._target = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]

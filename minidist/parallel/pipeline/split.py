@@ -15,6 +15,7 @@ import numpy as np
 
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.module import Sequential
+from minidist.split import split_offsets
 
 
 def check_boundaries(boundaries, num_layers: int, num_stages: int) -> list[int]:
@@ -38,8 +39,7 @@ def _check_count(num_layers: int, num_stages: int) -> None:
 def split_by_layers(num_layers: int, num_stages: int) -> list[int]:
     """Boundaries giving each stage ⌊L/P⌋ or ⌈L/P⌉ layers (the first stages take the extra ones)."""
     _check_count(num_layers, num_stages)
-    sizes = [len(part) for part in np.array_split(np.arange(num_layers), num_stages)]
-    return [0] + np.cumsum(sizes).tolist()
+    return split_offsets(num_layers, num_stages).tolist()
 
 
 def layer_costs(model: Sequential, sample: np.ndarray) -> list[int]:

@@ -43,25 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.split import split_bounds
+
 Range = tuple[int, int]  # half-open [start, stop)
-
-
-def split_bounds(n: int, parts: int) -> list[Range]:
-    """Contiguous pieces of range(n), sizes differing by at most one, larger pieces first.
-
-    Same rule as np.array_split: the first n % parts pieces get one extra element.
-    """
-    if not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"split_bounds: n must be an integer >= 0, got {n!r}")
-    if not isinstance(parts, (int, np.integer)) or parts < 1:
-        raise ValueError(f"split_bounds: parts must be an integer >= 1, got {parts!r}")
-    base, extra = divmod(int(n), int(parts))
-    bounds, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
 
 
 def intersect(a: Range, b: Range) -> Range:
