@@ -1,5 +1,5 @@
-"""Hybrid data × model parallelism on a 2-D grid of ranks (seed: "use an integrated/hybrid data and model
-parallelism", Gholami et al., SPAA 2018).
+"""Hybrid data × model parallelism on a 2-D grid of ranks ("Distributed Deep Learning (Part II)"
+slides: "use an integrated/hybrid data and model parallelism", Gholami et al., SPAA 2018).
 
 P = D·M ranks form a grid of D rows and M columns; rank r sits at row r // M, column r % M:
 
@@ -65,7 +65,7 @@ def allreduce_gradients(data_comm, params: list[Parameter]) -> None:
     """Sum every parameter's gradient over the data-parallel group, in place.
 
     All gradients travel in one bucket (one flat array, one all-reduce): the same bytes as one all-reduce
-    per parameter, 2(D−1)/D·|W| per rank, but far fewer messages (seed: gradient bucketing).
+    per parameter, 2(D−1)/D·|W| per rank, but far fewer messages (gradient bucketing, as in data/comm.py).
     """
     if data_comm.world_size == 1 or not params:
         return

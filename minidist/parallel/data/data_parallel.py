@@ -1,6 +1,6 @@
 """Data parallelism: every rank holds the whole model and trains on its own slice of each global batch.
 
-"AI-Systems Distributed Deep Learning (Part II)" slides, "Synchronous Data Parallelism": compute the
+"Distributed Deep Learning (Part II)" slides, "Synchronous Data Parallelism": compute the
 entire model on each processor, distribute the batch, allreduce the gradients, apply the same update:
 
     slide:  w¹ = w⁰ − α/B · Σ_{i=1..B} ∂J_i(w⁰)/∂w

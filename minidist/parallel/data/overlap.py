@@ -10,7 +10,7 @@ stream (the bucket allreduces, one after the other, each starting when its last 
 ``step_time`` computes exactly that from per-layer forward times and per-bucket communication times, so a
 lesson can sweep P = 1..64 without starting 64 processes; ``allreduce_seconds`` gives a bucket's time from
 the collectives' own schedule replay (minidist.collectives.schedule.simulate). The form of the
-"AI-Systems Distributed Deep Learning (Part II)" slides, for the ring:
+"Distributed Deep Learning (Part II)" slides, for the ring:
 
     T_comm = 2 Σ_i (α(P − 1) + β (P − 1)/P |W_i|)          (|W_i| in bytes, one allreduce per layer)
 

@@ -1,6 +1,6 @@
 """How many words model, data and hybrid parallelism move per training step, and memory per device.
 
-The "AI-Systems Distributed Deep Learning (Part II)" slides ("Model vs Data Parallelism?") give, for an
+The "Distributed Deep Learning (Part II)" slides ("Model vs Data Parallelism?") give, for an
 MLP whose layer i has width d_i, batch B, P processes and inverse bandwidth β:
 
     T_comm(model) = Σ_{i=1..L} β(P−1)·B·d_i/P  +  2·Σ_{i=2..L} β(P−1)·B·d_i/P

@@ -1,7 +1,7 @@
 """Tensor (intra-layer model) parallelism: one Linear layer's weight split across the P ranks of ``comm``.
 
-A Linear layer y = x·Wᵀ + b has W of shape (out, in). It can be cut two ways ("AI-Systems Distributed
-Deep Learning (Part II)" slides, "Model Parallelism: partition weights across different processes";
+A Linear layer y = x·Wᵀ + b has W of shape (out, in). It can be cut two ways ("Distributed Deep
+Learning (Part II)" slides, "Model Parallelism: partition weights across different processes";
 Megatron-LM, Shoeybi et al. 2019):
 
 * column-parallel — split by OUTPUT features: rank p holds W[rows_p, :] and b[rows_p] and computes

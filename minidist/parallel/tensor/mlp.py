@@ -7,7 +7,7 @@ forward (g) and one backward (f):
     forward:   z = Σ_p act(x·W1_pᵀ + b1_p)·W2_pᵀ + b2          one all-reduce of (N, d_out)
     backward:  dx = Σ_p (act'(dz·W2_p))·W1_p                   one all-reduce of (N, d)
 
-The "AI-Systems Distributed Deep Learning (Part II)" slides' own scheme instead all-gathers every
+The "Distributed Deep Learning (Part II)" slides' own scheme instead all-gathers every
 layer's output forward and all-reduces every input gradient backward: ``column_parallel_mlp``. cost.py
 counts the words each pattern moves.
 """
