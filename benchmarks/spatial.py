@@ -23,8 +23,8 @@ import numpy as np
 from minidist.cluster import run
 from minidist.nn import Conv2d
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
-from minidist.parallel.spatial_cost import rehearse_conv_step
-from minidist.parallel.spatial_partition import HaloPlan
+from minidist.parallel.spatial.cost import rehearse_conv_step
+from minidist.parallel.spatial.partition import HaloPlan
 
 
 def timed_steps(comm, batch: int, channels: int, size: int, repeats: int) -> list[tuple[float, float]]:

@@ -32,9 +32,9 @@ from minidist.collectives.schedule import schedule, simulate
 from minidist.data import load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.buckets import assign_buckets, ready_layers
+from minidist.parallel.data.comm import assign_buckets, ready_layers
 from minidist.parallel.data import DataParallel, leaf_layers
-from minidist.parallel.overlap import allreduce_seconds, step_time
+from minidist.parallel.data.overlap import allreduce_seconds, step_time
 from minidist.plots import figures_dir, plot_overlap, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
@@ -171,7 +171,7 @@ assert times["1 MiB buckets, overlapped"] < times["one allreduce after backward"
 #
 # ## 4. Strong and weak scaling, P = 1 … 64
 #
-# The same schedule in closed form (`minidist.parallel.overlap.step_time`: each bucket starts at
+# The same schedule in closed form (`minidist.parallel.data.overlap.step_time`: each bucket starts at
 # max(ready, previous bucket done), the step ends at max(backward end, last allreduce end)). First we
 # check the closed form against the cluster's clock at P = 2 and 4, then sweep P for a 3-layer 1024-wide
 # MLP (3.2 M parameters, 12.6 MB of gradients), one bucket per layer:

@@ -20,7 +20,7 @@
 # tests/parallel/test_parallel_pipeline_train.py. Time is the cluster's *simulated* clock: each layer's
 # FLOPs are charged at the device's rate and each message costs α + nβ.
 #
-# Exercise: `gpipe_schedule` (minidist/parallel/pipeline_schedule.py) — build GPipe's schedule tick by
+# Exercise: `gpipe_schedule` (minidist/parallel/pipeline/schedule.py) — build GPipe's schedule tick by
 # tick; `python -m pytest --exercise gpipe_schedule`.
 
 # %%
@@ -38,8 +38,8 @@ from minidist.nn import Linear, MSELoss, ReLU, Sequential
 from minidist.nn.checkpoint import Checkpoint, forward_saving
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline
-from minidist.parallel.pipeline_schedule import format_schedule, make_schedule, max_in_flight
-from minidist.parallel.pipeline_split import layer_costs, split_by_layers, stage_costs
+from minidist.parallel.pipeline.schedule import format_schedule, make_schedule, max_in_flight
+from minidist.parallel.pipeline.split import layer_costs, split_by_layers, stage_costs
 from minidist.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)

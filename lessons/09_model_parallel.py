@@ -34,8 +34,8 @@ from minidist.parallel.tensor import (
     column_parallel_mlp,
     megatron_parallel_mlp,
 )
-from minidist.parallel.tensor_comm import shard_bounds
-from minidist.parallel.tensor_cost import (
+from minidist.parallel.tensor.comm import shard_bounds
+from minidist.parallel.tensor.cost import (
     column_parallel_words,
     data_parallel_words,
     hybrid_words,
@@ -211,7 +211,7 @@ assert all(r[0] == measured for r in per_rank), "every rank sends the same numbe
 
 
 def predicted_words(name, d, b):
-    """What the code sends per rank (exact), from minidist.parallel.tensor_cost."""
+    """What the code sends per rank (exact), from minidist.parallel.tensor.cost."""
     widths = [d] * (LAYERS + 1)
     if name == "model (seed)":
         return column_parallel_words(widths, b, P) / P

@@ -10,8 +10,8 @@
 # points for spatial convolutions". The slides end: useful for high-resolution training, only effective
 # for high resolution input data, and it limits the number of processors that can be used well.
 #
-# The library code: `minidist/parallel/spatial_partition.py` (the arithmetic), `halo.py` (the exchange),
-# `spatial.py` (the layers), `spatial_cost.py` (the simulated clock at sizes too large to compute).
+# The library code: `minidist/parallel/spatial/partition.py` (the arithmetic), `comm.py` (the halo exchange),
+# `spatial.py` (the layers), `cost.py` (the simulated clock at sizes too large to compute).
 
 # %%
 import time
@@ -25,8 +25,8 @@ import numpy as np
 from minidist.cluster import Device, LinkModel, run, run_traced
 from minidist.nn import Conv2d
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
-from minidist.parallel.spatial_cost import forward_time_1d, rehearse_conv_step
-from minidist.parallel.spatial_partition import AxisPartition, HaloPlan, length
+from minidist.parallel.spatial.cost import forward_time_1d, rehearse_conv_step
+from minidist.parallel.spatial.partition import AxisPartition, HaloPlan, length
 from minidist.plots import figures_dir, plot_timeline, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
@@ -93,7 +93,7 @@ print("wrote figures/10_partition_halo.png")
 
 # %% [markdown]
 # **Exercise `halo_exchange`.** In a student copy the body of `exchange_halo` in
-# `minidist/parallel/halo.py` is cut out. Write it: copy the own rows into a buffer of the window's
+# `minidist/parallel/spatial/comm.py` is cut out. Write it: copy the own rows into a buffer of the window's
 # height, run the steps of `plan.steps(rank, phase=0)` with `shift_step` (each gives at most one slab to
 # send and one to receive), then the same along W over full-height slabs of that buffer. Check it with
 # `python -m pytest tests/parallel --exercise halo_exchange`.

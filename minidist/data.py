@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from minidist.split import split_range
+
 DIGITS_TEST_SIZE = 360
 DIGITS_SPLIT_SEED = 1797
 
@@ -114,10 +116,12 @@ def iterate_batches(n: int, batch_size: int, rng: np.random.Generator | None, sh
 
 
 def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """Rank ``rank``'s contiguous piece of ``indices``: np.array_split into world_size pieces.
+    """Rank ``rank``'s contiguous piece of ``indices`` (shape (n, ...)): minidist.split's rule, as
+    np.array_split cuts it into world_size pieces.
 
     Pieces differ in length by at most one; when world_size > len(indices) some pieces are empty.
     """
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"shard needs 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-    return np.array_split(np.asarray(indices), world_size)[rank]
+    lo, hi = split_range(len(indices), world_size, rank)
+    return np.asarray(indices)[lo:hi]

@@ -25,7 +25,7 @@ from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel, shard_bounds
-from minidist.parallel.overlap import save_overlap_chrome
+from minidist.parallel.data.overlap import save_overlap_chrome
 from minidist.plots import figures_dir, plot_overlap, write_png
 
 FIGURES: Path | None = None  # None: minidist.plots.figures_dir() (figures/, or $MINIDIST_FIGURES)

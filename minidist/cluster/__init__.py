@@ -19,9 +19,11 @@ header.py packs a message's header, checks.py checks arguments, ledger.py holds 
 simulated alpha-beta clock and traces.
 """
 
+from minidist.plots import plot_timeline  # drawing lives in minidist.plots; kept here by its old name
+
 from .comm import Communicator, MessageMismatchError
 from .launcher import ClusterError, run, run_traced
-from .ledger import Device, LinkModel, Span, Stats, Trace, plot_timeline
+from .ledger import Device, LinkModel, Span, Stats, Trace
 from .mailbox import DeadlockError, PeerReturnedError
 
 __all__ = ["ClusterError", "Communicator", "DeadlockError", "Device", "LinkModel", "MessageMismatchError",

@@ -16,7 +16,6 @@ program would take on the modelled machine, whatever this computer's real speed.
     trace.spans            # Span(rank, start, end, kind, label, peer, nbytes), by rank then time
     trace.clocks, trace.stats                # final clock and world-communicator Stats of each rank
     trace.save_chrome("ring.json")           # open in https://ui.perfetto.dev or chrome://tracing
-    plot_timeline(trace, path="ring.png")    # a Gantt chart, one row per rank
 
 Spans are kept only under ``run_traced`` (under ``run`` the clock and counters run the same, but a
 long run does not pile up two tuples per message). ``comm.stats`` counts payload bytes and messages of
@@ -176,36 +175,6 @@ class Trace:
         path = Path(path)
         path.write_text(json.dumps({"traceEvents": self.chrome_events(), "displayTimeUnit": "ns"}))
         return path
-
-
-COLORS = {"send": "tab:blue", "recv": "tab:orange", "compute": "tab:green", "barrier": "tab:gray"}
-
-
-def plot_timeline(trace: Trace, ax=None, path: str | Path | None = None, title: str = "simulated timeline"):
-    """Draw a Gantt chart of ``trace``: one row per rank, one bar per span, coloured by kind.
-
-    Times are shown in microseconds. Returns the matplotlib Axes; saves a PNG when ``path`` is given.
-    """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * trace.world_size))
-    for s in trace.spans:
-        if s.end > s.start:
-            ax.barh(s.rank, (s.end - s.start) * 1e6, left=s.start * 1e6, height=0.6,
-                    color=COLORS.get(s.kind, "tab:purple"), edgecolor="black", linewidth=0.3)
-    for kind, color in COLORS.items():
-        if any(s.kind == kind for s in trace.spans):
-            ax.barh([0], [0], color=color, label=kind)   # legend entry only
-    ax.set_yticks(range(trace.world_size), [f"rank {r}" for r in range(trace.world_size)])
-    ax.invert_yaxis()
-    ax.set_xlabel("simulated time (us)")
-    ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    if path is not None:
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=120)
-    return ax
 
 
 def _label(kind: str, label: str | None, peer: int, nbytes: int) -> str:

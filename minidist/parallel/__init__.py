@@ -1,52 +1,71 @@
 """Parallel training strategies on the simulated cluster, each checked against one process.
 
-data.py       data parallelism (sharded batches, bucketed gradient allreduce, overlap on the clock)
-pipeline.py   pipeline parallelism (GPipe, 1F1B; schedules as data in pipeline_schedule.py)
-spatial.py    spatial parallelism (convolutions split over H / H×W with halo exchange, halo.py)
-tensor.py     intralayer model parallelism (column/row-parallel Linear, the Megatron MLP block)
-hybrid.py     data × model parallelism on a 2-D grid of ranks
+One folder per strategy, the strategy beside its own communication and cost model:
+
+data/       data parallelism: data_parallel.py (DataParallel), comm.py (gradient buckets), replicas.py,
+            shards.py, overlap.py (communication overlapping backward on the simulated clock)
+pipeline/   pipeline parallelism: pipeline.py (stages, executor), schedule.py (naive, GPipe, 1F1B as
+            tables), split.py (cutting a Sequential into stages), comm.py (point-to-point)
+spatial/    spatial parallelism: spatial.py (convolutions over H / H×W blocks), partition.py, comm.py
+            (halo exchange), cost.py
+tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear), mlp.py (the Megatron
+            MLP block), comm.py (Megatron's f and g), cost.py
+hybrid.py   data × model parallelism on a 2-D grid of ranks
+asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
+            averaging, Hogwild!
+compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
 """
 
+from .asynchronous import train_elastic, train_local_sgd, train_parameter_server
+from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import DataParallel
 from .hybrid import Grid, hybrid_train_step
-from .pipeline import Pipeline
-from .pipeline_schedule import format_schedule, make_schedule
+from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .spatial import (
-                      GridAllgather,
-                      SpatialAvgPool2d,
-                      SpatialConv2d,
-                      SpatialMaxPool2d,
-                      gather_from_grid,
-                      scatter_to_grid,
-                      spatialize,
+    GridAllgather,
+    HaloPlan,
+    SpatialAvgPool2d,
+    SpatialConv2d,
+    SpatialMaxPool2d,
+    gather_from_grid,
+    scatter_to_grid,
+    spatialize,
 )
-from .spatial_partition import HaloPlan
 from .tensor import (
-                      ColumnParallelLinear,
-                      MegatronMLP,
-                      RowParallelLinear,
-                      column_parallel_mlp,
-                      megatron_parallel_mlp,
+    ColumnParallelLinear,
+    MegatronMLP,
+    RowParallelLinear,
+    column_parallel_mlp,
+    megatron_parallel_mlp,
 )
 
 __all__ = [
-                      "ColumnParallelLinear",
-                      "DataParallel",
-                      "Grid",
-                      "GridAllgather",
-                      "HaloPlan",
-                      "MegatronMLP",
-                      "Pipeline",
-                      "RowParallelLinear",
-                      "SpatialAvgPool2d",
-                      "SpatialConv2d",
-                      "SpatialMaxPool2d",
-                      "column_parallel_mlp",
-                      "format_schedule",
-                      "gather_from_grid",
-                      "hybrid_train_step",
-                      "make_schedule",
-                      "megatron_parallel_mlp",
-                      "scatter_to_grid",
-                      "spatialize",
+    "ColumnParallelLinear",
+    "CompressedDataParallel",
+    "DGC",
+    "DataParallel",
+    "ErrorFeedback",
+    "Grid",
+    "GridAllgather",
+    "HaloPlan",
+    "MegatronMLP",
+    "OneBit",
+    "Pipeline",
+    "RowParallelLinear",
+    "SpatialAvgPool2d",
+    "SpatialConv2d",
+    "SpatialMaxPool2d",
+    "TopK",
+    "bubble_fraction",
+    "column_parallel_mlp",
+    "format_schedule",
+    "gather_from_grid",
+    "hybrid_train_step",
+    "make_schedule",
+    "megatron_parallel_mlp",
+    "scatter_to_grid",
+    "spatialize",
+    "train_elastic",
+    "train_local_sgd",
+    "train_parameter_server",
 ]

@@ -1,5 +1,5 @@
-"""Hybrid data × model parallelism on a 2-D grid of ranks (seed: "use an integrated/hybrid data and model
-parallelism", Gholami et al., SPAA 2018).
+"""Hybrid data × model parallelism on a 2-D grid of ranks ("Distributed Deep Learning (Part II)"
+slides: "use an integrated/hybrid data and model parallelism", Gholami et al., SPAA 2018).
 
 P = D·M ranks form a grid of D rows and M columns; rank r sits at row r // M, column r % M:
 
@@ -9,7 +9,7 @@ P = D·M ranks form a grid of D rows and M columns; rank r sits at row r // M, c
     ...                                               weight shard, sees different slices of the batch)
 
 Each row runs the model-parallel layers of ``minidist.parallel.tensor`` on its communicator ``model_comm``
-with batch slice B_j (np.array_split of the batch into D pieces). Each column then all-reduces the
+with batch slice B_j (minidist.split cuts the batch into D pieces). Each column then all-reduces the
 gradients of its shard over ``data_comm``, so all D copies of a shard take the same step.
 D = 1 is pure model parallelism; M = 1 pure data parallelism.
 
@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.nn import Parameter
+from minidist.split import split_range
 
-from .tensor_comm import allreduce_sum
+from .tensor.comm import allreduce_sum
 
 
 class Grid:
@@ -47,8 +48,7 @@ class Grid:
         if batch < self.data_parallel:
             raise ValueError(f"a batch of {batch} cannot be split over {self.data_parallel} data-parallel "
                              f"rows: each row needs at least one sample")
-        bounds = np.array_split(np.arange(batch), self.data_parallel)[self.row]
-        return slice(int(bounds[0]), int(bounds[-1]) + 1)
+        return slice(*split_range(batch, self.data_parallel, self.row))
 
     @property
     def bytes_sent(self) -> int:
@@ -65,7 +65,7 @@ def allreduce_gradients(data_comm, params: list[Parameter]) -> None:
     """Sum every parameter's gradient over the data-parallel group, in place.
 
     All gradients travel in one bucket (one flat array, one all-reduce): the same bytes as one all-reduce
-    per parameter, 2(D−1)/D·|W| per rank, but far fewer messages (seed: gradient bucketing).
+    per parameter, 2(D−1)/D·|W| per rank, but far fewer messages (gradient bucketing, as in data/comm.py).
     """
     if data_comm.world_size == 1 or not params:
         return

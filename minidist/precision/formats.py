@@ -144,11 +144,3 @@ def fits_in(fmt: FloatFormat, dtype) -> bool:
     return (fmt.man_bits <= host.man_bits and fmt.emax <= host.emax
             and fmt.emin - fmt.man_bits >= host.emin - host.man_bits)
 
-
-def __getattr__(name: str):
-    # Old import path (``from minidist.precision.formats import quantize``), resolved lazily so that
-    # formats.py imports nothing of rounding.py; use ``from minidist.precision import quantize``.
-    if name == "quantize":
-        from .rounding import quantize
-        return quantize
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

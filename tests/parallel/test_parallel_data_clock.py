@@ -14,7 +14,7 @@ from minidist.collectives.cost import allreduce_cost
 from minidist.nn import CrossEntropyLoss, Linear, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
-from minidist.parallel.overlap import allreduce_seconds, step_time
+from minidist.parallel.data.overlap import allreduce_seconds, step_time
 
 DEVICE = Device(flops=1e6)                   # 1 MFLOP/s: a layer of 128 FLOPs takes 128 us
 SLOW_LINK = LinkModel(alpha=1e-3, beta=1e-6)  # communication dominates
@@ -97,7 +97,7 @@ def test_parallel_data_step_time_equals_the_hand_computed_schedule():
         assert got[None, True] == pytest.approx(max(t, layer1_done), rel=1e-12)
         # one bucket for the whole model: nothing to overlap
         assert got[10**6, True] == pytest.approx(layer1_done + ring(76, link), rel=1e-12)
-        # the closed form in minidist.parallel.overlap agrees
+        # the closed form in minidist.parallel.data.overlap agrees
         model = step_time([fwd, fwd], [1, 0], [allreduce_seconds("ring", 2, n, 8, link) for n in (36, 40)])
         assert got[200, True] == pytest.approx(model, rel=1e-12)
     # with the slow link communication is exposed; with the fast one it hides behind the backward pass
@@ -114,7 +114,8 @@ def _timeline(comm):
 
 @pytest.mark.exercise("dp_bucketed_allreduce")
 def test_parallel_data_timeline_files(tmp_path):
-    from minidist.parallel.overlap import plot_overlap, save_overlap_chrome
+    from minidist.parallel.data.overlap import save_overlap_chrome
+    from minidist.plots import plot_overlap
 
     spans, trace = run_traced(_timeline, 2, link=SLOW_LINK, device=DEVICE, timeout=60)
     assert [s.label for s in spans[0]] == ["forward Linear"] * 2 + ["backward Linear"] * 2

@@ -1,4 +1,4 @@
-"""Pipeline schedules as data (minidist/parallel/pipeline_schedule.py), checked without running anything.
+"""Pipeline schedules as data (minidist/parallel/pipeline/schedule.py), checked without running anything.
 
 Every (stage, micro-batch) runs F once and B once; dependencies hold (F of s after F of s−1, B of s after
 B of s+1 and after its own F); 1F1B holds at most P − s micro-batches at stage s; the bubble is
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.parallel.pipeline_schedule import (
+from minidist.parallel.pipeline.schedule import (
     SCHEDULES,
     Op,
     bubble_fraction,

@@ -1,4 +1,4 @@
-"""Pipelined training equals single-process training (minidist/parallel/pipeline.py on the cluster).
+"""Pipelined training equals single-process training (minidist/parallel/pipeline/pipeline.py on the cluster).
 
 hypothesis draws P = 1..4 stages and, per cluster run, a few cases: a model (Linear/ReLU/Tanh/GELU/
 Dropout layers, float64), a batch size N not necessarily divisible by M = 1..8, split points (equal layer
@@ -17,7 +17,7 @@ from minidist.cluster import run
 from minidist.nn import GELU, CrossEntropyLoss, Dropout, Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline
-from minidist.parallel.pipeline_schedule import SCHEDULES, make_schedule
+from minidist.parallel.pipeline.schedule import SCHEDULES, make_schedule
 
 STEPS = 3
 

@@ -6,7 +6,7 @@ import pytest
 from minidist.cluster import Device, LinkModel, run
 from minidist.nn import Conv2d
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
-from minidist.parallel.spatial_cost import forward_time_1d, rehearse_conv_step
+from minidist.parallel.spatial.cost import forward_time_1d, rehearse_conv_step
 
 SIZE, BATCH, CHANNELS = (13, 11), 2, 3
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.parallel.spatial_partition import AxisPartition, HaloPlan, intersect, length, split_bounds
+from minidist.parallel.spatial.partition import AxisPartition, HaloPlan, intersect, length, split_bounds
 
 
 def rows_read(o0, o1, kernel, stride, padding, n_in):

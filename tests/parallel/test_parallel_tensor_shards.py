@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.parallel.tensor_comm import shard_bounds, shard_slice
-from minidist.parallel.tensor_cost import (
+from minidist.parallel.tensor.comm import shard_bounds, shard_slice
+from minidist.parallel.tensor.cost import (
     column_parallel_words,
     data_parallel_words,
     hybrid_words,

@@ -14,7 +14,7 @@ from minidist.parallel.tensor import (
     column_parallel_mlp,
     megatron_parallel_mlp,
 )
-from minidist.parallel.tensor_cost import (
+from minidist.parallel.tensor.cost import (
     column_parallel_words,
     data_parallel_words,
     hybrid_words,

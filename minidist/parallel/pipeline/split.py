@@ -1,10 +1,10 @@
 """Cutting a Sequential into P pipeline stages: by layer count, or balanced by FLOPs.
 
 Stage s gets layers[b[s] : b[s+1]] for boundaries b = [0, b_1, ..., b_{P−1}, L], strictly increasing, so
-every stage has at least one layer. A pipeline runs at the pace of its slowest stage (seed:
-blog-hotchips, "difficult to 'load balance' across all the workers"), so the FLOP-balanced split chooses
-the boundaries that minimise the largest stage cost  max_s Σ_{l in stage s} cost_l  (a small dynamic
-programme over (layers used, stages used)).
+every stage has at least one layer. A pipeline runs at the pace of its slowest stage (the HOT CHIPS
+tutorial "Fundamentals of Scaling out DL Training": "difficult to 'load balance' across all the
+workers"), so the FLOP-balanced split minimises the largest stage cost  max_s Σ_{l in stage s} cost_l
+(a small dynamic programme over (layers used, stages used)). By count: minidist.split's sizes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.module import Sequential
+from minidist.split import split_offsets
 
 
 def check_boundaries(boundaries, num_layers: int, num_stages: int) -> list[int]:
@@ -38,8 +39,7 @@ def _check_count(num_layers: int, num_stages: int) -> None:
 def split_by_layers(num_layers: int, num_stages: int) -> list[int]:
     """Boundaries giving each stage ⌊L/P⌋ or ⌈L/P⌉ layers (the first stages take the extra ones)."""
     _check_count(num_layers, num_stages)
-    sizes = [len(part) for part in np.array_split(np.arange(num_layers), num_stages)]
-    return [0] + np.cumsum(sizes).tolist()
+    return split_offsets(num_layers, num_stages).tolist()
 
 
 def layer_costs(model: Sequential, sample: np.ndarray) -> list[int]:

@@ -1,23 +1,22 @@
 """How many words model, data and hybrid parallelism move per training step, and memory per device.
 
-The seed (slides-ai-systems-distributed-dl-part2, "Model vs Data Parallelism?") gives, for an MLP whose
-layer i has width d_i, batch B, P processes and inverse bandwidth β:
+The "Distributed Deep Learning (Part II)" slides ("Model vs Data Parallelism?") give, for an
+MLP whose layer i has width d_i, batch B, P processes and inverse bandwidth β:
 
     T_comm(model) = Σ_{i=1..L} β(P−1)·B·d_i/P  +  2·Σ_{i=2..L} β(P−1)·B·d_i/P
                     └─ all-gather of outputs ─┘    └─ all-reduce of input gradients ─┘
     T_comm(data)  = Σ_{i=1..L} β(P−1)·d_i²/P
 
-``seed_t_comm_model`` and ``seed_t_comm_data`` are these formulas. The ``*_words`` functions count what the
-code here actually sends — the ledger's numbers — as *words summed over all P ranks* (multiply by the
-itemsize for bytes; divide by P for one rank). Summed over ranks the counts are exact for any split, even
-or not: in a ring all-gather every piece travels P−1 hops, in a ring all-reduce every chunk travels P−1
-hops twice. For a model of L square d×d layers without biases and P dividing d and B, one rank's share
-is exactly the seed's T_comm(model)/β; data parallelism's is 2·T_comm(data)/β: the ring all-reduce
-moves every gradient twice (reduce-scatter + all-gather) — the factor 2 of the seed's own T_comm(batch)
-formula, dropped on its comparison slide.
+``seed_t_comm_model`` and ``seed_t_comm_data`` are these formulas. The ``*_words`` functions count what
+the code actually sends — the ledger's numbers — as *words summed over all P ranks* (times the itemsize
+for bytes; divided by P for one rank), exact for any split: in a ring all-gather every piece travels
+P−1 hops, in a ring all-reduce every chunk travels P−1 hops twice. For L square d×d layers without
+biases, P dividing d and B, one rank's share is exactly T_comm(model)/β; data parallelism's is
+2·T_comm(data)/β (the ring all-reduce moves every gradient twice — the factor 2 of the slides' own
+T_comm(batch), dropped on their comparison slide).
 
-Widths are given as ``widths = [d_0, d_1, ..., d_L]``: layer i maps d_{i−1} → d_i. The seed's ∇X term
-for layer i is the gradient of that layer's input, of width d_{i−1} (equal to d_i for square layers).
+``widths = [d_0, d_1, ..., d_L]``: layer i maps d_{i−1} → d_i. The slides' ∇X term for layer i is the
+gradient of that layer's input, of width d_{i−1} (equal to d_i for square layers).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def _check(widths: Sequence[int], batch: int, parts: int) -> list[int]:
 
 
 def seed_t_comm_model(widths: Sequence[int], batch: int, parts: int, beta: float = 1.0) -> float:
-    """The seed's T_comm(model) for layers of output widths d_1..d_L (β = 1: words per rank)."""
+    """The slides' T_comm(model) for layers of output widths d_1..d_L (β = 1: words per rank)."""
     d = _check(widths, batch, parts)[1:]
     gather = sum(beta * (parts - 1) * batch * di / parts for di in d)
     reduce = 2 * sum(beta * (parts - 1) * batch * di / parts for di in d[1:])
@@ -43,13 +42,13 @@ def seed_t_comm_model(widths: Sequence[int], batch: int, parts: int, beta: float
 
 
 def seed_t_comm_data(widths: Sequence[int], parts: int, beta: float = 1.0) -> float:
-    """The seed's T_comm(data) = Σ β(P−1)·d_i²/P over the layers' output widths d_1..d_L."""
+    """The slides' T_comm(data) = Σ β(P−1)·d_i²/P over the layers' output widths d_1..d_L."""
     d = _check(widths, 1, parts)[1:]
     return sum(beta * (parts - 1) * di * di / parts for di in d)
 
 
 def column_parallel_words(widths: Sequence[int], batch: int, parts: int, input_grad: bool = False) -> int:
-    """Words sent per step, summed over ranks, by ``column_parallel_mlp`` (the seed's scheme).
+    """Words sent per step, summed over ranks, by ``column_parallel_mlp`` (the slides' scheme).
 
     Forward: all-gather of each layer's output, (P−1)·B·d_i. Backward: ring all-reduce of each layer's
     input gradient, 2(P−1)·B·d_{i−1}, for layers 2..L (and layer 1 too when input_grad).
@@ -97,7 +96,7 @@ def hybrid_words(model_words_at_full_batch: int, shard_parameters: Sequence[int]
 
 def memory_words_per_device(widths: Sequence[int], batch: int, data_parallel: int, model_parallel: int,
                             optimizer_states: int = 0) -> dict[str, float]:
-    """Words one device holds, for the seed's column scheme on a D × M grid (D=P, M=1 is data parallelism).
+    """Words one device holds, for the slides' column scheme on a D × M grid (D=P, M=1 is data parallelism).
 
     weights:      Σ d_{i−1}·d_i / M       (each device one M-th of every layer)
     gradients:    the same again

@@ -1,38 +1,24 @@
 """Pipeline parallelism: a Sequential cut into P stages, one per rank, fed micro-batch by micro-batch.
 
-Seeds: slides-ai-systems-distributed-dl-part2 ("Pipeline parallelism", "GPipe: Reduce Bubble with
-Micro-Batching", "PipeDream"), slides-ml-systems-design ("split mini-batch into sequential
-micro-batches", gradient checkpointing).
+"Distributed Deep Learning (Part II)" slides ("Pipeline parallelism", "GPipe: Reduce Bubble
+with Micro-Batching", "PipeDream"); "Scaling Up Training" slides (micro-batches, gradient checkpointing).
 
-    stage s (rank s) holds layers[b[s]:b[s+1]]               (pipeline_split.py)
+    stage s (rank s) holds layers[b[s]:b[s+1]]                                    (split.py)
     F(s, m): x_m = recv from s−1 (stage 0: the data);  y_m = stage(x_m);  send y_m to s+1
              (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m)
     B(s, m): dy_m = recv from s+1 (last stage: from F);  dx_m = stage.backward(dy_m);  send dx_m to s−1
-    the order of the F's and B's on each stage is the schedule's row s  (pipeline_schedule.py)
+    the order of the F's and B's on stage s is row s of the schedule                (schedule.py)
 
-The whole batch's loss is the mean over its N samples. With micro-batches of n_m samples (N need not
-divide by M: np.array_split's sizes) and a loss that averages over its micro-batch,
-    loss = Σ_m (n_m / N) · loss_m,      ∇loss = Σ_m (n_m / N) · ∇loss_m,
-so scaling each micro-batch's output gradient by n_m / N and letting backward *add* into
-Parameter.grad gives the full-batch gradient; the optimizer then steps once per batch.
+With micro-batches of n_m of the N samples (minidist.split's sizes) and a loss averaging over its
+micro-batch, loss = Σ_m (n_m / N)·loss_m: scaling each micro-batch's output gradient by n_m / N and
+letting backward *add* into Parameter.grad gives the full-batch gradient; the optimizer steps once.
 
-Between F(s, m) and B(s, m) the stage keeps micro-batch m's activations (a SavedActivations per
-micro-batch, restored before its backward); with ``checkpoint=True`` a stage keeps only its input and
-recomputes the rest during B (minidist/nn/checkpoint.py). The simulated clock is charged per layer:
-forward FLOPs in F, 2× in B (+1× for a checkpointed recompute); messages pay the link's α + nβ.
-Each stage records, cumulatively over its steps, its ops' times (``timeline``), its compute time
-(``busy_seconds``) and the bytes of activations it holds over time (``memory``, ``peak_activation_bytes``;
-during a checkpointed backward the recomputed activations count too).
-
-Deadlock: in 1F1B's steady state stage s sends activation k to s+1 and then waits for gradient j, while
-s+1 sends gradient j to s and then waits for activation k. Two plain sends toward each other can both
-wait for room in a full mailbox (activations larger than ``run(..., mailbox_bytes=)``), so when an op's
-message goes to the neighbour the *next* op receives from, the executor exchanges both with one
-``sendrecv`` (pipeline_comm.py), which progresses both directions together.
-
-Limits: every rank is given the whole model (built from one seed) and keeps its own stage; BatchNorm
-normalises per micro-batch, so it does not match full-batch training (as in GPipe); weights are updated
-synchronously once per batch (PipeDream's asynchronous variant is discussed in lessons/08_pipeline.py).
+Between F(s, m) and B(s, m) the stage keeps m's activations (``checkpoint=True``: only its input, the
+rest recomputed in B). The simulated clock is charged per layer (forward FLOPs in F, 2× in B, +1× for a
+recompute); each stage records ``timeline``, ``busy_seconds`` and ``memory``. When an op's message goes
+to the neighbour the next op receives from, both travel in one ``sendrecv`` (comm.py), so 1F1B's
+steady state cannot deadlock on a full mailbox. BatchNorm normalises per micro-batch (as in GPipe);
+weights are updated synchronously once per batch.
 """
 
 from __future__ import annotations
@@ -41,8 +27,9 @@ import numpy as np
 
 from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_flops, forward_saving, nbytes_of
 from minidist.nn.module import Sequential
+from minidist.split import split_offsets
 
-from .pipeline_comm import (
+from .comm import (
     recv_activation,
     recv_gradient,
     send_activation,
@@ -50,8 +37,8 @@ from .pipeline_comm import (
     send_gradient,
     send_gradient_recv_activation,
 )
-from .pipeline_schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
-from .pipeline_split import check_boundaries, layer_costs, split_by_cost, split_by_layers
+from .schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
+from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
 
 
 class Pipeline:
@@ -135,7 +122,7 @@ class Pipeline:
             raise ValueError(f"x has {N} samples but target has {len(target)}")
         if M > N:
             raise ValueError(f"cannot split a batch of {N} samples into {M} micro-batches (M must be <= N)")
-        edges = np.cumsum([0] + [len(part) for part in np.array_split(np.arange(N), M)])
+        edges = split_offsets(N, M)
         # Contiguous copies, not views: each micro-batch owns its memory (and is counted as such).
         self._x = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
         self._target = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]

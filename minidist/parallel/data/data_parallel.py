@@ -1,59 +1,24 @@
 """Data parallelism: every rank holds the whole model and trains on its own slice of each global batch.
 
-The seed (slides-ai-systems-distributed-dl-part2.txt, "Synchronous Data Parallelism"): compute the entire
-model on each processor, distribute the batch across the processors, allreduce the gradients, and every
-replica applies the same update
+"Distributed Deep Learning (Part II)" slides, "Synchronous Data Parallelism": compute the
+entire model on each processor, distribute the batch, allreduce the gradients, apply the same update:
 
     slide:  w¹ = w⁰ − α/B · Σ_{i=1..B} ∂J_i(w⁰)/∂w
-    code:   rank r holds n_r of the B examples; it backpropagates the weighted loss (n_r/B)·mean_r(ℓ)
-            = Σ_{i∈r} ℓ_i / B, so its gradient is g_r = Σ_{i∈r} ∂ℓ_i/∂w / B, and the allreduce *sum*
-            Σ_r g_r is exactly the full-batch gradient, even when B does not divide by P (shards differ
-            by one example). P ≤ B: a rank with no example has nothing to compute.
+    code:   rank r holds n_r of the B examples and backpropagates (n_r/B)·mean_r(ℓ) = Σ_{i∈r} ℓ_i / B,
+            so the allreduce *sum* Σ_r g_r is exactly the full-batch gradient, also when P does not
+            divide B (shards differ by one example; P ≤ B).
 
     dp = DataParallel(comm, model, optimizer, CrossEntropyLoss(), algorithm="ring")
     for x, y in global_batches:          # the same global batch on every rank
         loss = dp.train_step(x, y)       # this rank's shard: forward, backward + bucket allreduces, step
 
-Replicas must start identical: build the model from the same seed on every rank, or pass
-``broadcast_parameters=True`` (rank 0's values are broadcast). The constructor checks it (a hash of every
-parameter, allgathered) and raises ValueError if the replicas differ in shape or value. ``check_replicas()``
-repeats the bitwise check at any time (``check_every_step=True`` after every step: a debugging aid).
-
-Gradient accumulation: ``with dp.no_sync(): dp.forward_backward(x1, y1)`` adds gradients without
-communicating; the next ``forward_backward`` outside ``no_sync`` allreduces the sum once, and ``step()``
-divides by the number k of micro-steps, so k equal micro-batches of B give the step on the kB batch.
-
-Mixed precision: pass ``mixed=MixedPrecisionTrainer(model, optimizer, loss_fn, FP16, ...)``. Per step:
-the trainer's scaled low-precision forward/backward on the shard; the bucket allreduces of the *scaled*
-gradients (as DDP under a GradScaler: communication overlaps backward); the sum rounded to grad_fmt (what
-an allreduce in that format delivers, so an overflow of the full-batch gradient is seen as in one
-process); the trainer's unscale (→ found_inf); found_inf reduced with max across ranks; then every rank
-skips — or applies — the same step. (Once summed, an Inf on one rank already makes every rank's sum
-Inf/NaN; the max of the flags states the rule explicitly and costs one 8-byte allreduce. Per-rank partial
-sums in FP16 can still differ from the full-batch sum near the overflow threshold, as on real hardware.)
-
-How the overlap is modelled. The processes and the arithmetic are real; the *clock* is simulated
-(minidist.cluster: a message of n bytes costs α + nβ, ``comm.compute(flops)`` costs flops / FLOP/s).
-Forward: each layer is charged ``layer.flops(input_shape)`` with ``comm.compute``; its backward costs
-twice its forward. A real GPU runs backward kernels and NCCL allreduces on two streams at once; here one
-rank is one process, so we keep two clocks:
-
-* the compute stream, a number ``t`` advanced by each layer's backward cost (recorded in
-  ``compute_spans``), and
-* the communication stream, which is ``comm.clock`` itself (the ledger records its sends and receives).
-
-Backward runs layer by layer, from the last layer to the first. When a layer's backward completes a
-bucket (all its gradients are ready, at time t) the bucket's allreduce is issued right there, between two
-layers' backward calls: if the communication stream is idle it first advances to t (``comm.elapse``,
-labelled "backward until bucket k is ready"), then the allreduce advances it by α-β time, while the
-compute stream keeps going. Buckets go out in order, one at a time. The step ends at
-max(t at the end of backward, end of the last allreduce); the optimizer update is not charged. With
-``overlap=False`` every bucket waits for the end of backward. With mixed precision the whole backward
-runs first (in the trainer) and the buckets are issued afterwards at the same simulated times.
-``minidist.parallel.overlap`` draws the two streams and computes the same schedule in closed form.
-
-Not synchronised: BatchNorm's batch statistics (each rank normalises with its own shard's statistics, as
-DDP without SyncBatchNorm) and its running buffers.
+Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True`` (replicas.py
+checks). Gradients travel in buckets (comm.py), each allreduced as soon as backward has produced it; on
+the simulated clock that allreduce overlaps the rest of backward (overlap.py: the two streams).
+``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their number.
+``mixed=MixedPrecisionTrainer(...)``: the scaled gradients are allreduced, the sum rounded to grad_fmt
+(as an allreduce in that format delivers it), found_inf reduced with max so every rank skips or applies
+the same step. Not synchronised: BatchNorm's batch statistics and buffers (DDP without SyncBatchNorm).
 """
 
 from __future__ import annotations
@@ -63,19 +28,12 @@ from contextlib import contextmanager
 import numpy as np
 
 from minidist.cluster import Span
-from minidist.collectives import ALGORITHMS, allgather, allreduce, broadcast
+from minidist.collectives import ALGORITHMS, allreduce, broadcast
 from minidist.nn.module import Module
-from minidist.parallel.buckets import (
-    DEFAULT_BUCKET_BYTES,
-    allreduce_bucket,
-    allreduce_in_place,
-    assign_buckets,
-    parameter_digest,
-    parameter_signature,
-    ready_layers,
-)
-from minidist.parallel.shards import ShardWeightedLoss, leaf_layers, shard_bounds
-from minidist.precision.formats import quantize
+from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
+from .replicas import check_same_layout, check_same_values
+from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers, shard_bounds
+from minidist.precision import quantize
 from minidist.precision.mixed import MixedPrecisionTrainer
 
 __all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers", "shard_bounds"]
@@ -145,13 +103,7 @@ class DataParallel:
 
     # -- replicas -------------------------------------------------------------------------------------------
     def _check_start(self, broadcast_parameters: bool) -> None:
-        signatures = allgather(self.comm, parameter_signature(self.params))
-        differ = [r for r, s in enumerate(signatures) if not np.array_equal(s, signatures[0])]
-        if differ:
-            described = ", ".join(f"rank {r}: {s[0]} parameters, {s[1]} elements"
-                                  for r, s in enumerate(signatures) if r in [0, *differ])
-            raise ValueError(f"data-parallel replicas must have the same parameter shapes and dtypes; "
-                             f"rank(s) {differ} differ from rank 0 ({described})")
+        check_same_layout(self.comm, self.params)
         if broadcast_parameters:
             for p in self.params:
                 p.data[...] = broadcast(self.comm, p.data, root=0)
@@ -160,14 +112,12 @@ class DataParallel:
 
     def check_replicas(self, what: str = "replicas are not bitwise identical") -> None:
         """Raise ValueError unless every rank's parameters are bitwise equal to rank 0's (collective)."""
-        digests = allgather(self.comm, parameter_digest(self.params))
-        differ = [r for r, d in enumerate(digests) if not np.array_equal(d, digests[0])]
-        if differ:
-            raise ValueError(f"{what}: the parameters of rank(s) {differ} differ from rank 0's")
+        check_same_values(self.comm, self.params, what)
 
     # -- one global batch -------------------------------------------------------------------------------------
     def shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """This rank's contiguous slice of the global batch and its weight n_r / B."""
+        """x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns this rank's contiguous
+        slice x_r (n_r, ...), y_r (n_r, ...) and its weight n_r / B."""
         if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
             raise ValueError(f"expected arrays x and y with the same first (batch) dimension, got "
                              f"{getattr(x, 'shape', type(x).__name__)} and {getattr(y, 'shape', type(y).__name__)}")
@@ -179,10 +129,11 @@ class DataParallel:
         return x[lo:hi], y[lo:hi], (hi - lo) / batch
 
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
-        """Forward and backward on this rank's shard of the global batch (x, y); gradients are *added*.
+        """Forward and backward on this rank's shard of the global batch; gradients are *added*.
 
+        x: the global batch, shape (B, ...), the same on every rank; y: its targets, (B, ...).
         Outside ``no_sync`` the gradients are then allreduced bucket by bucket. Returns this rank's
-        mean loss over its shard.
+        mean loss over its shard (a float).
         """
         if self._synced:
             raise RuntimeError("the gradients were already averaged: call step() (or zero_grad()) before "
@@ -220,7 +171,10 @@ class DataParallel:
         self._synced, self._micro_steps = False, 0
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
-        """zero_grad, forward_backward on the shard (with the allreduces), step. Returns the shard's loss."""
+        """zero_grad, forward_backward on the shard (with the allreduces), step.
+
+        x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns the shard's mean loss.
+        """
         self.zero_grad()
         loss = self.forward_backward(x, y)
         self.step()
@@ -241,7 +195,7 @@ class DataParallel:
         for layer in self.layers:
             shapes.append(h.shape)
             h = layer.forward(h)
-        forward_times = self._charge_forward(shapes)
+        forward_times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
         loss = loss_fn.forward(h, y)
         grad = [loss_fn.backward()]
 
@@ -252,14 +206,14 @@ class DataParallel:
         return loss
 
     def _mixed_forward_backward(self, x: np.ndarray, y: np.ndarray, loss_fn: ShardWeightedLoss) -> float:
-        shapes = self._input_shapes(x.shape)
+        shapes = input_shapes(self.model, self.layers, x.shape, self._probed)
         original = self.mixed.loss_fn
         self.mixed.loss_fn = loss_fn
         try:
             loss = self.mixed.forward_backward(x, y)
         finally:
             self.mixed.loss_fn = original
-        forward_times = self._charge_forward(shapes)
+        forward_times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
         with np.errstate(over="ignore", invalid="ignore"):   # Inf/NaN is expected: the step is skipped
             self._backward(forward_times, None)               # the buckets' allreduces (scaled gradients)
             if self._syncing:
@@ -271,20 +225,16 @@ class DataParallel:
         return loss
 
     # -- the simulated clock --------------------------------------------------------------------------------------
-    def _charge_forward(self, shapes: list[tuple]) -> list[float]:
-        """Charge every layer's forward FLOPs to the clock; return each layer's forward time."""
-        times = []
-        for layer, shape in zip(self.layers, shapes):
-            start = self.comm.clock
-            flops = layer.flops(shape) if callable(getattr(layer, "flops", None)) else 0
-            self.comm.compute(flops, label=f"forward {type(layer).__name__}")
-            self.compute_spans.append(Span(self.comm.rank, start, self.comm.clock, "compute",
-                                           f"forward {type(layer).__name__}"))
-            times.append(self.comm.clock - start)
-        return times
-
     def _backward(self, forward_times: list[float], backward_layer) -> None:
-        """Backward from the last layer to the first (2x each forward time); buckets go out when ready."""
+        """Backward from the last layer to the first; buckets go out when ready, on two clocks.
+
+        A GPU runs backward kernels and allreduces on two streams at once; one rank here is one process,
+        so the compute stream is a number t (each layer's backward costs 2x its forward, recorded in
+        compute_spans) and the communication stream is comm.clock itself. When layer i's backward
+        completes a bucket at time t, the bucket is issued right there: the communication stream first
+        waits until t, then pays the allreduce's α-β time. The step ends at max(t, end of the last
+        allreduce). overlap=False issues every bucket after the whole backward.
+        """
         t = self.comm.clock                          # the compute stream starts where the forward ended
         communicate = self._syncing
         for i in reversed(range(len(self.layers))):
@@ -311,27 +261,8 @@ class DataParallel:
             if not all(p.grad.base is bucket.buffer for p in bucket.params):
                 raise ValueError("gradient_as_bucket_view: a Parameter.grad was replaced by a new array; "
                                  "layers and optimizers must update .grad in place")
-            total = allreduce_in_place(self.comm, bucket.buffer, self.algorithm)
-            if total is not bucket.buffer:
-                bucket.buffer[...] = total
+            bucket.buffer[...] = allreduce(self.comm, bucket.buffer, op="sum", algorithm=self.algorithm)
             return
         if bucket.buffer is None:
             bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
         allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm, bucket.buffer)
-
-    def _input_shapes(self, x_shape: tuple) -> list[tuple]:
-        """Each layer's input shape for a batch of x_shape, found once by a one-example forward in eval mode."""
-        key = tuple(x_shape[1:])
-        if key not in self._probed:
-            modes = [(m, m.training) for m in self.model.modules()]
-            self.model.eval()
-            h, shapes = np.zeros((1, *key), dtype=self.params[0].data.dtype), []
-            try:
-                for layer in self.layers:
-                    shapes.append(h.shape[1:])
-                    h = layer.forward(h)
-            finally:
-                for m, mode in modes:
-                    m.training = mode
-            self._probed[key] = shapes
-        return [(x_shape[0], *shape) for shape in self._probed[key]]

@@ -1,13 +1,12 @@
 """The only communication a pipeline needs: point-to-point between neighbouring stages.
 
-Stage s runs on rank s. Activations flow forward (s → s+1), their gradients flow backward (s+1 → s); no
-collective is involved (seed: slides-ai-systems-distributed-dl-part2, "Pros: ... No collective, only
+Stage s runs on rank s. Activations flow forward (s → s+1), their gradients backward (s+1 → s); no
+collective is involved ("Distributed Deep Learning (Part II)" slides: "No collective, only
 P2P"). The tag is the micro-batch index, so a schedule that sends micro-batches out of the order the
 receiver expects fails loudly (the cluster names both tags) instead of mixing activations up.
 
-Sizes on the wire, per micro-batch of n samples at a boundary with activations of shape (n, *feature):
-one activation forward and one gradient of the same shape backward, n · prod(feature) · itemsize bytes
-each way (the stats counters see exactly that).
+Per micro-batch of n samples at a boundary with activations of shape (n, *feature): one activation
+forward and one gradient of the same shape backward, n · prod(feature) · itemsize bytes each way.
 """
 
 from __future__ import annotations

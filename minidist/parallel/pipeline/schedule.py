@@ -1,27 +1,19 @@
 """Pipeline schedules as data: which stage runs which micro-batch's forward (F) or backward (B) when.
 
-A schedule for P stages and M micro-batches is a list of clock ticks; tick t is a list of ``Op(stage,
-kind, micro_batch)`` with at most one op per stage. A tick is one unit of time in which every stage
-can run one F or one B (the textbook picture, in which F and B take equally long). Because it is plain
-data, a schedule can be printed (``format_schedule``), drawn, checked (``check_schedule``) and measured
-(``bubble_fraction``, ``max_in_flight``) without running anything; the executor in pipeline.py runs, on
-stage s, the ops of row s in tick order.
+A schedule for P stages and M micro-batches is a list of clock ticks; tick t lists ``Op(stage, kind,
+micro_batch)``, at most one per stage (one tick = one F or one B, the textbook picture). Being data, it
+can be printed (``format_schedule``), checked (``check_schedule``: F(s, m) after F(s−1, m); B(s, m)
+after B(s+1, m) and F(s, m)) and measured (``bubble_fraction``, ``max_in_flight``) without running
+anything; pipeline.py runs row s on stage s.
 
-Dependencies (checked by ``check_schedule``):
-    F(s, m) after F(s−1, m)             the activation comes from the previous stage
-    B(s, m) after B(s+1, m) and F(s, m)  the gradient comes from the next stage; the activations from F
+The three schedules ("Distributed Deep Learning (Part II)" slides, "GPipe: Reduce Bubble
+with Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
 
-The three schedules (seed: slides-ai-systems-distributed-dl-part2, "GPipe: Reduce Bubble with
-Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
-
-    naive   micro-batch m runs F through every stage and B back before m+1 starts: one stage busy at a
-            time, bubble (P−1)/P (with M = 1 it is plain model parallelism over P devices)
+    naive   micro-batch m runs F through every stage and B back before m+1 starts: bubble (P−1)/P
     gpipe   all forwards, then all backwards:  F(s, m) at tick s + m,
-            B(s, m) at tick (M + P − 1) + (P − 1 − s) + m;  2(M + P − 1) ticks, bubble (P−1)/(M+P−1);
-            stage s holds the activations of all M micro-batches at the end of the forward phase
-    1f1b    PipeDream-flush: stage s runs P − 1 − s forwards to fill the pipeline, then alternates one
-            forward, one backward, then drains; same ticks and bubble as GPipe but at most P − s
-            micro-batches in flight at stage s, so activation memory stops growing with M
+            B(s, m) at tick (M + P − 1) + (P − 1 − s) + m;  2(M + P − 1) ticks, bubble (P−1)/(M+P−1)
+    1f1b    PipeDream-flush: P − 1 − s forwards to fill, then one forward, one backward, then drain;
+            GPipe's ticks and bubble, but at most P − s micro-batches in flight at stage s
 
 Bubble fraction = idle stage-ticks / all stage-ticks = (P·T − 2·P·M) / (P·T) for T ticks.
 """

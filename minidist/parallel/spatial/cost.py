@@ -23,10 +23,10 @@ import math
 
 import numpy as np
 
-from ..collectives import allreduce
-from ..nn import Conv2d
-from .halo import shift_step
-from .spatial_partition import HaloPlan, length
+from minidist.collectives import allreduce
+from minidist.nn import Conv2d
+from .comm import shift_step
+from .partition import HaloPlan, length
 
 REHEARSAL_TAG = 105
 

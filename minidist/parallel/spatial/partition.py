@@ -1,40 +1,24 @@
 """Partition arithmetic of spatial parallelism: who computes which output rows, which input rows that
 needs, and which slabs must travel between ranks (the halo). Pure arithmetic: no processes here.
 
-Seed: slides-ai-systems-distributed-dl-part2, "Spatial Parallelism" (Jin, Ginsburg & Keutzer,
-"Spatially Parallel Convolutions", 2018): break each image into pieces, give each accelerator a piece,
-and exchange the boundary points a convolution needs from its neighbours before it runs.
+"Distributed Deep Learning (Part II)" slides, "Spatial Parallelism" (Jin, Ginsburg &
+Keutzer, "Spatially Parallel Convolutions", 2018). One axis of a layer with kernel k, stride s and
+padding p maps n_in rows to n_out = (n_in + 2p − k) // s + 1; output row o reads rows o·s − p ...
+o·s − p + k − 1 (outside [0, n_in): zero padding).
 
-One axis (H or W) of a convolution or pooling layer with kernel k, stride s and padding p maps an input
-extent n_in to
-
-    n_out = (n_in + 2p - k) // s + 1,
-
-and output row o reads input rows o·s − p … o·s − p + k − 1 (rows < 0 or >= n_in are zero padding).
-
-We split the OUTPUT as evenly as possible (np.array_split's rule): grid index i computes output rows
-[o0, o1). Its *window* of input rows is then
+The OUTPUT is split evenly (minidist.split): grid index i computes output rows [o0, o1), so its window is
 
     window = [o0·s − p,  (o1 − 1)·s − p + k)          (length (o1 − o0 − 1)·s + k)
 
-(With a stride larger than the kernel the window also spans rows between kernel positions that no
-output reads; they travel anyway, so every slab stays one contiguous block.)
-
-The part of the window outside [0, n_in) is padding the rank makes itself; the rest, the *clipped
-window*, comes from the input pieces. The input is split evenly too (it is the previous layer's output),
-so grid index i owns input rows [a, b) and its halo is
+The input is split evenly too (it is the previous layer's output): index i owns rows [a, b), and
 
     halo_before = a − window_lo      halo_after = window_hi − b       (clipped window [lo, hi))
 
-A halo can be asymmetric (stride > 1 shifts windows against the even input split), zero (kernel 1,
-stride 1, no padding), or negative: then the rank owns rows nobody in its window reads and trims them.
-A halo wider than the neighbour's piece reaches past it to the next rank ("multi-hop"): this module
-supports that, because a transfer is simply "the owned rows of rank j that lie in the window of rank i".
-
-2-D grids exchange one dimension at a time (Ph × Pw ranks, row-major: rank = i·Pw + j):
-  phase 0 (along H): full-width row slabs between ranks of one grid column;
-  phase 1 (along W): full-height column slabs of the phase-0 result, between ranks of one grid row.
-The corner pieces ride along in phase 1, so an interior rank sends 4 messages, not 8.
+A halo can be asymmetric (stride > 1), zero, or negative (owned rows nobody reads are trimmed); one
+wider than the neighbour's piece reaches the next rank ("multi-hop"): a transfer is simply "the owned
+rows of rank j that lie in the window of rank i". 2-D grids (Ph × Pw, rank = i·Pw + j) exchange one
+axis at a time: row slabs along H first, then column slabs of that result along W, so the corners ride
+along and an interior rank sends 4 messages, not 8.
 """
 
 from __future__ import annotations
@@ -43,25 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.split import split_bounds
+
 Range = tuple[int, int]  # half-open [start, stop)
-
-
-def split_bounds(n: int, parts: int) -> list[Range]:
-    """Contiguous pieces of range(n), sizes differing by at most one, larger pieces first.
-
-    Same rule as np.array_split: the first n % parts pieces get one extra element.
-    """
-    if not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"split_bounds: n must be an integer >= 0, got {n!r}")
-    if not isinstance(parts, (int, np.integer)) or parts < 1:
-        raise ValueError(f"split_bounds: parts must be an integer >= 1, got {parts!r}")
-    base, extra = divmod(int(n), int(parts))
-    bounds, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
 
 
 def intersect(a: Range, b: Range) -> Range:

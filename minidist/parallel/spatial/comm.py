@@ -1,21 +1,21 @@
 """Halo exchange on the cluster: forward (fetch the neighbours' boundary rows) and backward (send the
 gradient of those rows back to their owners, who add it into their interior).
 
-The plan (minidist.parallel.spatial_partition.HaloPlan) groups the messages into steps: in one step each
+The plan (partition.py's HaloPlan) groups the messages into steps: in one step each
 rank sends at most one slab and receives at most one, all along one grid axis by the same hop (a shift:
 "everybody passes a slab down", then "everybody passes a slab up"). comm.sendrecv lets a rank's send and
 receive progress together, so a shift never deadlocks, whatever the message size; and all ranks take
 the steps in the same order. Backward runs the same steps in reverse with the roles swapped.
 
 Shapes: NCHW. x_local (N, C, h, w) is the rank's own piece; the window (N, C, H_w, W_w) is the clipped
-window of input rows × columns its output needs (see spatial_partition).
+window of input rows × columns its output needs (see partition.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .spatial_partition import HaloPlan, Range, Transfer, intersect, length
+from .partition import HaloPlan, Range, Transfer, intersect, length
 
 FORWARD_TAG = 101   # halo values, owner -> reader
 BACKWARD_TAG = 102  # halo gradients, reader -> owner

@@ -1,9 +1,8 @@
 """Spatial parallelism: convolutions and pools whose images are split across ranks.
 
-Seed: slides-ai-systems-distributed-dl-part2, "Spatial Parallel Training" (Jin, Ginsburg & Keutzer 2018;
-Gholami et al., SPAA 2018): "break the input into smaller pieces and distribute the work among different
-processors; need to exchange boundary points for spatial convolutions". Useful for high resolution;
-limited by the ratio of halo to interior.
+"Distributed Deep Learning (Part II)" slides, "Spatial Parallel Training" (Jin, Ginsburg &
+Keutzer 2018; Gholami et al., SPAA 2018): "break the input into smaller pieces and distribute the work
+among different processors; need to exchange boundary points for spatial convolutions".
 
 Every rank of a Ph × Pw grid holds one block of every activation (N, C, h, w), the blocks being the even
 split of H and of W (rank = i·Pw + j). One layer, on each rank:
@@ -12,27 +11,22 @@ split of H and of W (rank = i·Pw + j). One layer, on each rank:
                y_local = layer(pad(window))               the ordinary single-process layer, padding 0
     backward:  d_window = layer.backward(dy_local)        includes the gradient of the halo part
                dx_local = return_halo_gradient(d_window)  halo gradients go home and are added
-               weight.grad += allreduce(local weight gradient)   (conv only: every rank saw part of
-                                                                  the image, the sum is the full gradient)
+               weight.grad += allreduce(local weight gradient)   (conv: the sum is the full gradient)
 
-A halo wider than the neighbour's piece (a 5×5 kernel over pieces one row thick) is fetched from the
-ranks beyond it: multi-hop exchange is supported. More ranks along H (W) than the layer has output rows
-(columns) is a ValueError when the layer is built, before anything is sent.
-
-Every layer also charges its FLOPs to the rank's simulated clock (comm.compute), backward as 2x forward.
-The partition arithmetic is in spatial_partition.py, the exchange in halo.py. ``spatialize`` turns a
-single-process Sequential (conv/pool/elementwise layers, then Flatten and a head) into its spatially
-parallel twin that shares the same Parameters.
+Halos wider than a neighbour's piece are fetched from the ranks beyond it (multi-hop). More ranks along
+an axis than the layer has output rows is a ValueError at construction. FLOPs are charged to the
+simulated clock (backward 2× forward). partition.py has the arithmetic, comm.py the exchange;
+``spatialize`` turns a single-process Sequential into its spatially parallel twin (same Parameters).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..collectives import allgather, allreduce, gather, scatter
-from ..nn import GELU, AvgPool2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
-from .halo import exchange_halo, return_halo_gradient
-from .spatial_partition import HaloPlan, length, split_bounds
+from minidist.collectives import allgather, allreduce, gather, scatter
+from minidist.nn import GELU, AvgPool2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
+from .comm import exchange_halo, return_halo_gradient
+from .partition import HaloPlan, length, split_bounds
 
 
 class _SpatialLayer(Module):
@@ -54,6 +48,8 @@ class _SpatialLayer(Module):
         return self.plan.output_hw
 
     def forward(self, x_local: np.ndarray) -> np.ndarray:
+        """x_local: this rank's block of the input, shape (N, C, h, w). Returns its block of the
+        output, shape (N, C_out, h_out, w_out) (the plan's out_block for this rank)."""
         window = exchange_halo(self.comm, x_local, self.plan)
         (top, bottom), (left, right) = self.plan.padding_of(self.comm.rank)
         self._window_hw = window.shape[2:]
@@ -65,6 +61,8 @@ class _SpatialLayer(Module):
         return self.local.forward(padded)
 
     def backward(self, dy_local: np.ndarray) -> np.ndarray:
+        """dy_local: upstream gradient of this rank's output block, (N, C_out, h_out, w_out). Returns
+        dx_local, the gradient of its input block, (N, C, h, w), halo contributions included."""
         out_rows, out_cols = self.plan.out_block(self.comm.rank)
         if not isinstance(dy_local, np.ndarray) or dy_local.ndim != 4 or \
                 dy_local.shape[2:] != (length(out_rows), length(out_cols)):
@@ -96,6 +94,8 @@ class SpatialConv2d(_SpatialLayer):
         super().__init__(local, comm, grid, input_hw, conv.kernel_size, conv.stride, conv.padding)
 
     def backward(self, dy_local: np.ndarray) -> np.ndarray:
+        """dy_local: (N, C_out, h_out, w_out). Returns dx_local (N, C, h, w); adds the weight and bias
+        gradients summed over all ranks (the same on every rank)."""
         # Module.backward *adds* into .grad; keep what was there, let the local backward write this
         # rank's contribution alone, sum the contributions over ranks, and add the sum back.
         params = self.local.parameters()
@@ -186,9 +186,11 @@ class GridAllgather(Module):
         self._rows, self._cols = grid_blocks(image_hw, grid)[comm.rank]
 
     def forward(self, block: np.ndarray) -> np.ndarray:
+        """block: this rank's block, (N, C, h, w). Returns the whole image (N, C, H, W) on every rank."""
         return assemble(allgather(self.comm, block), self.grid)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient of the whole image, (N, C, H, W). Returns this rank's block, (N, C, h, w)."""
         return np.ascontiguousarray(dy[:, :, self._rows, self._cols])
 
 

@@ -18,12 +18,11 @@ communicating early; we keep one cap for all buckets.)
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.collectives import ALGORITHMS, choose_algorithm
+from minidist.collectives import allreduce
 from minidist.nn.module import Parameter
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb = 25
@@ -72,20 +71,6 @@ def ready_layers(layers: list, buckets: list[Bucket]) -> list[int]:
     return [min(layer_of[id(p)] for p in b.params) for b in buckets]
 
 
-def allreduce_in_place(comm, flat: np.ndarray, algorithm: str = "ring") -> np.ndarray:
-    """Sum the contiguous 1-D array ``flat`` over all ranks, overwriting it; returns the summed array.
-
-    ``allreduce`` (minidist.collectives) works on a copy and returns a new array; its algorithm functions
-    (``ALGORITHMS``) overwrite the buffer they are given. A gradient bucket is a scratch buffer anyway,
-    so we call them directly and save two copies of the whole gradient per step.
-    """
-    if algorithm == "auto":
-        algorithm = choose_algorithm(flat.nbytes, flat.size, comm.world_size)
-    if comm.world_size == 1:
-        return flat
-    return ALGORITHMS[algorithm](comm, flat, "sum")
-
-
 def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring",
                      buffer: np.ndarray | None = None) -> None:
     """Sum one bucket of gradients over all ranks with ONE allreduce, writing the sums back in place.
@@ -93,30 +78,15 @@ def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring",
     grads: the bucket's gradient arrays (any shapes, one dtype), the same shapes on every rank.
     buffer: optional 1-D scratch array of sum(g.size) elements and the gradients' dtype, reused from step
     to step (a fresh large array costs page faults every time).
-    Flatten the gradients into one buffer, ``allreduce_in_place(comm, flat, algorithm)``, and copy each
-    piece of the result back into its gradient. Data parallelism weights every rank's gradient by n_r / B
+    Flatten the gradients into one buffer, ``allreduce(comm, flat, op="sum", algorithm=algorithm,
+    out=flat)`` it in place, and copy each piece of the sum back into its gradient. Data parallelism weights every rank's gradient by n_r / B
     before calling this, so the sum is the full-batch average: g = Σ_r (n_r / B) g_r.
     """
     # BEGIN SOLUTION dp_bucketed_allreduce
     flat = np.concatenate([g.ravel() for g in grads], out=buffer)
-    total = allreduce_in_place(comm, flat, algorithm)
+    allreduce(comm, flat, op="sum", algorithm=algorithm, out=flat)
     offset = 0
     for g in grads:
-        g[...] = total[offset:offset + g.size].reshape(g.shape)
+        g[...] = flat[offset:offset + g.size].reshape(g.shape)
         offset += g.size
     # END SOLUTION
-
-
-def parameter_signature(params: list[Parameter]) -> np.ndarray:
-    """Fixed-size int64 summary of the parameters' count, shapes and dtypes (equal iff the layouts match)."""
-    layout = ";".join(f"{p.shape}:{p.data.dtype}" for p in params).encode()
-    digest = np.frombuffer(hashlib.sha256(layout).digest()[:8], dtype=np.int64)[0]
-    return np.array([len(params), sum(p.size for p in params), digest], dtype=np.int64)
-
-
-def parameter_digest(params: list[Parameter]) -> np.ndarray:
-    """SHA-256 of every parameter's bytes, as 32 uint8 (equal iff the values are bitwise equal)."""
-    h = hashlib.sha256()
-    for p in params:
-        h.update(np.ascontiguousarray(p.data).tobytes())
-    return np.frombuffer(h.digest(), dtype=np.uint8).copy()

@@ -1,20 +1,21 @@
 """The overlap of gradient communication with the backward pass: closed-form schedule and pictures.
 
-``DataParallel`` (data.py) keeps two streams per rank on the simulated clock: the compute stream (forward,
-then backward layer by layer, each backward twice its forward) and the communication stream (the bucket
-allreduces, one after the other, each starting when its last gradient is ready). The step time is
+``DataParallel`` (data_parallel.py) keeps two streams per rank on the simulated clock: the compute
+stream (forward, then backward layer by layer, each backward twice its forward) and the communication
+stream (the bucket allreduces, one after the other, each starting when its last gradient is ready):
 
     T_step = max(end of backward, end of the last allreduce)
     bucket k starts at max(end of bucket k−1, time its last gradient is ready)
 
 ``step_time`` computes exactly that from per-layer forward times and per-bucket communication times, so a
 lesson can sweep P = 1..64 without starting 64 processes; ``allreduce_seconds`` gives a bucket's time from
-the collectives' own schedule replay (minidist.collectives.schedule.simulate). The seed's form
-(slides-ai-systems-distributed-dl-part2.txt), for the ring:
+the collectives' own schedule replay (minidist.collectives.schedule.simulate). The form of the
+"Distributed Deep Learning (Part II)" slides, for the ring:
 
     T_comm = 2 Σ_i (α(P − 1) + β (P − 1)/P |W_i|)          (|W_i| in bytes, one allreduce per layer)
 
-``plot_overlap`` draws both streams of every rank; ``save_overlap_chrome`` writes them as a Chrome trace.
+``save_overlap_chrome`` writes both streams of every rank as a Chrome trace (minidist.plots.plot_overlap
+draws them).
 """
 
 from __future__ import annotations
@@ -56,42 +57,6 @@ def allreduce_seconds(algorithm: str, world_size: int, elements: int, itemsize: 
 def comm_spans(trace: Trace, rank: int) -> list[Span]:
     """The communication stream of ``rank``: its send and recv spans."""
     return [s for s in trace.rank_spans(rank) if s.kind in ("send", "recv")]
-
-
-def plot_overlap(trace: Trace, compute_spans: list[list[Span]], ax=None, path: str | Path | None = None,
-                 title: str = "data-parallel step: compute and communication streams"):
-    """Two rows per rank: its compute stream (``compute_spans[rank]``, from DataParallel.compute_spans)
-    and its communication stream (sends and receives of ``trace``). Times in microseconds from the
-    first compute span (pass the spans of one step to see one step)."""
-    import matplotlib.pyplot as plt
-
-    ranks = len(compute_spans)
-    t0 = min((s.start for spans in compute_spans for s in spans), default=0.0)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * 2 * ranks))
-    colors = {"forward": "tab:green", "backward": "tab:olive", "send": "tab:blue", "recv": "tab:orange"}
-    labels = []
-    for rank in range(ranks):
-        rows = [(compute_spans[rank], 2 * rank), (comm_spans(trace, rank), 2 * rank + 1)]
-        labels += [f"rank {rank} compute", f"rank {rank} comm"]
-        for spans, row in rows:
-            for s in spans:
-                if s.end > s.start and s.end > t0:
-                    kind = s.label.split()[0] if s.kind == "compute" else s.kind
-                    ax.barh(row, (s.end - s.start) * 1e6, left=(s.start - t0) * 1e6, height=0.7,
-                            color=colors.get(kind, "tab:purple"), edgecolor="black", linewidth=0.2)
-    for kind, color in colors.items():
-        ax.barh([0], [0], color=color, label=kind)
-    ax.set_yticks(range(2 * ranks), labels)
-    ax.invert_yaxis()
-    ax.set_xlim(left=0)
-    ax.set_xlabel("simulated time since the step began (us)")
-    ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    if path is not None:
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=110)
-    return ax
 
 
 def save_overlap_chrome(trace: Trace, compute_spans: list[list[Span]], path: str | Path) -> Path:

@@ -1,0 +1,34 @@
+"""Data parallelism: data_parallel.py (DataParallel), comm.py (gradient buckets and their allreduce),
+replicas.py (the replicas-are-identical checks), shards.py (batch shards, loss weights, the forward's
+clock), overlap.py (communication overlapping backward, in closed form and as pictures)."""
+
+from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept here by its old name
+
+from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
+from .data_parallel import DataParallel
+from .overlap import allreduce_seconds, comm_spans, save_overlap_chrome, step_time
+from .replicas import check_same_layout, check_same_values, parameter_digest, parameter_signature
+from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers, shard_bounds
+
+__all__ = [
+    "DEFAULT_BUCKET_BYTES",
+    "Bucket",
+    "DataParallel",
+    "ShardWeightedLoss",
+    "allreduce_bucket",
+    "allreduce_seconds",
+    "assign_buckets",
+    "charge_forward",
+    "check_same_layout",
+    "check_same_values",
+    "comm_spans",
+    "input_shapes",
+    "leaf_layers",
+    "parameter_digest",
+    "parameter_signature",
+    "plot_overlap",
+    "ready_layers",
+    "save_overlap_chrome",
+    "shard_bounds",
+    "step_time",
+]

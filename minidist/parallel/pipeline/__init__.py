@@ -1,0 +1,54 @@
+"""Pipeline parallelism: pipeline.py (the stage and its executor), schedule.py (naive, GPipe, 1F1B as
+tables of ticks), split.py (cutting a Sequential into stages), comm.py (point-to-point between stages)."""
+
+from .comm import (
+    recv_activation,
+    recv_gradient,
+    send_activation,
+    send_activation_recv_gradient,
+    send_gradient,
+    send_gradient_recv_activation,
+)
+from .pipeline import Pipeline
+from .schedule import (
+    SCHEDULES,
+    Op,
+    Schedule,
+    bubble_fraction,
+    check_schedule,
+    format_schedule,
+    gpipe_schedule,
+    make_schedule,
+    max_in_flight,
+    naive_schedule,
+    one_f_one_b_schedule,
+    stage_ops,
+)
+from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers, stage_costs
+
+__all__ = [
+    "SCHEDULES",
+    "Op",
+    "Pipeline",
+    "Schedule",
+    "bubble_fraction",
+    "check_boundaries",
+    "check_schedule",
+    "format_schedule",
+    "gpipe_schedule",
+    "layer_costs",
+    "make_schedule",
+    "max_in_flight",
+    "naive_schedule",
+    "one_f_one_b_schedule",
+    "recv_activation",
+    "recv_gradient",
+    "send_activation",
+    "send_activation_recv_gradient",
+    "send_gradient",
+    "send_gradient_recv_activation",
+    "split_by_cost",
+    "split_by_layers",
+    "stage_costs",
+    "stage_ops",
+]

@@ -1,0 +1,48 @@
+"""Tensor (intra-layer model) parallelism: layers.py (column- and row-parallel Linear), mlp.py (the
+Megatron MLP block, whole-MLP conversions), comm.py (Megatron's f and g, feature shards), cost.py (words
+moved per step, memory per device)."""
+
+from .comm import (
+    CopyToTensorParallel,
+    GatherFromTensorParallel,
+    ReduceFromTensorParallel,
+    allgather_features,
+    allreduce_sum,
+    check_same_on_all_ranks,
+    shard_bounds,
+    shard_slice,
+)
+from .cost import (
+    column_parallel_words,
+    data_parallel_words,
+    hybrid_words,
+    megatron_words,
+    memory_words_per_device,
+    seed_t_comm_data,
+    seed_t_comm_model,
+)
+from .layers import ColumnParallelLinear, RowParallelLinear
+from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
+
+__all__ = [
+    "ColumnParallelLinear",
+    "CopyToTensorParallel",
+    "GatherFromTensorParallel",
+    "MegatronMLP",
+    "ReduceFromTensorParallel",
+    "RowParallelLinear",
+    "allgather_features",
+    "allreduce_sum",
+    "check_same_on_all_ranks",
+    "column_parallel_mlp",
+    "column_parallel_words",
+    "data_parallel_words",
+    "hybrid_words",
+    "megatron_parallel_mlp",
+    "megatron_words",
+    "memory_words_per_device",
+    "seed_t_comm_data",
+    "seed_t_comm_model",
+    "shard_bounds",
+    "shard_slice",
+]

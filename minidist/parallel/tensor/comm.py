@@ -1,0 +1,142 @@
+"""The communication of tensor (intra-layer model) parallelism: Megatron's f and g, and the shards.
+
+Megatron-LM (Shoeybi et al. 2019) makes the communication of a split layer explicit with two conjugate
+operators on the P ranks of the tensor-parallel group:
+
+    f: forward identity,   backward all-reduce      (in front of a column-parallel layer)
+    g: forward all-reduce, backward identity        (behind a row-parallel layer)
+
+Costs per rank for n words (ring): all-reduce 2(P−1)/P·n, all-gather of the output slices (P−1)/P·n.
+The all-reduce is composed from ``minidist.collectives``' reduce_scatter and allgather rather than taken
+from ``collectives.allreduce``, whose ring is a student exercise: these layers must keep working in a
+student's copy.
+
+Features are cut into P contiguous shards by ``minidist.split`` (np.array_split's rule: the first n mod P
+shards hold one feature more); here every shard must hold at least one feature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.collectives import allgather, reduce_scatter
+from minidist.nn import Module
+from minidist.split import split_bounds, split_range
+
+
+def shard_bounds(n: int, parts: int) -> list[tuple[int, int]]:
+    """[(lo, hi), ...] of the ``parts`` feature shards of range(n); minidist.split's rule, none empty.
+
+    Example: shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)].
+    A layer of 3 features cannot be split 4 ways: ValueError.
+    """
+    _check_not_empty(n, parts)
+    return split_bounds(int(n), int(parts))
+
+
+def shard_slice(n: int, parts: int, index: int) -> slice:
+    """The slice of range(n) that shard ``index`` of ``parts`` owns (no shard empty)."""
+    if not 0 <= index < parts:
+        raise ValueError(f"shard index {index} outside [0, {parts})")
+    _check_not_empty(n, parts)
+    return slice(*split_range(int(n), int(parts), int(index)))
+
+
+def _check_not_empty(n: int, parts: int) -> None:
+    if int(parts) < 1:
+        raise ValueError(f"need at least one shard, got {parts}")
+    if int(n) < int(parts):
+        raise ValueError(f"cannot split {n} features into {parts} shards: each shard needs at least one "
+                         f"feature (use at most {n} ranks for this layer)")
+
+
+def allreduce_sum(comm, x: np.ndarray) -> np.ndarray:
+    """Σ over the ranks of x (same shape on every rank), bitwise equal on every rank.
+
+    Written as what a ring all-reduce is: a ring reduce-scatter (rank p ends with piece p of the sum,
+    pieces as np.array_split(x.ravel(), P)) then a ring all-gather of the pieces. Each rank sends
+    (P−1)/P·n words in each half, 2(P−1)/P·n in all; summed over the ranks exactly 2(P−1)·n for any n.
+    Each piece is summed once, by its owner, and then only copied: every rank gets the same bits.
+    """
+    if comm.world_size == 1:
+        return x.copy()
+    my_piece = reduce_scatter(comm, x, op="sum")
+    return np.concatenate(allgather(comm, my_piece)).reshape(x.shape)
+
+
+def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:
+    """Concatenate every rank's (..., n_p) piece along the last axis, in rank order: (..., Σ n_p).
+
+    Each rank sends its piece to the others: (P−1)/P·n words per rank when the pieces are equal.
+    """
+    if comm.world_size == 1:
+        return y_part.copy()
+    parts = allgather(comm, y_part)
+    leading = {part.shape[:-1] for part in parts}
+    if len(leading) > 1:  # every rank sees the same table, so every rank raises
+        shapes = ", ".join(f"rank {r}: {part.shape}" for r, part in enumerate(parts))
+        raise ValueError(f"the ranks of a tensor-parallel group must all see the same batch; their output "
+                         f"slices have shapes {shapes}")
+    return np.concatenate(parts, axis=-1)
+
+
+def check_same_on_all_ranks(comm, what: str, values: tuple[int, ...]) -> None:
+    """Raise ValueError on every rank unless every rank passes the same ``values``.
+
+    Every rank takes part in the same all-gather and sees the same table, so all ranks raise
+    together: no rank is left waiting in a collective the others have abandoned.
+    """
+    if comm.world_size == 1:
+        return
+    table = allgather(comm, np.asarray(values, dtype=np.int64))
+    rows = [tuple(int(v) for v in row) for row in table]
+    if any(row != rows[0] for row in rows):
+        listing = ", ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
+        raise ValueError(f"{what} differs across the ranks of the tensor-parallel group ({listing}); "
+                         f"every rank must build the same full layer and take its own slice")
+
+
+class CopyToTensorParallel(Module):
+    """Megatron's f: forward is the identity (every rank already holds x); backward all-reduces dx."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: the whole input, shape (..., d), the same on every rank. Returns x itself."""
+        return x
+
+    def backward(self, dx_partial: np.ndarray) -> np.ndarray:
+        """dx_partial: this rank's term of dx, shape (..., d). Returns dx = Σ_p dx_partial_p, (..., d)."""
+        return allreduce_sum(self.comm, dx_partial)
+
+
+class ReduceFromTensorParallel(Module):
+    """Megatron's g: forward all-reduces the partial outputs; backward is the identity."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def forward(self, z_partial: np.ndarray) -> np.ndarray:
+        """z_partial: this rank's partial product, shape (..., out). Returns z = Σ_p z_partial_p, (..., out)."""
+        return allreduce_sum(self.comm, z_partial)
+
+    def backward(self, dz: np.ndarray) -> np.ndarray:
+        """dz: upstream gradient, shape (..., out), whole on every rank. Returns dz itself."""
+        return dz
+
+
+class GatherFromTensorParallel(Module):
+    """Forward all-gathers the column slices into the full output; backward keeps this rank's slice."""
+
+    def __init__(self, comm, columns: slice):
+        self.comm, self.columns = comm, columns
+
+    def forward(self, y_part: np.ndarray) -> np.ndarray:
+        """y_part: this rank's output columns, shape (..., n_p). Returns y, shape (..., Σ_p n_p)."""
+        return allgather_features(self.comm, y_part)
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: upstream gradient, shape (..., out). Returns this rank's columns, shape (..., n_p)."""
+        return dy[..., self.columns]
+

@@ -1,0 +1,175 @@
+"""Tensor (intra-layer model) parallelism: one Linear layer's weight split across the P ranks of ``comm``.
+
+A Linear layer y = x·Wᵀ + b has W of shape (out, in). It can be cut two ways ("Distributed Deep
+Learning (Part II)" slides, "Model Parallelism: partition weights across different processes";
+Megatron-LM, Shoeybi et al. 2019):
+
+* column-parallel — split by OUTPUT features: rank p holds W[rows_p, :] and b[rows_p] and computes
+  y_p = x·W_pᵀ + b_p from the whole input x. Backward: dx = Σ_p dy_p·W_p needs an all-reduce (f).
+* row-parallel — split by INPUT features: rank p holds W[:, cols_p] and sees only x[:, cols_p];
+  z = Σ_p x_p·W_pᵀ + b needs an all-reduce (g). Backward: dx_p = dz·W_p is local.
+
+The operators f and g are in comm.py; the Megatron MLP block (column then row) is in mlp.py. Every shard
+is cut from a full layer built with the same seed on every rank, so a test can compare each shard with
+the single-process layer's slice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.nn import Linear, Module, Parameter
+from minidist.nn.module import check_float_array
+
+from .comm import (
+    CopyToTensorParallel,
+    GatherFromTensorParallel,
+    ReduceFromTensorParallel,
+    allgather_features,
+    check_same_on_all_ranks,
+    shard_slice,
+)
+
+
+def _full_layer(in_features, out_features, bias, rng, dtype) -> Linear:
+    # Every rank draws the same full layer from the same seed, then keeps its slice.
+    return Linear(in_features, out_features, bias, rng=rng, dtype=dtype)
+
+
+
+class ColumnParallelLinear(Module):
+    """Linear(in, out) with W's rows (output features) split over the ranks of ``comm``.
+
+    Shapes on rank p of P (n_p = len(rows_p), np.array_split sizes): weight (n_p, in), bias (n_p,).
+    x (N, in) whole on every rank → y_p = x·W_pᵀ + b_p (N, n_p) → gather_output: y (N, out).
+    Backward: dW_p = dy_pᵀ·x, db_p = Σ_n dy_p, dx = allreduce_p(dy_p·W_p)  (the operator f).
+    ``input_grad=False`` skips that all-reduce and returns None: the network's input needs no
+    gradient (the slides' sums over layers start at i = 2 for this reason).
+    """
+
+    def __init__(self, comm, in_features: int, out_features: int, bias: bool = True, *,
+                 gather_output: bool = True, input_grad: bool = True,
+                 rng: np.random.Generator | None = None, dtype=np.float32):
+        full = _full_layer(in_features, out_features, bias, rng, dtype)
+        self._take_slice(comm, full, gather_output, input_grad)
+
+    @classmethod
+    def from_linear(cls, comm, full: Linear, *, gather_output: bool = True,
+                    input_grad: bool = True) -> ColumnParallelLinear:
+        layer = cls.__new__(cls)
+        layer._take_slice(comm, full, gather_output, input_grad)
+        return layer
+
+    def _take_slice(self, comm, full: Linear, gather_output: bool, input_grad: bool) -> None:
+        self.comm = comm
+        self.in_features, self.out_features = full.in_features, full.out_features
+        check_same_on_all_ranks(comm, "ColumnParallelLinear (in_features, out_features, bias)",
+                                (full.in_features, full.out_features, full.bias is not None))
+        self.rows = shard_slice(full.out_features, comm.world_size, comm.rank)
+        self.weight = Parameter(full.weight.data[self.rows].copy())
+        self.bias = Parameter(full.bias.data[self.rows].copy()) if full.bias is not None else None
+        self.f = CopyToTensorParallel(comm)
+        self.gather = GatherFromTensorParallel(comm, self.rows) if gather_output else None
+        self.input_grad = input_grad
+        self._x2d: np.ndarray | None = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (..., in), whole on every rank. Returns y (..., out) with gather_output,
+        else this rank's slice y_p (..., n_p)."""
+        check_float_array(x, "ColumnParallelLinear input")
+        if x.ndim < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"ColumnParallelLinear expects input (..., {self.in_features}), got {x.shape}")
+        self._x2d = self.f.forward(x).reshape(-1, self.in_features)
+        y_part = self._x2d @ self.weight.data.T
+        if self.bias is not None:
+            y_part += self.bias.data
+        y_part = y_part.reshape(*x.shape[:-1], -1)
+        return self.gather.forward(y_part) if self.gather is not None else y_part
+
+    def backward(self, dy: np.ndarray) -> np.ndarray | None:
+        """dy: upstream gradient, shape (..., out) with gather_output, else (..., n_p). Adds into the
+        weight and bias gradients; returns dx (..., in), the same on every rank (None if not input_grad)."""
+        if self._x2d is None:
+            raise RuntimeError("ColumnParallelLinear.backward called before forward")
+        dy_part = self.gather.backward(dy) if self.gather is not None else dy
+        dy2d = dy_part.reshape(-1, self.weight.shape[0])
+        self.weight.grad += dy2d.T @ self._x2d
+        if self.bias is not None:
+            self.bias.grad += dy2d.sum(axis=0)
+        if not self.input_grad:
+            return None
+        dx_partial = (dy2d @ self.weight.data).reshape(*dy.shape[:-1], self.in_features)
+        return self.f.backward(dx_partial)
+
+    def __repr__(self) -> str:
+        return (f"ColumnParallelLinear({self.in_features}, {self.out_features}, rows={self.rows.start}:"
+                f"{self.rows.stop}, gather_output={self.gather is not None})")
+
+
+class RowParallelLinear(Module):
+    """Linear(in, out) with W's columns (input features) split over the ranks of ``comm``.
+
+    Shapes on rank p: weight (out, n_p); the bias (out,) is whole on every rank, added once after the sum.
+    input_is_parallel: x_p (N, n_p) is this rank's slice already (from a column layer); otherwise x (N, in)
+    is whole and each rank slices it (no communication).
+    Forward:  z = allreduce_p(x_p·W_pᵀ) + b                     (the operator g)
+    Backward: dW_p = dzᵀ·x_p, db = Σ_n dz, dx_p = dz·W_p        (local; gathered when x was whole)
+    """
+
+    def __init__(self, comm, in_features: int, out_features: int, bias: bool = True, *,
+                 input_is_parallel: bool = True, rng: np.random.Generator | None = None, dtype=np.float32):
+        full = _full_layer(in_features, out_features, bias, rng, dtype)
+        self._take_slice(comm, full, input_is_parallel)
+
+    @classmethod
+    def from_linear(cls, comm, full: Linear, *, input_is_parallel: bool = True) -> RowParallelLinear:
+        layer = cls.__new__(cls)
+        layer._take_slice(comm, full, input_is_parallel)
+        return layer
+
+    def _take_slice(self, comm, full: Linear, input_is_parallel: bool) -> None:
+        self.comm = comm
+        self.in_features, self.out_features = full.in_features, full.out_features
+        check_same_on_all_ranks(comm, "RowParallelLinear (in_features, out_features, bias)",
+                                (full.in_features, full.out_features, full.bias is not None))
+        self.cols = shard_slice(full.in_features, comm.world_size, comm.rank)
+        self.weight = Parameter(full.weight.data[:, self.cols].copy())
+        self.bias = Parameter(full.bias.data.copy()) if full.bias is not None else None
+        self.g = ReduceFromTensorParallel(comm)
+        self.input_is_parallel = input_is_parallel
+        self._x2d: np.ndarray | None = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: this rank's slice x_p (..., n_p) if input_is_parallel, else the whole x (..., in).
+        Returns z (..., out), the same on every rank."""
+        check_float_array(x, "RowParallelLinear input")
+        n_local = self.weight.shape[1]
+        expected = n_local if self.input_is_parallel else self.in_features
+        if x.ndim < 1 or x.shape[-1] != expected:
+            raise ValueError(f"RowParallelLinear (input_is_parallel={self.input_is_parallel}) on rank "
+                             f"{self.comm.rank} expects input (..., {expected}), got {x.shape}")
+        x_part = x if self.input_is_parallel else x[..., self.cols]
+        self._x2d = x_part.reshape(-1, n_local)
+        z = self.g.forward(self._x2d @ self.weight.data.T)
+        if self.bias is not None:
+            z += self.bias.data
+        return z.reshape(*x.shape[:-1], self.out_features)
+
+    def backward(self, dz: np.ndarray) -> np.ndarray:
+        """dz: upstream gradient, shape (..., out), whole on every rank. Adds into the weight and bias
+        gradients; returns dx_p (..., n_p) if input_is_parallel, else the gathered dx (..., in)."""
+        if self._x2d is None:
+            raise RuntimeError("RowParallelLinear.backward called before forward")
+        dz2d = self.g.backward(dz).reshape(-1, self.out_features)
+        self.weight.grad += dz2d.T @ self._x2d
+        if self.bias is not None:
+            self.bias.grad += dz2d.sum(axis=0)
+        dx_part = (dz2d @ self.weight.data).reshape(*dz.shape[:-1], -1)
+        if self.input_is_parallel:
+            return dx_part
+        return allgather_features(self.comm, dx_part)
+
+    def __repr__(self) -> str:
+        return (f"RowParallelLinear({self.in_features}, {self.out_features}, cols={self.cols.start}:"
+                f"{self.cols.stop}, input_is_parallel={self.input_is_parallel})")
+

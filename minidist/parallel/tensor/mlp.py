@@ -1,0 +1,123 @@
+"""The Megatron MLP block and two ways to split a whole MLP over the ranks of a tensor-parallel group.
+
+Megatron-LM (Shoeybi et al. 2019): a column-parallel Linear, an element-wise activation, then a
+row-parallel Linear. The hidden activations never leave their rank, so the block needs one all-reduce
+forward (g) and one backward (f):
+
+    forward:   z = Σ_p act(x·W1_pᵀ + b1_p)·W2_pᵀ + b2          one all-reduce of (N, d_out)
+    backward:  dx = Σ_p (act'(dz·W2_p))·W1_p                   one all-reduce of (N, d)
+
+The "Distributed Deep Learning (Part II)" slides' own scheme instead all-gathers every
+layer's output forward and all-reduces every input gradient backward: ``column_parallel_mlp``. cost.py
+counts the words each pattern moves.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from minidist.nn import Linear, Module, ReLU, Sequential
+from minidist.nn.module import check_float_array
+
+from .layers import ColumnParallelLinear, RowParallelLinear
+
+
+class MegatronMLP(Module):
+    """The Megatron MLP block, Linear(d, h) → activation → Linear(h, d_out), split over ``comm``'s P ranks.
+
+    Rank p holds the column slice of the first layer and the row slice of the second (n_p hidden units):
+        w1 (n_p, d), b1 (n_p,), w2 (d_out, n_p), b2 (d_out,) whole.
+    Forward:   x → f → a_p = act(x·w1ᵀ + b1) → z_p = a_p·w2ᵀ → g → z = Σ_p z_p + b2
+    Backward:  dz → g' (identity) → dw2 = dzᵀ·a_p, db2 = Σ_n dz → da_p = dz·w2 → dh_p = act'(da_p)
+               → dw1 = dh_pᵀ·x, db1 = Σ_n dh_p → dx = f'(dh_p·w1) = Σ_p dh_p·w1_p
+    The hidden activations never leave their rank: one all-reduce of (N, d_out) forward, one of (N, d)
+    backward (skipped with input_grad=False). The activation must be element-wise (ReLU, GELU, Tanh...).
+    """
+
+    def __init__(self, comm, first: Linear, second: Linear, activation: Module | None = None, *,
+                 input_grad: bool = True):
+        if second.in_features != first.out_features:
+            raise ValueError(f"MegatronMLP: the second layer's in_features ({second.in_features}) must equal "
+                             f"the first's out_features ({first.out_features})")
+        self.comm = comm
+        self.up = ColumnParallelLinear.from_linear(comm, first, gather_output=False, input_grad=input_grad)
+        self.activation = copy.deepcopy(activation) if activation is not None else ReLU()
+        self.down = RowParallelLinear.from_linear(comm, second, input_is_parallel=True)
+        self.f, self.g = self.up.f, self.down.g
+        self.input_grad = input_grad
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x: input, shape (N, d), whole on every rank. Returns z, shape (N, d_out), the same on every rank."""
+        w1, b1 = self.up.weight.data, self.up.bias
+        w2, b2 = self.down.weight.data, self.down.bias
+        check_float_array(x, "MegatronMLP input", ndim=2)
+        if x.shape[1] != w1.shape[1]:
+            raise ValueError(f"MegatronMLP expects input (N, {w1.shape[1]}), got {x.shape}")
+        # BEGIN SOLUTION megatron_mlp
+        self._x = self.f.forward(x)  # identity: every rank holds the whole input
+        h_part = self._x @ w1.T + (b1.data if b1 is not None else 0)
+        self._a = self.activation.forward(h_part)  # element-wise: the slice stays on its rank
+        z = self.g.forward(self._a @ w2.T)  # all-reduce of the P partial products
+        if b2 is not None:
+            z += b2.data  # the whole bias, added once after the sum
+        # END SOLUTION
+        return z
+
+    def backward(self, dz: np.ndarray) -> np.ndarray | None:
+        """dz: upstream gradient, shape (N, d_out). Adds into w1, b1, w2, b2's gradients; returns dx,
+        shape (N, d), the same on every rank (None with input_grad=False)."""
+        w1, b1 = self.up.weight, self.up.bias
+        w2, b2 = self.down.weight, self.down.bias
+        # BEGIN SOLUTION megatron_mlp
+        dz = self.g.backward(dz)  # identity: dz is whole on every rank
+        w2.grad += dz.T @ self._a
+        if b2 is not None:
+            b2.grad += dz.sum(axis=0)
+        dh_part = self.activation.backward(dz @ w2.data)
+        w1.grad += dh_part.T @ self._x
+        if b1 is not None:
+            b1.grad += dh_part.sum(axis=0)
+        dx = self.f.backward(dh_part @ w1.data) if self.input_grad else None  # all-reduce of Σ_p terms
+        # END SOLUTION
+        return dx
+
+
+def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:
+    """The slides' scheme: every Linear column-parallel with its output all-gathered, other layers copied.
+
+    Forward: one all-gather per Linear; backward: one all-reduce of the input gradient per Linear except
+    a first layer's (unless input_grad=True).
+    """
+    layers = []
+    for layer in model:
+        if isinstance(layer, Linear):  # the model's input needs no gradient; every later input does
+            layers.append(ColumnParallelLinear.from_linear(comm, layer, gather_output=True,
+                                                           input_grad=input_grad or bool(layers)))
+        else:
+            layers.append(copy.deepcopy(layer))
+    return Sequential(*layers)
+
+
+def megatron_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:
+    """Megatron's scheme: each (Linear, activation, Linear) of ``model`` becomes one MegatronMLP block.
+
+    Layers between blocks (e.g. the ReLU after a block) are copied and run whole on every rank.
+    The first block skips the input-gradient all-reduce unless input_grad=True.
+    """
+    items, layers, i = list(model), [], 0
+    while i < len(items):
+        block = items[i:i + 3]
+        if (len(block) == 3 and isinstance(block[0], Linear) and isinstance(block[2], Linear)
+                and not isinstance(block[1], Linear)):
+            layers.append(MegatronMLP(comm, block[0], block[2], block[1],
+                                      input_grad=input_grad or bool(layers)))
+            i += 3
+        elif isinstance(items[i], Linear):
+            raise ValueError(f"megatron_parallel_mlp: layer {i} ({items[i]!r}) is not the start of a "
+                             f"(Linear, activation, Linear) block")
+        else:
+            layers.append(copy.deepcopy(items[i]))
+            i += 1
+    return Sequential(*layers)
