@@ -14,6 +14,12 @@ thread (minidist.cluster), so P = 2 can use both cores of a 2-core machine.
 
 Each figure is the best epoch (the least disturbed by other jobs); epochs are timed inside the ranks,
 after a barrier, so process start-up is not counted. P = 1 and P = 2 runs alternate.
+
+    PYTHONPATH=. python benchmarks/data_parallel.py --bucket [--repeats 20]
+
+times one bucket's allreduce at P = 2 (the whole 12.6 MB gradient, ring) the way DataParallel does it
+(the public ``allreduce``, then the sum copied into the bucket buffer) against the ring algorithm run
+in place on the buffer (what ``allreduce(..., out=)`` will allow), alternating, best of --repeats.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import time
 import numpy as np
 
 from minidist.cluster import run
+from minidist.collectives import ALGORITHMS, allreduce
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
@@ -75,11 +82,35 @@ def plain_vs_dp_epochs(comm, epochs: int) -> dict[str, list[float]]:
     return times
 
 
+def bucket_allreduce_times(comm, repeats: int) -> dict[str, float]:
+    """Best time of one whole-gradient bucket allreduce: public allreduce + copy vs the ring in place."""
+    model, _, _ = model_and_data()
+    buffer = np.concatenate([p.data.ravel() for p in model.parameters()]).astype(np.float32)
+    best = {"public allreduce + copy": float("inf"), "ring in place": float("inf")}
+    for _ in range(repeats):
+        comm.barrier()
+        start = time.perf_counter()
+        buffer[...] = allreduce(comm, buffer, op="sum", algorithm="ring")
+        best["public allreduce + copy"] = min(best["public allreduce + copy"], time.perf_counter() - start)
+        comm.barrier()
+        start = time.perf_counter()
+        ALGORITHMS["ring"](comm, buffer, "sum")
+        best["ring in place"] = min(best["ring in place"], time.perf_counter() - start)
+        buffer *= 0.25  # keep the values finite
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="cluster runs per world size (alternating)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs per run")
+    parser.add_argument("--bucket", action="store_true", help="time one bucket's allreduce only")
     args = parser.parse_args()
+    if args.bucket:
+        times = run(bucket_allreduce_times, 2, args.repeats, timeout=600)
+        for name in times[0]:
+            print(f"  P = 2, one 12.6 MB bucket, {name}: {max(t[name] for t in times) * 1e3:.2f} ms")
+        return
     configs = [(1, False), (2, False), (2, True)]      # (P, gradient_as_bucket_view)
     best = dict.fromkeys(configs, float("inf"))
     for _ in range(args.repeats):                    # alternate the runs: all see the same load
