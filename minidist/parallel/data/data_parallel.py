@@ -261,7 +261,7 @@ class DataParallel:
             if not all(p.grad.base is bucket.buffer for p in bucket.params):
                 raise ValueError("gradient_as_bucket_view: a Parameter.grad was replaced by a new array; "
                                  "layers and optimizers must update .grad in place")
-            bucket.buffer[...] = allreduce(self.comm, bucket.buffer, op="sum", algorithm=self.algorithm)
+            allreduce(self.comm, bucket.buffer, op="sum", algorithm=self.algorithm, out=bucket.buffer)
             return
         if bucket.buffer is None:
             bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
