@@ -39,17 +39,21 @@ def cmd_run(args) -> int:
         print(f"no lesson {args.number!r}; `python -m minidist lessons` lists them", file=sys.stderr)
         return 2
     sys.argv = [matches[0]]
-    return _stop_kindly_if_unsolved(f"lessons/{os.path.basename(matches[0])}",
-                                    lambda: runpy.run_path(matches[0], run_name="__main__") and 0)
+
+    def lesson() -> int:
+        runpy.run_path(matches[0], run_name="__main__")
+        return 0
+
+    return _stop_kindly_if_unsolved("This lesson", "the lesson", lesson)
 
 
 def cmd_demo(_args) -> int:
     from minidist.demo import main as demo_main
 
-    return _stop_kindly_if_unsolved("the demo", demo_main)
+    return _stop_kindly_if_unsolved("The demo", "the demo", demo_main)
 
 
-def _stop_kindly_if_unsolved(what: str, run) -> int:
+def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
     """Run ``run()``; in a student copy, an unsolved exercise ends it with the message a lesson run
     directly prints (minidist/__init__.py), exit status 0, instead of a traceback."""
     from minidist.exercises.unsolved import unsolved_exercise
@@ -60,8 +64,8 @@ def _stop_kindly_if_unsolved(what: str, run) -> int:
         exercise = unsolved_exercise(error)
         if exercise is None:
             raise
-        print(f"\n{what[0].upper() + what[1:]} stops here: it needs {exercise}, which is not solved yet in "
-              f"this copy.\nSolve it (see lessons/EXERCISES.md), then run it again.", flush=True)
+        print(f"\n{subject} stops here: it needs {exercise}, which is not solved yet in this copy.\n"
+              f"Solve it (see lessons/EXERCISES.md), then run {rerun} again.", flush=True)
         return 0
 
 
