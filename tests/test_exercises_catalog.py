@@ -68,4 +68,4 @@ def test_every_entry_point_stops_kindly_on_an_unsolved_exercise(tmp_path_factory
     done = subprocess.run([sys.executable, *command], cwd=student, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(student), MPLBACKEND="Agg"))
     assert done.returncode == 0 and FRIENDLY in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "Traceback" not in done.stderr.split("ClusterError")[-1] or "rank" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
