@@ -3,7 +3,7 @@
     demo            train a small model on the digits and report what happened
     lessons         list the lesson scripts
     run NN          run lessons/NN_*.py
-    exercises ...   list | make DEST | grade SUBMISSION | map   (see lessons/TEACHING.md)
+    exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
 """
 
 from __future__ import annotations
