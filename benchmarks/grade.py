@@ -28,7 +28,8 @@ TARGET_SECONDS = 120.0
 def tests_only(ids: list[str], workers: int) -> float:
     files = sorted({t.split("::")[0] for t in load_map(ROOT)})
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=60",
-           *(["-n", str(workers)] if workers > 1 else []), *[a for ex in ids for a in ("--exercise", ex)], *files]
+           *(["-n", str(workers)] if workers > 1 else []),
+           *[a for ex in ids for a in ("--exercise", ex)], *files]
     env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg", HYPOTHESIS_PROFILE="grading")
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -42,6 +43,7 @@ def timed_grade(copy: Path) -> tuple[float, object]:
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)
     ids = sorted({r.exercise for r in all_regions(ROOT)})
     workers = default_workers()
     print(f"grader benchmark: {len(ids)} exercises, {len(load_map(ROOT))} mapped tests, {workers} worker(s), "
@@ -57,12 +59,14 @@ def main() -> None:
             copies[name] = Path(tmp) / name
             make_student_copy(ROOT, copies[name], **plan)
         one, report = timed_grade(copies["all-cut"])
-        print(f"full grade of one student copy (all cut):      {one:6.1f} s   score {report.total_score:.2f}  "
+        print(f"full grade of one student copy (all cut):      {one:6.1f} s   "
+              f"score {report.total_score:.2f}  "
               f"(target <= {TARGET_SECONDS:.0f} s on an idle machine)")
         start = time.perf_counter()
         for name, copy in copies.items():
             seconds, report = timed_grade(copy)
-            print(f"  class member {name:12s} {seconds:6.1f} s   score {report.total_score:.2f}  {report.status}")
+            print(f"  class member {name:12s} {seconds:6.1f} s   score {report.total_score:.2f}  "
+                  f"{report.status}")
         total = time.perf_counter() - start
         print(f"class of {len(copies)} copies, graded one after another: {total:6.1f} s "
               f"({total / len(copies):.1f} s per copy)")

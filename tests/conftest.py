@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             reached = exercises_of(item)
             if reached and (cut is None or reached & cut):
-                item.add_marker(pytest.mark.xfail(strict=True, reason="its exercise is cut in a student copy"))
+                item.add_marker(pytest.mark.xfail(strict=True, reason="an exercise it reaches is cut"))
     wanted = set(config.getoption("--exercise"))
     if not wanted:
         return

@@ -72,7 +72,7 @@ Check one exercise at a time — its own tests pass once it is right, whatever t
 ```
 python -m pytest --exercise ring_allreduce                      # one exercise's own tests
 python -m pytest --exercise linear --exercise megatron_mlp      # adds the tests that need both
-python -m pytest                                                # everything: what is left shows up as failures
+python -m pytest                                                # all: what is left fails
 ```
 
 Run the lessons as scripts; one that needs an exercise you have not solved yet says which and stops:
@@ -86,7 +86,8 @@ python -m minidist run 05         # or: python lessons/05_collectives.py
 """
 
 
-def student_readme(original: str, registry: dict[str, Exercise], regions: list[Region], cut: list[str]) -> str:
+def student_readme(original: str, registry: dict[str, Exercise], regions: list[Region],
+                   cut: list[str]) -> str:
     """The README with its "## Exercises" section (written for instructors) replaced by one for students."""
     section = STUDENT_SECTION.format(table=table(registry, regions, cut) if cut else
                                      "(No exercise is cut out in this copy.)\n")

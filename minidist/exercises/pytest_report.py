@@ -45,12 +45,17 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 def short_message(report) -> str:
-    """The exception line of a failure (e.g. "AssertionError: assert 3 == 5"), or a skip's reason."""
+    """The exception's first line (e.g. "AssertionError: assert 3 == 5"), hypothesis's failing example if
+    any, or a skip's reason; at most MESSAGE_CHARS characters (a rank's traceback is left out)."""
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:       # a skip: (file, line, reason)
         text = str(longrepr[2])
     elif getattr(longrepr, "reprcrash", None) is not None:
-        text = longrepr.reprcrash.message
+        lines = [line.strip() for line in longrepr.reprcrash.message.splitlines() if line.strip()]
+        example = [i for i, line in enumerate(lines)
+                   if line.startswith(("Falsifying example", "Failing test case"))]
+        first = lines[:2] if len(lines) > 1 and lines[1].startswith("+") else lines[:1]   # "+ where ..."
+        text = " ".join(first + (lines[example[0]:example[0] + 6] if example else []))
     else:
         lines = [line for line in str(longrepr or "").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("E ")]

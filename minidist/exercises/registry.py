@@ -24,7 +24,8 @@ class Exercise:
 
 EXERCISES = (
     Exercise("linear", "lessons/01_backprop.py",
-             "Forward and backward of a fully connected layer: y = x·Wᵀ + b, dx = dy·W, dW = dyᵀ·x, db = Σ dy.",
+             "Forward and backward of a fully connected layer: y = x·Wᵀ + b, dx = dy·W, dW = dyᵀ·x, "
+             "db = Σ dy.",
              "Keep the 2-D input in forward; backward *adds* into weight.grad and bias.grad."),
     Exercise("conv2d_backward", "lessons/01_backprop.py",
              "The backward pass of a 2-D convolution: input, weight and bias gradients from the im2col form.",

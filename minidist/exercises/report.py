@@ -9,7 +9,8 @@ from .grade import SubmissionReport
 
 
 def environment_line(env: dict) -> str:
-    return (f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, ml_dtypes {env['ml_dtypes']}, "
+    return (f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
+            f"ml_dtypes {env['ml_dtypes']}, "
             f"hypothesis {env['hypothesis']}; {env['workers']} pytest worker(s) on {env['cpus']} cpu(s)")
 
 
@@ -42,10 +43,12 @@ def format_markdown(report: SubmissionReport) -> str:
     name = Path(report.submission).name
     out = [f"# Grade: {name}", "",
            f"Status: {report.status} in {report.seconds:.0f} s. Overall score: **{report.total_score:.2f}** "
-           f"(the mean of the exercises' scores; a score counts the tests that reach only that exercise).", "",
+           f"(the mean of the exercises' scores; a score counts the tests that reach only that "
+           f"exercise).", "",
            f"Graded with {environment_line(report.environment)}.", "",
            "| exercise | own tests passed | skipped | score |", "|---|---|---|---|"]
-    out += [f"| `{r.exercise}` | {r.passed}/{r.total} | {r.skipped} | {r.score:.2f} |" for r in report.exercises]
+    out += [f"| `{r.exercise}` | {r.passed}/{r.total} | {r.skipped} | {r.score:.2f} |"
+            for r in report.exercises]
     if report.integration:
         out += ["", "Integration tests (they reach several exercises; reported, not scored):", "",
                 "| exercises | passed | skipped |", "|---|---|---|"]

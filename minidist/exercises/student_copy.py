@@ -34,7 +34,8 @@ def check_output(text: str, path: str) -> None:
     try:
         ast.parse(text, filename=path)
     except SyntaxError as err:
-        raise MarkerError(f"{path}: the rewritten file does not parse ({err.msg}, line {err.lineno})") from err
+        raise MarkerError(f"{path}: the rewritten file does not parse ({err.msg}, line {err.lineno})"
+                          ) from err
     for i in comment_lines(text):
         if ANY_MARKER.search(text.splitlines()[i]):
             raise MarkerError(f"{path}:{i + 1}: a marker survived the rewrite")
