@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,9 @@ EXERCISES = (
 )
 
 
+_LOADING = threading.Lock()
+
+
 def load_registry(root: Path) -> dict[str, Exercise]:
     """{id: Exercise} from ``root/minidist/exercises/registry.py`` (this file, in the tree at root)."""
     path = Path(root) / "minidist" / "exercises" / "registry.py"
@@ -83,9 +87,10 @@ def load_registry(root: Path) -> dict[str, Exercise]:
         raise FileNotFoundError(f"missing exercise registry {path}")
     spec = importlib.util.spec_from_file_location("_minidist_exercise_registry", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
+    with _LOADING:                        # the isolation check loads registries from several threads
+        sys.modules[spec.name] = module   # dataclasses look their module up while the class is built
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            del sys.modules[spec.name]
     return {ex.id: ex for ex in module.EXERCISES}
