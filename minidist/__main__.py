@@ -3,7 +3,7 @@
     demo            train a small model on the digits and report what happened
     lessons         list the lesson scripts
     run NN          run lessons/NN_*.py
-    exercises ...   list | make DEST | grade SUBMISSION | map   (see lessons/TEACHING.md)
+    exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
 """
 
 from __future__ import annotations
@@ -39,14 +39,34 @@ def cmd_run(args) -> int:
         print(f"no lesson {args.number!r}; `python -m minidist lessons` lists them", file=sys.stderr)
         return 2
     sys.argv = [matches[0]]
-    runpy.run_path(matches[0], run_name="__main__")
-    return 0
+
+    def lesson() -> int:
+        runpy.run_path(matches[0], run_name="__main__")
+        return 0
+
+    return _stop_kindly_if_unsolved("This lesson", "the lesson", lesson)
 
 
 def cmd_demo(_args) -> int:
     from minidist.demo import main as demo_main
 
-    return demo_main()
+    return _stop_kindly_if_unsolved("The demo", "the demo", demo_main)
+
+
+def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
+    """Run ``run()``; in a student copy, an unsolved exercise ends it with the message a lesson run
+    directly prints (minidist/__init__.py), exit status 0, instead of a traceback."""
+    from minidist.exercises.unsolved import unsolved_exercise
+
+    try:
+        return run() or 0
+    except BaseException as error:   # noqa: BLE001 — only the unsolved-exercise case is handled here
+        exercise = unsolved_exercise(error)
+        if exercise is None:
+            raise
+        print(f"\n{subject} stops here: it needs {exercise}, which is not solved yet in this copy.\n"
+              f"Solve it (see lessons/EXERCISES.md), then run {rerun} again.", flush=True)
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,11 @@
 
 Exercise marks come from tests/exercise_map.json, which `python -m minidist exercises map` measures (which
 test reaches which solution region); a test may also carry `@pytest.mark.exercise("id")` itself.
-`--expect-exercises-cut` is CI's check on a student copy: a marked test must fail there (strict xfail),
-an unmarked one must pass.
+A test that reaches one exercise is that exercise's own test; one that reaches several is an integration
+test and carries all their marks. `--exercise X` (repeatable) selects a test when every exercise it
+reaches is among those named: `--exercise ring_allreduce` runs ring's own tests, adding
+`--exercise linear` also the tests that reach both. `--expect-exercises-cut` is CI's check on a student
+copy: a test that reaches a cut exercise must fail there (strict xfail), every other test must pass.
 
 Profiles (choose with HYPOTHESIS_PROFILE=...): "default" keeps the whole suite within minutes on a
 2-core machine; "thorough" runs many more examples. Neither has a deadline: processes outnumber cores
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -24,10 +27,14 @@ settings.register_profile("default", max_examples=20, deadline=None, derandomize
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("thorough", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("grading", max_examples=20, deadline=None, derandomize=True, database=None,
+                          phases=[Phase.explicit, Phase.generate],
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 EXERCISE_MAP = Path(__file__).resolve().parent / "exercise_map.json"
+STUDENT_STAMP = Path(__file__).resolve().parent.parent / ".minidist-student.json"
 
 
 def pytest_addoption(parser):
@@ -37,20 +44,29 @@ def pytest_addoption(parser):
                      help="student-copy check: every test that reaches an exercise must fail")
 
 
+def exercises_of(item) -> set[str]:
+    return {m.args[0] for m in item.iter_markers("exercise") if m.args}
+
+
 def pytest_collection_modifyitems(config, items):
     mapping = json.loads(EXERCISE_MAP.read_text()) if EXERCISE_MAP.exists() else {}
     for item in items:
         for exercise in mapping.get(item.nodeid, []):
             item.add_marker(pytest.mark.exercise(exercise))
-        if config.getoption("--expect-exercises-cut") and item.get_closest_marker("exercise"):
-            item.add_marker(pytest.mark.xfail(strict=True, reason="its exercise is cut in a student copy"))
+    if config.getoption("--expect-exercises-cut"):
+        # A copy made with --only/--keep says which exercises it cut; without the stamp, all were.
+        cut = set(json.loads(STUDENT_STAMP.read_text())["cut"]) if STUDENT_STAMP.exists() else None
+        for item in items:
+            reached = exercises_of(item)
+            if reached and (cut is None or reached & cut):
+                item.add_marker(pytest.mark.xfail(strict=True, reason="an exercise it reaches is cut"))
     wanted = set(config.getoption("--exercise"))
     if not wanted:
         return
     selected, deselected = [], []
     for item in items:
-        ids = {m.args[0] for m in item.iter_markers("exercise") if m.args}
-        (selected if ids & wanted else deselected).append(item)
+        reached = exercises_of(item)
+        (selected if reached and reached <= wanted else deselected).append(item)
     config.hook.pytest_deselected(items=deselected)
     items[:] = selected
 

@@ -12,9 +12,11 @@ from minidist.exercises import (
     build_map,
     find_regions,
     grade,
+    grade_submission,
     make_student_copy,
     splice_functions,
 )
+from minidist.exercises.tree import cut_lines, rewrite_regions
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 
@@ -66,19 +68,23 @@ def test_plain():
 '''
 
 REGISTRY = '''\
-| id | lesson | file | tests | statement |
-|---|---|---|---|---|
-| `toy_add` | `lessons/01_toy.py` | minidist/toy.py | tests/test_toy.py | add two numbers |
-| `toy_scale` | `lessons/01_toy.py` | minidist/toy.py | tests/test_toy.py | double a number |
+from minidist.exercises.registry import Exercise
+
+EXERCISES = (Exercise("toy_add", "lessons/01_toy.py", "add two numbers"),
+             Exercise("toy_scale", "lessons/01_toy.py", "double a number", "multiply"))
 '''
+README = "# toy\n\n## Exercises\n\nThe reference code holds the solutions.\n\n## Layout\n\nsmall\n"
 
 
 def write_toy_repo(root: Path, toy: str = TOY) -> Path:
     (root / "minidist").mkdir(parents=True)
     (root / "minidist" / "__init__.py").write_text("")
     (root / "minidist" / "toy.py").write_text(toy)
+    (root / "minidist" / "exercises").mkdir()
+    (root / "minidist" / "exercises" / "registry.py").write_text(REGISTRY)
     (root / "lessons").mkdir()
-    (root / "lessons" / "EXERCISES.md").write_text(REGISTRY)
+    (root / "lessons" / "TEACHING.md").write_text("for instructors\n")
+    (root / "README.md").write_text(README)
     (root / "tests").mkdir()
     (root / "tests" / "__init__.py").write_text("")
     shutil.copy(CONFTEST, root / "tests" / "conftest.py")
@@ -174,8 +180,14 @@ def test_grade_round_trip(toy_repo, tmp_path):
     toy_file = student / "minidist" / "toy.py"
     solved = splice_functions(toy_file.read_text(), TOY, {"add"})
     toy_file.write_text(solved)
-    scores = {r.exercise: (r.passed, r.total) for r in grade(student, toy_repo)}
-    assert scores == {"toy_add": (2, 2), "toy_scale": (0, 2)}
+    report = grade_submission(student, toy_repo, workers=1)
+    scores = {r.exercise: (r.passed, r.total) for r in report.exercises}
+    assert scores == {"toy_add": (1, 1), "toy_scale": (0, 1)}      # own tests only
+    [both] = report.integration
+    assert (both.name, both.passed, both.total) == ("toy_add + toy_scale", 0, 1)
+    [failure] = report.exercises[1].failing
+    assert failure["test"] == "tests/test_toy.py::test_scale"
+    assert "NotImplementedError: exercise toy_scale: see lessons/01_toy.py" in failure["message"]
 
     toy_file.write_text(solved.replace("return a + b", "return a - b"))
     wrong = {r.exercise: r.score for r in grade(student, toy_repo, exercises=["toy_add"])}
@@ -192,4 +204,25 @@ def test_grade_runs_hidden_tests(toy_repo, tmp_path):
         "import pytest\nfrom minidist.toy import add\n\n"
         "@pytest.mark.exercise('toy_add')\ndef test_negative():\n    assert add(-1, -1) == -2\n")
     [result] = grade(student, toy_repo, exercises=["toy_add"], hidden=hidden)
-    assert (result.passed, result.total) == (3, 3)
+    assert (result.passed, result.total) == (2, 2)     # test_add and the hidden test_negative
+
+
+def test_a_cut_leaves_nothing_after_the_raise_in_its_block():
+    text = ("def f(x):\n    y = 0\n    if x:\n        # BEGIN SOLUTION a\n        y = x\n        # END SOLUTION\n"
+            "    # BEGIN SOLUTION a\n    z = y + 1\n    # END SOLUTION\n    # the result\n    return (z,\n"
+            "            y)\n\n\ndef g():\n    return 2\n")
+    regions = find_regions(text, "x.py")
+    out = rewrite_regions(text, regions, lambda r, lines: cut_lines(r, "lessons/x.py"), cut_trailing=lambda r: True)
+    assert out == ("def f(x):\n    y = 0\n    if x:\n        raise NotImplementedError('exercise a: see lessons/x.py')\n"
+                   "    raise NotImplementedError('exercise a: see lessons/x.py')\n\n\ndef g():\n    return 2\n")
+
+
+def test_student_copy_gets_a_readme_for_students_and_no_instructor_guide(toy_repo, tmp_path):
+    make_student_copy(toy_repo, tmp_path / "s", only=["toy_scale"])
+    readme = (tmp_path / "s" / "README.md").read_text()
+    assert "reference code holds" not in readme and "## Exercises (your work)" in readme
+    assert "| `toy_scale` | `lessons/01_toy.py` | minidist/toy.py: Box.scale | double a number | multiply |" in readme
+    assert "toy_add" not in readme.split("## Layout")[0].split("| id |")[1].split("Check one")[0]
+    assert "python -m pytest --exercise" in readme and "python -m minidist run" in readme
+    assert readme.endswith("## Layout\n\nsmall\n")
+    assert not (tmp_path / "s" / "lessons" / "TEACHING.md").exists()

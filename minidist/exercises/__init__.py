@@ -3,23 +3,32 @@
 See lessons/TEACHING.md for the instructor's workflow and lessons/EXERCISES.md for the list.
 """
 
-from .exercise_map import build_map, load_map
-from .grade import ExerciseResult, grade, grade_exercise, splice_functions
+from .catalog import render_markdown
+from .exercise_map import build_map, instrumented_copy, load_map, own_exercise
+from .grade import SubmissionReport, grade, grade_exercise, grade_submission, splice_functions
 from .markers import MarkerError, Region, all_regions, find_regions, read_registry
-from .student_copy import instrumented_copy, make_student_copy
+from .registry import Exercise
+from .results import ExerciseResult, IntegrationResult
+from .student_copy import make_student_copy
 
 __all__ = [
+           "Exercise",
            "ExerciseResult",
+           "IntegrationResult",
            "MarkerError",
            "Region",
+           "SubmissionReport",
            "all_regions",
            "build_map",
            "find_regions",
            "grade",
            "grade_exercise",
+           "grade_submission",
            "instrumented_copy",
            "load_map",
            "make_student_copy",
+           "own_exercise",
            "read_registry",
+           "render_markdown",
            "splice_functions",
 ]

@@ -8,6 +8,10 @@ hand. CI checks the map from both sides on a student copy: every marked test mus
 unmarked one pass — a stale map fails that check. Run ``python -m minidist exercises map`` after adding
 tests or regions.
 
+A test that reaches exactly one exercise is that exercise's *own* test; one that reaches several is an
+*integration* test (``own_exercise``): it carries all their marks, runs under ``pytest --exercise`` only
+when all of them are named, and is graded on a line of its own, never in an exercise's score.
+
 Left out: the lesson smoke tests (a lesson that needs an unsolved exercise says so and exits cleanly) and
 the exercise tooling's own tests (they run pytest on copies of their own).
 """
@@ -16,11 +20,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from .markers import Region, all_regions
+from .tree import copy_tree, rewrite_regions, solution_lines
+
+HITS_MODULE = "_minidist_exercise_hits"
 MAP_PATH = Path("tests") / "exercise_map.json"
 UNMAPPED_PREFIXES = ("tests/test_lessons.py", "tests/test_exercises_")
 
@@ -34,8 +43,6 @@ def load_map(root: Path) -> dict[str, list[str]]:
 
 def build_map(root: Path, pytest_args: list[str] | None = None) -> dict[str, list[str]]:
     """Run the suite on an instrumented copy; write and return the map."""
-    from .student_copy import instrumented_copy
-
     root = Path(root).resolve()
     with tempfile.TemporaryDirectory(prefix="minidist-map-") as tmp:
         copy = Path(tmp) / "repo"
@@ -56,3 +63,27 @@ def build_map(root: Path, pytest_args: list[str] | None = None) -> dict[str, lis
     result = {test: sorted(ids) for test, ids in sorted(mapping.items())}
     (root / MAP_PATH).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return result
+
+
+def own_exercise(exercises) -> str | None:
+    """The exercise a test is about if it reaches exactly one; None for an integration test."""
+    ids = set(exercises)
+    return next(iter(ids)) if len(ids) == 1 else None
+
+
+def instrumented_copy(root: Path, dest: Path) -> None:
+    """A copy whose regions each record a hit before running their own code (for the coverage map)."""
+    root, dest = Path(root).resolve(), Path(dest).resolve()
+
+    def record_then_run(region: Region, lines: list[str]) -> list[str]:
+        hit = f"{region.indent}import {HITS_MODULE} as _hits; _hits.record({region.exercise!r})"
+        return [hit] + solution_lines(region, lines)
+
+    copy_tree(root, dest)
+    # The recorder sits at the copy's root (on PYTHONPATH), independent of the copied package.
+    shutil.copy2(Path(__file__).with_name("hits.py"), dest / f"{HITS_MODULE}.py")
+    by_file: dict[str, list[Region]] = {}
+    for region in all_regions(root):
+        by_file.setdefault(region.path, []).append(region)
+    for rel, file_regions in by_file.items():
+        (dest / rel).write_text(rewrite_regions((root / rel).read_text(), file_regions, record_then_run))

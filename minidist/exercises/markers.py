@@ -14,7 +14,7 @@ they enclose, inside a function)::
 
 The student copy keeps the signature and docstring, the prompt's lines (the hint), and replaces the rest
 of the region by ``raise NotImplementedError("exercise ring_allreduce: see lessons/05_collectives.py")``.
-The registry of exercises — id, lesson, file, statement — is the table in lessons/EXERCISES.md.
+The registry of exercises (id, lesson, statement, hint) is registry.py; where each lives, its markers.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .registry import Exercise, load_registry
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION (?P<id>[A-Za-z_][A-Za-z0-9_]*)[ \t]*$")
 END = re.compile(r"^(?P<indent>[ \t]*)# END SOLUTION[ \t]*$")
@@ -145,27 +147,12 @@ def _attach_functions(text: str, path: str, regions: list[Region]) -> None:
                               f"({owners[region.function]}, {region.exercise}); give each its own function")
 
 
-@dataclass
-class Exercise:
-    id: str
-    lesson: str
-    files: str
-    statement: str
-
-
 def read_registry(root: Path) -> dict[str, Exercise]:
-    """The exercise table of lessons/EXERCISES.md: | id | lesson | file | tests | statement |."""
-    path = Path(root) / "lessons" / "EXERCISES.md"
-    if not path.exists():
-        raise MarkerError(f"missing exercise registry {path}")
-    registry: dict[str, Exercise] = {}
-    for line in path.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 5 or not cells[0].startswith("`"):
-            continue
-        ex_id = cells[0].strip("`")
-        registry[ex_id] = Exercise(ex_id, cells[1].strip("`"), cells[2], cells[4])
-    return registry
+    """{id: Exercise} of the tree at root (its minidist/exercises/registry.py)."""
+    try:
+        return load_registry(root)
+    except FileNotFoundError as err:
+        raise MarkerError(str(err)) from err
 
 
 def python_files(root: Path) -> list[Path]:
@@ -184,5 +171,5 @@ def all_regions(root: Path) -> list[Region]:
     for region in regions:
         if region.exercise not in registry:
             raise MarkerError(f"{region.path}:{region.begin + 1}: unknown exercise {region.exercise!r} "
-                              f"(not in lessons/EXERCISES.md)")
+                              f"(not in minidist/exercises/registry.py)")
     return regions

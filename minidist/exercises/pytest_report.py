@@ -1,0 +1,77 @@
+"""A pytest plugin the grader loads (``-p``): it writes what happens, as it happens, to a report file.
+
+The grader copies this file to the root of its grading tree and points MINIDIST_GRADE_REPORT at a file.
+Lines are JSON, appended with one write each (so lines never interleave):
+    {"collected": {test id: [exercise ids]}}   once per collecting process (each xdist worker)
+    {"start": test id}                          when a test starts
+    {"id": ..., "when": "setup" | "call" | "teardown", "outcome": ..., "message": ..., "seconds": ...}
+Reading it while pytest runs gives progress; after a kill it still says which test was running.
+With pytest-xdist, start and result lines come from the controller, which sees every worker's tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+MESSAGE_CHARS = 300
+
+
+def _write(entry: dict) -> None:
+    path = os.environ.get("MINIDIST_GRADE_REPORT")
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(entry) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+_worker = False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    _write({"collected": {item.nodeid: sorted({m.args[0] for m in item.iter_markers("exercise") if m.args})
+                          for item in items}})
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if not _worker:
+        _write({"start": nodeid})
+
+
+def short_message(report) -> str:
+    """The exception's first line (e.g. "AssertionError: assert 3 == 5"), hypothesis's failing example if
+    any, or a skip's reason; at most MESSAGE_CHARS characters (a rank's traceback is left out)."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:       # a skip: (file, line, reason)
+        text = str(longrepr[2])
+    elif getattr(longrepr, "reprcrash", None) is not None:
+        lines = [line.strip() for line in longrepr.reprcrash.message.splitlines() if line.strip()]
+        example = [i for i, line in enumerate(lines)
+                   if line.startswith(("Falsifying example", "Failing test case"))]
+        first = lines[:2] if len(lines) > 1 and lines[1].startswith("+") else lines[:1]   # "+ where ..."
+        text = " ".join(first + (lines[example[0]:example[0] + 6] if example else []))
+    else:
+        lines = [line for line in str(longrepr or "").splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("E ")]
+        text = (errors or lines or [""])[-1]
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
+
+
+def pytest_runtest_logreport(report):
+    if not _worker and (report.when == "call" or report.outcome != "passed"):
+        _write({"id": report.nodeid, "when": report.when, "outcome": report.outcome,
+                "message": short_message(report) if report.outcome != "passed" else "",
+                "seconds": round(report.duration, 3)})
+
+
+def pytest_configure(config):
+    # Under xdist the controller reports every test; a worker only says what it collected.
+    global _worker
+    _worker = hasattr(config, "workerinput")

@@ -1,0 +1,110 @@
+"""The course's exercises: id, lesson, statement and hint (where each one lives comes from its markers).
+
+lessons/EXERCISES.md is generated from this list and the markers in the code
+(``python -m minidist exercises list --markdown > lessons/EXERCISES.md``); a test checks it is current.
+The tooling reads the registry of the tree it works on (``load_registry(root)`` loads
+``root/minidist/exercises/registry.py``), so a reference tree and its registry always travel together.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    lesson: str       # the lesson that introduces it, e.g. "lessons/05_collectives.py"
+    statement: str    # what to implement, in one or two sentences
+    hint: str = ""    # the API or idea a solution needs
+
+
+EXERCISES = (
+    Exercise("linear", "lessons/01_backprop.py",
+             "Forward and backward of a fully connected layer: y = x·Wᵀ + b, dx = dy·W, dW = dyᵀ·x, "
+             "db = Σ dy.",
+             "Keep the 2-D input in forward; backward *adds* into weight.grad and bias.grad."),
+    Exercise("conv2d_backward", "lessons/01_backprop.py",
+             "The backward pass of a 2-D convolution: input, weight and bias gradients from the im2col form.",
+             "dW = dyᵀ·cols, dcols = dy·W, then fold the columns back (col2im) into dx."),
+    Exercise("batchnorm_backward", "lessons/01_backprop.py",
+             "The backward pass of batch normalisation through the batch mean and variance.",
+             "dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·γ; running statistics are constants."),
+    Exercise("cross_entropy_backward", "lessons/01_backprop.py",
+             "The gradient of softmax cross-entropy: (softmax(z) − onehot(t)) / N.",
+             "Reuse the probabilities kept by forward."),
+    Exercise("sgd_momentum", "lessons/02_optimizers.py",
+             "SGD with momentum, dampening and Nesterov, exactly as torch.optim.SGD.",
+             "The first step sets the buffer to g; later b = μb + (1 − τ)g, in place."),
+    Exercise("adam", "lessons/02_optimizers.py",
+             "Adam's update with bias correction (and AMSGrad's running maximum).",
+             "Update exp_avg and exp_avg_sq in place; bias-correct with 1 − βᵗ."),
+    Exercise("stochastic_rounding", "lessons/03_mixed_precision.py",
+             "Round to one of the two neighbouring representable values with probability proportional to "
+             "closeness: exactly unbiased.",
+             "Find the neighbours lo ≤ x ≤ hi from the spacing of x (np.frexp); round up with probability "
+             "(x − lo)/(hi − lo), drawn with bernoulli(p, rng)."),
+    Exercise("dynamic_loss_scaling", "lessons/03_mixed_precision.py",
+             "Back off on Inf/NaN and skip the step; grow after a run of clean steps.",
+             "Count clean steps; never grow into Inf; respect min_scale."),
+    Exercise("ring_allreduce", "lessons/05_collectives.py",
+             "Reduce-scatter then allgather around the ring (rank r sends only to r + 1, receives only from "
+             "r − 1): 2(P−1) steps of one sendrecv each, every message one of the P chunks of "
+             "split_offsets(n, P) (np.array_split's rule), so each rank sends exactly 2(P−1)/P·n elements' "
+             "bytes in 2(P−1) messages when P divides n (all ranks together 2(P−1)·n for any n). At "
+             "reduce-scatter step s rank r sends chunk (r−s−1) mod P, so chunk r is complete on rank r; the "
+             "result must be bitwise the same on every rank. Reducing on receipt is allowed, so is a "
+             "temporary buffer.",
+             "comm.sendrecv(send, dst=right, src=left, out=chunk, op=op) receives and reduces in one call; "
+             "minidist.split.split_offsets(n, P) gives the chunks."),
+    Exercise("parameter_server_allreduce", "lessons/05_collectives.py",
+             "Rank 0 gathers, sums and sends back.",
+             "comm.send / comm.recv(src, out=, op=) on rank 0; every other rank sends, then receives."),
+    Exercise("tree_allreduce", "lessons/05_collectives.py",
+             "Binomial-tree reduce to rank 0, then binomial-tree broadcast.",
+             "At step k a rank whose bit k is set sends to rank − 2ᵏ and leaves the reduce."),
+    Exercise("dp_bucketed_allreduce", "lessons/06_data_parallel.py",
+             "Flatten one bucket of gradients, allreduce it in one call, copy the sums back: with shard "
+             "weights n_r/B, the full-batch average.",
+             "np.concatenate(..., out=buffer), one allreduce, then write each slice back into its gradient."),
+    Exercise("halo_exchange", "lessons/10_spatial.py",
+             "Exchange the boundary rows/columns a convolution needs with the neighbouring ranks.",
+             "Rows first (phase 0), then full-height columns (phase 1), one shift step per plan step."),
+    Exercise("gpipe_schedule", "lessons/08_pipeline.py",
+             "The GPipe schedule: all forwards of M micro-batches, then all backwards, tick by tick.",
+             "Stage s runs forward m at tick s + m; the backwards mirror the forwards."),
+    Exercise("megatron_mlp", "lessons/09_model_parallel.py",
+             "Column- then row-parallel linear layers with one all-reduce forward and one backward.",
+             "f is the identity forward and an all-reduce backward; g the other way round."),
+    Exercise("error_feedback", "lessons/11_asynchronous.py",
+             "Error feedback: correct the gradient by the residual, send its compressed form, keep what the "
+             "message misses (c − decode(message)) as the next residual.",
+             "c = g + residual; message = codec.encode(c); residual = c − codec.decode(message)."),
+    Exercise("stale_synchronous_bound", "lessons/11_asynchronous.py",
+             "The stale-synchronous bound: a worker may start its next step only if it is at most s pushes "
+             "ahead of the slowest worker (no bound: always).",
+             "Compare this worker's pushes with the minimum over all workers; s = None means no bound."),
+)
+
+
+_LOADING = threading.Lock()
+
+
+def load_registry(root: Path) -> dict[str, Exercise]:
+    """{id: Exercise} from ``root/minidist/exercises/registry.py`` (this file, in the tree at root)."""
+    path = Path(root) / "minidist" / "exercises" / "registry.py"
+    if not path.exists():
+        raise FileNotFoundError(f"missing exercise registry {path}")
+    spec = importlib.util.spec_from_file_location("_minidist_exercise_registry", path)
+    module = importlib.util.module_from_spec(spec)
+    with _LOADING:                        # the isolation check loads registries from several threads
+        sys.modules[spec.name] = module   # dataclasses look their module up while the class is built
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            del sys.modules[spec.name]
+    return {ex.id: ex for ex in module.EXERCISES}

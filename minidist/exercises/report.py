@@ -1,0 +1,86 @@
+"""Grades written out: a table for the terminal, Markdown feedback for a student, CSV for a class."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from .grade import SubmissionReport
+
+
+def environment_line(env: dict) -> str:
+    return (f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
+            f"ml_dtypes {env['ml_dtypes']}, "
+            f"hypothesis {env['hypothesis']}; {env['workers']} pytest worker(s) on {env['cpus']} cpu(s)")
+
+
+def format_text(report: SubmissionReport) -> str:
+    out = [f"{report.submission}: {report.status} in {report.seconds:.0f} s",
+           f"environment: {environment_line(report.environment)}",
+           f"{'exercise':28s} {'own tests':>9s} {'skipped':>8s}  score"]
+    for r in report.exercises:
+        note = f"  ({r.error})" if r.error else ""
+        out.append(f"{r.exercise:28s} {r.passed:4d}/{r.total:<4d} {r.skipped:8d}  {r.score:.2f}{note}")
+    if report.integration:
+        out.append("integration tests (reach several exercises; not in the scores):")
+        for g in report.integration:
+            skipped = f", {g.skipped} skipped" if g.skipped else ""
+            out.append(f"  {g.name}: {g.passed}/{g.total}{skipped}")
+    for test in report.hung:
+        out.append(f"hung: {test}")
+    out.append(f"{'overall':28s} {'':18s}  {report.total_score:.2f}")
+    if report.log_tail:
+        out.append("pytest said:\n" + report.log_tail)
+    return "\n".join(out)
+
+
+def _failures_md(failing: list[dict]) -> list[str]:
+    return [f"- `{f['test']}` — {f['outcome']}: {f['message'] or '(no message)'}" for f in failing]
+
+
+def format_markdown(report: SubmissionReport) -> str:
+    """Feedback an instructor can hand back: scores, then each failing test with its short message."""
+    name = Path(report.submission).name
+    out = [f"# Grade: {name}", "",
+           f"Status: {report.status} in {report.seconds:.0f} s. Overall score: **{report.total_score:.2f}** "
+           f"(the mean of the exercises' scores; a score counts the tests that reach only that "
+           f"exercise).", "",
+           f"Graded with {environment_line(report.environment)}.", "",
+           "| exercise | own tests passed | skipped | score |", "|---|---|---|---|"]
+    out += [f"| `{r.exercise}` | {r.passed}/{r.total} | {r.skipped} | {r.score:.2f} |"
+            for r in report.exercises]
+    if report.integration:
+        out += ["", "Integration tests (they reach several exercises; reported, not scored):", "",
+                "| exercises | passed | skipped |", "|---|---|---|"]
+        out += [f"| {g.name} | {g.passed}/{g.total} | {g.skipped} |" for g in report.integration]
+    for r in report.exercises:
+        if r.failing or r.error or r.skip_reasons:
+            out += ["", f"## `{r.exercise}`", ""]
+            if r.error:
+                out.append(f"Note: {r.error}")
+            out += _failures_md(r.failing)
+            out += [f"- skipped: {reason}" for reason in r.skip_reasons]
+    failing_groups = [g for g in report.integration if g.failing]
+    if failing_groups:
+        out += ["", "## Integration tests", ""]
+        for g in failing_groups:
+            out += [f"**{g.name}**", ""] + _failures_md(g.failing) + [""]
+    if report.log_tail:
+        out += ["", "pytest's output:", "", "```", report.log_tail, "```"]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def write_csv(reports: list[SubmissionReport], path: Path) -> None:
+    """One row per submission: status, time, overall score, each exercise's score, totals."""
+    ids = sorted({r.exercise for rep in reports for r in rep.exercises})
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student", "status", "seconds", "score", *ids, "own_passed", "own_run", "skipped",
+                         "hung", "integration_passed", "integration_run"])
+        for rep in reports:
+            by_id = {r.exercise: r for r in rep.exercises}
+            writer.writerow([Path(rep.submission).name, rep.status, rep.seconds, rep.total_score,
+                             *[by_id[i].score if i in by_id else "" for i in ids],
+                             sum(r.passed for r in rep.exercises), sum(r.total for r in rep.exercises),
+                             sum(r.skipped for r in rep.exercises), len(rep.hung),
+                             sum(g.passed for g in rep.integration), sum(g.total for g in rep.integration)])
