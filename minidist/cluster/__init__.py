@@ -16,13 +16,14 @@ talks through a Communicator, and each layer calls only the one below it:
     mailbox.py    the shared-memory mailboxes, waiting and doorbells (layout.py: where everything sits)
 
 header.py packs a message's header, checks.py checks arguments, ledger.py holds the byte counters, the
-simulated alpha-beta clock and traces.
+simulated alpha-beta clock and traces; topology.py describes a two-level cluster (nodes × ranks per node).
 """
 
 from .comm import Communicator, MessageMismatchError
 from .launcher import ClusterError, run, run_traced
 from .ledger import Device, LinkModel, Span, Stats, Trace, plot_timeline
 from .mailbox import DeadlockError, PeerReturnedError
+from .topology import Topology
 
 __all__ = ["ClusterError", "Communicator", "DeadlockError", "Device", "LinkModel", "MessageMismatchError",
-           "PeerReturnedError", "Span", "Stats", "Trace", "plot_timeline", "run", "run_traced"]
+           "PeerReturnedError", "Span", "Stats", "Topology", "Trace", "plot_timeline", "run", "run_traced"]

@@ -36,7 +36,7 @@ import numpy as np
 from multiprocess.connection import wait
 
 from .comm import Communicator
-from .ledger import Device, Ledger, LinkModel, Trace
+from .ledger import Device, Ledger, LinkModel, Trace, checked_link
 from .mailbox import Aborted, Endpoint, Layout
 from .process_setup import keep_freed_memory, one_blas_thread
 
@@ -61,7 +61,7 @@ def run(fn, world_size: int, *args, timeout: float = 60.0, link: LinkModel | Non
     """Run ``fn(comm, *args)`` on ``world_size`` ranks (processes); return their results in rank order.
 
     ``timeout`` bounds the whole run (seconds); ``link`` and ``device`` set the simulated machine
-    (ledger.py); ``start_method`` is "fork" or "spawn" (default: fork on Linux, spawn elsewhere);
+    (ledger.py; link may be a Topology); ``start_method`` is "fork" or "spawn" (default: fork on Linux);
     ``mailbox_bytes`` is the capacity of each mailbox (the eager limit of ``send``).
     Raises ``ClusterError`` if a rank raises, exits, is killed, or the time runs out.
     """
@@ -105,7 +105,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     layout = Layout(int(world_size), mailbox_bytes)
     # A rank may spin briefly before sleeping while the ranks that are awake fit on the cores (mailbox.py)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    plan = (layout, link or LinkModel(), device or Device(), cores, keep_spans)
+    plan = (layout, checked_link(link, int(world_size)), device or Device(), cores, keep_spans)
 
     block, shm = _shared_block(layout.total_bytes, method)
     doorbells = [ctx.Semaphore(0) for _ in range(world_size)]
