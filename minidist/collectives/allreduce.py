@@ -41,6 +41,7 @@ from minidist.collectives.common import (
     largest_power_of_two,
 )
 from minidist.collectives.halving_doubling import rabenseifner_allreduce, recursive_doubling_allreduce
+from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, choose_by_topology
 from minidist.collectives.ring import ring_allreduce
 from minidist.collectives.tree import tree_allreduce
 
@@ -105,16 +106,19 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
     """Reduce x elementwise over all ranks; every rank receives the result (a new array).
 
     x: any shape, float or integer dtype, the same shape and dtype on every rank. op: "sum", "mean",
-    "max" or "min". algorithm: one of ``ALGORITHMS`` or "auto". Returns an array of x's shape and dtype,
+    "max" or "min". algorithm: one of ``ALGORITHMS``, "hierarchical" or "torus" (``TOPOLOGY_ALGORITHMS``:
+    under ``run(..., link=Topology(...))``), or "auto". Returns an array of x's shape and dtype,
     bitwise the same on every rank; x itself is not modified.
     """
     check_comm(comm)
     x = check_array(x)
     check_op(op, x.dtype)
-    if algorithm == "auto":
-        algorithm = choose_algorithm(x.nbytes, x.size, comm.world_size)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
+    if algorithm == "auto":   # on a Topology, hierarchical/torus when predicted faster (hierarchical.py)
+        algorithm = choose_by_topology(comm, x.nbytes) or choose_algorithm(x.nbytes, x.size, comm.world_size)
+    table = TOPOLOGY_ALGORITHMS if algorithm in TOPOLOGY_ALGORITHMS else ALGORITHMS
+    if algorithm not in table:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
+                         f"(on a Topology) or 'auto', got {algorithm!r}")
     if comm.world_size == 1:
         return finish(flat_copy(x), op, 1, x.shape)
     reduce_op = "sum" if op == "mean" else op
@@ -123,5 +127,5 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
         if algorithm in READ_SOURCE:     # these read x itself: no working copy
             flat = ALGORITHMS[algorithm](comm, np.empty(x.size, x.dtype), reduce_op, source=x.reshape(-1))
         else:
-            flat = ALGORITHMS[algorithm](comm, flat_copy(x), reduce_op)
+            flat = table[algorithm](comm, flat_copy(x), reduce_op)
     return finish(flat, op, comm.world_size, x.shape)
