@@ -16,7 +16,7 @@ talks through a Communicator, and each layer calls only the one below it:
     mailbox.py    the shared-memory mailboxes, waiting and doorbells (layout.py: where everything sits)
 
 header.py packs a message's header, checks.py checks arguments, ledger.py holds the byte counters, the
-simulated alpha-beta clock and traces.
+simulated alpha-beta clock and traces; topology.py describes a two-level cluster (nodes × ranks per node).
 """
 
 from minidist.plots import plot_timeline  # drawing lives in minidist.plots; kept here by its old name
@@ -25,6 +25,7 @@ from .comm import Communicator, MessageMismatchError
 from .launcher import ClusterError, run, run_traced
 from .ledger import Device, LinkModel, Span, Stats, Trace
 from .mailbox import DeadlockError, PeerReturnedError
+from .topology import Topology
 
 __all__ = ["ClusterError", "Communicator", "DeadlockError", "Device", "LinkModel", "MessageMismatchError",
-           "PeerReturnedError", "Span", "Stats", "Trace", "plot_timeline", "run", "run_traced"]
+           "PeerReturnedError", "Span", "Stats", "Topology", "Trace", "plot_timeline", "run", "run_traced"]

@@ -33,7 +33,7 @@ import numpy as np
 from multiprocess.connection import wait
 
 from .comm import Communicator
-from .ledger import Device, Ledger, LinkModel, Trace
+from .ledger import Device, Ledger, LinkModel, Trace, checked_link
 from .mailbox import Aborted, Endpoint, Layout
 from .process_setup import (check_picklable, die_with_parent, keep_freed_memory, one_blas_thread,
                             release_block, shared_resources, signals_deferred, unlink_names)
@@ -58,8 +58,8 @@ def run(fn, world_size: int, *args, timeout: float = 60.0, link: LinkModel | Non
         mailbox_bytes: int = 2 * 2**20) -> list:
     """Run ``fn(comm, *args)`` on ``world_size`` ranks (processes); return their results in rank order.
 
-    ``timeout`` bounds the whole run (seconds; None or inf: no limit, a deadlock still ends it); ``link``
-    and ``device`` set the simulated machine (ledger.py); ``start_method`` is "fork" or "spawn" (default: fork on Linux, spawn elsewhere);
+    ``timeout`` bounds the run (seconds; None/inf: none, a deadlock still ends it); ``link`` (LinkModel or
+    Topology) and ``device`` set the simulated machine; ``start_method``: "fork" (Linux default), "spawn";
     ``mailbox_bytes`` is the capacity of each mailbox (the eager limit of ``send``).
     Raises ``ClusterError`` if a rank raises, exits, is killed, or the time runs out.
     """
@@ -105,7 +105,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     layout = Layout(int(world_size), mailbox_bytes)
     # A rank may spin briefly before sleeping while the ranks that are awake fit on the cores (mailbox.py)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    plan = (layout, link or LinkModel(), device or Device(), cores, keep_spans, os.getpid())
+    plan = (layout, checked_link(link, int(world_size)), device or Device(), cores, keep_spans, os.getpid())
 
     block = shm = parent = None
     doorbells, procs, conns = [], [], []

@@ -10,7 +10,9 @@ Every rank has its own clock. ``send`` advances the sender's clock by alpha + n 
 message with its arrival time; ``recv`` completes at ``max(own clock, arrival)`` (waiting for a late
 message is idle time); ``comm.compute(flops)`` charges flops / device.flops, ``comm.elapse(seconds)``
 charges seconds; ``barrier()`` is ideal: every clock jumps to the latest. The clock says how long the
-program would take on the modelled machine, whatever this computer's real speed.
+program would take on the modelled machine, whatever this computer's real speed. Given a ``Topology``
+instead of a LinkModel (topology.py), a send is charged by the link it crosses (inside a node or between
+nodes) and its spans carry that level.
 
     results, trace = run_traced(fn, world_size, *args)   # same arguments as run(...)
     trace.spans            # Span(rank, start, end, kind, label, peer, nbytes), by rank then time
@@ -54,6 +56,17 @@ class LinkModel:
         return self.alpha + nbytes * self.beta
 
 
+def checked_link(link, world_size: int):
+    """The link model of a run: LinkModel() for None; a Topology (topology.py) must cover world_size."""
+    if link is None:
+        return LinkModel()
+    if hasattr(link, "check_covers"):
+        link.check_covers(world_size)
+    elif not isinstance(link, LinkModel):
+        raise TypeError(f"link must be a LinkModel or a Topology, got {type(link).__name__}")
+    return link
+
+
 @dataclass(frozen=True)
 class Device:
     """An accelerator: ``flops`` FLOP/s and ``memory`` bytes. Default: a V100 in FP32 (15.7 TFLOP/s, 16 GiB)."""
@@ -86,6 +99,7 @@ class Span(NamedTuple):
     label: str
     peer: int = -1     # the other rank of a send/recv (world rank), -1 otherwise
     nbytes: int = 0
+    level: str = ""    # under a Topology: "intra" or "inter" (the link a send/recv crossed), else ""
 
 
 class Ledger:
@@ -98,6 +112,7 @@ class Ledger:
 
     def __init__(self, rank: int, link: LinkModel, device: Device, keep_spans: bool = True):
         self.rank, self.link, self.device = rank, link, device
+        self._route = getattr(link, "message_time", None)    # a Topology charges per link (topology.py)
         self.clock = 0.0
         self.keep_spans = keep_spans
         self._records: list[tuple] = []       # (start, end, kind, label or None, peer, nbytes)
@@ -105,8 +120,16 @@ class Ledger:
     @property
     def spans(self) -> list[Span]:
         """The spans recorded so far (empty with ``keep_spans=False``), in time order."""
-        return [Span(self.rank, start, end, kind, _label(kind, label, peer, nbytes), peer, nbytes)
-                for start, end, kind, label, peer, nbytes in self._records]
+        spans = [Span(self.rank, start, end, kind, _label(kind, label, peer, nbytes), peer, nbytes)
+                 for start, end, kind, label, peer, nbytes in self._records]
+        if self._route is None:
+            return spans
+        levels = [self._level(s) for s in spans]
+        return [s._replace(level=lv, label=f"{s.label} ({lv})") if lv else s for s, lv in zip(spans, levels)]
+
+    def _level(self, span: Span) -> str:
+        """The link level ("intra"/"inter") of a send/recv span under a Topology, else ""."""
+        return self.link.level(self.rank, span.peer) if span.kind in ("send", "recv") else ""
 
     def record(self, kind: str, end: float, label: str | None, peer: int = -1, nbytes: int = 0) -> None:
         """Record the span from the current clock to ``end`` and move the clock there (label None: a
@@ -119,7 +142,10 @@ class Ledger:
         """Charge one send of ``nbytes`` payload bytes to world rank ``peer`` (alpha + nbytes * beta);
         return the message's arrival time at the receiver (simulated seconds)."""
         start = self.clock
-        self.clock = start + self.link.alpha + nbytes * self.link.beta      # link.time(nbytes), inlined
+        if self._route is None:
+            self.clock = start + self.link.alpha + nbytes * self.link.beta      # link.time(nbytes), inlined
+        else:
+            self.clock = start + self._route(self.rank, peer, nbytes)          # the link this message crosses
         if self.keep_spans:
             self._records.append((start, self.clock, "send", None, peer, nbytes))
         return self.clock
@@ -167,7 +193,7 @@ class Trace:
         for s in self.spans:
             events.append({"name": s.label, "cat": s.kind, "ph": "X", "pid": 0, "tid": s.rank,
                            "ts": s.start * 1e6, "dur": (s.end - s.start) * 1e6,
-                           "args": {"peer": s.peer, "bytes": s.nbytes}})
+                           "args": {"peer": s.peer, "bytes": s.nbytes, "level": s.level}})
         return events
 
     def save_chrome(self, path: str | Path) -> Path:

@@ -37,6 +37,7 @@ from minidist.collectives.common import (
     largest_power_of_two,
 )
 from minidist.collectives.halving_doubling import rabenseifner_allreduce, recursive_doubling_allreduce
+from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, choose_by_topology
 from minidist.collectives.ring import ring_allreduce
 from minidist.collectives.tree import tree_allreduce
 
@@ -107,24 +108,27 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
     """Reduce x elementwise over all ranks; every rank receives the result, bitwise the same everywhere.
 
     x: any shape, float or integer dtype, the same shape and dtype on every rank; never modified unless
-    it is ``out``. op: "sum", "mean", "max" or "min". algorithm: one of ``ALGORITHMS`` or "auto".
+    it is ``out``. op: "sum", "mean", "max" or "min". algorithm: one of ``ALGORITHMS``, "hierarchical" or
+    "torus" (``TOPOLOGY_ALGORITHMS``: under ``run(..., link=Topology(...))``), or "auto".
     out: where to write the result (C-contiguous, x's shape and dtype; may be x itself, for an in-place
     allreduce); by default a new array. Returns the result, of x's shape and dtype (``out`` if given).
     """
     check_comm(comm)
     x = check_array(x)
     check_op(op, x.dtype)
-    if algorithm == "auto":
-        algorithm = choose_algorithm(x.nbytes, x.size, comm.world_size)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
+    if algorithm == "auto":   # on a Topology, hierarchical/torus when predicted faster (hierarchical.py)
+        algorithm = choose_by_topology(comm, x.nbytes) or choose_algorithm(x.nbytes, x.size, comm.world_size)
+    table = TOPOLOGY_ALGORITHMS if algorithm in TOPOLOGY_ALGORITHMS else ALGORITHMS
+    if algorithm not in table:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
+                         f"(on a Topology) or 'auto', got {algorithm!r}")
     result = working_buffer(x, out)
     flat = result.reshape(-1)            # a view: the algorithms work on the result's memory
     if comm.world_size > 1:
         call = f"allreduce(algorithm={algorithm!r}, op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})"
         with agreement(comm, call):
-            reduced = ALGORITHMS[algorithm](comm, flat, "sum" if op == "mean" else op)
-        if reduced is not flat:          # naive builds a new array
+            reduced = table[algorithm](comm, flat, "sum" if op == "mean" else op)
+        if reduced is not flat:          # naive and the topology algorithms build a new array
             flat[...] = reduced
     finish(flat, op, comm.world_size, x.shape)
     return result

@@ -88,6 +88,12 @@ EXERCISES = (
              "The stale-synchronous bound: a worker may start its next step only if it is at most s pushes "
              "ahead of the slowest worker (no bound: always).",
              "Compare this worker's pushes with the minimum over all workers; s = None means no bound."),
+    Exercise("hierarchical_allreduce", "lessons/15_topology.py",
+             "Reduce-scatter inside each node, allreduce the piece across nodes (ranks with the same local "
+             "index, recursive doubling), allgather inside the node: 2(G−1)(α_i + n/G·β_i) + "
+             "log2 N·(α_e + n/G·β_e).",
+             "reduce_scatter on the node's communicator, recursive_doubling_allreduce across nodes, "
+             "allgather on the node's communicator."),
 )
 
 

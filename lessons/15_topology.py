@@ -1,0 +1,236 @@
+# %% [markdown]
+# # 15 — Topology and performance models: two-level clusters, hierarchical allreduce, the roofline
+#
+# **Goal.** Which allreduce is best "will depend on the network topology" (Hot Chips tutorial "Scaling
+# DL Training"), and "to get best performance, you need to map processes to the hierarchy" ("Scaling
+# Deep Learning" slides). This lesson
+#
+# 1. builds a two-level cluster: nodes of 4 accelerators on fast links, a network 10× slower between;
+# 2. times the flat ring against the hierarchical and the 2-D torus allreduce on the simulated clock,
+#    against the closed forms, and finds the crossover with recursive doubling;
+# 3. places a data × pipeline × tensor grid well and badly;
+# 4. draws the roofline (Williams, Waterman, Patterson): per layer, and for distributed training.
+#
+# All times are simulated (the clock of `minidist.cluster`), except one measurement of NumPy's matmul.
+
+# %%
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minidist.cluster import LinkModel, Topology, run, run_traced
+from minidist.collectives import allreduce
+from minidist.collectives.topology_cost import flat_time, hierarchical_cost, hierarchical_speedup, torus_cost
+from minidist.nn import BatchNorm2d, Conv2d, Flatten, Linear, MaxPool2d, MSELoss, ReLU, Sequential
+from minidist.optim import SGD
+from minidist.parallel.grid3d import Grid3D
+from minidist.plots import save_figure
+from minidist.roofline import Machine, communication_intensity, model_costs, step_bound
+
+# %% [markdown]
+# ## 1. A two-level cluster
+#
+# Rank r lives on node r // G. A message inside a node costs α_i + nβ_i, between nodes α_e + nβ_e.
+
+# %%
+INTRA = LinkModel(alpha=2e-6, beta=1 / 100e9)        # NVLink-like, 100 GB/s
+INTER = LinkModel(alpha=2e-6, beta=1 / 10e9)         # the network: 10x lower bandwidth
+TOPO = Topology(nodes=2, per_node=4, intra=INTRA, inter=INTER)
+
+
+def ping(comm):
+    if comm.rank == 0:
+        comm.send(np.zeros(2**17), 1)      # 1 MiB to a neighbour in the node
+        comm.send(np.zeros(2**17), 4)      # 1 MiB to the other node
+    elif comm.rank in (1, 4):
+        comm.recv(0)
+    return comm.clock
+
+
+clocks, trace = run_traced(ping, 8, link=TOPO)
+for s in trace.rank_spans(0):
+    print(f"{s.label:32s} {1e6 * (s.end - s.start):8.2f} us")
+assert [s.level for s in trace.rank_spans(0)] == ["intra", "inter"]
+assert clocks[4] - clocks[1] == INTER.time(2**20)
+
+# %% [markdown]
+# ## 2. Flat ring vs hierarchical vs 2-D torus
+#
+# The flat ring crosses the slow network at each of its 2(P − 1) steps: T = 2(P − 1)(α_e + n/P β_e).
+# Hierarchical: reduce-scatter in the node, allreduce across nodes on n/G bytes, allgather in the node:
+# T = 2(G − 1)(α_i + n/G β_i) + log2 N (α_e + n/G β_e). For large n the ratio tends to
+# (2(P−1)/P β_e) / (2(G−1)/G β_i + β_e/G) = 1.75 / 0.4 ≈ 4.4 here.
+
+# %%
+SIZES = [2**k for k in range(6, 22, 3)]              # float64 elements: 512 B .. 16 MiB
+ALGOS = ("ring", "recursive_doubling", "hierarchical", "torus")
+
+
+def sweep(comm, sizes):
+    out = {}
+    for n in sizes:
+        x = np.full(n, float(comm.rank))
+        for algorithm in ALGOS:
+            comm.barrier()
+            t = comm.clock
+            y = allreduce(comm, x, algorithm=algorithm)
+            assert y[0] == sum(range(comm.world_size))
+            out[algorithm, n] = comm.clock - t
+    return out
+
+
+measured = run(sweep, 8, SIZES, link=TOPO, timeout=120)
+worst = {k: max(m[k] for m in measured) for k in measured[0]}
+print(f"{'bytes':>10s}" + "".join(f"{a:>20s}" for a in ALGOS))
+for n in SIZES:
+    print(f"{8 * n:10d}" + "".join(f"{1e6 * worst[a, n]:18.1f}us" for a in ALGOS))
+    assert np.isclose(worst["ring", n], flat_time("ring", TOPO, 8, 8 * n), rtol=1e-12)
+    assert np.isclose(worst["hierarchical", n], hierarchical_cost(TOPO, 8 * n).time, rtol=1e-12)
+    assert np.isclose(worst["torus", n], torus_cost(TOPO, 8 * n).time, rtol=1e-12)
+    assert worst["hierarchical", n] < worst["ring", n]
+big = SIZES[-1]
+factor = worst["ring", big] / worst["hierarchical", big]
+print(f"hierarchical beats the flat ring by {factor:.2f}x at {8 * big >> 20} MiB "
+      f"(predicted {hierarchical_speedup(TOPO, 8 * big):.2f}x, limit 4.375x)")
+assert np.isclose(factor, hierarchical_speedup(TOPO, 8 * big), rtol=1e-9) and factor > 4.0
+
+# Crossover with flat recursive doubling (3 messages of n bytes, only one across nodes): small arrays
+# favour it, large ones the hierarchical algorithm. Where do the closed forms cross?
+grid = np.logspace(2, 8, 600)
+rd = np.array([flat_time("recursive_doubling", TOPO, 8, b) for b in grid])
+hier = np.array([hierarchical_cost(TOPO, b).time for b in grid])
+crossover = grid[np.argmax(hier < rd)]
+print(f"crossover with recursive doubling: about {crossover / 1024:.1f} KiB")
+assert worst["recursive_doubling", SIZES[0]] < worst["hierarchical", SIZES[0]]
+assert worst["recursive_doubling", big] > worst["hierarchical", big]
+
+# Node count: 8 ranks as 2x4, 4x2 or 8x1 (the same 16 MiB); the last is all network.
+shapes = [(2, 4), (4, 2), (8, 1)]
+by_nodes = [hierarchical_cost(Topology(n, g, INTRA, INTER), 8 * big).time for n, g in shapes]
+flat_by_nodes = [flat_time("ring", Topology(n, g, INTRA, INTER), 8, 8 * big) for n, g in shapes]
+for (n, g), h, f in zip(shapes, by_nodes, flat_by_nodes):
+    print(f"{n} nodes x {g}: hierarchical {1e3 * h:6.3f} ms, flat ring {1e3 * f:6.3f} ms")
+assert by_nodes[0] < by_nodes[1] < by_nodes[2]
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+for a in ALGOS:
+    axes[0].loglog([8 * n for n in SIZES], [worst[a, n] for n in SIZES], "o-", label=a)
+axes[0].axvline(crossover, color="gray", ls=":", label="crossover (formula)")
+axes[0].set(xlabel="bytes", ylabel="simulated time (s)", title="allreduce on 2 nodes x 4, network 10x slower")
+axes[0].legend(fontsize="small")
+labels = [f"{n}x{g}" for n, g in shapes]
+axes[1].bar(np.arange(3) - 0.2, flat_by_nodes, 0.4, label="flat ring")
+axes[1].bar(np.arange(3) + 0.2, by_nodes, 0.4, label="hierarchical")
+axes[1].set(xticks=range(3), xticklabels=labels, xlabel="nodes x ranks per node", ylabel="time (s)",
+            title="16 MiB over 8 ranks")
+axes[1].legend(fontsize="small")
+fig.tight_layout()
+save_figure(fig, "15_hierarchical_allreduce.png")
+plt.close(fig)
+
+# %% [markdown]
+# ## 3. Placing a data × pipeline × tensor grid
+#
+# Tensor parallelism allreduces activations (B × d) twice per layer pair, data parallelism the gradients
+# (d × h) once per step: with B = 2048 ≫ h the tensor groups move the most bytes and belong inside a node.
+# `Grid3D(comm, D, P, T)` numbers ranks tensor-fastest; `placement="tensor_across"` puts each tensor
+# group across the two nodes. Same training, same numbers — a different clock.
+
+# %%
+
+
+def grid_step(comm, placement):
+    rng = np.random.default_rng(0)
+    blocks = [(Linear(128, 256, rng=rng, dtype=np.float64), ReLU(), Linear(256, 128, rng=rng, dtype=np.float64))
+              for _ in range(2)]
+    grid = Grid3D(comm, 2, 2, 2, placement=placement)
+    stage = grid.stage(blocks)
+    x, y = rng.standard_normal((2048, 128)), rng.standard_normal((2048, 128))
+    comm.barrier()
+    start = comm.clock
+    loss = grid.train_step(stage, MSELoss(), SGD(stage.parameters(), lr=0.01), x, y)
+    return comm.clock - start, loss
+
+
+good = run(grid_step, 8, "tensor_inside", link=TOPO)
+bad = run(grid_step, 8, "tensor_across", link=TOPO)
+t_good, t_bad = max(t for t, _ in good), max(t for t, _ in bad)
+print(f"one 2x2x2 step: tensor groups inside nodes {1e6 * t_good:.1f} us, across nodes {1e6 * t_bad:.1f} us")
+assert sorted(l for _, l in good if l is not None) == sorted(l for _, l in bad if l is not None)
+assert t_bad > 1.5 * t_good
+
+# %% [markdown]
+# ## 4. The roofline
+#
+# Arithmetic intensity I = FLOPs / bytes moved; attainable FLOP/s = min(peak, bandwidth · I). Below the
+# ridge (peak / bandwidth) a layer is memory-bound. First this machine: NumPy's matmul at a few sizes.
+
+# %%
+rates = []
+for n in (64, 256, 1024):
+    a = np.ones((n, n), np.float32)
+    a @ a
+    t0 = time.perf_counter()
+    for _ in range(3):
+        a @ a
+    rates.append(2 * n**3 * 3 / (time.perf_counter() - t0))
+print("NumPy float32 matmul on this machine (GFLOP/s):", [f"{r / 1e9:.1f}" for r in rates],
+      f"fitted peak ~ {max(rates) / 1e9:.1f} GFLOP/s (loaded machine: indicative only)")
+
+V100 = Machine()                                    # 15.7 TFLOP/s, 900 GB/s, 25 GB/s
+cnn = Sequential(Conv2d(3, 64, 3, padding=1, rng=np.random.default_rng(0)), BatchNorm2d(64), ReLU(),
+                 MaxPool2d(2), Flatten(), Linear(64 * 16 * 16, 1024, rng=np.random.default_rng(1)), ReLU(),
+                 Linear(1024, 10, rng=np.random.default_rng(2)))
+costs = model_costs(cnn, (256, 3, 32, 32))
+for c in costs:
+    print(f"{c.name:12s} forward I = {c.forward_intensity:8.2f} flop/B  "
+          f"{V100.bound(c.forward_flops, c.forward_bytes)}-bound")
+# the wide Linear computes; the first convolution (3 input channels only) still streams memory
+assert V100.bound(costs[5].forward_flops, costs[5].forward_bytes) == "compute"
+assert costs[0].forward_intensity < V100.ridge < costs[5].forward_intensity
+assert all(V100.bound(c.forward_flops, c.forward_bytes) == "memory" for c in costs[1:5])
+print("whole step:", step_bound(costs, V100)[0], "bound")
+
+# Distributed roofline: FLOPs per byte sent per rank, MLP 4096-wide x 4 layers, batch 512, 8 ranks.
+widths, batch = [4096] * 5, 512
+intensity = {s: (lambda f, b: f / b)(*communication_intensity(widths, batch, s, 8))
+             for s in ("data", "tensor", "pipeline")}
+for s, i in intensity.items():
+    print(f"{s:9s} communication intensity {i:9.1f} flop/B -> {V100.attainable(i, V100.network_bw) / 1e12:6.2f}"
+          " TFLOP/s attainable over one NVLink")
+# data parallelism's intensity grows with the batch per rank (B/D): at 64 samples per rank it is lowest
+assert intensity["pipeline"] > intensity["tensor"] > intensity["data"]
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+xs = np.logspace(-2, 4, 200)
+for ax, bw, what in ((axes[0], V100.memory_bw, "memory"), (axes[1], V100.network_bw, "network")):
+    ax.loglog(xs, [V100.attainable(x, bw) for x in xs], "k-", label=f"roof ({what} {bw / 1e9:.0f} GB/s)")
+    ax.set(xlabel=f"FLOPs per byte ({what})", ylabel="attainable FLOP/s")
+for c in costs:
+    axes[0].loglog(c.forward_intensity, V100.attainable(c.forward_intensity), "o", label=c.name)
+for s, i in intensity.items():
+    axes[1].loglog(i, V100.attainable(i, V100.network_bw), "s", label=s)
+axes[0].set_title("per layer (forward, batch 256, V100)")
+axes[1].set_title("distributed: FLOPs per byte sent")
+for ax in axes:
+    ax.legend(fontsize="x-small")
+fig.tight_layout()
+save_figure(fig, "15_roofline.png")
+plt.close(fig)
+
+# %% [markdown]
+# **What to remember.** Map the communication to the hierarchy: on a cluster whose network is 10× slower
+# than its nodes, reduce inside the node first (4.4× here for large arrays); small arrays still prefer few
+# messages. Keep the group that moves the most bytes (here tensor) inside a node. The roofline says whether a
+# layer waits for arithmetic, memory or the network: big matmuls compute, norms and activations stream memory.
+
+# %% [markdown]
+# ## Exercises
+#
+# * `hierarchical_allreduce` — `minidist/collectives/hierarchical.py`: reduce-scatter inside the node,
+#   recursive doubling across nodes, allgather inside the node.
+#   Check: `python -m pytest --exercise hierarchical_allreduce`.
