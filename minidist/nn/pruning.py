@@ -80,7 +80,11 @@ def cubic_sparsity(step: int, final_sparsity: float, begin_step: int, end_step: 
     final_sparsity, initial_sparsity = check_sparsity(final_sparsity), check_sparsity(initial_sparsity)
     if not 0 <= begin_step < end_step:
         raise ValueError(f"cubic_sparsity needs 0 <= begin_step < end_step, got {begin_step}, {end_step}")
-    progress = min(max((step - begin_step) / (end_step - begin_step), 0.0), 1.0)
+    if step <= begin_step:
+        return initial_sparsity
+    if step >= end_step:
+        return final_sparsity
+    progress = (step - begin_step) / (end_step - begin_step)
     return final_sparsity + (initial_sparsity - final_sparsity) * (1.0 - progress) ** 3
 
 
