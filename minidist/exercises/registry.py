@@ -94,6 +94,10 @@ EXERCISES = (
              "log2 N·(α_e + n/G·β_e).",
              "reduce_scatter on the node's communicator, recursive_doubling_allreduce across nodes, "
              "allgather on the node's communicator."),
+    Exercise("magnitude_prune", "lessons/13_sparsity.py",
+             "The keep-mask of unstructured magnitude pruning: False at the round(s·n) smallest |w|, ties in "
+             "index order (stable sort).",
+             "np.argsort(np.abs(w).ravel(), kind=\"stable\") gives the order; prune the first round(s·n)."),
 )
 
 

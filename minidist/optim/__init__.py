@@ -11,6 +11,9 @@ from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .schedule import Constant, Cosine, LinearScalingRule, LinearWarmup, Schedule, StepDecay, scaled_lr
 from .sgd import SGD
+from .masked import MaskedOptimizer
+from .sag import SAG
 
 __all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule", "LinearWarmup",
-           "Optimizer", "RMSprop", "Schedule", "StepDecay", "scaled_lr"]
+           "Optimizer", "RMSprop", "Schedule", "StepDecay", "scaled_lr",
+           "MaskedOptimizer", "SAG"]

@@ -42,9 +42,15 @@ def _cases():
         "GroupNorm": (lambda rng: nn.GroupNorm(2, 4, dtype=np.float64), (3, 4, 2)),
         "Sequential": (lambda rng: nn.Sequential(nn.Linear(4, 6, rng=rng, dtype=np.float64), nn.ReLU(),
                                                  nn.Linear(6, 4, rng=rng, dtype=np.float64)), (4, 4)),
+        "Masked": (lambda rng: _pruned(nn.Masked(nn.Linear(4, 5, rng=rng, dtype=np.float64))), (3, 4)),
         "Checkpoint": (lambda rng: nn.Checkpoint(nn.Sequential(
             nn.Linear(4, 4, rng=rng, dtype=np.float64), nn.Dropout(0.3, rng=rng), nn.Tanh())), (5, 4)),
     }
+
+
+def _pruned(layer):
+    layer.prune_to(0.5)
+    return layer
 
 
 CASES = _cases()

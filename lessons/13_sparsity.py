@@ -1,0 +1,265 @@
+# %% [markdown]
+# # 13 — Sparsity: pruning, structured sparsity, PruneTrain, and SAG
+#
+# **Goal.** Zeros are free work only if the hardware and the storage can skip them. This lesson measures
+# the zeros training makes by itself (activations after ReLU), makes more by pruning weights, and asks
+# what they buy:
+#
+# 1. activation sparsity per layer while the digits CNN trains;
+# 2. accuracy against sparsity for *unstructured* (single weights) and *channel* (whole filters) pruning;
+# 3. bytes: a sparse format pays an index per stored value, so fine-grained sparsity saves little memory
+#    until most weights are gone, while coarse-grained pruning saves space at lower sparsity;
+# 4. PruneTrain-style training: group lasso drives whole channels to exactly zero and the layers are cut
+#    smaller while training runs, so the FLOPs of every later step fall;
+# 5. SAG, the stochastic average gradient, from the same tutorial's optimizer list: linear convergence
+#    on a convex problem where SGD with a constant rate stalls.
+#
+# Sources: the tutorial "Hardware Accelerators for Training Deep Neural Networks" (chapters "Sparsity" and
+# the optimizer list), Zhu & Gupta "To prune, or not to prune", Mao et al. "Exploring the Granularity of
+# Sparsity in CNNs", Wen et al. "Learning Structured Sparsity in DNNs", Lym et al. "PruneTrain", Le Roux,
+# Schmidt & Bach "Minimizing Finite Sums with the Stochastic Average Gradient".
+#
+# Exercise: `magnitude_prune` (minidist/nn/pruning.py); see lessons/EXERCISES.md.
+
+# %%
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minidist.data import iterate_batches, load_digits
+from minidist.nn import (Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, Parameter, ReLU, Sequential,
+                         cubic_sparsity, magnitude_mask, prune)
+from minidist.nn.prune_train import group_lasso_prox, removable_channels, shrink_channels, training_flops
+from minidist.nn.sparse_storage import CSR, BlockCSR, dense_nbytes
+from minidist.nn.sparsity import forward_with_activation_sparsity, weight_sparsity
+from minidist.optim import SAG, SGD, MaskedOptimizer
+from minidist.plots import save_figure
+
+data = load_digits(images=True)
+BATCH = 32
+
+
+def digits_cnn(seed: int) -> Sequential:
+    """Conv(1→16) ReLU Pool, Conv(16→32) ReLU Pool, Linear(128→10) on 8×8 images."""
+    rng = np.random.default_rng(seed)
+    return Sequential(Conv2d(1, 16, 3, padding=1, rng=rng), ReLU(), MaxPool2d(2),
+                      Conv2d(16, 32, 3, padding=1, rng=rng), ReLU(), MaxPool2d(2),
+                      Flatten(), Linear(32 * 2 * 2, 10, rng=rng))
+
+
+def accuracy(model: Sequential) -> float:
+    return float(np.mean(model(data.x_test).argmax(axis=1) == data.y_test))
+
+
+def train_epoch(model, optimizer, seed, after_step=None) -> list[dict[int, float]]:
+    """One epoch of cross-entropy training; returns the ReLU sparsity of every step."""
+    loss, measured = CrossEntropyLoss(), []
+    for idx in iterate_batches(len(data.y_train), BATCH, np.random.default_rng(seed)):
+        optimizer.zero_grad()
+        logits, zeros = forward_with_activation_sparsity(model, data.x_train[idx])
+        loss.forward(logits, data.y_train[idx])
+        model.backward(loss.backward())
+        optimizer.step()
+        measured.append(zeros)
+        if after_step is not None:
+            after_step()
+    return measured
+
+
+# %% [markdown]
+# ## 1. Activation sparsity comes for free
+#
+# ReLU writes max(x, 0): every negative pre-activation becomes an exact zero, and its backward sends a
+# zero gradient to the same positions. We train the digits CNN for six epochs and record, at every step,
+# the fraction of zeros after each ReLU.
+
+# %%
+base = digits_cnn(0)
+optimizer = SGD(base.parameters(), lr=0.1, momentum=0.9)
+history = []
+for epoch in range(6):
+    history += train_epoch(base, optimizer, seed=100 + epoch)
+base_accuracy, base_state = accuracy(base), base.state_dict()
+relu1, relu2 = np.array([h[1] for h in history]), np.array([h[4] for h in history])
+print(f"dense CNN: test accuracy {base_accuracy:.3f}")
+print(f"zeros after ReLU 1: {relu1[:20].mean():.2f} in the first 20 steps, {relu1[-20:].mean():.2f} in the last 20")
+print(f"zeros after ReLU 2: {relu2[:20].mean():.2f} in the first 20 steps, {relu2[-20:].mean():.2f} in the last 20")
+print(f"weight sparsity of the trained model: {weight_sparsity(base)['total']:.4f}")
+assert base_accuracy > 0.9
+assert relu1[-20:].mean() > 0.3 and relu2[-20:].mean() > 0.3  # a third or more of the activations are 0
+assert weight_sparsity(base)["total"] == 0.0                  # ...while no weight is
+
+# %% [markdown]
+# ## 2. Accuracy against sparsity: single weights or whole channels
+#
+# `prune(model, s, structure)` wraps the hidden layers in `Masked`: "weights" removes the fraction s of
+# each layer's smallest |w| (the `magnitude_prune` exercise), "channels" removes the fraction s of its
+# filters of least L2 norm, bias included. We measure right after pruning ("post hoc") and after one
+# epoch of fine-tuning through `MaskedOptimizer`, which keeps the pruned weights at exactly zero.
+
+# %%
+SPARSITIES = [0.3, 0.5, 0.7, 0.8, 0.9]
+results = {}
+for structure in ("weights", "channels"):
+    for s in SPARSITIES:
+        model = digits_cnn(0)
+        model.load_state_dict(base_state)
+        wrappers = prune(model, s, structure)
+        post_hoc = accuracy(model)
+        masked = MaskedOptimizer(SGD(model.parameters(), lr=0.05, momentum=0.9), model)
+        train_epoch(model, masked, seed=7)
+        assert all(np.all(p.data[~m] == 0) for w in wrappers for p, m in w.masks())
+        results[structure, s] = (post_hoc, accuracy(model))
+        print(f"{structure:8s} s = {s:.1f}: post hoc {post_hoc:.3f}, fine-tuned {results[structure, s][1]:.3f}")
+for s in (0.8, 0.9):  # coarse granularity hurts more, with and without fine-tuning
+    assert results["channels", s][0] < results["weights", s][0]
+    assert results["channels", s][1] < results["weights", s][1]
+assert results["weights", 0.5][0] > base_accuracy - 0.02  # half the weights go for free
+
+fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+for structure, colour in (("weights", "tab:blue"), ("channels", "tab:red")):
+    ax.plot(SPARSITIES, [results[structure, s][0] for s in SPARSITIES], "--o", color=colour,
+            label=f"{structure}, post hoc")
+    ax.plot(SPARSITIES, [results[structure, s][1] for s in SPARSITIES], "-o", color=colour,
+            label=f"{structure}, 1 epoch fine-tuning")
+ax.axhline(base_accuracy, color="gray", lw=0.8, label="dense")
+ax.set(xlabel="fraction of each hidden layer pruned", ylabel="test accuracy", title="digits CNN")
+ax.legend()
+save_figure(fig, "13_accuracy_vs_sparsity.png", dpi=90)
+plt.close(fig)
+
+# %% [markdown]
+# A gradual schedule (Zhu & Gupta) prunes in many small steps instead of one: s_t = s_f(1 − (1 − t/T)³)
+# rises fast while many weights are redundant and slowly near the end.
+
+# %%
+print("cubic schedule to 0.9 over 10 steps:", [round(cubic_sparsity(t, 0.9, 0, 10), 3) for t in range(0, 11, 2)])
+
+# %% [markdown]
+# ## 3. Bytes: the indices eat fine-grained savings
+#
+# Stored sparse, a matrix pays for its indices (v = 4 bytes per float32 value, i = 4 per int32 index):
+# CSR costs nnz·(v + i) + (rows + 1)·i, so it beats the dense rows·cols·v only once more than half the
+# weights are zero. A block format stores whole (bh × bw) blocks with one index each; with a block of
+# one filter (1 × C·kh·kw = 1 × 144 for the second conv) the index costs 4 bytes per 144 values.
+
+# %%
+w = base_state["layers.3.weight"]  # (32, 16, 3, 3), stored as a (32, 144) matrix
+dense = dense_nbytes(w)
+fine_bytes, coarse_bytes = [], []
+for s in SPARSITIES:
+    fine = np.where(magnitude_mask(w, s), w, 0)
+    keep = np.ones(32, dtype=bool)
+    keep[np.argsort(np.linalg.norm(w.reshape(32, -1), axis=1), kind="stable")[:round(s * 32)]] = False
+    coarse = np.where(keep[:, None, None, None], w, 0)
+    fine_bytes.append(CSR.from_dense(fine).nbytes)
+    coarse_bytes.append(BlockCSR.from_dense(coarse, (1, 144)).nbytes)
+    print(f"s = {s:.1f}: dense {dense} B, CSR (fine) {fine_bytes[-1]} B, filter blocks (coarse) "
+          f"{coarse_bytes[-1]} B")
+nnz = round(0.5 * w.size)
+assert fine_bytes[1] == nnz * 8 + 33 * 4 > dense      # at 50 % fine-grained CSR is *larger* than dense
+assert coarse_bytes[0] < 0.72 * dense                  # at 30 % coarse already saves more than a quarter
+assert coarse_bytes[1] < fine_bytes[2]                 # coarse at 50 % beats fine at 70 %
+
+fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+ax.plot(SPARSITIES, np.array(fine_bytes) / dense, "-o", label="CSR, single weights pruned")
+ax.plot(SPARSITIES, np.array(coarse_bytes) / dense, "-o", label="filter blocks, channels pruned")
+ax.axhline(1.0, color="gray", lw=0.8, label="dense")
+ax.set(xlabel="sparsity", ylabel="bytes / dense bytes", title="conv 2 weight (32×16×3×3), float32 + int32")
+ax.legend()
+save_figure(fig, "13_storage_bytes.png", dpi=90)
+plt.close(fig)
+
+# %% [markdown]
+# ## 4. PruneTrain: group lasso, then smaller layers during training
+#
+# Group lasso adds λ Σ_g ‖w_g‖₂ with one group per output channel (filter and bias). After every SGD
+# step the proximal step w_g ← max(0, 1 − γλ/‖w_g‖₂)·w_g sets a group to *exactly* zero once its norm
+# falls below γλ (a subgradient step would only jitter around zero). At the end of each epoch
+# `shrink_channels` cuts every zero channel out of both the layer that writes it and the layer that
+# reads it — channel union: no index arrays, just smaller dense layers — and slices the optimizer's
+# momentum buffers to match, so training simply continues, with fewer FLOPs per step.
+
+# %%
+model = digits_cnn(0)
+optimizer = SGD(model.parameters(), lr=0.1, momentum=0.9)
+STRENGTH = 0.05
+flops = [training_flops(model, (BATCH, 1, 8, 8))]
+channels, accuracies = [[16, 32]], []
+for epoch in range(10):
+    train_epoch(model, optimizer, seed=200 + epoch,
+                after_step=lambda: group_lasso_prox([model[0], model[3]], STRENGTH, optimizer.lr))
+    removable = [int(r.sum()) for r in removable_channels(model)]
+    channels.append(shrink_channels(model, optimizer)[:2])
+    flops.append(training_flops(model, (BATCH, 1, 8, 8)))
+    accuracies.append(accuracy(model))
+    print(f"epoch {epoch}: removed {removable[:2]} channels -> conv widths {channels[-1]}, "
+          f"{flops[-1] / flops[0]:.2f} of the FLOPs per step, test accuracy {accuracies[-1]:.3f}")
+assert all(a >= b for a, b in zip(flops, flops[1:]))   # FLOPs per step never rise...
+assert flops[-1] < 0.6 * flops[0]                      # ...and fall by more than 40 %
+assert accuracies[-1] > base_accuracy - 0.03           # at the cost of little accuracy
+assert model[0].weight.shape[0] == model[3].weight.shape[1] < 16
+
+fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+ax.step(range(len(flops)), np.array(flops) / flops[0], where="post", label="training FLOPs per step")
+ax.plot(range(1, len(flops)), accuracies, "o-", label="test accuracy")
+ax.set(xlabel="epoch", ylim=(0, 1.05), title="PruneTrain-style training (group lasso λ = 0.05)")
+ax.legend()
+save_figure(fig, "13_prunetrain_flops.png", dpi=90)
+plt.close(fig)
+
+# %% [markdown]
+# ## 5. SAG against SGD on least squares
+#
+# f(w) = (1/n) Σ_i ½(a_i·w − b_i)². SAG keeps the latest gradient y_i of every sample and steps along their
+# average: w ← w − (γ/n) Σ_i y_i. One new gradient per step, like SGD, but the noise of the step
+# vanishes as w converges, so with a constant rate the error falls *linearly* (a straight line on a log
+# axis). SGD with the same constant rate stalls at a noise floor. (The tutorial's SAG slide shows an
+# exponential moving average of gradients, M ← βM + (1 − β)G, which is momentum, not SAG.)
+
+# %%
+rng = np.random.default_rng(13)
+n, d = 200, 10
+a_mat, b_vec = rng.standard_normal((n, d)), rng.standard_normal(n)
+w_star = np.linalg.lstsq(a_mat, b_vec, rcond=None)[0]
+objective = lambda w: 0.5 * np.mean((a_mat @ w - b_vec) ** 2)
+lr = 1.0 / (3 * np.max(np.sum(a_mat**2, axis=1)))
+sag_w, sgd_w = Parameter(np.zeros(d)), Parameter(np.zeros(d))
+sag, sgd = SAG([sag_w], lr=lr, num_samples=n), SGD([sgd_w], lr=lr)
+gaps = {"SAG": [], "SGD": []}
+for epoch in range(40):
+    for i in rng.integers(0, n, n):
+        for w_, opt in ((sag_w, sag), (sgd_w, sgd)):
+            w_.grad[...] = (a_mat[i] @ w_.data - b_vec[i]) * a_mat[i]
+            opt.step(int(i)) if opt is sag else opt.step()
+    gaps["SAG"].append(objective(sag_w.data) - objective(w_star))
+    gaps["SGD"].append(objective(sgd_w.data) - objective(w_star))
+print(f"f(w) − f* after 10, 20, 40 epochs: SAG {gaps['SAG'][9]:.1e}, {gaps['SAG'][19]:.1e}, {gaps['SAG'][39]:.1e};"
+      f" SGD {gaps['SGD'][9]:.1e}, {gaps['SGD'][19]:.1e}, {gaps['SGD'][39]:.1e}")
+assert gaps["SAG"][39] < 1e-12 < 1e-5 < gaps["SGD"][39]
+assert gaps["SAG"][19] < 1e-2 * gaps["SAG"][9] and gaps["SAG"][29] < 1e-2 * gaps["SAG"][19]  # linear rate
+
+fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+for name, values in gaps.items():
+    ax.semilogy(range(1, 41), np.maximum(values, 1e-17), label=name)
+ax.set(xlabel="epoch (n steps)", ylabel="f(w) − f*", title=f"least squares, n = {n}, same constant rate")
+ax.legend()
+save_figure(fig, "13_sag_vs_sgd.png", dpi=90)
+plt.close(fig)
+
+# %% [markdown]
+# **What to remember.** ReLU networks are half zeros in their activations without trying. Pruning single
+# weights keeps accuracy to high sparsity but needs an index per value, so memory falls only past 50 %;
+# pruning whole channels costs more accuracy at the same sparsity but needs almost no index and, cut out
+# of the arrays (PruneTrain), makes every later training step cheaper on ordinary dense hardware. SAG
+# buys a linear rate with memory: one stored gradient per sample.
+#
+# ## Exercises
+#
+# * `magnitude_prune` (minidist/nn/pruning.py): the keep-mask of unstructured magnitude pruning. Check it
+#   with `python -m pytest --exercise magnitude_prune` (or `python -m pytest tests/nn/test_nn_magnitude_prune.py`).
+# * Try: prune with `cubic_sparsity` over an epoch instead of at once, and compare with section 2.
+# * Try: group lasso on the *input* channels of conv 2 as well, and see which layer shrinks first.
