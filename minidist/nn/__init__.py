@@ -7,9 +7,10 @@ from .linear import Linear
 from .loss import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter, Sequential
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .online_norm import OnlineNorm
 
 __all__ = [
     "GELU", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Checkpoint", "Conv2d", "CrossEntropyLoss", "Dropout", "Flatten",
-    "GroupNorm", "LayerNorm", "Linear", "MSELoss", "MaxPool2d", "Module", "Parameter", "ReLU", "Sequential",
+    "GroupNorm", "LayerNorm", "Linear", "MSELoss", "MaxPool2d", "Module", "OnlineNorm", "Parameter", "ReLU", "Sequential",
     "Sigmoid", "Tanh",
 ]
