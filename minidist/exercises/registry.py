@@ -98,6 +98,12 @@ EXERCISES = (
              "The keep-mask of unstructured magnitude pruning: False at the round(s·n) smallest |w|, ties in "
              "index order (stable sort).",
              "np.argsort(np.abs(w).ravel(), kind=\"stable\") gives the order; prune the first round(s·n)."),
+    Exercise("sync_batchnorm_backward", "lessons/12_normalization.py",
+             "SyncBatchNorm's backward: sum dy and dy·x̂ per channel on this rank, allreduce the 2C sums, then "
+             "dx = γ/√(σ²+ε)·(dy − Σdy/M − x̂·Σdy·x̂/M) with the global count M; dγ, dβ get the local sums "
+             "(or the global ones when global_parameter_gradients).",
+             "Sum over every axis but the channels, one allreduce of the 2C sums (self._allreduce); an empty "
+             "shard still joins the allreduce."),
 )
 
 

@@ -7,11 +7,12 @@ from .linear import Linear
 from .loss import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter, Sequential
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .online_norm import OnlineNorm
 from .pruning import Masked, channel_mask, cubic_sparsity, magnitude_mask, prune, unwrap
 
 __all__ = [
-    "GELU", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Checkpoint", "Conv2d", "CrossEntropyLoss", "Dropout", "Flatten",
-    "GroupNorm", "LayerNorm", "Linear", "MSELoss", "MaxPool2d", "Module", "Parameter", "ReLU", "Sequential",
-    "Sigmoid", "Tanh",
-    "Masked", "channel_mask", "cubic_sparsity", "magnitude_mask", "prune", "unwrap",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Checkpoint", "Conv2d", "CrossEntropyLoss", "Dropout",
+    "Flatten", "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "Module",
+    "OnlineNorm", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "channel_mask", "cubic_sparsity",
+    "magnitude_mask", "prune", "unwrap",
 ]

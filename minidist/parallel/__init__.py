@@ -18,13 +18,14 @@ compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient C
 
 from .asynchronous import train_elastic, train_local_sgd, train_parameter_server
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
-from .data import DataParallel
+from .data import DataParallel, SyncBatchNorm, convert_sync_batchnorm
 from .hybrid import Grid, hybrid_train_step
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .spatial import (
     GridAllgather,
     HaloPlan,
     SpatialAvgPool2d,
+    SpatialBatchNorm2d,
     SpatialConv2d,
     SpatialMaxPool2d,
     gather_from_grid,
@@ -53,11 +54,14 @@ __all__ = [
     "Pipeline",
     "RowParallelLinear",
     "SpatialAvgPool2d",
+    "SpatialBatchNorm2d",
     "SpatialConv2d",
     "SpatialMaxPool2d",
+    "SyncBatchNorm",
     "TopK",
     "bubble_fraction",
     "column_parallel_mlp",
+    "convert_sync_batchnorm",
     "format_schedule",
     "gather_from_grid",
     "hybrid_train_step",

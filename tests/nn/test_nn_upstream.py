@@ -40,6 +40,7 @@ def _cases():
         "BatchNorm2d": (lambda rng: nn.BatchNorm2d(2, dtype=np.float64), (3, 2, 3, 3)),
         "LayerNorm": (lambda rng: nn.LayerNorm(4, dtype=np.float64), (4, 4)),
         "GroupNorm": (lambda rng: nn.GroupNorm(2, 4, dtype=np.float64), (3, 4, 2)),
+        "OnlineNorm": (lambda rng: nn.OnlineNorm(2, alpha_fwd=0.9, dtype=np.float64), (3, 2, 3)),
         "Sequential": (lambda rng: nn.Sequential(nn.Linear(4, 6, rng=rng, dtype=np.float64), nn.ReLU(),
                                                  nn.Linear(6, 4, rng=rng, dtype=np.float64)), (4, 4)),
         "Masked": (lambda rng: _pruned(nn.Masked(nn.Linear(4, 5, rng=rng, dtype=np.float64))), (3, 4)),

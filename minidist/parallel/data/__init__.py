@@ -9,8 +9,11 @@ from .data_parallel import DataParallel
 from .overlap import allreduce_seconds, comm_spans, save_overlap_chrome, step_time
 from .replicas import check_same_layout, check_same_values, parameter_digest, parameter_signature
 from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers, shard_bounds
+from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 
 __all__ = [
+    "SyncBatchNorm",
+    "convert_sync_batchnorm",
     "DEFAULT_BUCKET_BYTES",
     "Bucket",
     "DataParallel",

@@ -51,6 +51,11 @@ class Pipeline:
     num_micro_batches: M; schedule: "naive", "gpipe", "1f1b" or a Schedule (list of ticks of Ops).
     checkpoint: recompute activations in backward, for every stage (bool) or per stage (list of bools).
     loss_fn: a loss with forward(prediction, target) -> mean loss and backward() -> dL/dprediction.
+
+    Batch norm is per micro-batch, by choice (as GPipe): a BatchNorm layer in training mode normalises
+    each micro-batch of n_m samples with that micro-batch's statistics and updates its running
+    estimates M times per step. Its loss and gradients therefore depend on M (M = 1 is full-batch
+    training); GroupNorm / LayerNorm / OnlineNorm do not (lessons/12_normalization.py shows both).
     """
 
     def __init__(self, comm, model: Sequential, *, loss_fn, num_micro_batches: int, schedule="gpipe",

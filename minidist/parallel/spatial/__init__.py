@@ -2,6 +2,7 @@
 (which rows and columns each rank owns and needs), comm.py (the halo exchange), cost.py (the step's
 time on the simulated clock)."""
 
+from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
 from .cost import forward_time_1d, local_conv_flops, rehearse_conv_step
 from .partition import AxisPartition, HaloPlan, Transfer, intersect, length, split_bounds
@@ -18,6 +19,7 @@ from .spatial import (
 )
 
 __all__ = [
+    "SpatialBatchNorm2d",
     "AxisPartition",
     "GridAllgather",
     "HaloPlan",

@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, allreduce, gather, scatter
-from minidist.nn import GELU, AvgPool2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
+from minidist.nn import GELU, AvgPool2d, BatchNorm2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
+from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
 from .partition import HaloPlan, length, split_bounds
 
@@ -201,7 +202,7 @@ SPATIAL = {Conv2d: SpatialConv2d, MaxPool2d: SpatialMaxPool2d, AvgPool2d: Spatia
 def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[int, int]) -> Sequential:
     """The spatially parallel twin of ``model``, sharing its Parameters (so one optimizer serves both).
 
-    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / ReLU / Tanh / Sigmoid / GELU layers, then
+    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / BatchNorm2d / ReLU / Tanh / Sigmoid / GELU layers, then
     Flatten and anything after it (the head). Convs and pools become their Spatial versions; element-wise
     layers work on the blocks as they are; a GridAllgather goes before the Flatten and the head runs
     replicated on every rank. forward takes this rank's block of the input, returns the full output.
@@ -214,6 +215,8 @@ def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[i
             hw = spatial.output_hw
         elif isinstance(layer, ELEMENTWISE):
             layers.append(layer)
+        elif type(layer) is BatchNorm2d:       # statistics over all blocks: one allreduce each way
+            layers.append(SpatialBatchNorm2d(layer, comm))
         elif isinstance(layer, Flatten):
             return Sequential(*layers, GridAllgather(comm, grid, hw), *model.layers[index:])
         else:

@@ -1,0 +1,214 @@
+# %% [markdown]
+# # 12 — Normalisation at scale
+#
+# **Goal.** See why batch normalisation ties a model to its parallel layout, and what to do about it:
+# synchronised batch norm (one small allreduce each way), batch-free normalisers (GroupNorm, LayerNorm)
+# and Online Normalization, which needs no batch at all.
+#
+# The seed ("Hardware Accelerators for Training Deep Neural Networks" slides, "Normalization"): batch
+# norm computes, per channel, over the mini-batch B
+#
+#     μ_B = mean_B(x),  σ²_B = mean_B((x − μ_B)²),  x̂ = (x − μ_B)/√(σ²_B + ε),  y = γ x̂ + β
+#
+# — "a statistical operator: each output depends on *all* samples". Whoever holds "the batch" decides
+# the result: a data-parallel rank holds n_r samples, a pipeline stage one micro-batch, a spatial rank a
+# block of every image. Online Normalization replaces μ_B, σ²_B by running estimates and corrects the
+# backward pass with two accumulated errors (its four properties are on the slides).
+
+# %%
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minidist.cluster import run
+from minidist.data import iterate_batches, load_digits
+from minidist.nn import (BatchNorm1d, CrossEntropyLoss, GroupNorm, LayerNorm, Linear, OnlineNorm, ReLU,
+                         Sequential)
+from minidist.optim import SGD
+from minidist.parallel.data import DataParallel, shard_bounds
+from minidist.parallel.data.sync_batchnorm import convert_sync_batchnorm
+from minidist.parallel.pipeline import Pipeline
+from minidist.plots import save_figure
+
+START = time.perf_counter()
+DATA = load_digits(dtype=np.float64)
+HIDDEN = 32
+
+
+def mlp(norm, seed=0):
+    """64 → 32 → norm → ReLU → 10 on the digits."""
+    rng = np.random.default_rng(seed)
+    return Sequential(Linear(64, HIDDEN, rng=rng, dtype=np.float64), norm(), ReLU(),
+                      Linear(HIDDEN, 10, rng=rng, dtype=np.float64))
+
+
+NORMS = {
+    "BatchNorm": lambda: BatchNorm1d(HIDDEN, dtype=np.float64),
+    "GroupNorm": lambda: GroupNorm(4, HIDDEN, dtype=np.float64),
+    "LayerNorm": lambda: LayerNorm(HIDDEN, dtype=np.float64),
+    "OnlineNorm": lambda: OnlineNorm(HIDDEN, alpha_fwd=0.99, alpha_bkw=0.99, dtype=np.float64),
+}
+
+# %% [markdown]
+# ## 1. Four ranks, one batch: plain BatchNorm is not the single-process model, SyncBatchNorm is
+#
+# A global batch of 32 over P = 4 ranks. With plain BatchNorm each rank normalises its 8 samples by
+# their own statistics (DDP without SyncBatchNorm); `convert_sync_batchnorm` swaps every BatchNorm for
+# a SyncBatchNorm, whose statistics come from one allreduce of (count, Σx, Σx²) over all ranks.
+
+# %%
+P, GLOBAL = 4, 32
+X, Y = DATA.x_train[:GLOBAL], DATA.y_train[:GLOBAL]
+
+
+def dp_steps(comm, sync, steps=5):
+    model = mlp(NORMS["BatchNorm"])
+    if sync:
+        convert_sync_batchnorm(model, comm, algorithm="recursive_doubling")
+    dp = DataParallel(comm, model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(),
+                      algorithm="recursive_doubling", bucket_bytes=None)
+    sent = []
+    for _ in range(steps):
+        before = comm.stats.bytes_sent
+        dp.train_step(X, Y)
+        sent.append(comm.stats.bytes_sent - before)
+    return model.state_dict(), sent
+
+
+reference = mlp(NORMS["BatchNorm"])
+optimizer, loss_fn = SGD(reference.parameters(), lr=0.1), CrossEntropyLoss()
+for _ in range(5):
+    optimizer.zero_grad()
+    loss_fn.forward(reference.forward(X), Y)
+    reference.backward(loss_fn.backward())
+    optimizer.step()
+want = reference.state_dict()
+
+
+def worst(state):
+    return max(np.abs(state[k] - want[k]).max() / np.abs(want[k]).max() for k in want)
+
+
+plain, synced = run(dp_steps, P, False, timeout=120), run(dp_steps, P, True, timeout=120)
+print(f"after 5 steps, largest relative difference from one process: plain BN {worst(plain[0][0]):.2e}, "
+      f"SyncBN {worst(synced[0][0]):.2e}")
+assert worst(plain[0][0]) > 1e-3 and worst(synced[0][0]) < 1e-9
+
+# %% [markdown]
+# ## 2. What SyncBatchNorm costs (the ledger)
+#
+# Per BatchNorm layer of C channels and per step: forward (1 + 2C) float64 numbers, backward 2C numbers.
+# Recursive doubling sends log₂P · n · 8 bytes per rank for n numbers, the same rule as the gradient
+# allreduce of the model's parameters — so the extra fraction is about (4C + 1) / #parameters.
+
+# %%
+C, n_params = HIDDEN, reference.num_parameters()
+extra = synced[0][1][-1] - plain[0][1][-1]
+assert extra == int(np.log2(P)) * ((1 + 2 * C) + 2 * C) * 8
+assert plain[0][1][-1] == int(np.log2(P)) * n_params * 8
+print(f"bytes sent per rank and step: gradients {plain[0][1][-1]}, SyncBN adds {extra} "
+      f"({100 * extra / plain[0][1][-1]:.1f}% for {n_params} parameters and {C} channels)")
+
+# %% [markdown]
+# ## 3. Accuracy against the batch a normaliser sees
+#
+# Each normaliser trains the digits MLP on 800 samples with SGD at the per-rank batch b = 1, 2, 8, 32
+# (then eval on the held-out digits). Plain BatchNorm under data parallelism sees b samples; SyncBN on
+# P = 4 ranks sees 4b (shown in §1 to be BatchNorm on the global batch, so it is computed so here).
+# BatchNorm cannot train at b = 1 at all (one value per channel has no variance). The sample budget is
+# fixed, so large batches take few steps: compare the columns at small b, where the normalisers differ.
+
+# %%
+BATCHES = (1, 2, 8, 32)
+
+
+def accuracy(norm, batch, norm_batch=None, samples=800):
+    model, loss_fn = mlp(norm), CrossEntropyLoss()
+    optimizer = SGD(model.parameters(), lr=0.05 * min(batch, 8) ** 0.5)
+    try:
+        for idx in iterate_batches(samples, norm_batch or batch, np.random.default_rng(1)):
+            optimizer.zero_grad()
+            loss_fn.forward(model.forward(DATA.x_train[idx]), DATA.y_train[idx])
+            model.backward(loss_fn.backward())
+            optimizer.step()
+    except ValueError:
+        return float("nan")              # BatchNorm with one sample: cannot train
+    model.eval()
+    return float((model.forward(DATA.x_test).argmax(axis=1) == DATA.y_test).mean())
+
+
+table = {name: [accuracy(norm, b) for b in BATCHES] for name, norm in NORMS.items()}
+table["SyncBN (P=4)"] = [accuracy(NORMS["BatchNorm"], b, norm_batch=P * b) for b in BATCHES]
+print("per-rank batch      " + "".join(f"{b:>8}" for b in BATCHES))
+for name, row in table.items():
+    print(f"{name:<20}" + "".join(f"{a:>8.3f}" for a in row))
+assert np.isnan(table["BatchNorm"][0])
+assert min(table["OnlineNorm"][:2]) > 0.7 and table["OnlineNorm"][1] > table["BatchNorm"][1] + 0.05
+assert table["SyncBN (P=4)"][1] > table["BatchNorm"][1]
+
+fig, ax = plt.subplots(figsize=(6, 3.6))
+for name, row in table.items():
+    ax.plot(BATCHES, row, marker="o", label=name)
+ax.set(xscale="log", xticks=BATCHES, xticklabels=[str(b) for b in BATCHES], xlabel="per-rank batch size",
+       ylabel="test accuracy", title="Digits MLP: normaliser vs batch size")
+ax.legend(fontsize=8)
+save_figure(fig, "12_normalization_batch_size.png")
+plt.close(fig)
+
+# %% [markdown]
+# ## 4. Pipelines normalise per micro-batch
+#
+# `Pipeline` runs BatchNorm on each micro-batch separately (as GPipe does): the same weights and batch
+# give a different loss for every M. GroupNorm and LayerNorm normalise each sample alone, so their loss
+# does not depend on M — the remedy (accumulated statistics across micro-batches would be the other).
+
+# %%
+MICRO = (1, 2, 4, 8)
+
+
+def pipeline_losses(comm, name):
+    losses = []
+    for M in MICRO:
+        pipe = Pipeline(comm, mlp(NORMS[name]), loss_fn=CrossEntropyLoss(), num_micro_batches=M)
+        losses.append(pipe.train_step(X, Y, SGD(pipe.parameters(), lr=0.0)))
+    return losses
+
+
+pipeline = {name: run(pipeline_losses, 2, name, timeout=120)[-1] for name in ("BatchNorm", "GroupNorm", "LayerNorm")}
+for name, losses in pipeline.items():
+    print(f"{name:<10} loss with M = {MICRO}: " + ", ".join(f"{v:.6f}" for v in losses))
+assert np.ptp(pipeline["BatchNorm"]) > 1e-3
+assert np.ptp(pipeline["GroupNorm"]) < 1e-12 and np.ptp(pipeline["LayerNorm"]) < 1e-12
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for name, losses in pipeline.items():
+    ax.plot(MICRO, losses, marker="o", label=name)
+ax.set(xscale="log", xticks=MICRO, xticklabels=[str(m) for m in MICRO], xlabel="micro-batches M",
+       ylabel="loss of one batch of 32", title="Pipeline (2 stages): the loss depends on M only with BatchNorm")
+ax.legend(fontsize=8)
+save_figure(fig, "12_normalization_pipeline.png")
+plt.close(fig)
+
+# %% [markdown]
+# ## 5. Spatial parallelism
+#
+# A spatial rank holds a block of every image, so a channel's statistics are spread over all ranks:
+# `spatialize` turns each BatchNorm2d into a `SpatialBatchNorm2d`, the same allreduce of (count, Σx,
+# Σx²) over the grid, whose backward's allreduce of (Σdy, Σdy·x̂) also gives dβ and dγ
+# (tests/parallel/test_parallel_spatial_batchnorm.py checks the equality with one process).
+
+# %%
+elapsed = time.perf_counter() - START
+print(f"lesson ran in {elapsed:.1f} s")
+
+# %% [markdown]
+# ## Exercises
+#
+# * `sync_batchnorm_backward` (minidist/parallel/data/sync_batchnorm.py): the backward of SyncBatchNorm —
+#   local sums of dy and dy·x̂, one allreduce, then batch norm's backward with the global means.
+#   Check: `python -m pytest --exercise sync_batchnorm_backward`
+# * Without code: how many bytes would a Welford merge (allgather of (n_r, mean_r, M2_r)) send instead?
