@@ -133,6 +133,11 @@ def _errors(comm):
         with pytest.raises((ValueError, TypeError)) as info:
             call()
         messages.append(str(info.value))
+    model = make_model("mlp", 0)
+    for stage in (1, 2, 3):                       # a refused optimizer leaves the model as it was
+        with pytest.raises(TypeError, match="LARS"):
+            zero_data_parallel(comm, model, lambda ps: make_optimizer("lars", ps), CrossEntropyLoss(), stage=stage)
+        assert all(p.data is not None and p.data.base is None for p in model.parameters())
     return messages
 
 

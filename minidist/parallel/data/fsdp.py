@@ -50,10 +50,11 @@ class FSDP:
             self.group_of.append(flat.ShardGroup(params, r, p) if params else None)
         self.groups = [g for g in self.group_of if g is not None]
         for g in self.groups:
-            g.shard = Parameter(g.data[g.lo:g.hi].copy())     # this rank's piece; the rest is let go
+            g.shard = Parameter(g.data[g.lo:g.hi].copy())     # this rank's piece
+        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
+        for g in self.groups:                                  # only now let the rest go
             g.free_data()
             g.free_grad()
-        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         self.compute_spans: list = []
 
     def _gather(self, g: flat.ShardGroup) -> None:

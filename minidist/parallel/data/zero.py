@@ -82,16 +82,16 @@ class ZeRO:
             self.ready_at[layer].append(group)
         layer_of = {id(q): i for i, layer in enumerate(self.layers) for q in layer.parameters()}
         self.first_layer = {id(g): max(layer_of[id(q)] for q in g.params) for g in self.groups}
+        for g in self.groups:                          # shards first: a refused optimizer changes nothing
+            g.shard = Parameter(g.data[g.lo:g.hi])
+        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         for g in self.groups:
             g.bind_data(g.data)                       # the model's parameters become views of the flat vector
-            shard = Parameter(g.data[g.lo:g.hi])
             if stage == 1:
                 g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-                shard.grad = g.grad[g.lo:g.hi]
+                g.shard.grad = g.grad[g.lo:g.hi]
             else:
                 g.free_grad()                          # allocated bucket by bucket during backward
-            g.shard = shard
-        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         self.compute_spans: list = []
 
     # -- one global batch --------------------------------------------------------------------------------
