@@ -104,6 +104,13 @@ EXERCISES = (
              "(or the global ones when global_parameter_gradients).",
              "Sum over every axis but the channels, one allreduce of the 2C sums (self._allreduce); an empty "
              "shard still joins the allreduce."),
+    Exercise("zero1_shard_update", "lessons/14_memory.py",
+             "ZeRO-1's step: reduce-scatter each group's flat gradient so rank r holds piece r of the sum (in "
+             "its shard's grad), step the optimizer on the shards only, then allgather the updated shards "
+             "into every rank's full parameters.",
+             "reduce_scatter(comm, g.grad) returns piece r of the sum: write it into g.shard.grad; one "
+             "optimizer.step() updates the shards in place; allgather(comm, g.shard.data) returns the P "
+             "pieces in rank order: write their concatenation into g.data."),
 )
 
 

@@ -18,7 +18,7 @@ compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient C
 
 from .asynchronous import train_elastic, train_local_sgd, train_parameter_server
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
-from .data import DataParallel, SyncBatchNorm, convert_sync_batchnorm
+from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .spatial import (
@@ -45,6 +45,7 @@ __all__ = [
     "CompressedDataParallel",
     "DGC",
     "DataParallel",
+    "FSDP",
     "ErrorFeedback",
     "Grid",
     "GridAllgather",
@@ -59,6 +60,7 @@ __all__ = [
     "SpatialMaxPool2d",
     "SyncBatchNorm",
     "TopK",
+    "ZeRO",
     "bubble_fraction",
     "column_parallel_mlp",
     "convert_sync_batchnorm",
@@ -72,4 +74,5 @@ __all__ = [
     "train_elastic",
     "train_local_sgd",
     "train_parameter_server",
+    "zero_data_parallel",
 ]

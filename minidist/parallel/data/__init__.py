@@ -6,12 +6,18 @@ from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept
 
 from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
 from .data_parallel import DataParallel
+from .fsdp import FSDP
 from .overlap import allreduce_seconds, comm_spans, save_overlap_chrome, step_time
 from .replicas import check_same_layout, check_same_values, parameter_digest, parameter_signature
 from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers, shard_bounds
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
+from .zero import ZeRO, zero1_shard_update, zero_data_parallel
 
 __all__ = [
+    "FSDP",
+    "ZeRO",
+    "zero1_shard_update",
+    "zero_data_parallel",
     "SyncBatchNorm",
     "convert_sync_batchnorm",
     "DEFAULT_BUCKET_BYTES",

@@ -1,0 +1,263 @@
+# %% [markdown]
+# # 14 — Where the memory goes: optimizer state, activations, ZeRO and fully sharded data parallelism
+#
+# **Goal.** Measure what one training step holds in memory — parameters, gradients, optimizer state,
+# activations — compare every measurement with its formula, and then remove the redundancy of data
+# parallelism: every replica holds *all* of it. ZeRO shards the optimizer state (stage 1), the gradients
+# (stage 2) and the parameters (stage 3, FSDP) over the P ranks; we measure memory and bytes sent per
+# rank against P and find the largest model that fits a per-rank budget.
+#
+# The seeds: the "Scaling Up Training" slides ("Storing Parameters": 1B parameters at fp16 = 1.86 GB;
+# 175B do not fit an 80 GB A100); the HOT CHIPS tutorial ("the internal state may occupy 2-6X as much
+# memory as the model itself"; activations "a major fraction of the memory"); Rajbhandari et al., "ZeRO:
+# Memory Optimizations Toward Training Trillion Parameter Models".
+#
+# The ledger (`minidist.memory`) does not estimate anything: `held_bytes(model, optimizer, ...)` adds up
+# the distinct memory of the arrays actually held (a view counts once, through its base).
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minidist.cluster import Device, run
+from minidist.memory import CATEGORIES, MemoryLedger, held_bytes
+from minidist.nn import Checkpoint, CrossEntropyLoss, Linear, ReLU, Sequential
+from minidist.optim import SGD, Adagrad, Adam, AdamW, RMSprop
+from minidist.parallel.data import DataParallel
+from minidist.parallel.data.zero import zero_data_parallel
+from minidist.plots import figures_dir, save_figure
+from minidist.split import split_sizes
+
+FIGURES = figures_dir()
+GiB = 2**30
+
+
+def mlp(widths, seed=0, dtype=np.float32):
+    """Linear layers of the given widths with ReLU in between."""
+    rng, layers = np.random.default_rng(seed), []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers += [Linear(a, b, rng=rng, dtype=dtype)] + ([ReLU()] if i < len(widths) - 2 else [])
+    return Sequential(*layers)
+
+
+# %% [markdown]
+# ## 1. Parameters: the slide's arithmetic
+#
+# A parameter in fp16 takes 2 bytes. 1B parameters = 2·10⁹ bytes = 1.86 GiB (the slide's "GB" is GiB).
+# For 175B parameters the same rule gives 175 × 1.86 = 326 GiB; the slide prints 316.2 GB, which does not
+# follow from its own 1.86 — either way more than the 80 GB of the largest A100, before a single
+# gradient, optimizer state or activation is stored.
+
+# %%
+one_billion = 1e9 * 2 / GiB
+gpt3 = 175e9 * 2 / GiB
+print(f"1B @ fp16 = {one_billion:.2f} GiB;  175B @ fp16 = {gpt3:.1f} GiB  (> 80 GB: {gpt3 * GiB > 80e9})")
+assert round(one_billion, 2) == 1.86 and round(gpt3) == 326 and gpt3 * GiB > 80e9
+
+# %% [markdown]
+# ## 2. Optimizer state: SGD 0×, momentum 1×, Adam 2× — and the "2–6×" claim
+#
+# We take one step with each optimizer on the same fp32 model and measure what `optimizer.state` holds,
+# in multiples of the model's own bytes.
+
+# %%
+x = np.random.default_rng(1).normal(size=(64, 256)).astype(np.float32)
+y = np.arange(64) % 10
+optimizers = {"SGD": lambda ps: SGD(ps, lr=0.1), "SGD momentum": lambda ps: SGD(ps, lr=0.1, momentum=0.9),
+              "Adagrad": lambda ps: Adagrad(ps), "RMSprop": lambda ps: RMSprop(ps),
+              "Adam": lambda ps: Adam(ps), "AdamW": lambda ps: AdamW(ps),
+              "Adam amsgrad": lambda ps: Adam(ps, amsgrad=True),
+              "RMSprop centered+momentum": lambda ps: RMSprop(ps, centered=True, momentum=0.9)}
+ratio = {}
+for name, make in optimizers.items():
+    model = mlp([256, 512, 512, 10])
+    opt, loss_fn = make(model.parameters()), CrossEntropyLoss()
+    loss_fn.forward(model(x), y)
+    model.backward(loss_fn.backward())
+    opt.step()
+    held = held_bytes(model, opt)
+    ratio[name] = held["optimizer"] / held["parameters"]
+    print(f"{name:26s} optimizer state = {ratio[name]:.0f} x the model")
+assert [ratio[n] for n in ("SGD", "SGD momentum", "Adam", "AdamW", "Adagrad")] == [0, 1, 2, 2, 1]
+assert ratio["Adam amsgrad"] == 3 and ratio["RMSprop centered+momentum"] == 3
+
+# %% [markdown]
+# "2–6×": with 16-bit training the *model* is the fp16 copy (2 bytes per parameter), while the momenta —
+# and the fp32 master weights of mixed precision (lesson 03) — stay in fp32. Measured per parameter:
+# an fp32 momentum buffer is 2× the fp16 model; Adam's two fp32 moments 4×; with the fp32 masters 6×.
+
+# %%
+model16 = sum(p.data.astype(np.float16).nbytes for p in model.parameters())
+masters = held_bytes(model)["parameters"]                          # the fp32 weights the optimizer updates
+momentum_state = ratio["SGD momentum"] * masters
+adam_state = ratio["Adam"] * masters
+claim = [momentum_state / model16, adam_state / model16, (adam_state + masters) / model16]
+print("state / fp16 model: momentum %.0fx, Adam %.0fx, Adam + fp32 masters %.0fx" % tuple(claim))
+assert claim == [2, 4, 6]
+
+# %% [markdown]
+# ## 3. Activations, and what checkpointing buys
+#
+# Forward keeps for backward each Linear's input and each ReLU's mask (lesson 01); the ledger finds them
+# as the arrays the layers hold that are neither parameters nor buffers. `Checkpoint(segment)` (lesson 08)
+# keeps only the segment's input and recomputes the rest in backward. Activations grow with the batch;
+# parameters do not.
+
+# %%
+widths = [256] + [512] * 8 + [10]
+batches = [32, 64, 128, 256, 512, 1024]
+plain, ckpt, params = [], [], held_bytes(mlp(widths))["parameters"]
+for b in batches:
+    xb = np.random.default_rng(b).normal(size=(b, 256)).astype(np.float32)
+    m = mlp(widths)
+    m(xb)
+    plain.append(held_bytes(m)["activations"])
+    c = mlp(widths)
+    layers = c.layers
+    c = Sequential(Checkpoint(Sequential(*layers[:8])), Checkpoint(Sequential(*layers[8:16])), *layers[16:])
+    c(xb)
+    ckpt.append(held_bytes(c)["activations"])
+for b, a, k in zip(batches, plain, ckpt):
+    print(f"batch {b:4d}: activations {a / 2**20:6.2f} MiB, checkpointed {k / 2**20:5.2f} MiB")
+# each of 8 hidden layers keeps a 512-wide fp32 input and a 1-byte mask per element, plus the 256-wide x
+assert plain == [b * (256 * 4 + 8 * 512 * 4 + 8 * 512) for b in batches]
+assert all(k < a / 4 for a, k in zip(plain, ckpt))
+crossing = next(b for b, a in zip(batches, plain) if a > params)
+print(f"parameters {params / 2**20:.2f} MiB: activations exceed them from batch {crossing} on")
+
+fig, ax = plt.subplots(figsize=(6, 3.6))
+ax.plot(batches, np.array(plain) / 2**20, "o-", label="activations")
+ax.plot(batches, np.array(ckpt) / 2**20, "s-", label="activations, 2 checkpointed segments")
+ax.axhline(params / 2**20, color="gray", ls="--", label="parameters")
+ax.set(xlabel="batch size", ylabel="MiB held after forward", xscale="log", yscale="log",
+       title="activation memory grows with the batch")
+ax.legend()
+save_figure(fig, "14_activations.png")
+
+# %% [markdown]
+# ## 4. DataParallel against ZeRO-1, -2, -3 on the cluster
+#
+# One step of each on P = 1…4 ranks, Adam (K = 2b), fp32 (b = 4). With Ψ_r = Σ over groups of
+# split_sizes(n, P)[r] (the rank's pieces; Ψ/P when P divides every group) and Ψ_l the layer sizes:
+#
+#     DataParallel  (b + b + K)·Ψ          ZeRO-1  (b + b)·Ψ + K·Ψ_r
+#     ZeRO-2        b·Ψ + (b + K)·Ψ_r      ZeRO-3  (b + b + K)·Ψ_r  (+ 2b·max Ψ_l while a layer runs backward)
+#
+# Bytes sent per rank and step (ring): a reduce-scatter of n elements sends b·(n − n_r), an allgather
+# b·(n − n_{r+1}); data parallelism and ZeRO-1/2 do one of each per group, 2(P − 1)/P·bΨ when P divides n;
+# ZeRO-3 gathers each layer twice (forward and backward): 3(P − 1)/P·bΨ, 1.5× as many.
+
+# %%
+WIDTHS = [64, 96, 96, 10]                      # layers of 6240, 9312 and 970 parameters
+LAYERS = [a * b + b for a, b in zip(WIDTHS[:-1], WIDTHS[1:])]
+PSI, B = sum(LAYERS), 4
+
+
+def one_step_each(comm):
+    """One step of DP and of ZeRO stages 1-3; per strategy: held bytes, bytes sent, the stage-3 ledger."""
+    rng = np.random.default_rng(2)
+    xb, yb = rng.normal(size=(32, WIDTHS[0])).astype(np.float32), rng.integers(0, 10, size=32)
+    out = {}
+    model = mlp(WIDTHS)
+    dp = DataParallel(comm, model, Adam(model.parameters()), CrossEntropyLoss(), gradient_as_bucket_view=True)
+    before = comm.stats.bytes_sent
+    dp.train_step(xb, yb)
+    out["DP"] = (held_bytes(model, dp.optimizer), comm.stats.bytes_sent - before, None)
+    for stage in (1, 2, 3):
+        ledger = MemoryLedger(comm.rank)
+        wrapper = zero_data_parallel(comm, mlp(WIDTHS), lambda ps: Adam(ps), CrossEntropyLoss(),
+                                     stage=stage, memory=ledger)
+        before = comm.stats.bytes_sent
+        wrapper.train_step(xb, yb)
+        out[f"ZeRO-{stage}"] = (wrapper.held(), comm.stats.bytes_sent - before, ledger)
+    return out
+
+
+def formulas(p, r):
+    """(model-state bytes, bytes sent) of rank r of P, per strategy."""
+    nr = lambda n, i: split_sizes(n, p)[i % p]  # noqa: E731
+    psi_r12, psi_r3 = nr(PSI, r), sum(nr(n, r) for n in LAYERS)    # one bucket / one group per layer
+    rs = lambda groups: sum(B * (n - nr(n, r)) for n in groups)      # noqa: E731
+    ag = lambda groups: sum(B * (n - nr(n, r + 1)) for n in groups)  # noqa: E731
+    k = 2 * B
+    return {"DP": ((2 * B + k) * PSI, rs([PSI]) + ag([PSI])),
+            "ZeRO-1": (2 * B * PSI + k * psi_r12, rs([PSI]) + ag([PSI])),
+            "ZeRO-2": (B * PSI + (B + k) * psi_r12, rs([PSI]) + ag([PSI])),
+            "ZeRO-3": ((2 * B + k) * psi_r3, rs(LAYERS) + 2 * ag(LAYERS))}
+
+
+STRATEGIES = ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+WORLD = [1, 2, 3, 4]
+measured = {P: run(one_step_each, P) for P in WORLD}
+for P in WORLD:
+    for r, out in enumerate(measured[P]):
+        for s in STRATEGIES:
+            held, sent, _ = out[s]
+            assert (held["parameters"] + held["gradients"] + held["optimizer"], sent) == formulas(P, r)[s], (P, r, s)
+    print(f"P = {P}: rank 0 holds " + ", ".join(
+        f"{s} {sum(measured[P][0][s][0][c] for c in CATEGORIES[:3]) / 1024:.0f} KiB" for s in STRATEGIES))
+assert measured[2][0]["DP"][1] == 2 * (2 - 1) / 2 * B * PSI            # P = 2 divides every layer here
+assert measured[2][0]["ZeRO-3"][1] == 3 * (2 - 1) / 2 * B * PSI
+print("every rank's measured memory and bytes sent equal the formulas, for P = 1..4")
+
+# %%
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+for s, marker in zip(STRATEGIES, "osd^"):
+    mem = [sum(measured[P][0][s][0][c] for c in CATEGORIES[:3]) / 1024 for P in WORLD]
+    sent = [measured[P][0][s][1] / 1024 for P in WORLD]
+    left.plot(WORLD, mem, marker + "-", label=s)
+    right.plot(WORLD, sent, marker + "-", label=s)
+left.set(xlabel="ranks P", ylabel="KiB per rank (params + grads + Adam state)", title="memory per rank")
+right.set(xlabel="ranks P", ylabel="KiB sent per rank per step", title="communication per rank")
+left.legend()
+save_figure(fig, "14_zero_memory.png")
+
+# %% [markdown]
+# The ledger's timeline of one ZeRO-3 step (rank 0 of P = 4): each layer's parameters exist in full only
+# while it runs — twice, once in forward, once in backward, with its full gradient until the reduce-scatter.
+
+# %%
+ledger = measured[4][0]["ZeRO-3"][2]
+labels = [label for _, label, _ in ledger.timeline]
+stack = np.array([[held[c] / 1024 for c in CATEGORIES] for _, _, held in ledger.timeline]).T
+fig, ax = plt.subplots(figsize=(8, 3.8))
+ax.stackplot(np.arange(len(labels)), stack, labels=CATEGORIES, step="post")
+ax.set_xticks(np.arange(len(labels)), labels, rotation=35, ha="right", fontsize=7)
+ax.set(ylabel="KiB held (rank 0)", title="ZeRO-3, one step: gather, use, free")
+ax.legend(fontsize=7, loc="upper left")
+fig.tight_layout()
+save_figure(fig, "14_zero3_timeline.png")
+peak = max(h["parameters"] + h["gradients"] for _, label, h in ledger.timeline if "backward" in label)
+assert peak == 2 * B * sum(split_sizes(n, 4)[0] for n in LAYERS) + 2 * B * max(LAYERS)
+print(f"ZeRO-3 peak of parameters + gradients = 2b·Ψ_r + 2b·max Ψ_l = {peak} bytes, as measured")
+
+# %% [markdown]
+# ## 5. The largest model that fits
+#
+# With the ZeRO paper's mixed-precision Adam — fp16 parameters and gradients (2 + 2 bytes) and K = 12
+# bytes of fp32 state (master weights, momentum, variance) — the model states take 16Ψ bytes per rank
+# under data parallelism. On a 16 GiB V100 (`minidist.cluster.Device`'s memory), ignoring activations:
+
+# %%
+budget = Device().memory
+per_param = {"DP": lambda p: 16, "ZeRO-1": lambda p: 4 + 12 / p, "ZeRO-2": lambda p: 2 + 14 / p,
+             "ZeRO-3": lambda p: 16 / p}
+for P in (1, 8, 64, 1024):
+    print(f"P = {P:4d}: " + ", ".join(f"{s} {budget / f(P) / 1e9:7.1f}B" for s, f in per_param.items()))
+assert 16 * 1.5e9 > budget                        # the paper's 1.5B GPT-2 does not fit data-parallel (24 GB)
+assert per_param["ZeRO-3"](1024) * 175e9 < budget  # 175B fits with ZeRO-3 over 1024 ranks
+assert budget / per_param["ZeRO-1"](1024) < 4.3e9 and budget / per_param["ZeRO-2"](1024) < 8.6e9
+
+# %% [markdown]
+# ZeRO-1 and -2 stop at 4Ψ and 2Ψ bytes however many ranks share the state: the replicated fp16
+# parameters (and gradients) remain. Only ZeRO-3 keeps shrinking with P — at the price of 1.5× the bytes.
+#
+# ## Exercises
+#
+# * `zero1_shard_update` — `minidist.parallel.data.zero.zero1_shard_update(comm, groups, optimizer)`:
+#   reduce-scatter each group's gradient into its shard, step the optimizer on the shards, allgather the
+#   updated shards into every rank's full parameters. Check: `python -m pytest --exercise zero1_shard_update`
+#   (before the exercise map is regenerated: `python -m pytest tests/parallel/test_parallel_zero_exercise.py`).

@@ -1,0 +1,156 @@
+"""A memory ledger per rank: the bytes a training step holds, by category, over time.
+
+Where a step's memory goes ("Storing Parameters", the "Scaling Up Training" slides; the HOT CHIPS
+tutorial's "the internal state may occupy 2-6X as much memory as the model itself" and "activations
+... a major fraction of the memory"):
+
+    parameters    W (and registered buffers such as running statistics)         b·Ψ bytes
+    gradients     dW                                                              b·Ψ
+    optimizer     momentum, Adam's m and v, ...                                   K·Ψ  (K = b per state array)
+    activations   what forward keeps for backward (each layer's saved arrays)
+    buffers       communication buffers (flat bucket buffers, ...)
+
+Nothing here is a formula: ``held_bytes`` walks the arrays a model, an optimizer and a wrapper actually
+hold and adds up their distinct memory (a view counts through its base, once, in the first category
+that claims it). The code that allocates calls ``record`` at defined points of a step; the ledger keeps
+the timeline, the peak, and Chrome-trace counter events ("ph": "C") that merge with the cluster's trace.
+
+    ledger = MemoryLedger(rank)
+    record(ledger, "after forward", model, optimizer, time=comm.clock)
+    ledger.peak(), ledger.timeline, ledger.chrome_events()
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers")
+
+
+def _roots(value, found: dict[int, np.ndarray]) -> None:
+    """Collect the memory-owning arrays under value (arrays, lists, tuples, dicts; views -> their base)."""
+    if isinstance(value, np.ndarray):
+        while isinstance(value.base, np.ndarray):
+            value = value.base
+        found[id(value)] = value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _roots(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _roots(item, found)
+
+
+def _is_parameter(value) -> bool:
+    return hasattr(value, "data") and hasattr(value, "grad") and not isinstance(value, np.ndarray)
+
+
+def _saved_arrays(model) -> list:
+    """The arrays the model's layers keep between calls that are neither parameters, buffers nor modules:
+    the activations saved for backward (a Linear's input, a ReLU's mask, ...)."""
+    saved = []
+    for module in model.modules():
+        kept = set(vars(module).get("_buffer_names", []))
+        for name, value in vars(module).items():
+            if name in kept or _is_parameter(value) or hasattr(value, "modules"):
+                continue
+            if isinstance(value, (np.ndarray, list, tuple, dict)):
+                saved.append(value)
+    return saved
+
+
+def held_bytes(model=None, optimizer=None, *, parameters=(), buffers=()) -> dict[str, int]:
+    """Bytes held right now, by category (see the module docstring).
+
+    model: a Module (its parameters' data and grad, its buffers, its layers' saved arrays), or None.
+    optimizer: an optimizer (every array in ``optimizer.state``), or None.
+    parameters: extra Parameters a wrapper holds (e.g. a shard): data -> parameters, grad -> gradients.
+    buffers: communication buffers (arrays; None entries are skipped).
+    A Parameter whose data or grad is None (freed by a sharded wrapper) holds nothing.
+    Returns {category: bytes} for every category of CATEGORIES.
+    """
+    params = (list(model.parameters()) if model is not None else []) + list(parameters)
+    claims = {
+        "parameters": [p.data for p in params] + ([b for _, b in model.named_buffers()] if model else []),
+        "gradients": [p.grad for p in params],
+        "optimizer": list(optimizer.state) if optimizer is not None else [],
+        "activations": _saved_arrays(model) if model is not None else [],
+        "buffers": list(buffers),
+    }
+    seen: set[int] = set()
+    held = {}
+    for category in CATEGORIES:
+        found: dict[int, np.ndarray] = {}
+        _roots([v for v in claims[category] if v is not None], found)
+        held[category] = sum(a.nbytes for key, a in found.items() if key not in seen)
+        seen.update(found)
+    return held
+
+
+class MemoryLedger:
+    """The timeline of one rank's held bytes: ``record(label, held, time)`` appends a point.
+
+    timeline: list of (time in seconds, label, {category: bytes}); times without a caller's clock are
+    1 µs after the previous point.
+    """
+
+    def __init__(self, rank: int = 0):
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 0:
+            raise ValueError(f"MemoryLedger: rank must be an integer >= 0, got {rank!r}")
+        self.rank = int(rank)
+        self.timeline: list[tuple[float, str, dict[str, int]]] = []
+
+    def record(self, label: str, held: dict[str, int], time: float | None = None) -> None:
+        """Append one point. held: {category: bytes} (missing categories count 0); time: seconds."""
+        unknown = set(held) - set(CATEGORIES)
+        if unknown:
+            raise ValueError(f"unknown memory categories {sorted(unknown)}; expected some of {CATEGORIES}")
+        if time is None:
+            time = self.timeline[-1][0] + 1e-6 if self.timeline else 0.0
+        self.timeline.append((float(time), str(label), {c: int(held.get(c, 0)) for c in CATEGORIES}))
+
+    def total(self, index: int = -1) -> int:
+        """Total bytes of one point (the last by default)."""
+        return sum(self.timeline[index][2].values())
+
+    def peak(self, category: str | None = None) -> int:
+        """The largest total (or the largest value of one category) over the timeline; 0 if empty."""
+        if category is not None and category not in CATEGORIES:
+            raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
+        values = [sum(h.values()) if category is None else h[category] for _, _, h in self.timeline]
+        return max(values, default=0)
+
+    def peak_point(self) -> tuple[float, str, dict[str, int]]:
+        """The (time, label, held) point with the largest total (the first of equals)."""
+        if not self.timeline:
+            raise ValueError("the ledger is empty: nothing recorded yet")
+        return max(self.timeline, key=lambda point: sum(point[2].values()))
+
+    def chrome_events(self, pid: int = 0) -> list[dict]:
+        """Counter events, one per point, on a track "memory rank r" (bytes per category, stacked);
+        ts in µs, the unit of the cluster trace's events, so both lists can simply be concatenated."""
+        return [{"name": f"memory rank {self.rank}", "ph": "C", "pid": pid, "tid": self.rank,
+                 "ts": time * 1e6, "args": dict(held)} for time, _, held in self.timeline]
+
+
+def record(ledger: MemoryLedger | None, label: str, model=None, optimizer=None, *, parameters=(),
+           buffers=(), time: float | None = None) -> dict[str, int] | None:
+    """Measure with ``held_bytes`` and append the point to ledger (nothing happens if ledger is None).
+    Returns the measured {category: bytes}, or None without a ledger."""
+    if ledger is None:
+        return None
+    held = held_bytes(model, optimizer, parameters=parameters, buffers=buffers)
+    ledger.record(label, held, time)
+    return held
+
+
+def save_chrome(path: str | Path, *event_lists: list[dict]) -> Path:
+    """Write trace events (e.g. ``trace.chrome_events()`` and each ledger's ``chrome_events()``) as one
+    Chrome trace-event JSON file (https://ui.perfetto.dev)."""
+    path = Path(path)
+    events = [event for events in event_lists for event in events]
+    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+    return path

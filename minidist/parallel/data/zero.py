@@ -1,0 +1,182 @@
+"""ZeRO stages 1 and 2: data parallelism whose optimizer state (and gradients) are sharded over the ranks.
+
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models". Every rank
+still holds all Ψ parameters (b bytes each) and computes the full gradient of its slice of the batch, but
+the optimizer updates only its piece of each bucket (flat.py), so K bytes of optimizer state per
+parameter become K/P:
+
+    DataParallel   (b + b + K) Ψ            allreduce = reduce-scatter + allgather: 2(P − 1)/P · bΨ sent
+    ZeRO-1         (b + b) Ψ + K Ψ_r        reduce-scatter the gradients, update the shard, allgather it
+    ZeRO-2         b Ψ + (b + K) Ψ_r        the same, but each bucket's full gradient is freed as soon as
+                                            backward has produced it and it is reduce-scattered
+with Ψ_r = Σ over buckets of the rank's piece (Ψ/P when P divides every bucket); bytes sent are
+data parallelism's. Stage 3 (parameters sharded too) is FSDP in fsdp.py.
+
+    zero = ZeRO(comm, model, lambda shards: Adam(shards, lr=1e-3), CrossEntropyLoss(), stage=2)
+    loss = zero.train_step(x, y)      # x, y: the global batch, the same on every rank
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.collectives import allgather, reduce_scatter
+from minidist.memory import held_bytes, record
+from minidist.nn.module import Parameter
+
+from . import flat
+from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
+from .fsdp import FSDP
+from .shards import ShardWeightedLoss, charge_forward, shard_bounds
+
+
+def zero1_shard_update(comm, groups: list[flat.ShardGroup], optimizer) -> None:
+    """ZeRO-1's step: reduce the gradients, update this rank's shards, share the updated shards.
+
+    groups: each with ``grad`` (n,) this rank's full local gradient (weighted by n_r/B), ``data`` (n,) the
+    full parameters, and ``shard`` a Parameter whose data and grad are views of data[lo:hi], grad[lo:hi].
+    optimizer: built on [g.shard for g in groups]. Afterwards every rank's ``data`` holds the updated
+    parameters, bitwise equal on all ranks.
+    """
+    # BEGIN SOLUTION zero1_shard_update
+    # BEGIN PROMPT
+    # Hint: for each group, reduce_scatter(comm, g.grad) returns piece r of the summed gradient: write it
+    # into g.shard.grad (a view of g.grad[lo:hi]). One optimizer.step() updates every shard in place
+    # (g.shard.data is a view of g.data). Then allgather(comm, g.shard.data) returns the P pieces in rank
+    # order: write their concatenation into g.data.
+    # END PROMPT
+    for g in groups:
+        g.shard.grad[...] = reduce_scatter(comm, g.grad)     # piece r of Σ_ranks grad
+    optimizer.step()                                          # only this rank's piece: state is K·n_r
+    for g in groups:
+        g.data[...] = np.concatenate(allgather(comm, g.shard.data))
+    # END SOLUTION
+
+
+class ZeRO:
+    """ZeRO stage 1 or 2 over the ranks of ``comm`` (stage 3: FSDP).
+
+    Args:
+        comm: the Communicator; model: a minidist Module (the same values on every rank).
+        make_optimizer: a function [Parameter] -> optimizer, called once with this rank's shards
+            (e.g. ``lambda shards: SGD(shards, lr=0.1, momentum=0.9)``); element-wise optimizers only.
+        loss_fn: e.g. CrossEntropyLoss().
+        stage: 1 (optimizer state sharded) or 2 (gradients sharded too).
+        bucket_bytes: gradients travel in buckets of about this many bytes (comm.py); each bucket is one
+            group, cut in P pieces.
+        memory: a MemoryLedger to record held bytes at each point of a step (None: no recording).
+    """
+
+    def __init__(self, comm, model, make_optimizer, loss_fn, *, stage: int = 1,
+                 bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, algorithm: str = "ring", memory=None):
+        if stage not in (1, 2) or isinstance(stage, bool):
+            raise ValueError(f"ZeRO stage must be 1 or 2 (stage 3 is FSDP, fsdp.py), got {stage!r}")
+        self.layers = flat.check_wrapper_inputs(comm, model, make_optimizer, loss_fn)
+        flat.check_algorithm(algorithm)
+        buckets = assign_buckets(model.parameters(), bucket_bytes)
+        self.comm, self.model, self.loss_fn, self.stage, self.memory = comm, model, loss_fn, stage, memory
+        p, r = comm.world_size, comm.rank
+        self.groups = [flat.ShardGroup(b.params, r, p) for b in buckets]
+        self.ready_at: list[list[flat.ShardGroup]] = [[] for _ in self.layers]   # reduced after layer i
+        for group, layer in zip(self.groups, ready_layers(self.layers, buckets)):
+            self.ready_at[layer].append(group)
+        layer_of = {id(q): i for i, layer in enumerate(self.layers) for q in layer.parameters()}
+        self.first_layer = {id(g): max(layer_of[id(q)] for q in g.params) for g in self.groups}
+        for g in self.groups:                          # shards first: a refused optimizer changes nothing
+            g.shard = Parameter(g.data[g.lo:g.hi])
+        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
+        for g in self.groups:
+            g.bind_data(g.data)                       # the model's parameters become views of the flat vector
+            if stage == 1:
+                g.bind_grad(np.zeros(g.n, dtype=g.dtype))
+                g.shard.grad = g.grad[g.lo:g.hi]
+            else:
+                g.free_grad()                          # allocated bucket by bucket during backward
+        self.compute_spans: list = []
+
+    # -- one global batch --------------------------------------------------------------------------------
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Forward and backward on this rank's shard of the global batch, then the sharded update.
+
+        x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
+        Returns this rank's mean loss over its shard.
+        """
+        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
+            raise ValueError("expected arrays x and y with the same first (batch) dimension")
+        if len(x) < self.comm.world_size:
+            raise ValueError(f"a global batch of {len(x)} examples cannot be split over {self.comm.world_size} ranks")
+        lo, hi = shard_bounds(len(x), self.comm.world_size, self.comm.rank)
+        loss_fn = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
+        if self.stage == 1:
+            for g in self.groups:
+                g.grad[...] = 0
+        h, shapes = x[lo:hi], []
+        for layer in self.layers:
+            shapes.append(h.shape)
+            h = layer.forward(h)
+        times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
+        loss = loss_fn.forward(h, y[lo:hi])
+        self._record("after forward")
+        dy = loss_fn.backward()
+        for i in reversed(range(len(self.layers))):
+            if self.stage == 2:
+                for g in self.groups:
+                    if g.grad is None and self.first_layer[id(g)] == i:
+                        g.bind_grad(np.zeros(g.n, dtype=g.dtype))
+            dy = self.layers[i].backward(dy)
+            self.comm.elapse(2 * times[i], label=f"backward {type(self.layers[i]).__name__}")
+            if self.stage == 2 and self.ready_at[i]:
+                self._record(f"backward layer {i}")
+                for g in self.ready_at[i]:         # the bucket is complete: reduce-scatter it, free it
+                    g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
+                    g.free_grad()
+        self._record("after backward")
+        if self.stage == 1:
+            zero1_shard_update(self.comm, self.groups, self.optimizer)
+        else:
+            self.optimizer.step()
+            for g in self.groups:
+                g.data[...] = np.concatenate(allgather(self.comm, g.shard.data))
+        self._record("after step")
+        return loss
+
+    # -- what a rank holds ----------------------------------------------------------------------------------
+    def held(self) -> dict[str, int]:
+        """Bytes this rank holds now, by category (minidist.memory.held_bytes)."""
+        return held_bytes(self.model, self.optimizer, parameters=[g.shard for g in self.groups])
+
+    def _record(self, label: str) -> None:
+        record(self.memory, label, self.model, self.optimizer, parameters=[g.shard for g in self.groups],
+               time=self.comm.clock)
+
+    def full_parameters(self) -> list[np.ndarray]:
+        """Copies of the full parameters, in model.parameters() order (every rank holds them)."""
+        return [p.data.copy() for p in self.model.parameters()]
+
+    def shard_elements(self) -> int:
+        """Ψ_r: the elements of this rank's shards (Σ over buckets of split_sizes(n, P)[rank])."""
+        return sum(g.hi - g.lo for g in self.groups)
+
+    def bytes_per_step(self) -> int:
+        """Bytes this rank sends per step: a reduce-scatter and an allgather of every bucket (flat.py)."""
+        p, r = self.comm.world_size, self.comm.rank
+        return sum(flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
+                   + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
+
+    def state_dict(self) -> dict:
+        """This rank's optimizer state (its shards), tagged with P, rank and stage."""
+        return flat.state_dict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()`` of the same rank of a run with the same P and stage (else ValueError)."""
+        flat.load_state_dict(self, state)
+
+
+def zero_data_parallel(comm, model, make_optimizer, loss_fn, *, stage: int, **options):
+    """ZeRO(stage=1 or 2) or FSDP (stage=3) with the same arguments; any other stage is a ValueError."""
+    if isinstance(stage, bool) or stage not in (1, 2, 3):
+        raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage!r}")
+    if stage == 3:
+        options.pop("bucket_bytes", None)       # FSDP's unit is the layer
+        return FSDP(comm, model, make_optimizer, loss_fn, **options)
+    return ZeRO(comm, model, make_optimizer, loss_fn, stage=stage, **options)
