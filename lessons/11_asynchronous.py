@@ -166,12 +166,13 @@ def loss_at(curve, t):
 
 
 sync_end = curves["elastic averaging, tau=4"][-1][0]
+early = {name: loss_at(curves[name], horizon) for name in ("asynchronous EASGD, tau=4", "elastic averaging, tau=4")}
 print(f"asynchronous EASGD: the fast workers finish at {max(easgd_clocks[:3]) * 1e3:.0f} ms, the straggler at "
       f"{easgd_clocks[3] * 1e3:.0f} ms (synchronous EASGD: everybody at {sync_end * 1e3:.0f} ms); loss at "
-      f"{horizon * 1e3:.0f} ms: {loss_at(curves['asynchronous EASGD, tau=4'], horizon):.3f} asynchronous, "
-      f"{loss_at(curves['elastic averaging, tau=4'], horizon):.3f} synchronous")
+      f"{horizon * 1e3:.0f} ms: {early['asynchronous EASGD, tau=4']:.3f} asynchronous, "
+      f"{early['elastic averaging, tau=4']:.3f} synchronous")
 assert max(easgd_clocks[:3]) < 0.5 * sync_end
-assert loss_at(curves["asynchronous EASGD, tau=4"], horizon) < loss_at(curves["elastic averaging, tau=4"], horizon)
+assert early["asynchronous EASGD, tau=4"] < early["elastic averaging, tau=4"]
 
 # %% [markdown]
 # Synchronous SGD runs at the straggler's pace: every round lasts 3 ms. Asynchronous SGD lets the three
@@ -227,7 +228,8 @@ sweep = sweep_momentum(ls_model, MSELoss(), ls_batch, ls_loss, lr=LS_LR, momenta
 best = best_momentum(sweep, MOMENTA)
 stale = {p: replay_parameter_server(ls_model(), MSELoss(), ls_batch, lr=LS_LR, seconds=queue_seconds(p),
                                     record_every=1) for p in PS}
-print(f"{'P':>3}  {'best explicit mu':>16}  {'implicit 1-1/P':>14}  {'mu*_1 - (1-1/P)':>15}  {'mean staleness':>14}")
+print(f"{'P':>3}  {'best explicit mu':>16}  {'implicit 1-1/P':>14}  {'mu*_1 - (1-1/P)':>15}  "
+      f"{'mean staleness':>14}")
 for p, mu in zip(PS, best):
     print(f"{p:>3}  {mu:16.1f}  {implicit_momentum(p):14.3f}  {max(0.0, best[0] - implicit_momentum(p)):15.3f}  "
           f"{np.mean(stale[p]['staleness']):14.2f}")

@@ -118,7 +118,8 @@ def test_the_straggler_does_not_hold_the_others_back():
     assert sum(ex.worker == 3 for ex in plan) == 6 and len(plan) == 24
 
 
-@given(workers=st.integers(1, 5), steps=st.integers(1, 7), every=st.integers(1, 3), seed=st.integers(0, 2**16))
+@given(workers=st.integers(1, 5), steps=st.integers(1, 7), every=st.integers(1, 3),
+       seed=st.integers(0, 2**16))
 def test_every_exchange_once_in_arrival_order(workers, steps, every, seed):
     seconds = np.random.default_rng(seed).exponential(1e-3, size=(workers, steps))
     plan = easgd_schedule(seconds, every, 800, 5e-6, 4e-11)

@@ -1,4 +1,4 @@
-"""Asynchrony begets momentum: the one-process replay equals the cluster, and the best explicit μ falls with P."""
+"""Asynchrony begets momentum: the replay equals the cluster; the best explicit μ falls with P."""
 
 import numpy as np
 import pytest
@@ -89,16 +89,16 @@ def problem():
 def test_the_best_explicit_momentum_falls_as_workers_are_added():
     x, y, make = problem()
     momenta, budget = np.round(np.arange(0.0, 1.0, 0.1), 1), 160
-    losses = sweep_momentum(make, MSELoss(), lambda w, k: (x, y), lambda flat: np.mean((x @ flat[:, None] - y) ** 2),
-                            lr=0.3, momenta=momenta, seconds_for=lambda p: seconds(p, budget // p, seed=p),
-                            workers=[1, 8])
+    loss = lambda flat: np.mean((x @ flat[:, None] - y) ** 2)
+    losses = sweep_momentum(make, MSELoss(), lambda w, k: (x, y), loss, lr=0.3, momenta=momenta,
+                            seconds_for=lambda p: seconds(p, budget // p, seed=p), workers=[1, 8])
     best = best_momentum(losses, momenta)
     assert best[1] < best[0]
     assert np.isinf(losses[1, -1]) or losses[1, -1] > 10 * losses[1].min()    # μ = 0.9 with P = 8: too much
 
 
 def test_asynchronous_sgd_behaves_like_heavy_ball_with_implicit_momentum():
-    """E[w_{t+1} − w_t] = (1 − 1/P) E[w_t − w_{t−1}] − (lr/P) ∇f: torch's SGD(lr/P, momentum=1 − 1/P)."""
+    """E[w_{t+1} − w_t] = (1 − 1/P) E[w_t − w_{t−1}] − (lr/P) ∇f: SGD(lr/P, momentum=1 − 1/P)."""
     x, y, make = problem()
     workers, budget, lr = 4, 200, 0.2
     loss = lambda flat: float(np.mean((x @ flat[:, None] - y) ** 2))
@@ -124,8 +124,8 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError, match="staleness bound"):
         replay_parameter_server(mlp(), MSELoss(), batch, lr=0.1, seconds=seconds(2, 2, 0), bound=-1)
     with pytest.raises(ValueError, match="seconds_for"):
-        sweep_momentum(mlp, MSELoss(), batch, lambda f: 0.0, lr=0.1, momenta=[0.0], seconds_for=lambda p: np.ones((1, 2)),
-                       workers=[2])
+        sweep_momentum(mlp, MSELoss(), batch, lambda f: 0.0, lr=0.1, momenta=[0.0],
+                       seconds_for=lambda p: np.ones((1, 2)), workers=[2])
     with pytest.raises(ValueError, match="shape"):
         best_momentum(np.ones((2, 3)), [0.0, 0.5])
     with pytest.raises(ValueError, match="features <= samples"):

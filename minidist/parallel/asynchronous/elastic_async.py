@@ -36,7 +36,8 @@ class Exchange(NamedTuple):
 
 def check_every(every) -> int:
     if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-        raise ValueError(f"asynchronous EASGD: the communication period tau must be an integer >= 1, got {every!r}")
+        raise ValueError(f"asynchronous EASGD: the communication period tau must be an integer >= 1, "
+                         f"got {every!r}")
     return int(every)
 
 

@@ -37,7 +37,7 @@ def implicit_momentum(workers: int) -> float:
 
 
 def least_squares(samples: int, features: int, condition: float, rng: np.random.Generator):
-    """A least-squares problem whose curvature spans ``condition``: returns x (samples, features), y (samples, 1).
+    """A least-squares problem with curvature spread ``condition``: x (samples, features), y (samples, 1).
 
     x = U diag(s) Vᵀ with orthonormal U, V and s from √samples down to √samples/√condition, so the
     MSE Hessian (2/samples) xᵀx has eigenvalues from 2 down to 2/condition; y = x w* exactly (minimum 0).
@@ -112,7 +112,8 @@ def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.nda
     return {"params": shard.data, "staleness": staleness, "times": times, "history": history}
 
 
-def sweep_momentum(make_model, loss_fn, batch, evaluate, *, lr: float, momenta, seconds_for, workers) -> np.ndarray:
+def sweep_momentum(make_model, loss_fn, batch, evaluate, *, lr: float, momenta, seconds_for,
+                   workers) -> np.ndarray:
     """The loss after the budget for every (P, μ): a (len(workers), len(momenta)) array (inf if it diverged).
 
     make_model() -> the same initial model every call; evaluate(flat parameters) -> the loss to compare;
@@ -126,7 +127,8 @@ def sweep_momentum(make_model, loss_fn, batch, evaluate, *, lr: float, momenta, 
     for i, p in enumerate(workers):
         table = np.asarray(seconds_for(p), dtype=np.float64)
         if table.ndim != 2 or table.shape[0] != p:
-            raise ValueError(f"sweep_momentum: seconds_for({p}) must return a ({p}, steps) table, got {table.shape}")
+            raise ValueError(f"sweep_momentum: seconds_for({p}) must return a ({p}, steps) table, "
+                             f"got {table.shape}")
         for j, mu in enumerate(momenta):
             with np.errstate(over="ignore", invalid="ignore"):
                 out = replay_parameter_server(make_model(), loss_fn, batch, lr=lr, seconds=table, momentum=mu)
