@@ -21,7 +21,6 @@
 
 # %%
 from itertools import pairwise
-from pathlib import Path
 
 import matplotlib
 
@@ -31,20 +30,25 @@ import numpy as np
 
 from minidist.cluster import run
 from minidist.data import iterate_batches, load_digits
-from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
+from minidist.nn import CrossEntropyLoss, Linear, MSELoss, Parameter, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.asynchronous import (
+    best_momentum,
     hogwild,
+    implicit_momentum,
+    least_squares,
+    replay_parameter_server,
     sparse_problem,
     step_seconds,
+    sweep_momentum,
     train_elastic,
+    train_elastic_async,
     train_local_sgd,
     train_parameter_server,
 )
 from minidist.parallel.compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
+from minidist.plots import save_figure
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-FIGURES.mkdir(exist_ok=True)
 DATA = load_digits()
 
 
@@ -73,7 +77,7 @@ def train_loss(flat):
 #
 # Four workers and one server (rank 0). Each worker step computes a batch of 16 digits; on the
 # simulated clock a step takes 1 ms, except on worker 3, which is **3× slower**
-# (`step_seconds(..., slowdown=[1, 1, 1, 3])`). The same table drives five trainers:
+# (`step_seconds(..., slowdown=[1, 1, 1, 3])`). The same table drives six trainers:
 #
 # * **synchronous** — the parameter server with staleness bound s = 0: nobody starts step k + 1 before
 #   everybody pushed step k (the tests check that this *is* synchronous SGD, per parameter);
@@ -82,7 +86,10 @@ def train_loss(flat):
 # * **local SGD** — each worker steps alone, the models are averaged (allreduce) every H = 4 steps
 #   (learning rate 4 × 0.05: an average of P models moves 1/P as far as the server's sum of P pushes);
 # * **elastic averaging** — every τ = 4 steps each worker moves α = 0.2 towards the center variable x̃,
-#   and x̃ moves towards the workers by β = 4α: x_r ← x_r − α(x_r − x̃), x̃ ← x̃ + α Σ_r (x_r − x̃).
+#   and x̃ moves towards the workers by β = 4α: x_r ← x_r − α(x_r − x̃), x̃ ← x̃ + α Σ_r (x_r − x̃);
+# * **asynchronous elastic averaging** — the same, but x̃ lives on a center rank and every worker meets
+#   it alone: after its τ = 4 steps worker i sends x_i, the center replies e = α(x_i − x̃) and sets
+#   x̃ ← x̃ + e, the worker sets x_i ← x_i − e. Nobody waits for anybody but the center.
 
 # %%
 WORKERS, STEPS, PER_WORKER, LR = 4, 48, 16, 0.05
@@ -107,8 +114,12 @@ def periodic_run(comm, how):
     if how == "local":
         out = train_local_sgd(comm, model, optimizer, CrossEntropyLoss(), batch, seconds=SECONDS, every=4)
         return out["averages"]
-    return train_elastic(comm, model, optimizer, CrossEntropyLoss(), batch, seconds=SECONDS, every=4,
-                         alpha=0.2)["centers"]
+    if how == "elastic":
+        return train_elastic(comm, model, optimizer, CrossEntropyLoss(), batch, seconds=SECONDS, every=4,
+                             alpha=0.2)["centers"]
+    out = train_elastic_async(comm, model, optimizer, CrossEntropyLoss(), batch, seconds=SECONDS,
+                              every=4, alpha=0.2)
+    return out["history"] if comm.rank == 0 else out["clock"]
 
 
 servers = {name: run(server_run, WORKERS + 1, bound)[0]
@@ -116,6 +127,8 @@ servers = {name: run(server_run, WORKERS + 1, bound)[0]
 curves = {name: [(t, train_loss(w)) for t, w in out["history"]] for name, out in servers.items()}
 curves["local SGD, H=4"] = [(t, train_loss(w)) for t, w in run(periodic_run, WORKERS, "local")[0]]
 curves["elastic averaging, tau=4"] = [(t, train_loss(w)) for t, w in run(periodic_run, WORKERS, "elastic")[0]]
+center, *easgd_clocks = run(periodic_run, WORKERS + 1, "async elastic")
+curves["asynchronous EASGD, tau=4"] = [(t, train_loss(w)) for t, w in center]
 
 # samples applied per simulated second while all four workers are still busy (before the first finishes)
 horizon = min(SECONDS[:3].sum(axis=1))
@@ -140,11 +153,26 @@ for name, out in servers.items():
 ax2.set(xlabel="staleness (updates between pull and push)", ylabel="pushes", title="staleness at the server")
 ax2.legend(fontsize="small")
 fig.tight_layout()
-fig.savefig(FIGURES / "11_stragglers.png", dpi=100)
+save_figure(fig, "11_stragglers.png", dpi=100)
 plt.close(fig)
 final = {name: curve[-1][1] for name, curve in curves.items()}
 print("final training loss:", {name: round(float(v), 3) for name, v in final.items()})
 assert curves["asynchronous"][-1][0] <= curves["synchronous"][-1][0]     # it never finishes later
+
+
+def loss_at(curve, t):
+    """The last recorded loss at or before simulated time t."""
+    return [loss for s, loss in curve if s <= t][-1]
+
+
+sync_end = curves["elastic averaging, tau=4"][-1][0]
+early = {name: loss_at(curves[name], horizon) for name in ("asynchronous EASGD, tau=4", "elastic averaging, tau=4")}
+print(f"asynchronous EASGD: the fast workers finish at {max(easgd_clocks[:3]) * 1e3:.0f} ms, the straggler at "
+      f"{easgd_clocks[3] * 1e3:.0f} ms (synchronous EASGD: everybody at {sync_end * 1e3:.0f} ms); loss at "
+      f"{horizon * 1e3:.0f} ms: {early['asynchronous EASGD, tau=4']:.3f} asynchronous, "
+      f"{early['elastic averaging, tau=4']:.3f} synchronous")
+assert max(easgd_clocks[:3]) < 0.5 * sync_end
+assert early["asynchronous EASGD, tau=4"] < early["elastic averaging, tau=4"]
 
 # %% [markdown]
 # Synchronous SGD runs at the straggler's pace: every round lasts 3 ms. Asynchronous SGD lets the three
@@ -152,11 +180,104 @@ assert curves["asynchronous"][-1][0] <= curves["synchronous"][-1][0]     # it ne
 # finish their 48 steps after ~50 ms; from then on only the straggler pushes) — and pays in staleness:
 # the fast workers' gradients are a few updates old, the straggler's up to ~10. The bound s
 # trades between the two. Local SGD and elastic averaging communicate every 4 steps only, but wait for
-# the straggler at each exchange. Per *update*, staleness costs accuracy (Mitliagkas et al., "Asynchrony
-# begets momentum": a stale update behaves like implicit momentum, so explicit momentum should drop as
-# workers are added); per *second*, the loss curves show who wins with this straggler.
+# the straggler at each exchange; asynchronous EASGD does not: its fast workers are done in a third of
+# the time, and at that moment its center is well ahead of synchronous EASGD's. Afterwards only the
+# straggler meets the center, and pulls it back towards its own, older model: the elastic force works
+# both ways. Per *update*, staleness costs something; per *second*, the curves show who wins here.
 #
-# ## 2. Hogwild!: no lock at all, on shared memory
+# ## 2. Asynchrony begets momentum
+#
+# What does staleness do to the optimisation? Mitliagkas, Zhang, Hadjis and Ré ("Asynchrony begets
+# Momentum, with an Application to Deep Learning") model P asynchronous workers as a queue: step times
+# are exponential, so each update comes from a random worker and its staleness S is geometric,
+# P(S = l) = (1/P)(1 − 1/P)^l. Then, in expectation,
+#
+#     E[w_{t+1} − w_t] = (1 − 1/P) · E[w_t − w_{t−1}] − (lr/P) · E[∇f(w_t)]
+#
+# — heavy-ball momentum μ_implicit = 1 − 1/P, on top of any explicit momentum. Their advice (the
+# slides' "pick momentum that minimizes number of iterations to same loss"): tune μ again for every
+# degree of asynchrony; it falls as workers are added. We check it on an ill-conditioned least-squares
+# problem (Hessian eigenvalues 2 … 0.02), where momentum matters: for P = 1, 2, 4, 8 workers with
+# exponential step times and a budget of 240 updates in all, the parameter server runs with every μ of
+# the slides' grid. ``replay_parameter_server`` is the one-process replay of the cluster's parameter
+# server in the order ``ps_schedule`` gives (the tests check it against the cluster) — 40 runs in a second.
+
+# %%
+LS_X, LS_Y = least_squares(200, 20, 100.0, np.random.default_rng(0))
+MOMENTA, BUDGET, LS_LR, PS = np.round(np.arange(0.0, 1.0, 0.1), 1), 240, 0.3, [1, 2, 4, 8]
+
+
+def ls_model():
+    return Linear(20, 1, bias=False, rng=np.random.default_rng(1), dtype=np.float64)
+
+
+def ls_batch(worker, step):
+    return LS_X, LS_Y                      # the full gradient: no sampling noise, only staleness
+
+
+def ls_loss(flat):
+    return float(np.mean((LS_X @ flat[:, None] - LS_Y) ** 2))
+
+
+def queue_seconds(p):
+    return np.random.default_rng(p).exponential(1e-3, size=(p, BUDGET // p))
+
+
+sweep = sweep_momentum(ls_model, MSELoss(), ls_batch, ls_loss, lr=LS_LR, momenta=MOMENTA,
+                       seconds_for=queue_seconds, workers=PS)
+best = best_momentum(sweep, MOMENTA)
+stale = {p: replay_parameter_server(ls_model(), MSELoss(), ls_batch, lr=LS_LR, seconds=queue_seconds(p),
+                                    record_every=1) for p in PS}
+print(f"{'P':>3}  {'best explicit mu':>16}  {'implicit 1-1/P':>14}  {'mu*_1 - (1-1/P)':>15}  "
+      f"{'mean staleness':>14}")
+for p, mu in zip(PS, best):
+    print(f"{p:>3}  {mu:16.1f}  {implicit_momentum(p):14.3f}  {max(0.0, best[0] - implicit_momentum(p)):15.3f}  "
+          f"{np.mean(stale[p]['staleness']):14.2f}")
+assert np.all(np.diff(best) <= 0) and best[-1] < best[0]        # the best explicit momentum falls with P
+assert best[-1] <= best[0] - 0.5                                 # by a lot at P = 8
+assert all(np.mean(stale[p]["staleness"]) >= 0.8 * (p - 1) for p in PS)   # the queue's mean P − 1, nearly
+
+# the expected trajectory: asynchronous SGD with P = 4 and no momentum against heavy ball, SGD(lr/P, 1 − 1/P)
+w = Parameter(np.concatenate([p.data.ravel() for p in ls_model().parameters()]))
+heavy_ball, hb_curve = SGD([w], lr=LS_LR / 4, momentum=implicit_momentum(4)), [ls_loss(w.data)]
+for _ in range(BUDGET):
+    w.grad[...] = (2 / len(LS_Y)) * (LS_X.T @ (LS_X @ w.data[:, None] - LS_Y)).ravel()
+    heavy_ball.step()
+    hb_curve.append(ls_loss(w.data))
+async_curve = [ls_loss(v) for _, v in stale[4]["history"]]
+print(f"after {BUDGET} updates, P = 4, mu = 0: asynchronous {async_curve[-1]:.2e}, heavy ball with mu = 0.75 "
+      f"and lr/4 {hb_curve[-1]:.2e}")
+assert 0.75 < async_curve[-1] / hb_curve[-1] < 1.33
+
+fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
+for i, p in enumerate(PS):
+    ax1.plot(MOMENTA, np.minimum(sweep[i], 1e3), "o-", label=f"P = {p}")
+    ax1.plot(best[i], sweep[i].min(), "k*", markersize=12)
+ax1.set(yscale="log", xlabel="explicit momentum mu", ylabel=f"loss after {BUDGET} updates",
+        title="the best momentum (*) falls as workers are added")
+ax1.legend(fontsize="small")
+levels = np.arange(30)
+counts = np.bincount(stale[8]["staleness"], minlength=30)[:30]
+ax2.bar(levels, counts / len(stale[8]["staleness"]), color="lightsteelblue", label="simulated, P = 8")
+ax2.plot(levels, (1 / 8) * (7 / 8) ** levels, "k.-", label="geometric (1/P)(1-1/P)^l")
+ax2.set(xlabel="staleness l", ylabel="fraction of updates", title="staleness under exponential step times")
+ax2.legend(fontsize="small")
+ax3.plot(async_curve, label="asynchronous, P = 4, mu = 0")
+ax3.plot(hb_curve, "--", label="one worker, mu = 1 - 1/4, lr/4")
+ax3.set(yscale="log", xlabel="updates", ylabel="loss", title="staleness acts as momentum")
+ax3.legend(fontsize="small")
+fig.tight_layout()
+save_figure(fig, "11_momentum.png", dpi=100)
+plt.close(fig)
+
+# %% [markdown]
+# The best explicit momentum falls from 0.9 with one worker as P grows, and a momentum that is best for
+# one worker makes eight diverge. The additive rule μ*_P ≈ μ*_1 − (1 − 1/P) predicts the direction but
+# overshoots: the two momenta do not simply add (with stale gradients the update is a higher-order
+# recursion), and the grid's 0.9 cap hides how large μ*_1 would like to be. Without explicit momentum, the
+# asynchronous run and heavy ball with μ = 1 − 1/P and lr/P follow each other, as the theorem says.
+#
+# ## 3. Hogwild!: no lock at all, on shared memory
 #
 # Here the processes are real and the clock is the wall clock: P processes update one weight array in
 # shared memory without a lock (Niu, Recht, Ré, Wright), on sparse logistic regression where each
@@ -178,7 +299,7 @@ assert runs["P = 2, no lock"]["conflicts"] < 0.05 * runs["P = 2, no lock"]["upda
 assert runs["P = 2, no lock"]["loss"] < 1.1 * runs["P = 1"]["loss"]                       # and harmless
 
 # %% [markdown]
-# ## 3. Sending fewer bits: 1-bit SGD, top-k and Deep Gradient Compression
+# ## 4. Sending fewer bits: 1-bit SGD, top-k and Deep Gradient Compression
 #
 # Four workers train the digits MLP (64-64-10, n = 4,810 parameters) with synchronous data parallelism
 # for 8 epochs, global batch 32. Compressed messages cannot be summed on the way, so every worker
@@ -239,7 +360,7 @@ ax2.set(ylim=(0.4, 1.0), ylabel="test accuracy", title=f"digits after {EPOCHS} e
 for ax in (ax1, ax2):
     ax.tick_params(axis="x", rotation=30)
 fig.tight_layout()
-fig.savefig(FIGURES / "11_compression.png", dpi=100)
+save_figure(fig, "11_compression.png", dpi=100)
 plt.close(fig)
 
 # %% [markdown]

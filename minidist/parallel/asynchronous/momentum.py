@@ -1,0 +1,145 @@
+"""Asynchrony begets momentum: a stale parameter server behaves like SGD with extra momentum.
+
+Mitliagkas, Zhang, Hadjis, Ré, "Asynchrony begets Momentum, with an Application to Deep Learning" (the
+"Hardware Accelerators for Training DNNs" slides: "Asynchrony Begets Momentum ... pick momentum that
+minimizes number of iterations to same loss"). With P workers whose step times are exponential (a
+queue), every update comes from a uniformly random worker, so the staleness S of an update is geometric,
+P(S = l) = (1/P)(1 − 1/P)^l, and in expectation
+
+    E[w_{t+1} − w_t] = (1 − 1/P) · E[w_t − w_{t−1}] − (1/P) · lr · E[∇f(w_t)]
+
+— heavy-ball momentum μ_implicit = 1 − 1/P. Explicit momentum adds to it, so the best *explicit* μ
+falls as workers are added (roughly μ*_P ≈ μ*_1 − μ_implicit, and below zero under heavy asynchrony).
+
+``replay_parameter_server`` is the one-process version of ``train_parameter_server`` with one server:
+it applies the pushes in the order ``ps_schedule`` gives, each gradient taken at the parameters its
+worker last pulled (the tests check it against the cluster). ``sweep_momentum`` runs it for every
+(P, μ) pair: cheap enough for a grid, with the same clock and staleness as the real run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.cluster import LinkModel
+from minidist.nn import Parameter
+from minidist.optim import SGD
+
+from .schedule import ps_schedule
+from .staleness import check_bound
+
+
+def implicit_momentum(workers: int) -> float:
+    """The queueing model's implicit momentum 1 − 1/P for P >= 1 asynchronous workers."""
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"implicit_momentum: workers must be an integer >= 1, got {workers!r}")
+    return 1.0 - 1.0 / workers
+
+
+def least_squares(samples: int, features: int, condition: float, rng: np.random.Generator):
+    """A least-squares problem with curvature spread ``condition``: x (samples, features), y (samples, 1).
+
+    x = U diag(s) Vᵀ with orthonormal U, V and s from √samples down to √samples/√condition, so the
+    MSE Hessian (2/samples) xᵀx has eigenvalues from 2 down to 2/condition; y = x w* exactly (minimum 0).
+    """
+    if not (isinstance(samples, (int, np.integer)) and isinstance(features, (int, np.integer))
+            and 1 <= features <= samples):
+        raise ValueError(f"least_squares: needs integers 1 <= features <= samples, got {features}, {samples}")
+    if not condition >= 1:
+        raise ValueError(f"least_squares: condition must be >= 1, got {condition}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("least_squares: rng must be a numpy Generator")
+    u, _ = np.linalg.qr(rng.standard_normal((samples, features)))
+    v, _ = np.linalg.qr(rng.standard_normal((features, features)))
+    s = np.sqrt(samples) * np.geomspace(1.0, 1.0 / np.sqrt(condition), features)
+    x = (u * s) @ v.T
+    return x, x @ rng.standard_normal((features, 1))
+
+
+def _flat(params, attr: str) -> np.ndarray:
+    return np.concatenate([getattr(p, attr).ravel() for p in params])
+
+
+def _load(params, flat: np.ndarray) -> None:
+    offset = 0
+    for p in params:
+        p.data[...] = flat[offset:offset + p.size].reshape(p.shape)
+        offset += p.size
+
+
+def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.ndarray, momentum: float = 0.0,
+                            bound: int | None = None, link: LinkModel | None = None,
+                            record_every: int = 0) -> dict:
+    """Asynchronous SGD with one parameter server, replayed in this process in the schedule's order.
+
+    model, loss_fn, batch, lr, seconds (W, K), momentum, bound, link: as for train_parameter_server.
+    Returns {"params": flat parameters, shape (n,), "staleness": one int per update, "times": the
+    server's clock at each update, "history": [(clock, flat copy)] every record_every updates}.
+    ``model``'s parameters are overwritten (they end at the last pulled copy).
+    """
+    if not lr > 0:
+        raise ValueError(f"replay_parameter_server: lr must be > 0, got {lr}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"replay_parameter_server: momentum must be in [0, 1), got {momentum}")
+    bound, link = check_bound(bound), LinkModel() if link is None else link
+    seconds = np.asarray(seconds, dtype=np.float64)
+    params = model.parameters()
+    shard = Parameter(_flat(params, "data"))
+    nbytes = shard.data.nbytes
+    plan = ps_schedule(seconds, [nbytes], [nbytes], link.alpha, link.beta, bound)
+    optimizer = SGD([shard], lr=lr, momentum=momentum)
+    pulled = [shard.data.copy() for _ in range(seconds.shape[0])]      # what each worker computes on
+    version, sent = 0, [0] * seconds.shape[0]
+    staleness, times, history = [], [], [(0.0, shard.data.copy())]
+    for push in plan.pushes[0]:
+        _load(params, pulled[push.worker])
+        x, y = batch(push.worker, push.step)
+        model.zero_grad()
+        loss_fn.forward(model.forward(x), y)
+        model.backward(loss_fn.backward())
+        shard.grad[...] = _flat(params, "grad")
+        staleness.append(version - sent[push.worker])
+        times.append(push.received)
+        optimizer.step()
+        version += 1
+        for worker in push.replies:
+            pulled[worker], sent[worker] = shard.data.copy(), version
+        if record_every and version % record_every == 0:
+            clock = push.received           # the server's clock after its replies, as the ledger adds it
+            for _ in push.replies:
+                clock = clock + link.alpha + nbytes * link.beta
+            history.append((clock, shard.data.copy()))
+    return {"params": shard.data, "staleness": staleness, "times": times, "history": history}
+
+
+def sweep_momentum(make_model, loss_fn, batch, evaluate, *, lr: float, momenta, seconds_for,
+                   workers) -> np.ndarray:
+    """The loss after the budget for every (P, μ): a (len(workers), len(momenta)) array (inf if it diverged).
+
+    make_model() -> the same initial model every call; evaluate(flat parameters) -> the loss to compare;
+    seconds_for(P) -> the (P, K) step-time table for P workers (choose K so every P gets the same number
+    of updates P·K); momenta: explicit μ values in [0, 1); workers: the P values.
+    """
+    momenta, workers = [float(m) for m in momenta], list(workers)
+    if not momenta or not workers:
+        raise ValueError("sweep_momentum: momenta and workers must not be empty")
+    losses = np.empty((len(workers), len(momenta)))
+    for i, p in enumerate(workers):
+        table = np.asarray(seconds_for(p), dtype=np.float64)
+        if table.ndim != 2 or table.shape[0] != p:
+            raise ValueError(f"sweep_momentum: seconds_for({p}) must return a ({p}, steps) table, "
+                             f"got {table.shape}")
+        for j, mu in enumerate(momenta):
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = replay_parameter_server(make_model(), loss_fn, batch, lr=lr, seconds=table, momentum=mu)
+                loss = float(evaluate(out["params"]))
+            losses[i, j] = loss if np.isfinite(loss) else np.inf
+    return losses
+
+
+def best_momentum(losses: np.ndarray, momenta) -> np.ndarray:
+    """The μ of the smallest loss in each row of ``losses`` (ties: the smaller μ), shape (rows,)."""
+    losses, momenta = np.asarray(losses, dtype=np.float64), np.asarray(momenta, dtype=np.float64)
+    if losses.ndim != 2 or losses.shape[1] != momenta.size:
+        raise ValueError(f"best_momentum: losses must have shape (rows, {momenta.size}), got {losses.shape}")
+    return momenta[np.argmin(losses, axis=1)]
