@@ -16,7 +16,7 @@ asynchronous/  training that does not wait: parameter servers with staleness, lo
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
 """
 
-from .asynchronous import train_elastic, train_local_sgd, train_parameter_server
+from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, train_parameter_server
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
@@ -72,6 +72,7 @@ __all__ = [
     "scatter_to_grid",
     "spatialize",
     "train_elastic",
+    "train_elastic_async",
     "train_local_sgd",
     "train_parameter_server",
     "zero_data_parallel",
