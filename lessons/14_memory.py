@@ -13,7 +13,9 @@
 # Memory Optimizations Toward Training Trillion Parameter Models".
 #
 # The ledger (`minidist.memory`) does not estimate anything: `held_bytes(model, optimizer, ...)` adds up
-# the distinct memory of the arrays actually held (a view counts once, through its base).
+# the distinct memory of the arrays actually held (a view counts once, through its base). The parallel
+# wrappers call it themselves when given `memory=MemoryLedger(rank)`: after forward, after each layer
+# that completes a bucket (or a gathered layer), after backward and after step.
 
 # %%
 import matplotlib
@@ -23,11 +25,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.cluster import Device, run
-from minidist.memory import CATEGORIES, MemoryLedger, held_bytes
+from minidist.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes
 from minidist.nn import Checkpoint, CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.zero import zero_data_parallel
+from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
+from minidist.precision import FP16
 from minidist.plots import figures_dir, save_figure
 from minidist.split import split_sizes
 
@@ -157,22 +161,23 @@ PSI, B = sum(LAYERS), 4
 
 
 def one_step_each(comm):
-    """One step of DP and of ZeRO stages 1-3; per strategy: held bytes, bytes sent, the stage-3 ledger."""
+    """One step of DP, ZeRO stages 1-3 and (section 5) ZeRO with mixed precision; per strategy: held bytes
+    after the step, bytes sent, the ledger the wrapper filled."""
     rng = np.random.default_rng(2)
     xb, yb = rng.normal(size=(32, WIDTHS[0])).astype(np.float32), rng.integers(0, 10, size=32)
     out = {}
-    model = mlp(WIDTHS)
-    dp = DataParallel(comm, model, Adam(model.parameters()), CrossEntropyLoss(), gradient_as_bucket_view=True)
-    before = comm.stats.bytes_sent
-    dp.train_step(xb, yb)
-    out["DP"] = (held_bytes(model, dp.optimizer), comm.stats.bytes_sent - before, None)
-    for stage in (1, 2, 3):
-        ledger = MemoryLedger(comm.rank)
-        wrapper = zero_data_parallel(comm, mlp(WIDTHS), lambda ps: Adam(ps), CrossEntropyLoss(),
-                                     stage=stage, memory=ledger)
+    for name in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "ZeRO-1 mixed", "ZeRO-2 mixed", "ZeRO-3 mixed"):
+        ledger, model = MemoryLedger(comm.rank), mlp(WIDTHS)
+        if name == "DP":
+            wrapper = DataParallel(comm, model, Adam(model.parameters()), CrossEntropyLoss(),
+                                   gradient_as_bucket_view=True, memory=ledger)
+        else:
+            mixed = {"mixed": ShardedMixedPrecision(FP16)} if "mixed" in name else {}
+            wrapper = zero_data_parallel(comm, model, lambda ps: Adam(ps), CrossEntropyLoss(),
+                                         stage=int(name[5]), memory=ledger, **mixed)
         before = comm.stats.bytes_sent
         wrapper.train_step(xb, yb)
-        out[f"ZeRO-{stage}"] = (wrapper.held(), comm.stats.bytes_sent - before, ledger)
+        out[name] = (ledger.timeline[-1][2], comm.stats.bytes_sent - before, ledger)   # after step
     return out
 
 
@@ -230,16 +235,40 @@ ax.set(ylabel="KiB held (rank 0)", title="ZeRO-3, one step: gather, use, free")
 ax.legend(fontsize=7, loc="upper left")
 fig.tight_layout()
 save_figure(fig, "14_zero3_timeline.png")
-peak = max(h["parameters"] + h["gradients"] for _, label, h in ledger.timeline if "backward" in label)
-assert peak == 2 * B * sum(split_sizes(n, 4)[0] for n in LAYERS) + 2 * B * max(LAYERS)
-print(f"ZeRO-3 peak of parameters + gradients = 2b·Ψ_r + 2b·max Ψ_l = {peak} bytes, as measured")
+peak = ledger.peak(MODEL_STATES)
+assert peak == (2 * B + 2 * B) * sum(split_sizes(n, 4)[0] for n in LAYERS) + 2 * B * max(LAYERS)
+print(f"ZeRO-3 peak of the model states = (2b + K)·Ψ_r + 2b·max Ψ_l = {peak} bytes, as measured")
 
 # %% [markdown]
 # ## 5. The largest model that fits
 #
 # With the ZeRO paper's mixed-precision Adam — fp16 parameters and gradients (2 + 2 bytes) and K = 12
 # bytes of fp32 state (master weights, momentum, variance) — the model states take 16Ψ bytes per rank
-# under data parallelism. On a 16 GiB V100 (`minidist.cluster.Device`'s memory), ignoring activations:
+# under data parallelism: ZeRO-1 4Ψ + 12Ψ/P, ZeRO-2 2Ψ + 14Ψ/P, ZeRO-3 16Ψ/P.
+#
+# minidist runs that recipe (`mixed=ShardedMixedPrecision(FP16)`: the recipe of lesson 03 with the fp32
+# master weights and Adam's moments kept only for the rank's shard). FP16 is *emulated*: the values are
+# FP16 numbers stored in float32 arrays, so the ledger counts 4 bytes for each, not 2; it counts the fp32
+# master shard as optimizer state, like the paper's K. Measured after one step of section 4's run:
+#
+#     ZeRO-1  4Ψ + 4Ψ + 12Ψ_r     ZeRO-2  4Ψ + 16Ψ_r     ZeRO-3  20Ψ_r
+# — the paper's formulas with 4 in place of 2; halving the emulated parameters and gradients gives them.
+
+# %%
+for P in WORLD:
+    for r, out in enumerate(measured[P]):
+        psi_r12, psi_r3 = split_sizes(PSI, P)[r], sum(split_sizes(n, P)[r] for n in LAYERS)
+        expected = {1: (4 * PSI, 4 * PSI, 12 * psi_r12), 2: (4 * PSI, 4 * psi_r12, 12 * psi_r12),
+                    3: (4 * psi_r3, 4 * psi_r3, 12 * psi_r3)}
+        for stage in (1, 2, 3):
+            assert tuple(out[f"ZeRO-{stage} mixed"][0][c] for c in MODEL_STATES) == expected[stage], (P, r, stage)
+real = {s: (lambda h: h["parameters"] / 2 + h["gradients"] / 2 + h["optimizer"])(measured[2][0][s + " mixed"][0])
+        for s in ("ZeRO-1", "ZeRO-2", "ZeRO-3")}
+print("P = 2, mixed precision with 2-byte storage: " + ", ".join(f"{s} {v / PSI:.0f}Ψ" for s, v in real.items()))
+assert real == {"ZeRO-1": 4 * PSI + 12 * PSI / 2, "ZeRO-2": 2 * PSI + 14 * PSI / 2, "ZeRO-3": 16 * PSI / 2}
+
+# %% [markdown]
+# On a 16 GiB V100 (`minidist.cluster.Device`'s memory), ignoring activations:
 
 # %%
 budget = Device().memory

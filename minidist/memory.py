@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers")
+MODEL_STATES = ("parameters", "gradients", "optimizer")   # what the ZeRO paper's formulas count
 
 
 def _roots(value, found: dict[int, np.ndarray]) -> None:
@@ -62,13 +63,14 @@ def _saved_arrays(model) -> list:
     return saved
 
 
-def held_bytes(model=None, optimizer=None, *, parameters=(), buffers=()) -> dict[str, int]:
+def held_bytes(model=None, optimizer=None, *, parameters=(), buffers=(), extra=None) -> dict[str, int]:
     """Bytes held right now, by category (see the module docstring).
 
     model: a Module (its parameters' data and grad, its buffers, its layers' saved arrays), or None.
     optimizer: an optimizer (every array in ``optimizer.state``), or None.
     parameters: extra Parameters a wrapper holds (e.g. a shard): data -> parameters, grad -> gradients.
     buffers: communication buffers (arrays; None entries are skipped).
+    extra: {category: [arrays]} held elsewhere (e.g. mixed precision's fp32 master shards: "optimizer").
     A Parameter whose data or grad is None (freed by a sharded wrapper) holds nothing.
     Returns {category: bytes} for every category of CATEGORIES.
     """
@@ -80,6 +82,10 @@ def held_bytes(model=None, optimizer=None, *, parameters=(), buffers=()) -> dict
         "activations": _saved_arrays(model) if model is not None else [],
         "buffers": list(buffers),
     }
+    for category, arrays in (extra or {}).items():
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown memory category {category!r}; expected one of {CATEGORIES}")
+        claims[category] = claims[category] + list(arrays)
     seen: set[int] = set()
     held = {}
     for category in CATEGORIES:
@@ -116,12 +122,13 @@ class MemoryLedger:
         """Total bytes of one point (the last by default)."""
         return sum(self.timeline[index][2].values())
 
-    def peak(self, category: str | None = None) -> int:
-        """The largest total (or the largest value of one category) over the timeline; 0 if empty."""
-        if category is not None and category not in CATEGORIES:
-            raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
-        values = [sum(h.values()) if category is None else h[category] for _, _, h in self.timeline]
-        return max(values, default=0)
+    def peak(self, category: str | tuple | None = None) -> int:
+        """The largest total over the timeline, or the largest value of one category, or of the sum of a
+        tuple of categories (e.g. ("parameters", "gradients", "optimizer"): the model states); 0 if empty."""
+        chosen = CATEGORIES if category is None else (category,) if isinstance(category, str) else tuple(category)
+        if not chosen or not set(chosen) <= set(CATEGORIES):
+            raise ValueError(f"category must be one of {CATEGORIES} (or a tuple of them), got {category!r}")
+        return max((sum(h[c] for c in chosen) for _, _, h in self.timeline), default=0)
 
     def peak_point(self) -> tuple[float, str, dict[str, int]]:
         """The (time, label, held) point with the largest total (the first of equals)."""
@@ -137,12 +144,12 @@ class MemoryLedger:
 
 
 def record(ledger: MemoryLedger | None, label: str, model=None, optimizer=None, *, parameters=(),
-           buffers=(), time: float | None = None) -> dict[str, int] | None:
+           buffers=(), extra=None, time: float | None = None) -> dict[str, int] | None:
     """Measure with ``held_bytes`` and append the point to ledger (nothing happens if ledger is None).
     Returns the measured {category: bytes}, or None without a ledger."""
     if ledger is None:
         return None
-    held = held_bytes(model, optimizer, parameters=parameters, buffers=buffers)
+    held = held_bytes(model, optimizer, parameters=parameters, buffers=buffers, extra=extra)
     ledger.record(label, held, time)
     return held
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run_traced
-from minidist.memory import CATEGORIES, MemoryLedger, held_bytes, record, save_chrome
+from minidist.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes, record, save_chrome
 from minidist.nn import Checkpoint, CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adam
 
@@ -88,3 +88,18 @@ def test_memory_counters_merge_with_the_cluster_trace(tmp_path):
     counters = [e for e in events if e["ph"] == "C"]
     assert len(counters) == 4 and {e["tid"] for e in counters} == {0, 1}
     assert max(e["ts"] for e in counters) == pytest.approx(trace.clocks[0] * 1e6)
+
+
+def test_memory_extra_arrays_and_peaks_of_several_categories():
+    model = _mlp()
+    master = np.zeros(100, dtype=np.float32)
+    held = held_bytes(model, extra={"optimizer": [master, master[:10]], "gradients": [None]})
+    assert held["optimizer"] == 400 and held["gradients"] == 4 * model.num_parameters()
+    with pytest.raises(ValueError, match="unknown memory category"):
+        held_bytes(model, extra={"masters": [master]})
+    ledger = MemoryLedger()
+    ledger.record("a", {"parameters": 10, "gradients": 5, "activations": 50})
+    ledger.record("b", {"parameters": 10, "gradients": 20, "optimizer": 1})
+    assert ledger.peak(MODEL_STATES) == 31 and ledger.peak(("activations",)) == 50 and ledger.peak() == 65
+    with pytest.raises(ValueError, match="category must be one of"):
+        ledger.peak(())

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from minidist.cluster import Span
+from minidist.memory import record
 from minidist.collectives import ALGORITHMS, allreduce, broadcast
 from minidist.nn.module import Module
 from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
@@ -54,12 +55,14 @@ class DataParallel:
         gradient_as_bucket_view: make every Parameter.grad a view into its bucket's flat buffer (as
             PyTorch's DDP option of that name), so no flatten and copy-back is needed (layers must *add*
             into .grad in place, as every minidist layer does; a replaced .grad is detected).
+        memory: a minidist.memory.MemoryLedger: held bytes recorded after forward, after each layer that
+            completes a bucket, after backward and after step (None: nothing recorded, no cost).
     """
 
     def __init__(self, comm, model: Module, optimizer, loss_fn, *, algorithm: str = "ring",
                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, overlap: bool = True,
                  mixed: MixedPrecisionTrainer | None = None, broadcast_parameters: bool = False,
-                 check_every_step: bool = False, gradient_as_bucket_view: bool = False):
+                 check_every_step: bool = False, gradient_as_bucket_view: bool = False, memory=None):
         if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
             raise TypeError(f"comm must be a Communicator, got {type(comm).__name__}")
         if not isinstance(model, Module):
@@ -76,7 +79,7 @@ class DataParallel:
             raise ValueError("mixed must be a MixedPrecisionTrainer built on the same model and optimizer")
         self.comm, self.model, self.optimizer, self.loss_fn = comm, model, optimizer, loss_fn
         self.algorithm, self.overlap, self.mixed = algorithm, bool(overlap), mixed
-        self.check_every_step = check_every_step
+        self.check_every_step, self.memory = check_every_step, memory
         self.params = model.parameters()
         if not self.params:
             raise ValueError("model has no parameters: nothing to train data-parallel")
@@ -146,6 +149,7 @@ class DataParallel:
         else:
             loss = self._mixed_forward_backward(x_r, y_r, loss_fn)
         self._synced = self._syncing
+        self._record("after backward")
         return loss
 
     def step(self) -> bool:
@@ -162,6 +166,7 @@ class DataParallel:
         else:
             applied = self.mixed.step(self._found_inf)
         self._synced, self._micro_steps = False, 0
+        self._record("after step")
         if self.check_every_step:
             self.check_replicas()
         return applied
@@ -197,6 +202,7 @@ class DataParallel:
             h = layer.forward(h)
         forward_times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
         loss = loss_fn.forward(h, y)
+        self._record("after forward")
         grad = [loss_fn.backward()]
 
         def backward_layer(i: int) -> None:
@@ -246,11 +252,18 @@ class DataParallel:
             if communicate and self.overlap:
                 for bucket in self.ready_at[i]:
                     self._issue(bucket, t)
+            if self.ready_at[i]:
+                self._record(f"backward layer {i}")
         if communicate and not self.overlap:
             for bucket in self.buckets:
                 self._issue(bucket, t)
         if self.comm.clock < t:                      # the compute stream finished last
             self.comm.elapse(t - self.comm.clock, label="backward")
+
+    def _record(self, label: str) -> None:
+        """Append this rank's held bytes to the ledger (if any); bucket buffers count as buffers."""
+        record(self.memory, label, self.model, self.optimizer, buffers=[b.buffer for b in self.buckets],
+               time=self.comm.clock)
 
     def _issue(self, bucket, ready: float) -> None:
         if self.comm.clock < ready:                  # the communication stream waits for the gradients

@@ -137,8 +137,11 @@ def check_algorithm(algorithm: str) -> str:
 
 def state_dict(wrapper) -> dict:
     """The optimizer's state of this rank's shards, tagged with the world size, rank and stage."""
-    return {"world_size": wrapper.comm.world_size, "rank": wrapper.comm.rank, "stage": wrapper.stage,
-            "optimizer": wrapper.optimizer.state_dict()}
+    state = {"world_size": wrapper.comm.world_size, "rank": wrapper.comm.rank, "stage": wrapper.stage,
+             "optimizer": wrapper.optimizer.state_dict()}
+    if wrapper.mixed is not None:                  # the fp32 master shards and the loss scale
+        state["mixed"] = {"masters": [g.shard.data.copy() for g in wrapper.groups], **wrapper.mixed.state()}
+    return state
 
 
 def load_state_dict(wrapper, state: dict) -> None:
@@ -152,4 +155,12 @@ def load_state_dict(wrapper, state: dict) -> None:
                          "elements (gather the full state and re-shard it first)")
     if state["stage"] != wrapper.stage:
         raise ValueError(f"state saved by ZeRO stage {state['stage']}, this is stage {wrapper.stage}")
+    if ("mixed" in state) != (wrapper.mixed is not None):
+        raise ValueError("state saved " + ("with" if "mixed" in state else "without") + " mixed precision "
+                         "(fp32 master shards); this wrapper runs " + ("with" if wrapper.mixed else "without"))
     wrapper.optimizer.load_state_dict(state["optimizer"])
+    if wrapper.mixed is not None:
+        for g, master in zip(wrapper.groups, state["mixed"]["masters"]):
+            g.shard.data[...] = master
+        wrapper.mixed.load(state["mixed"])
+        wrapper.share_masters()                    # the low-precision parameters follow (a collective)

@@ -28,20 +28,27 @@ from minidist.nn.module import Parameter
 
 from . import flat
 from .shards import ShardWeightedLoss, charge_forward, shard_bounds
+from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes, gather_masters, held_arguments
 
 
 class FSDP:
     """ZeRO stage 3 over the ranks of ``comm``; one shard group per layer with parameters.
 
     Args: as ZeRO (zero.py) without stage and bucket_bytes: comm, model, make_optimizer (a function
-    [Parameter] -> optimizer, called with this rank's shards), loss_fn, memory (a MemoryLedger or None).
+    [Parameter] -> optimizer, called with this rank's shards), loss_fn, memory (a MemoryLedger or None),
+    mixed (a ShardedMixedPrecision: each rank keeps a low-precision shard ``g.low``, gathered before use,
+    and the fp32 master shard ``g.shard`` the optimizer updates).
     """
 
     stage = 3
 
-    def __init__(self, comm, model, make_optimizer, loss_fn, *, algorithm: str = "ring", memory=None):
+    def __init__(self, comm, model, make_optimizer, loss_fn, *, algorithm: str = "ring", memory=None,
+                 mixed: ShardedMixedPrecision | None = None):
         self.layers = flat.check_wrapper_inputs(comm, model, make_optimizer, loss_fn)
         flat.check_algorithm(algorithm)
+        self.mixed = check_mixed(mixed)
+        if self.mixed is not None:
+            self.mixed.bind(model, model.parameters())
         self.comm, self.model, self.loss_fn, self.memory = comm, model, loss_fn, memory
         p, r = comm.world_size, comm.rank
         self.group_of: list[flat.ShardGroup | None] = []
@@ -55,10 +62,17 @@ class FSDP:
         for g in self.groups:                                  # only now let the rest go
             g.free_data()
             g.free_grad()
+        self.share_masters()
         self.compute_spans: list = []
+        self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
+
+    def share_masters(self) -> None:
+        """Mixed precision: each rank's low-precision shard g.low = quantize(master shard, fmt) (local)."""
+        for g in self.groups:
+            g.low = None if self.mixed is None else self.mixed.working(g.shard.data)
 
     def _gather(self, g: flat.ShardGroup) -> None:
-        g.bind_data(np.concatenate(allgather(self.comm, g.shard.data)))
+        g.bind_data(np.concatenate(allgather(self.comm, g.shard.data if self.mixed is None else g.low)))
 
     # -- one global batch ------------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -73,51 +87,63 @@ class FSDP:
         if len(x) < self.comm.world_size:
             raise ValueError(f"a global batch of {len(x)} examples cannot be split over {self.comm.world_size} ranks")
         lo, hi = shard_bounds(len(x), self.comm.world_size, self.comm.rank)
-        loss_fn = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
-        h, times = x[lo:hi], []
-        for i, (layer, g) in enumerate(zip(self.layers, self.group_of)):
-            if g is not None:
-                self._gather(g)
-            shape, h = h.shape, layer.forward(h)
-            times += charge_forward(self.comm, [layer], [shape], self.compute_spans)
-            if g is not None:
-                self._record(f"forward layer {i} (gathered)")
-                g.free_data()
-        loss = loss_fn.forward(h, y[lo:hi])
-        self._record("after forward")
-        dy = loss_fn.backward()
-        for i in reversed(range(len(self.layers))):
-            g = self.group_of[i]
-            if g is not None:
-                self._gather(g)
-                g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-            dy = self.layers[i].backward(dy)
-            self.comm.elapse(2 * times[i], label=f"backward {type(self.layers[i]).__name__}")
-            if g is not None:
-                self._record(f"backward layer {i} (gathered)")
-                g.free_data()
-                g.shard.grad = reduce_scatter(self.comm, g.grad)   # piece r of Σ_ranks dW_l
-                g.free_grad()
-        self._record("after backward")
-        self.optimizer.step()
+        loss_fn, mp = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x)), self.mixed
+        # with mixed precision Inf/NaN is expected (the step is then skipped)
+        with np.errstate(**({} if mp is None else {"over": "ignore", "invalid": "ignore"})):
+            h, times = x[lo:hi] if mp is None else mp.input(x[lo:hi]), []
+            for i, (layer, g) in enumerate(zip(self.layers, self.group_of)):
+                if g is not None:
+                    self._gather(g)
+                shape, h = h.shape, layer.forward(h) if mp is None else mp.output(i, layer.forward(h))
+                times += charge_forward(self.comm, [layer], [shape], self.compute_spans)
+                if g is not None:
+                    self._record(f"forward layer {i} (gathered)")
+                    g.free_data()
+            loss = loss_fn.forward(h, y[lo:hi])
+            self._record("after forward")
+            dy = loss_fn.backward() if mp is None else mp.loss_gradient(loss_fn)
+            for i in reversed(range(len(self.layers))):
+                g = self.group_of[i]
+                if g is not None:
+                    self._gather(g)
+                    g.bind_grad(np.zeros(g.n, dtype=g.dtype))
+                dy = self.layers[i].backward(dy)
+                if mp is not None:
+                    dy = mp.backward_output(i, dy, self.layers[i].parameters())
+                self.comm.elapse(2 * times[i], label=f"backward {type(self.layers[i]).__name__}")
+                if g is not None:
+                    self._record(f"backward layer {i} (gathered)")
+                    g.free_data()
+                    g.shard.grad = reduce_scatter(self.comm, g.grad)   # piece r of Σ_ranks dW_l
+                    g.free_grad()
+            self._record("after backward")
+            if mp is None:
+                self.optimizer.step()
+            else:
+                self.applied = mp.step(self.comm, [g.shard for g in self.groups], self.optimizer)
+                if self.applied:
+                    self.share_masters()
         self._record("after step")
         return loss
 
     # -- what a rank holds ------------------------------------------------------------------------------------
     def held(self) -> dict[str, int]:
-        """Bytes this rank holds now, by category (minidist.memory.held_bytes)."""
-        return held_bytes(self.model, self.optimizer, parameters=[g.shard for g in self.groups])
+        """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
+        return held_bytes(self.model, self.optimizer, **held_arguments(self))
 
     def _record(self, label: str) -> None:
-        record(self.memory, label, self.model, self.optimizer, parameters=[g.shard for g in self.groups],
-               time=self.comm.clock)
+        record(self.memory, label, self.model, self.optimizer, **held_arguments(self), time=self.comm.clock)
+
+    def master_parameters(self) -> list[np.ndarray]:
+        """Mixed precision: the full fp32 masters in model.parameters() order (a collective)."""
+        return gather_masters(self.comm, self.groups, self.model.parameters())
 
     def full_parameters(self) -> list[np.ndarray]:
         """The full parameters in model.parameters() order, gathered (a collective: every rank calls it;
         its bytes count in comm.stats). The model's Parameters stay freed."""
         out = []
         for g in self.groups:
-            full = np.concatenate(allgather(self.comm, g.shard.data))
+            full = np.concatenate(allgather(self.comm, g.shard.data if self.mixed is None else g.low))
             out += [view.copy() for view in g.views(full)]
         return out
 
@@ -129,10 +155,11 @@ class FSDP:
         """max_l Ψ_l: elements of the largest layer, gathered whole while it runs."""
         return max(g.n for g in self.groups)
 
-    def bytes_per_step(self) -> int:
-        """Bytes this rank sends per step: two allgathers and one reduce-scatter of every layer (flat.py)."""
+    def bytes_per_step(self, applied: bool = True) -> int:
+        """Bytes this rank sends per step: two allgathers and one reduce-scatter of every layer (flat.py);
+        with mixed precision also the found_inf flag (applied: no difference, nothing is gathered at the step)."""
         p, r = self.comm.world_size, self.comm.rank
-        return sum(2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")
+        return (0 if self.mixed is None else flag_bytes(p, r)) + sum(2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")
                    + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter") for g in self.groups)
 
     def state_dict(self) -> dict:

@@ -28,6 +28,7 @@ from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
 from .fsdp import FSDP
 from .shards import ShardWeightedLoss, charge_forward, shard_bounds
+from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes, gather_masters, held_arguments
 
 
 def zero1_shard_update(comm, groups: list[flat.ShardGroup], optimizer) -> None:
@@ -65,14 +66,20 @@ class ZeRO:
         bucket_bytes: gradients travel in buckets of about this many bytes (comm.py); each bucket is one
             group, cut in P pieces.
         memory: a MemoryLedger to record held bytes at each point of a step (None: no recording).
+        mixed: a ShardedMixedPrecision (zero_mixed.py): low-precision parameters and gradients, fp32
+            master shards; float32 models only. None: plain precision.
     """
 
     def __init__(self, comm, model, make_optimizer, loss_fn, *, stage: int = 1,
-                 bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, algorithm: str = "ring", memory=None):
+                 bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, algorithm: str = "ring", memory=None,
+                 mixed: ShardedMixedPrecision | None = None):
         if stage not in (1, 2) or isinstance(stage, bool):
             raise ValueError(f"ZeRO stage must be 1 or 2 (stage 3 is FSDP, fsdp.py), got {stage!r}")
         self.layers = flat.check_wrapper_inputs(comm, model, make_optimizer, loss_fn)
         flat.check_algorithm(algorithm)
+        self.mixed = check_mixed(mixed)
+        if self.mixed is not None:
+            self.mixed.bind(model, model.parameters())
         buckets = assign_buckets(model.parameters(), bucket_bytes)
         self.comm, self.model, self.loss_fn, self.stage, self.memory = comm, model, loss_fn, stage, memory
         p, r = comm.world_size, comm.rank
@@ -83,9 +90,11 @@ class ZeRO:
         layer_of = {id(q): i for i, layer in enumerate(self.layers) for q in layer.parameters()}
         self.first_layer = {id(g): max(layer_of[id(q)] for q in g.params) for g in self.groups}
         for g in self.groups:                          # shards first: a refused optimizer changes nothing
-            g.shard = Parameter(g.data[g.lo:g.hi])
+            g.shard = Parameter(g.data[g.lo:g.hi] if mixed is None else g.data[g.lo:g.hi].copy())  # fp32 master
         self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         for g in self.groups:
+            if mixed is not None:
+                g.data = mixed.working(g.data)        # the parameters live in low precision
             g.bind_data(g.data)                       # the model's parameters become views of the flat vector
             if stage == 1:
                 g.bind_grad(np.zeros(g.n, dtype=g.dtype))
@@ -93,6 +102,7 @@ class ZeRO:
             else:
                 g.free_grad()                          # allocated bucket by bucket during backward
         self.compute_spans: list = []
+        self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     # -- one global batch --------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -106,48 +116,68 @@ class ZeRO:
         if len(x) < self.comm.world_size:
             raise ValueError(f"a global batch of {len(x)} examples cannot be split over {self.comm.world_size} ranks")
         lo, hi = shard_bounds(len(x), self.comm.world_size, self.comm.rank)
-        loss_fn = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
+        loss_fn, mp = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x)), self.mixed
         if self.stage == 1:
             for g in self.groups:
                 g.grad[...] = 0
-        h, shapes = x[lo:hi], []
-        for layer in self.layers:
-            shapes.append(h.shape)
-            h = layer.forward(h)
-        times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
-        loss = loss_fn.forward(h, y[lo:hi])
-        self._record("after forward")
-        dy = loss_fn.backward()
-        for i in reversed(range(len(self.layers))):
-            if self.stage == 2:
+        # with mixed precision Inf/NaN is expected (the step is then skipped)
+        with np.errstate(**({} if mp is None else {"over": "ignore", "invalid": "ignore"})):
+            h, shapes = x[lo:hi] if mp is None else mp.input(x[lo:hi]), []
+            for i, layer in enumerate(self.layers):
+                shapes.append(h.shape)
+                h = layer.forward(h) if mp is None else mp.output(i, layer.forward(h))
+            times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
+            loss = loss_fn.forward(h, y[lo:hi])
+            self._record("after forward")
+            dy = loss_fn.backward() if mp is None else mp.loss_gradient(loss_fn)
+            for i in reversed(range(len(self.layers))):
+                if self.stage == 2:
+                    for g in self.groups:
+                        if g.grad is None and self.first_layer[id(g)] == i:
+                            g.bind_grad(np.zeros(g.n, dtype=g.dtype))
+                dy = self.layers[i].backward(dy)
+                if mp is not None:
+                    dy = mp.backward_output(i, dy, self.layers[i].parameters())
+                self.comm.elapse(2 * times[i], label=f"backward {type(self.layers[i]).__name__}")
+                if self.ready_at[i]:
+                    self._record(f"backward layer {i}")
+                if self.stage == 2:
+                    for g in self.ready_at[i]:         # the bucket is complete: reduce-scatter it, free it
+                        g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
+                        g.free_grad()
+            self._record("after backward")
+            if mp is None and self.stage == 1:
+                zero1_shard_update(self.comm, self.groups, self.optimizer)
+            elif mp is None:
+                self.optimizer.step()
                 for g in self.groups:
-                    if g.grad is None and self.first_layer[id(g)] == i:
-                        g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-            dy = self.layers[i].backward(dy)
-            self.comm.elapse(2 * times[i], label=f"backward {type(self.layers[i]).__name__}")
-            if self.stage == 2 and self.ready_at[i]:
-                self._record(f"backward layer {i}")
-                for g in self.ready_at[i]:         # the bucket is complete: reduce-scatter it, free it
-                    g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
-                    g.free_grad()
-        self._record("after backward")
-        if self.stage == 1:
-            zero1_shard_update(self.comm, self.groups, self.optimizer)
-        else:
-            self.optimizer.step()
-            for g in self.groups:
-                g.data[...] = np.concatenate(allgather(self.comm, g.shard.data))
+                    g.data[...] = np.concatenate(allgather(self.comm, g.shard.data))
+            else:
+                if self.stage == 1:
+                    for g in self.groups:
+                        g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
+                self.applied = mp.step(self.comm, [g.shard for g in self.groups], self.optimizer)
+                if self.applied:
+                    self.share_masters()
         self._record("after step")
         return loss
 
+    def share_masters(self) -> None:
+        """Mixed precision: quantize(master shard, fmt), allgathered into the low-precision parameters."""
+        for g in self.groups:
+            g.data[...] = np.concatenate(allgather(self.comm, self.mixed.working(g.shard.data)))
+
     # -- what a rank holds ----------------------------------------------------------------------------------
     def held(self) -> dict[str, int]:
-        """Bytes this rank holds now, by category (minidist.memory.held_bytes)."""
-        return held_bytes(self.model, self.optimizer, parameters=[g.shard for g in self.groups])
+        """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
+        return held_bytes(self.model, self.optimizer, **held_arguments(self))
 
     def _record(self, label: str) -> None:
-        record(self.memory, label, self.model, self.optimizer, parameters=[g.shard for g in self.groups],
-               time=self.comm.clock)
+        record(self.memory, label, self.model, self.optimizer, **held_arguments(self), time=self.comm.clock)
+
+    def master_parameters(self) -> list[np.ndarray]:
+        """Mixed precision: the full fp32 masters in model.parameters() order (a collective)."""
+        return gather_masters(self.comm, self.groups, self.model.parameters())
 
     def full_parameters(self) -> list[np.ndarray]:
         """Copies of the full parameters, in model.parameters() order (every rank holds them)."""
@@ -157,11 +187,13 @@ class ZeRO:
         """Ψ_r: the elements of this rank's shards (Σ over buckets of split_sizes(n, P)[rank])."""
         return sum(g.hi - g.lo for g in self.groups)
 
-    def bytes_per_step(self) -> int:
-        """Bytes this rank sends per step: a reduce-scatter and an allgather of every bucket (flat.py)."""
+    def bytes_per_step(self, applied: bool = True) -> int:
+        """Bytes this rank sends per step: a reduce-scatter and an allgather of every bucket (flat.py); with
+        mixed precision also the found_inf flag, and no allgather when the step was skipped."""
         p, r = self.comm.world_size, self.comm.rank
-        return sum(flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
-                   + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
+        flag = 0 if self.mixed is None else flag_bytes(p, r)
+        return flag + sum(flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
+                          + applied * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
 
     def state_dict(self) -> dict:
         """This rank's optimizer state (its shards), tagged with P, rank and stage."""
