@@ -12,8 +12,10 @@ from .replicas import check_same_layout, check_same_values, parameter_digest, pa
 from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers, shard_bounds
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .zero import ZeRO, zero1_shard_update, zero_data_parallel
+from .zero_mixed import ShardedMixedPrecision
 
 __all__ = [
+    "ShardedMixedPrecision",
     "FSDP",
     "ZeRO",
     "zero1_shard_update",
