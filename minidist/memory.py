@@ -31,18 +31,19 @@ CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers")
 MODEL_STATES = ("parameters", "gradients", "optimizer")   # what the ZeRO paper's formulas count
 
 
-def _roots(value, found: dict[int, np.ndarray]) -> None:
-    """Collect the memory-owning arrays under value (arrays, lists, tuples, dicts; views -> their base)."""
+def array_roots(value, found: dict[int, np.ndarray]) -> None:
+    """Collect into ``found`` (id -> array) the memory-owning arrays under value (arrays, lists, tuples,
+    dicts; a view counts through its base, so memory shared by several views counts once)."""
     if isinstance(value, np.ndarray):
         while isinstance(value.base, np.ndarray):
             value = value.base
         found[id(value)] = value
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _roots(item, found)
+            array_roots(item, found)
     elif isinstance(value, dict):
         for item in value.values():
-            _roots(item, found)
+            array_roots(item, found)
 
 
 def _is_parameter(value) -> bool:
@@ -90,7 +91,7 @@ def held_bytes(model=None, optimizer=None, *, parameters=(), buffers=(), extra=N
     held = {}
     for category in CATEGORIES:
         found: dict[int, np.ndarray] = {}
-        _roots([v for v in claims[category] if v is not None], found)
+        array_roots([v for v in claims[category] if v is not None], found)
         held[category] = sum(a.nbytes for key, a in found.items() if key not in seen)
         seen.update(found)
     return held

@@ -28,28 +28,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.memory import array_roots
+
 from .module import Module, Parameter, Sequential
-
-
-def _array_roots(value, found: dict[int, np.ndarray]) -> None:
-    """Collect the memory-owning arrays under value (views count once, through their base)."""
-    if isinstance(value, np.ndarray):
-        while isinstance(value.base, np.ndarray):
-            value = value.base
-        found[id(value)] = value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _array_roots(item, found)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _array_roots(item, found)
 
 
 def nbytes_of(*values) -> int:
     """Bytes of the distinct memory behind the arrays in values (a view and its base count once)."""
     found: dict[int, np.ndarray] = {}
     for value in values:
-        _array_roots(value, found)
+        array_roots(value, found)
     return sum(a.nbytes for a in found.values())
 
 
