@@ -16,11 +16,13 @@ talks through a Communicator, and each layer calls only the one below it:
     mailbox.py    the shared-memory mailboxes, waiting and doorbells (layout.py: where everything sits)
 
 header.py packs a message's header, checks.py checks arguments, ledger.py holds the byte counters, the
-simulated alpha-beta clock and traces.
+simulated alpha-beta clock and traces. Under ``mpiexec`` the same ``run`` uses MPI processes instead
+(backend.py, mpi_backend.py, mpi_comm.py; README "Run on a real cluster").
 """
 
 from .comm import Communicator, MessageMismatchError
-from .launcher import ClusterError, run, run_traced
+from .backend import run, run_traced      # launcher.py's, or MPI's under mpiexec (mpi_backend.py)
+from .launcher import ClusterError
 from .ledger import Device, LinkModel, Span, Stats, Trace, plot_timeline
 from .mailbox import DeadlockError, PeerReturnedError
 
