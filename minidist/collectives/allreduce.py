@@ -91,6 +91,15 @@ ALGORITHMS = {
 READ_SOURCE = ("ring", "recursive_doubling", "rabenseifner")
 
 
+def mpi_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """``allreduce(..., algorithm="mpi")``: MPI_Allreduce of x (MPI backend only; not in the ledger)."""
+    if not hasattr(comm, "mpi_allreduce"):
+        raise ValueError("algorithm='mpi' calls MPI_Allreduce: it needs the MPI backend (launch the script "
+                         "with mpiexec; README, 'Run on a real cluster'), not the simulated cluster")
+    flat = comm.mpi_allreduce(flat_copy(x), "sum" if op == "mean" else op)
+    return finish(flat, op, comm.world_size, x.shape)
+
+
 def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES) -> str:
     """MPICH's classic choice: recursive doubling for short arrays, Rabenseifner for long ones.
 
@@ -113,6 +122,8 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> 
     check_op(op, x.dtype)
     if algorithm == "auto":
         algorithm = choose_algorithm(x.nbytes, x.size, comm.world_size)
+    if algorithm == "mpi":              # MPI_Allreduce itself, for comparison (MPI backend only)
+        return mpi_allreduce(comm, x, op)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
     if comm.world_size == 1:
