@@ -53,6 +53,7 @@ class MPICommunicator(Communicator):
         self._seq = [0] * self.world_size
         self._pending: list = []               # (request, buffer) of eager sends still in flight
         self._inbox = bytearray(HEADER_BYTES + SHORT_BYTES + 64)
+        self._status, self._BYTE = MPI.Status(), MPI.BYTE
 
     def __repr__(self) -> str:
         return f"MPICommunicator(rank={self.rank}, world_size={self.world_size}, world_ranks={self._ranks})"
@@ -84,6 +85,12 @@ class MPICommunicator(Communicator):
         if out is not None:
             check_separate(out, base, sendbuf)
         arrival = self._ledger.send(data.nbytes, world_dst)
+        if data.nbytes <= SHORT_BYTES:           # the usual short case: one MPI_Sendrecv
+            self._count_send(data, dst, world_dst, sendtag)
+            self._wait(self._mpi.Sendrecv, [self._pack(data, dst, sendtag, arrival), self._BYTE], dst, WHOLE,
+                       [self._inbox, self._BYTE], src, self._MPI.ANY_TAG, self._status,
+                       what=f"sendrecv with ranks {dst} and {src}")
+            return self._receive(src, recvtag, out, ufunc, base, arrived=True)
         requests = self._post(data, dst, sendtag, arrival, eager=False)
         self._count_send(data, dst, world_dst, sendtag)
         result = self._receive(src, recvtag, out, ufunc, base)
@@ -129,16 +136,14 @@ class MPICommunicator(Communicator):
     # -- the transport ------------------------------------------------------------------------------------
     def _post(self, data: np.ndarray, dst: int, tag: int, arrival: float, eager: bool) -> list:
         """Start sending ``data`` with its header; return the requests the caller must still complete."""
-        self._seq[dst] += 1
-        header = pack_header(self._seq[dst], self._id, self._call, tag, data, arrival, 0)
         MPI, nbytes = self._MPI, data.nbytes
         if nbytes <= SHORT_BYTES:
-            packed = np.empty(_payload_offset(data.ndim) + nbytes, np.uint8)
-            packed[:len(header)] = np.frombuffer(header, np.uint8)
-            packed[_payload_offset(data.ndim):] = data.reshape(-1).view(np.uint8)
+            packed = self._pack(data, dst, tag, arrival)
             self._pending.append((self._mpi.Isend([packed, MPI.BYTE], dst, WHOLE), packed))
             self._prune()
             return []
+        self._seq[dst] += 1
+        header = pack_header(self._seq[dst], self._id, self._call, tag, data, arrival, 0)
         head = self._mpi.Isend([header, MPI.BYTE], dst, HEAD)
         if eager and nbytes <= self._eager:      # a copy, so the caller may change its array at once
             body = data.reshape(-1).view(np.uint8).copy()
@@ -151,11 +156,19 @@ class MPICommunicator(Communicator):
             return []
         return [head, body]
 
-    def _receive(self, src: int, tag: int, out, ufunc, base) -> np.ndarray:
-        """Receive the next message from ``src``: its header, checked, then its payload into place."""
-        status = self._MPI.Status()
-        self._wait(self._mpi.Recv, [self._inbox, self._MPI.BYTE], src, self._MPI.ANY_TAG, status,
-                   what=f"recv from rank {src} tag {tag}")
+    def _pack(self, data: np.ndarray, dst: int, tag: int, arrival: float) -> bytes:
+        """A short message as one buffer: header, padding to a multiple of 64 bytes, payload."""
+        self._seq[dst] += 1
+        header = pack_header(self._seq[dst], self._id, self._call, tag, data, arrival, 0)
+        return b"".join((header, bytes(_payload_offset(data.ndim) - len(header)), data.tobytes()))
+
+    def _receive(self, src: int, tag: int, out, ufunc, base, arrived: bool = False) -> np.ndarray:
+        """Receive the next message from ``src`` (``arrived``: its first part is in the inbox already):
+        its header, checked, then its payload into place."""
+        status = self._status
+        if not arrived:
+            self._wait(self._mpi.Recv, [self._inbox, self._BYTE], src, self._MPI.ANY_TAG, status,
+                       what=f"recv from rank {src} tag {tag}")
         meta = _read(self._inbox)
         self._check_header(src, tag, meta, out)
         target, how, onto = _destination(meta, out, ufunc, base)
