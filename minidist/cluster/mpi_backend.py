@@ -8,9 +8,12 @@ Under mpiexec (MPICH sets PMI_SIZE/PMI_RANK, Open MPI OMPI_COMM_WORLD_SIZE) or w
 so a script written for the simulated cluster runs unchanged: each process executes it top to bottom,
 and every call to ``run`` is one collective step of all processes.
 
-Failures end the whole job, as MPI jobs end: the failing rank prints its rank, exception and traceback
-(once: if several ranks fail together, the lowest reports) and calls MPI_Abort. A watchdog thread does
-the same when ``timeout`` runs out, saying what the rank was waiting for. mpi4py is imported only here,
+Failures: if every rank of the run raises (the same bad argument everywhere, say), ``run`` raises the
+same ``ClusterError`` on every process, as on the simulated cluster. Otherwise some rank may wait for a
+failed one forever, so the job ends as MPI jobs end: the failed rank prints its rank, exception and
+traceback (once: the lowest failed rank reports) and calls MPI_Abort. A watchdog thread does the same
+when ``timeout`` runs out, saying what the rank was waiting for; an exception nobody catches ends the
+job too (printed by rank 0 alone when every process raised it). mpi4py is imported only here,
 only when this backend is chosen (importing it starts MPI; no process may fork after that).
 """
 
@@ -25,7 +28,7 @@ import traceback
 from .ledger import Device, Ledger, LinkModel, Trace
 
 LAUNCHER_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
-REPORT_WINDOW = 0.2        # seconds a failing rank listens for a lower rank's failure before reporting
+REPORT_WINDOW = 1.0        # seconds a failing rank listens for the failures of the others
 FAILED = 77                # tag of "I failed" notes between ranks, on the backend's own communicator
 _state: dict = {}          # MPI module, the run counter and the backend's communicator, once started
 _inside_run = threading.local()
@@ -58,7 +61,8 @@ def load_mpi():
         except ImportError as exc:
             raise ImportError(f"the MPI backend needs mpi4py and an MPI library: pip install -e \".[mpi]\" "
                               f"(mpi4py and the mpich wheel) — {exc}") from exc
-        _state.update(MPI=MPI, runs=0, control=MPI.COMM_WORLD.Dup())
+        _state.update(MPI=MPI, runs=0, control=MPI.COMM_WORLD.Dup(), excepthook=sys.excepthook)
+        sys.excepthook = _uncaught
     return _state["MPI"]
 
 
@@ -90,23 +94,28 @@ def run_mpi(fn, world_size: int, args: tuple, timeout: float = 60.0, link: LinkM
         ledger = Ledger(me, link or LinkModel(), device or Device(), keep_spans)
         waiting = [""]
         comm = MPICommunicator(MPI, group, ledger, list(range(world_size)), 0, mailbox_bytes, waiting)
-        watchdog = threading.Timer(timeout, _timed_out, (me, timeout, waiting))
+        watchdog = threading.Timer(timeout, _timed_out, (me, world_size, timeout, waiting))
         watchdog.daemon = True
         watchdog.start()
         _inside_run.active = True
         try:
-            result = fn(comm, *args)
+            answer = ("ok", fn(comm, *args), (ledger.spans, ledger.clock, comm.stats))
             comm.finish(time.monotonic() + 1.0)
-        except BaseException as exc:               # noqa: BLE001 - a failing rank ends the job
-            fail(me, f"rank {me} raised {type(exc).__name__}: {exc}\n\n--- traceback of rank {me} ---\n"
-                     f"{traceback.format_exc()}")
+        except BaseException as exc:               # noqa: BLE001 - report everything, even SystemExit
+            answer = ("error", fail(me, world_size, f"rank {me} raised {type(exc).__name__}: {exc}\n\n--- "
+                                                    f"traceback of rank {me} ---\n{traceback.format_exc()}"))
         finally:
             _inside_run.active = False
-        answer = (result, (ledger.spans, ledger.clock, comm.stats))
-        watchdog.cancel()
+            watchdog.cancel()
         group.Free()
     answers = world.allgather(answer)[:world_size]
-    return [a[0] for a in answers], [a[1] for a in answers]
+    errors = [(rank, a[1]) for rank, a in enumerate(answers) if a[0] == "error"]
+    if errors:                                     # every rank failed: the same ClusterError everywhere
+        from .launcher import ClusterError
+
+        rank, (report, details) = errors[0]
+        raise ClusterError(report, rank, 1, details)
+    return [a[1] for a in answers], [a[2] for a in answers]
 
 
 def run_traced_mpi(fn, world_size: int, args: tuple, **options) -> tuple[list, Trace]:
@@ -116,25 +125,45 @@ def run_traced_mpi(fn, world_size: int, args: tuple, **options) -> tuple[list, T
     return results, Trace(spans, [clock for _, clock, _ in ledgers], [stats for _, _, stats in ledgers])
 
 
-def fail(rank: int, report: str) -> None:
-    """End the whole job: print ``report`` (unless a lower rank fails at the same time), then MPI_Abort."""
-    MPI, control = _state["MPI"], _state["control"]
-    size = control.Get_size()
-    notes = [control.Isend([b"x", MPI.BYTE], r, FAILED) for r in range(size) if r != rank]
+def fail(rank: int, world_size: int, report: str, may_return: bool = True) -> tuple[str, str]:
+    """A rank of a run on ranks 0..world_size-1 failed: tell the others and hear from them for up to
+    REPORT_WINDOW seconds. If every rank failed (none waits for another: e.g. the same bad argument
+    everywhere), return (report, traceback) of the lowest rank: ``run`` raises ClusterError on every
+    process, as the simulated cluster does. Otherwise end the job: the lowest failed rank prints its
+    report, then MPI_Abort."""
+    control = _state["control"]
+    notes = [control.isend(report, r, FAILED) for r in range(world_size) if r != rank]
+    reports = {rank: report}
     deadline = time.monotonic() + REPORT_WINDOW
-    lower = False
-    while time.monotonic() < deadline and not lower:
-        lower = any(control.Iprobe(r, FAILED) for r in range(rank))
-        time.sleep(0.01)
-    if not lower:
-        print(f"\nminidist (MPI backend): {report}", file=sys.stderr, flush=True)
+    while len(reports) < world_size and time.monotonic() < deadline:
+        for r in range(world_size):
+            if r not in reports and control.iprobe(r, FAILED):
+                reports[r] = control.recv(source=r, tag=FAILED)
+        time.sleep(0.002)
+    if may_return and len(reports) == world_size:
+        _state["MPI"].Request.Waitall(notes)
+        first = reports[min(reports)]
+        return first, first.partition("---\n")[2]
+    if min(reports) == rank:
+        print(f"\nminidist (MPI backend): {reports[rank]}", file=sys.stderr, flush=True)
     else:
         time.sleep(5.0)         # the lower rank reports and aborts the job; abort anyway if it does not
-    del notes
-    MPI.COMM_WORLD.Abort(1)
+    _state["MPI"].COMM_WORLD.Abort(1)
     os._exit(1)                 # never return into the failed run
 
 
-def _timed_out(rank: int, timeout: float, waiting: list) -> None:
+def _uncaught(kind, error, trace) -> None:
+    """An exception nobody caught: print it (a ClusterError, raised on every process, by rank 0 only) and
+    end the job, so that no process waits for this one."""
+    from .launcher import ClusterError
+
+    MPI = _state["MPI"]
+    if not (issubclass(kind, ClusterError) and MPI.COMM_WORLD.Get_rank() != 0):
+        _state["excepthook"](kind, error, trace)
+        sys.stderr.flush()
+    MPI.COMM_WORLD.Abort(1)
+
+
+def _timed_out(rank: int, world_size: int, timeout: float, waiting: list) -> None:
     what = waiting[0] or "computing (in no communication call)"
-    fail(rank, f"run timed out after {timeout:g} s; rank {rank} was waiting for: {what}")
+    fail(rank, world_size, f"run timed out after {timeout:g} s; rank {rank} was waiting for: {what}", may_return=False)

@@ -105,8 +105,26 @@ def test_a_failure_ends_the_job_with_one_clear_report(tmp_path, case):
     assert time.monotonic() - start < 30
     for text in expected:
         assert text in job.stderr, job.stderr[-3000:]
-    if case != "too_few":
-        assert job.stderr.count("minidist (MPI backend):") == 1, job.stderr[-3000:]
+    once = {"raises": "--- traceback of rank", "mismatch": "--- traceback of rank", "timeout": "run timed out"}
+    if case in once:
+        assert job.stderr.count(once[case]) == 1, job.stderr[-3000:]
+
+
+@needs_mpi
+def test_an_error_on_every_rank_is_a_cluster_error_on_every_process(tmp_path):
+    job = mpi_job(2, [script(tmp_path, """
+        from minidist.cluster import ClusterError
+        def fn(comm):
+            raise ValueError(f"bad argument (rank {comm.rank})")
+        try:
+            run(fn, 2)
+        except ClusterError as error:
+            print("caught", error.rank, str(error).splitlines()[0])
+        print("result", run(lambda comm: comm.rank, 2))
+        """)])
+    assert job.returncode == 0, job.stderr[-3000:]
+    lines = sorted(job.stdout.splitlines())
+    assert lines == ["caught 0 rank 0 raised ValueError: bad argument (rank 0)"] * 2 + ["result [0, 1]"] * 2
 
 
 @needs_mpi
