@@ -54,8 +54,9 @@ def worker() -> None:
             ring = max(r[name]["ring"] for r in results)        # the slowest rank sets the time
             mpi = max(r[name]["mpi"] for r in results)
             bus = 2 * (p - 1) / p * nbytes
-            print(f"| {p} | {name} | {ring * 1e6:.0f} us | {mpi * 1e6:.0f} us | {bus / ring / 1e9:.2f} GB/s | "
-                  f"{bus / mpi / 1e9:.2f} GB/s | {mpi / ring:.2f}x busbw, {ring / mpi:.2f}x latency |", flush=True)
+            print(f"| {p} | {name} | {ring * 1e6:.0f} us | {mpi * 1e6:.0f} us | {bus / ring / 1e9:.2f} GB/s "
+                  f"| {bus / mpi / 1e9:.2f} GB/s | {mpi / ring:.2f}x busbw, {ring / mpi:.2f}x latency |",
+                  flush=True)
 
 
 def _size() -> int:
@@ -77,7 +78,8 @@ def main() -> int:
     if not mpi_available():
         print('MPI is not installed: pip install -e ".[mpi]"')
         return 1
-    print("| P | size | ring (minidist, MPI backend) | MPI_Allreduce | ring busbw | MPI busbw | ring vs MPI |")
+    print("| P | size | ring (minidist, MPI backend) | MPI_Allreduce | ring busbw | MPI busbw "
+          "| ring vs MPI |")
     print("|---|---|---|---|---|---|---|")
     for p in map(int, args.procs.split(",")):
         job = launch(p, [__file__, "--worker"], capture=True)

@@ -48,7 +48,8 @@ def refuse_fork_under_mpi() -> None:
     copies MPI's state into children (unsafe)."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        raise RuntimeError("a fork-based cluster.run inside an MPI job: MPI is initialised in this process, so "
+        raise RuntimeError("a fork-based cluster.run inside an MPI job: MPI is initialised in this process, "
+                           "so "
                            "it must not fork. Under mpiexec, cluster.run uses the MPI backend; do not set "
                            "MINIDIST_BACKEND=shm there, and do not call run inside a run's fn")
 
@@ -166,4 +167,5 @@ def _uncaught(kind, error, trace) -> None:
 
 def _timed_out(rank: int, world_size: int, timeout: float, waiting: list) -> None:
     what = waiting[0] or "computing (in no communication call)"
-    fail(rank, world_size, f"run timed out after {timeout:g} s; rank {rank} was waiting for: {what}", may_return=False)
+    fail(rank, world_size, f"run timed out after {timeout:g} s; rank {rank} was waiting for: {what}",
+         may_return=False)

@@ -44,7 +44,8 @@ class MPICommunicator(Communicator):
 
     def __init__(self, MPI, mpi_comm, ledger: Ledger, ranks: list[int], comm_id: int = 0,
                  eager_bytes: int = 2 * 2**20, waiting: list | None = None):
-        self._MPI, self._mpi, self._ledger, self._ranks, self._id = MPI, mpi_comm, ledger, list(ranks), comm_id
+        self._MPI, self._mpi, self._ledger, self._id = MPI, mpi_comm, ledger, comm_id
+        self._ranks = list(ranks)
         self.rank, self.world_size = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.stats = Stats()
         self._call, self._call_name, self._splits = 0, "", 0
@@ -123,7 +124,8 @@ class MPICommunicator(Communicator):
             return None
         ranks = [self._ranks[r] for r in new.allgather(self.rank)]
         digest = hashlib.blake2b(repr((self._id, self._splits, int(color))).encode(), digest_size=8)
-        return MPICommunicator(self._MPI, new, self._ledger, ranks, int.from_bytes(digest.digest(), "little") >> 1,
+        comm_id = int.from_bytes(digest.digest(), "little") >> 1
+        return MPICommunicator(self._MPI, new, self._ledger, ranks, comm_id,
                                self._eager, self._waiting)
 
     def mpi_allreduce(self, flat: np.ndarray, op: str) -> np.ndarray:
@@ -152,7 +154,7 @@ class MPICommunicator(Communicator):
             return []
         body = self._mpi.Isend([data.reshape(-1).view(np.uint8), MPI.BYTE], dst, BODY)
         if eager:
-            self._wait(MPI.Request.Waitall, [head, body], what=f"sending to rank {dst} (waits for the receiver)")
+            self._wait(MPI.Request.Waitall, [head, body], what=f"sending to rank {dst} (until it receives)")
             return []
         return [head, body]
 
@@ -174,7 +176,8 @@ class MPICommunicator(Communicator):
         target, how, onto = _destination(meta, out, ufunc, base)
         if status.Get_tag() == WHOLE:
             start = _payload_offset(len(meta.shape))
-            incoming = np.frombuffer(self._inbox, np.uint8, meta.nbytes, start).view(meta.dtype).reshape(meta.shape)
+            incoming = np.frombuffer(self._inbox, np.uint8, meta.nbytes, start).view(meta.dtype)
+            incoming = incoming.reshape(meta.shape)
         elif how is None:                        # straight into place
             incoming = None
             self._wait(self._mpi.Recv, [target.reshape(-1).view(np.uint8), self._MPI.BYTE], src, BODY,
@@ -214,7 +217,8 @@ class MPICommunicator(Communicator):
         self.stats.bytes_sent += data.nbytes
         self.stats.messages_sent += 1
         if self._verbose:
-            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {self._seq[dst]}", flush=True)
+            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {self._seq[dst]}",
+                  flush=True)
 
 
 def _payload_offset(ndim: int) -> int:

@@ -66,9 +66,10 @@ def collectives(comm):
             got.append(allreduce(comm, x, algorithm=algorithm))
         got.append(allreduce(comm, x.astype(np.int64), op="max", algorithm="ring"))
         got.append(allreduce(comm, x, op="mean", algorithm="tree"))
-        got += [broadcast(comm, x, root=comm.world_size - 1), reduce(comm, x, root=0), gather(comm, x, root=0)]
+        got += [broadcast(comm, x, root=comm.world_size - 1), reduce(comm, x), gather(comm, x, root=0)]
         got += [scatter(comm, [data(j, n) for j in range(comm.world_size)] if r == 0 else None, root=0)]
-        got += [allgather(comm, x), reduce_scatter(comm, x), alltoall(comm, [data(r + j, n) for j in range(comm.world_size)])]
+        chunks = [data(r + j, n) for j in range(comm.world_size)]
+        got += [allgather(comm, x), reduce_scatter(comm, x), alltoall(comm, chunks)]
     return got, comm.stats, comm.clock
 
 
@@ -84,8 +85,10 @@ def groups(comm):
 
 def data_parallel(comm, optimizer):
     rng = np.random.default_rng(3)
-    model = Sequential(Linear(6, 9, rng=rng, dtype=np.float64), ReLU(), Linear(9, 4, rng=rng, dtype=np.float64))
-    opt = SGD(model.parameters(), lr=0.1, momentum=0.9) if optimizer == "sgd" else Adam(model.parameters(), lr=0.01)
+    model = Sequential(Linear(6, 9, rng=rng, dtype=np.float64), ReLU(),
+                       Linear(9, 4, rng=rng, dtype=np.float64))
+    params = model.parameters()
+    opt = SGD(params, lr=0.1, momentum=0.9) if optimizer == "sgd" else Adam(params, lr=0.01)
     dp = DataParallel(comm, model, opt, CrossEntropyLoss(), bucket_bytes=200)
     batches = np.random.default_rng(4)
     losses = [dp.train_step(batches.normal(size=(13, 6)), batches.integers(0, 4, size=13)) for _ in range(3)]

@@ -105,7 +105,8 @@ def test_a_failure_ends_the_job_with_one_clear_report(tmp_path, case):
     assert time.monotonic() - start < 30
     for text in expected:
         assert text in job.stderr, job.stderr[-3000:]
-    once = {"raises": "--- traceback of rank", "mismatch": "--- traceback of rank", "timeout": "run timed out"}
+    once = {"raises": "--- traceback of rank", "mismatch": "--- traceback of rank",
+            "timeout": "run timed out"}
     if case in once:
         assert job.stderr.count(once[case]) == 1, job.stderr[-3000:]
 
@@ -147,7 +148,8 @@ def test_a_fork_based_run_inside_an_mpi_job_is_refused(tmp_path):
 
 def test_missing_mpi4py_says_how_to_install_it():
     env = {**os.environ, "MINIDIST_BACKEND": "mpi", "PYTHONPATH": str(ROOT)}
-    code = "import sys\nsys.modules['mpi4py'] = None\nfrom minidist.cluster import run\nrun(lambda comm: 1, 1)\n"
+    code = ("import sys\nsys.modules['mpi4py'] = None\nfrom minidist.cluster import run\n"
+            "run(lambda comm: 1, 1)\n")
     job = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert job.returncode != 0 and 'pip install -e ".[mpi]"' in job.stderr
 
