@@ -159,7 +159,9 @@ def _uncaught(kind, error, trace) -> None:
     from .launcher import ClusterError
 
     MPI = _state["MPI"]
-    if not (issubclass(kind, ClusterError) and MPI.COMM_WORLD.Get_rank() != 0):
+    if issubclass(kind, ClusterError) and MPI.COMM_WORLD.Get_rank() != 0:
+        time.sleep(5.0)            # rank 0 prints it and aborts the job; abort anyway if it does not
+    else:
         _state["excepthook"](kind, error, trace)
         sys.stderr.flush()
     MPI.COMM_WORLD.Abort(1)
