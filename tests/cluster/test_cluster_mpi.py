@@ -64,10 +64,12 @@ def test_same_results_stats_clocks_and_spans_on_both_backends(tmp_path, nprocs):
     assert sent == [s.bytes_sent for s in on_shm["collectives"][2]] and min(sent) > 0
 
 
-def script(tmp_path: Path, body: str) -> str:
+def script(tmp_path: Path, body: str, say: bool = False) -> str:
+    """A job script: imports, ``body``; with ``say``, a ``say(*words)`` that writes to this rank's file."""
     path = tmp_path / "job.py"
+    prelude = f"OUT = {str(tmp_path)!r}\n" + SAY if say else ""
     path.write_text("import numpy as np\nfrom minidist.cluster import run\nfrom minidist.collectives import "
-                    "allreduce\n" + textwrap.dedent(body))
+                    "allreduce\n" + prelude + textwrap.dedent(body))
     return str(path)
 
 
@@ -111,31 +113,43 @@ def test_a_failure_ends_the_job_with_one_clear_report(tmp_path, case):
         assert job.stderr.count(once[case]) == 1, job.stderr[-3000:]
 
 
+def outputs(tmp_path: Path, nprocs: int) -> list[str]:
+    """What each process wrote with ``say`` (one file per process: mpiexec may interleave stdout)."""
+    return [(tmp_path / f"out{r}.txt").read_text() for r in range(nprocs)]
+
+
+SAY = """
+from mpi4py import MPI
+def say(*words):
+    with open(f"{OUT}/out{MPI.COMM_WORLD.Get_rank()}.txt", "a") as f:
+        print(*words, file=f)
+"""
+
+
 @needs_mpi
 def test_an_error_on_every_rank_is_a_cluster_error_on_every_process(tmp_path):
-    job = mpi_job(2, [script(tmp_path, """
+    job = mpi_job(2, [script(tmp_path, say=True, body="""
         from minidist.cluster import ClusterError
         def fn(comm):
             raise ValueError(f"bad argument (rank {comm.rank})")
         try:
             run(fn, 2)
         except ClusterError as error:
-            print("caught", error.rank, str(error).splitlines()[0])
-        print("result", run(lambda comm: comm.rank, 2))
+            say("caught", error.rank, str(error).splitlines()[0])
+        say("result", run(lambda comm: comm.rank, 2))
         """)])
     assert job.returncode == 0, job.stderr[-3000:]
-    lines = sorted(job.stdout.splitlines())
-    assert lines == ["caught 0 rank 0 raised ValueError: bad argument (rank 0)"] * 2 + ["result [0, 1]"] * 2
+    expected = "caught 0 rank 0 raised ValueError: bad argument (rank 0)\nresult [0, 1]\n"
+    assert outputs(tmp_path, 2) == [expected] * 2
 
 
 @needs_mpi
 def test_surplus_ranks_wait_and_everyone_gets_all_results(tmp_path):
-    job = mpi_job(4, [script(tmp_path, """
-        from mpi4py import MPI
-        print("rank", MPI.COMM_WORLD.Get_rank(), run(lambda comm: comm.rank * 10, 2))
+    job = mpi_job(4, [script(tmp_path, say=True, body="""
+        say(run(lambda comm: comm.rank * 10, 2))
         """)])
     assert job.returncode == 0, job.stderr[-3000:]
-    assert sorted(job.stdout.split("\n")[:4]) == [f"rank {r} [0, 10]" for r in range(4)]
+    assert outputs(tmp_path, 4) == ["[0, 10]\n"] * 4
 
 
 @needs_mpi
