@@ -67,15 +67,17 @@ def load_mpi():
     return _state["MPI"]
 
 
-def run_mpi(fn, world_size: int, args: tuple, timeout: float = 60.0, link: LinkModel | None = None,
+def run_mpi(fn, world_size: int, args: tuple, timeout: float | None = 60.0, link: LinkModel | None = None,
             device: Device | None = None, mailbox_bytes: int = 2 * 2**20, keep_spans: bool = False):
     """``run`` over MPI: (results by rank, [(spans, clock, stats)] by rank), the same on every process."""
     if not callable(fn):
         raise TypeError(f"run expects a function fn(comm, *args), got {type(fn).__name__}")
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds (or None: none), got {timeout!r}")
+    if hasattr(link, "check_covers"):              # a two-level Topology must cover the world
+        link.check_covers(world_size)
     if getattr(_inside_run, "active", False):
         raise RuntimeError("cluster.run called inside a run's fn: under MPI the ranks are the MPI processes; "
                            "use comm.split for sub-groups instead")
@@ -95,9 +97,11 @@ def run_mpi(fn, world_size: int, args: tuple, timeout: float = 60.0, link: LinkM
         ledger = Ledger(me, link or LinkModel(), device or Device(), keep_spans)
         waiting = [""]
         comm = MPICommunicator(MPI, group, ledger, list(range(world_size)), 0, mailbox_bytes, waiting)
-        watchdog = threading.Timer(timeout, _timed_out, (me, world_size, timeout, waiting))
+        endless = timeout is None or timeout == float("inf")
+        watchdog = threading.Timer(0 if endless else timeout, _timed_out, (me, world_size, timeout, waiting))
         watchdog.daemon = True
-        watchdog.start()
+        if not endless:
+            watchdog.start()
         _inside_run.active = True
         try:
             answer = ("ok", fn(comm, *args), (ledger.spans, ledger.clock, comm.stats))
