@@ -25,7 +25,7 @@ from minidist.collectives import (
 )
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adam
-from minidist.parallel import DataParallel
+from minidist.parallel import DataParallel, Pipeline
 
 SIZES = (0, 1, 3, 1001, 40_000)          # 40,000 float32: 160 KB, over the MPI backend's short limit
 DTYPES = (np.bool_, np.float16, np.int8, np.uint64, np.float64, np.complex64, "<M8[s]", "<U3")
@@ -95,8 +95,25 @@ def data_parallel(comm, optimizer):
     return losses, [p.data for p in model.parameters()], comm.stats, comm.clock
 
 
+def pipeline(comm):
+    rng = np.random.default_rng(5)
+    layers = []
+    for _ in range(4):
+        layers += [Linear(5, 5, rng=rng, dtype=np.float64), ReLU()]
+    pipe = Pipeline(comm, Sequential(*layers), loss_fn=CrossEntropyLoss(), num_micro_batches=3)
+    opt = SGD(pipe.parameters(), lr=0.1, momentum=0.9) if pipe.parameters() else None
+    batches, losses = np.random.default_rng(6), []
+    for _ in range(2):
+        losses.append(pipe.train_step(batches.normal(size=(6, 5)), batches.integers(0, 5, size=6)))
+        if opt is not None:
+            opt.step()
+            opt.zero_grad()
+    return losses, [p.data for p in pipe.parameters()], comm.stats, comm.clock
+
+
 CASES = {"point_to_point": (point_to_point, ()), "collectives": (collectives, ()), "groups": (groups, ()),
-         "data_parallel_sgd": (data_parallel, ("sgd",)), "data_parallel_adam": (data_parallel, ("adam",))}
+         "data_parallel_sgd": (data_parallel, ("sgd",)), "data_parallel_adam": (data_parallel, ("adam",)),
+         "pipeline": (pipeline, ())}
 
 
 def mpi_only(comm):
