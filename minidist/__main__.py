@@ -2,7 +2,7 @@
 
     demo            train a small model on the digits and report what happened
     lessons         list the lesson scripts
-    run NN          run lessons/NN_*.py
+    run NN          run lessons/NN_*.py (--mpi P: on P MPI processes)
     exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
 """
 
@@ -38,6 +38,9 @@ def cmd_run(args) -> int:
     if not matches:
         print(f"no lesson {args.number!r}; `python -m minidist lessons` lists them", file=sys.stderr)
         return 2
+    if getattr(args, "mpi", None):                 # on P MPI processes (minidist/cluster/mpi_launch.py)
+        from minidist.cluster.mpi_launch import launch
+        return launch(args.mpi, [matches[0]]).returncode
     sys.argv = [matches[0]]
 
     def lesson() -> int:
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("lessons", help="list the lessons").set_defaults(func=cmd_lessons)
     run = sub.add_parser("run", help="run one lesson by number")
     run.add_argument("number")
+    run.add_argument("--mpi", type=int, metavar="P", help="run it under mpiexec on P processes")
     run.set_defaults(func=cmd_run)
     from minidist.exercises.cli import add_parser as add_exercises_parser
 

@@ -17,12 +17,15 @@ talks through a Communicator, and each layer calls only the one below it:
 
 header.py packs a message's header, checks.py checks arguments, ledger.py holds the byte counters, the
 simulated alpha-beta clock and traces; topology.py describes a two-level cluster (nodes × ranks per node).
+Under ``mpiexec`` the same ``run`` uses MPI processes instead (backend.py, mpi_backend.py, mpi_comm.py;
+README "Run on a real cluster").
 """
 
 from minidist.plots import plot_timeline  # drawing lives in minidist.plots; kept here by its old name
 
+from .backend import run, run_traced      # launcher.py's, or MPI's under mpiexec (mpi_backend.py)
 from .comm import Communicator, MessageMismatchError
-from .launcher import ClusterError, run, run_traced
+from .launcher import ClusterError
 from .ledger import Device, LinkModel, Span, Stats, Trace
 from .mailbox import DeadlockError, PeerReturnedError
 from .topology import Topology

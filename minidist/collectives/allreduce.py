@@ -34,6 +34,7 @@ from minidist.collectives.common import (
     check_op,
     dtype_name,
     finish,
+    flat_copy,
     largest_power_of_two,
 )
 from minidist.collectives.halving_doubling import rabenseifner_allreduce, recursive_doubling_allreduce
@@ -92,6 +93,15 @@ ALGORITHMS = {
 }
 
 
+def mpi_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """``allreduce(..., algorithm="mpi")``: MPI_Allreduce of x (MPI backend only; not in the ledger)."""
+    if not hasattr(comm, "mpi_allreduce"):
+        raise ValueError("algorithm='mpi' calls MPI_Allreduce: it needs the MPI backend (launch the script "
+                         "with mpiexec; README, 'Run on a real cluster'), not the simulated cluster")
+    flat = comm.mpi_allreduce(flat_copy(x), "sum" if op == "mean" else op)
+    return finish(flat, op, comm.world_size, x.shape)
+
+
 def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES) -> str:
     """MPICH's classic choice: recursive doubling for short arrays, Rabenseifner for long ones.
 
@@ -118,10 +128,14 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
     check_op(op, x.dtype)
     if algorithm == "auto":   # on a Topology, hierarchical/torus when predicted faster (hierarchical.py)
         algorithm = choose_by_topology(comm, x.nbytes) or choose_algorithm(x.nbytes, x.size, comm.world_size)
+    if algorithm == "mpi":              # MPI_Allreduce itself, for comparison (MPI backend only)
+        result = working_buffer(x, out)
+        result[...] = mpi_allreduce(comm, x, op)
+        return result
     table = TOPOLOGY_ALGORITHMS if algorithm in TOPOLOGY_ALGORITHMS else ALGORITHMS
     if algorithm not in table:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
-                         f"(on a Topology) or 'auto', got {algorithm!r}")
+                         f"(on a Topology), 'mpi' (under mpiexec) or 'auto', got {algorithm!r}")
     result = working_buffer(x, out)
     flat = result.reshape(-1)            # a view: the algorithms work on the result's memory
     if comm.world_size > 1:
