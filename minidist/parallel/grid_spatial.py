@@ -43,8 +43,8 @@ class GridSpatial:
 
     def __init__(self, comm, data: int, spatial: tuple[int, int], placement: str = "spatial_inside",
                  require_spatial_in_node: bool = False, algorithm: str = "ring"):
-        ok = isinstance(spatial, tuple) and len(spatial) == 2 and all(type(v) is int and v >= 1 for v in spatial)
-        if not ok or type(data) is not int or data < 1:
+        ok = isinstance(spatial, tuple) and len(spatial) == 2
+        if not ok or not all(type(v) is int and v >= 1 for v in spatial) or type(data) is not int or data < 1:
             raise ValueError(f"a data × spatial grid needs an int data >= 1 and spatial = (Ph, Pw) of ints "
                              f">= 1, got data={data!r}, spatial={spatial!r}")
         if data * spatial[0] * spatial[1] != comm.world_size:
@@ -95,9 +95,10 @@ class GridSpatial:
     def block(self, x: np.ndarray) -> np.ndarray:
         """x: the whole batch, (B, C, H, W). Returns this rank's part: its data group's slice B_d of the
         batch, its spatial block of every image, (B_d, C, h, w), contiguous."""
-        if not isinstance(x, np.ndarray) or x.ndim != 4 or tuple(x.shape[2:]) != getattr(self, "input_hw", None):
+        hw = getattr(self, "input_hw", None)           # set by spatialize
+        if not isinstance(x, np.ndarray) or x.ndim != 4 or tuple(x.shape[2:]) != hw:
             raise ValueError(f"expected a batch (B, C, H, W) with (H, W) = the input_hw given to spatialize "
-                             f"({getattr(self, 'input_hw', None)}), got {getattr(x, 'shape', type(x).__name__)}")
+                             f"({hw}), got {getattr(x, 'shape', type(x).__name__)}")
         lo, hi = self._rows(len(x))
         rows, cols = grid_blocks(self.input_hw, self.spatial)[self.s]
         return np.ascontiguousarray(x[lo:hi, :, rows, cols])

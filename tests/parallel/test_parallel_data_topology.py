@@ -21,7 +21,8 @@ TOPO = Topology(2, 2, intra=LinkModel(1e-9, 1 / 100e9), inter=LinkModel(1e-5, 1 
 
 def make_model() -> Sequential:
     rng = np.random.default_rng(5)     # 48 + 8 + 32 + 4 parameters: every bucket divides by G·N = 4
-    return Sequential(Linear(6, 8, rng=rng, dtype=np.float64), ReLU(), Linear(8, 4, rng=rng, dtype=np.float64))
+    return Sequential(Linear(6, 8, rng=rng, dtype=np.float64), ReLU(),
+                      Linear(8, 4, rng=rng, dtype=np.float64))
 
 
 def batches() -> list[tuple[np.ndarray, np.ndarray]]:
@@ -63,7 +64,7 @@ def test_data_parallel_on_a_topology_equals_one_process_and_the_formula(algorith
         for got, want in zip(params, reference):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
         names = chosen if algorithm == "auto" else [algorithm] * len(bucket_nbytes)
-        assert all(name in COSTS for name in names), f"auto chose {chosen}: the test would not check a topology algorithm"
+        assert all(name in COSTS for name in names), f"auto chose {chosen}: no topology algorithm to check"
         per_step = sum(COSTS[name](TOPO, nbytes).bytes for name, nbytes in zip(names, bucket_nbytes))
         assert len(bucket_nbytes) == (4 if bucket_bytes is None else 1)
         assert sent == [per_step] * STEPS
@@ -73,7 +74,8 @@ def test_topology_algorithms_need_a_topology_with_equal_nodes():
     def build(comm, algorithm):
         model = make_model()
         try:
-            DataParallel(comm, model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), algorithm=algorithm)
+            DataParallel(comm, model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(),
+                         algorithm=algorithm)
         except ValueError as error:
             return str(error)
         return None

@@ -46,18 +46,20 @@ def train(comm, data, spatial, placement):
     return (grid.d, grid.s), losses, [p.data for p in model.parameters()]
 
 
-@pytest.mark.parametrize("data, spatial, placement", [(2, (2, 1), "spatial_inside"), (2, (1, 2), "spatial_across"),
-                                                      (1, (2, 2), "spatial_inside"), (4, (1, 1), "spatial_inside")],
-                         ids=["2x(2x1)", "2x(1x2)-across", "1x(2x2)", "4x(1x1)"])
+@pytest.mark.parametrize("data, spatial, placement",
+                         [(2, (2, 1), "spatial_inside"), (2, (1, 2), "spatial_across"),
+                          (1, (2, 2), "spatial_inside"), (4, (1, 1), "spatial_inside")], ids=["2x(2x1)", "2x(1x2)-across", "1x(2x2)", "4x(1x1)"])
 def test_data_spatial_training_equals_one_process(data, spatial, placement):
     ref_losses, ref_params = single_process()
     initial = [p.data.copy() for p in make_model().parameters()]
     results = run(train, 4, data, spatial, placement, timeout=60)
-    assert sorted(coords for coords, _, _ in results) == [(d, s) for d in range(data) for s in range(4 // data)]
+    expected = [(d, s) for d in range(data) for s in range(4 // data)]
+    assert sorted(coords for coords, _, _ in results) == expected
     for rank, (coords, _, params) in enumerate(results):
         for k, (got, want, start) in enumerate(zip(params, ref_params, initial)):
             assert not np.array_equal(want, start), "a parameter never moved: the test would be vacuous"
-            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13, err_msg=f"rank {rank} {coords}, param {k}")
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13,
+                                       err_msg=f"rank {rank} {coords}, param {k}")
     group_losses = {coords[0]: losses for coords, losses, _ in results}
     np.testing.assert_allclose(np.sum(list(group_losses.values()), axis=0), ref_losses, rtol=1e-12)
 
@@ -80,7 +82,8 @@ def test_placement_puts_spatial_groups_inside_or_across_nodes():
                                            ((3, (1, 1)), "D·Ph·Pw = world size 4"),
                                            ((2, 2), "spatial = (Ph, Pw)"), ((0, (2, 2)), "data >= 1"),
                                            ((2, (2, 1), "diagonal"), "placement must be one of"),
-                                           ((2, (2, 1), "spatial_inside", False, "fast"), "algorithm must be one of")])
+                                           ((2, (2, 1), "spatial_inside", False, "fast"),
+                                            "algorithm must be one of")])
 def test_bad_grids_raise(args, message):
     def fn(comm):
         try:
