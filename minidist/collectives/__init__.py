@@ -9,6 +9,7 @@ are in ``minidist.collectives.cost``.
 """
 
 from minidist.collectives.allreduce import ALGORITHMS, allreduce, choose_algorithm
+from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.collectives.primitives import (
                                              allgather,
                                              alltoall,
@@ -20,5 +21,5 @@ from minidist.collectives.primitives import (
                                              scatter,
 )
 
-__all__ = ["ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast", "choose_algorithm",
-           "gather", "reduce", "reduce_scatter", "scatter"]
+__all__ = ["ALGORITHMS", "TOPOLOGY_ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
+           "choose_algorithm", "gather", "reduce", "reduce_scatter", "scatter"]

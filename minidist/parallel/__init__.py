@@ -11,6 +11,7 @@ spatial/    spatial parallelism: spatial.py (convolutions over H / H×W blocks),
 tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear), mlp.py (the Megatron
             MLP block), comm.py (Megatron's f and g), cost.py
 hybrid.py   data × model parallelism on a 2-D grid of ranks
+grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × spatial
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
             averaging, Hogwild!
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
@@ -39,6 +40,8 @@ from .tensor import (
     column_parallel_mlp,
     megatron_parallel_mlp,
 )
+from .grid3d import Grid3D  # after .tensor: grid3d imports the tensor-parallel layers from this package
+from .grid_spatial import GridSpatial
 
 __all__ = [
     "ColumnParallelLinear",
@@ -48,6 +51,8 @@ __all__ = [
     "FSDP",
     "ErrorFeedback",
     "Grid",
+    "Grid3D",
+    "GridSpatial",
     "GridAllgather",
     "HaloPlan",
     "MegatronMLP",

@@ -30,6 +30,7 @@ import numpy as np
 from minidist.cluster import Span
 from minidist.memory import record
 from minidist.collectives import ALGORITHMS, allreduce, broadcast
+from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
 from minidist.nn.module import Module
 from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
 from .replicas import check_same_layout, check_same_values
@@ -46,7 +47,8 @@ class DataParallel:
     Args:
         comm: the Communicator (every rank builds its own DataParallel over its own replica).
         model, optimizer, loss_fn: a minidist Module, an optimizer over model.parameters(), a loss.
-        algorithm: the allreduce algorithm ("ring", "tree", ..., or "auto").
+        algorithm: the allreduce algorithm ("ring", "tree", ..., "hierarchical" or "torus" under
+            ``run(..., link=Topology(...))``, or "auto", which chooses by topology and size).
         bucket_bytes: bucket capacity in bytes (DDP's default 25 MiB); None = one allreduce per parameter.
         overlap: issue each bucket as soon as it is ready (True) or after the whole backward (False).
         mixed: a MixedPrecisionTrainer over the same model and optimizer (None: plain precision).
@@ -72,8 +74,11 @@ class DataParallel:
                 raise TypeError(f"optimizer must have .{name}(), got {type(optimizer).__name__}")
         if not (callable(getattr(loss_fn, "forward", None)) and callable(getattr(loss_fn, "backward", None))):
             raise TypeError(f"loss_fn must have forward(logits, target) and backward(), got {type(loss_fn).__name__}")
-        if algorithm != "auto" and algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
+        if algorithm != "auto" and algorithm not in ALGORITHMS and algorithm not in TOPOLOGY_ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
+                             f"(on a Topology) or 'auto', got {algorithm!r}")
+        if algorithm in TOPOLOGY_ALGORITHMS:
+            node_layout(comm, algorithm)    # a run with a Topology and nodes of equal size, or ValueError
         if mixed is not None and not (isinstance(mixed, MixedPrecisionTrainer) and mixed.model is model
                                       and mixed.optimizer is optimizer):
             raise ValueError("mixed must be a MixedPrecisionTrainer built on the same model and optimizer")

@@ -1,0 +1,132 @@
+"""Data × spatial parallelism: D data-parallel groups, each a spatial group of S = Ph·Pw ranks.
+
+Rank r sits at (d, s). With ``placement="spatial_inside"`` (the default) the spatial index varies
+fastest, r = d·S + s, so each spatial group is S consecutive ranks: on a cluster of nodes of G ranks (G a
+multiple of S) it never leaves its node. ``placement="spatial_across"`` makes the data index fastest,
+r = s·D + d: the spatial groups then straddle nodes.
+
+    grid = GridSpatial(comm, data=2, spatial=(2, 1))            # comm.split twice (collective)
+    net = grid.spatialize(model, input_hw=(H, W))               # SpatialConv2d ... on spatial_comm
+    loss = grid.train_step(net, CrossEntropyLoss(), optimizer, x, target)
+
+A step: spatial group d takes its slice B_d of the batch (minidist.split) and each of its ranks the block
+s of every image; the spatial layers exchange halos and sum their weight gradients over the spatial group
+(SpatialConv2d's own allreduce: a convolution's gradient is the sum over the blocks); the replicated head
+runs on the allgathered image. The loss gradient is scaled by B_d/B, so summing every gradient over the
+data group (one bucket) gives the mean over the whole batch: Σ_d (B_d/B)·mean_d = mean. Spatial traffic
+(halos at every layer, forward and backward) is frequent and small; the data group's is one bucket per
+step; so the spatial group is the one to keep on a node's fast links.
+Source: the "Distributed Deep Learning (Part II)" slides (spatial parallel training; hybrid parallelism).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.cluster.topology import topology_of, world_ranks
+from minidist.collectives import ALGORITHMS, allreduce
+from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
+from minidist.split import split_range
+
+from .spatial import grid_blocks, spatialize
+
+PLACEMENTS = ("spatial_inside", "spatial_across")
+
+
+class GridSpatial:
+    """The D × (Ph·Pw) grid over ``comm``: ``spatial_comm`` and ``data_comm`` of this rank.
+
+    data: D; spatial: (Ph, Pw), the split of every image's height and width inside a spatial group.
+    require_spatial_in_node: raise ValueError if a spatial group spans nodes of the run's Topology.
+    algorithm: the allreduce of the data group's gradient bucket.
+    """
+
+    def __init__(self, comm, data: int, spatial: tuple[int, int], placement: str = "spatial_inside",
+                 require_spatial_in_node: bool = False, algorithm: str = "ring"):
+        ok = isinstance(spatial, tuple) and len(spatial) == 2
+        if not ok or not all(type(v) is int and v >= 1 for v in spatial) or type(data) is not int or data < 1:
+            raise ValueError(f"a data × spatial grid needs an int data >= 1 and spatial = (Ph, Pw) of ints "
+                             f">= 1, got data={data!r}, spatial={spatial!r}")
+        if data * spatial[0] * spatial[1] != comm.world_size:
+            raise ValueError(f"a D × (Ph·Pw) grid needs D·Ph·Pw = world size {comm.world_size}, got "
+                             f"{data} × ({spatial[0]}·{spatial[1]})")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if algorithm != "auto" and algorithm not in ALGORITHMS and algorithm not in TOPOLOGY_ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
+                             f"or 'auto', got {algorithm!r}")
+        self.comm, self.data, self.spatial, self.placement = comm, data, spatial, placement
+        self.algorithm = algorithm
+        self.d, self.s = self.coords(comm.rank)
+        if require_spatial_in_node:
+            self._check_spatial_in_node()
+        # split is collective: every rank makes both calls in the same order
+        self.spatial_comm = comm.split(color=self.d, key=self.s)
+        self.data_comm = comm.split(color=self.s, key=self.d)
+
+    def coords(self, rank: int) -> tuple[int, int]:
+        """(d, s) of a rank of ``comm``: its data group and its place in the spatial group (s = i·Pw + j)."""
+        size = self.spatial[0] * self.spatial[1]
+        if self.placement == "spatial_inside":
+            return divmod(rank, size)
+        s, d = divmod(rank, self.data)
+        return d, s
+
+    def _check_spatial_in_node(self) -> None:
+        topo = topology_of(self.comm)
+        if topo is None:
+            return
+        ranks = world_ranks(self.comm)
+        for d in range(self.data):
+            nodes = {topo.node(ranks[q]) for q in range(self.comm.world_size) if self.coords(q)[0] == d}
+            if len(nodes) > 1:
+                raise ValueError(f"spatial group {d} spans nodes {sorted(nodes)}: spatial groups must stay "
+                                 f"inside a node (placement='spatial_inside', Ph·Pw dividing the node size)")
+
+    def spatialize(self, model, input_hw: tuple[int, int]):
+        """This rank's spatially parallel twin of ``model`` on ``spatial_comm`` (shares its Parameters).
+
+        model: Sequential of convs / pools / element-wise layers, then Flatten and the head (no
+        BatchNorm); input_hw: the global (H, W) of its input. See minidist.parallel.spatial.spatialize.
+        """
+        self.input_hw = tuple(input_hw)
+        return spatialize(model, self.spatial_comm, self.spatial, self.input_hw)
+
+    def block(self, x: np.ndarray) -> np.ndarray:
+        """x: the whole batch, (B, C, H, W). Returns this rank's part: its data group's slice B_d of the
+        batch, its spatial block of every image, (B_d, C, h, w), contiguous."""
+        hw = getattr(self, "input_hw", None)           # set by spatialize
+        if not isinstance(x, np.ndarray) or x.ndim != 4 or tuple(x.shape[2:]) != hw:
+            raise ValueError(f"expected a batch (B, C, H, W) with (H, W) = the input_hw given to spatialize "
+                             f"({hw}), got {getattr(x, 'shape', type(x).__name__)}")
+        lo, hi = self._rows(len(x))
+        rows, cols = grid_blocks(self.input_hw, self.spatial)[self.s]
+        return np.ascontiguousarray(x[lo:hi, :, rows, cols])
+
+    def _rows(self, batch: int) -> tuple[int, int]:
+        if batch < self.data:
+            raise ValueError(f"a batch of {batch} cannot feed {self.data} data-parallel groups")
+        return split_range(batch, self.data, self.d)
+
+    def train_step(self, net, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:
+        """One step on the whole batch x (B, C, H, W), target (B, ...), the same on every rank.
+
+        net: from ``spatialize``; optimizer over the model's parameters. Returns this data group's loss
+        share (B_d/B)·loss_d (the same on every rank of the group); summed over the groups: the batch loss.
+        """
+        local = self.block(x)
+        lo, hi = self._rows(len(x))
+        share = (hi - lo) / len(x)
+        optimizer.zero_grad()
+        loss = loss_fn.forward(net.forward(local), target[lo:hi])
+        net.backward(loss_fn.backward() * share)         # spatial layers sum their gradients over S here
+        params = net.parameters()
+        if self.data_comm.world_size > 1 and params:      # sum the weighted gradients over the D groups
+            bucket = allreduce(self.data_comm, np.concatenate([p.grad.ravel() for p in params]),
+                               algorithm=self.algorithm)
+            offset = 0
+            for p in params:
+                p.grad[...] = bucket[offset:offset + p.size].reshape(p.shape)
+                offset += p.size
+        optimizer.step()
+        return loss * share
