@@ -8,7 +8,7 @@ from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets
 from .data_parallel import DataParallel
 from .overlap import allreduce_seconds, comm_spans, save_overlap_chrome, step_time
 from .replicas import check_same_layout, check_same_values, parameter_digest, parameter_signature
-from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers, shard_bounds
+from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
@@ -29,6 +29,5 @@ __all__ = [
     "plot_overlap",
     "ready_layers",
     "save_overlap_chrome",
-    "shard_bounds",
     "step_time",
 ]
