@@ -142,9 +142,9 @@ class Pipeline:
         self.links = StageLinks(self.comm, my_row)
         for op in my_row:
             if op.kind == "F":
-                self.forward_micro_batch(op.micro_batch)
+                self._forward(op.micro_batch)
             else:
-                self.backward_micro_batch(op.micro_batch)
+                self._backward(op.micro_batch)
 
         if optimizer is not None:
             optimizer.step()
@@ -154,7 +154,7 @@ class Pipeline:
         self.loss = float(sum(self._weight[m] * self._losses[m] for m in range(M)))
         return self.loss
 
-    def forward_micro_batch(self, m: int) -> None:
+    def _forward(self, m: int) -> None:
         """F(m): receive x_m, run the stage keeping its activations, send y_m on (last stage: the loss)."""
         x = self._x[m] if self.is_first else self.links.recv_activation(m)
         self.ledger.begin()
@@ -169,7 +169,7 @@ class Pipeline:
         if not self.is_last:
             self.links.send_activation(y, m)
 
-    def backward_micro_batch(self, m: int) -> None:
+    def _backward(self, m: int) -> None:
         """B(m): receive dy_m, backward through the stage (gradients add up), send dx_m back."""
         saved, unit_flops, dy = self._in_flight[m]
         if not self.is_last:
