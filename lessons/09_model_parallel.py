@@ -34,7 +34,7 @@ from minidist.parallel.tensor import (
     column_parallel_mlp,
     megatron_parallel_mlp,
 )
-from minidist.parallel.tensor.comm import shard_bounds
+from minidist.parallel.tensor.comm import feature_bounds
 from minidist.parallel.tensor.cost import (
     column_parallel_words,
     data_parallel_words,
@@ -84,7 +84,7 @@ def owner_map(n_rows, n_cols, bounds, axis):
     return owner
 
 
-hidden_bounds = shard_bounds(HIDDEN, P_DRAW)
+hidden_bounds = feature_bounds(HIDDEN, P_DRAW)
 panels = [
     ("column-parallel W₁ (hidden × d):\nrank p owns rows (output features)", owner_map(HIDDEN, D_IN, hidden_bounds, 0)),
     ("row-parallel W₂ (d × hidden):\nrank p owns columns (input features)", owner_map(D_IN, HIDDEN, hidden_bounds, 1)),

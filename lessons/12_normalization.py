@@ -29,7 +29,8 @@ from minidist.data import iterate_batches, load_digits
 from minidist.nn import (BatchNorm1d, CrossEntropyLoss, GroupNorm, LayerNorm, Linear, OnlineNorm, ReLU,
                          Sequential)
 from minidist.optim import SGD
-from minidist.parallel.data import DataParallel, shard_bounds
+from minidist.parallel.data import DataParallel
+from minidist.split import split_range
 from minidist.parallel.data.sync_batchnorm import convert_sync_batchnorm
 from minidist.parallel.pipeline import Pipeline
 from minidist.plots import save_figure

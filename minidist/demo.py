@@ -24,9 +24,10 @@ from minidist.collectives.cost import allreduce_cost
 from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.data import DataParallel, shard_bounds
+from minidist.parallel.data import DataParallel
 from minidist.parallel.data.overlap import save_overlap_chrome
 from minidist.plots import figures_dir, plot_overlap, write_png
+from minidist.split import split_range
 
 FIGURES: Path | None = None  # None: minidist.plots.figures_dir() (figures/, or $MINIDIST_FIGURES)
 
@@ -117,7 +118,7 @@ def train_digits_data_parallel(comm, epochs: int = 15, seed: int = 0, batch_size
         for idx in iterate_batches(len(data.y_train), batch_size, batch_rng):
             last_step_start, dp.compute_spans = comm.clock, []
             losses.append(dp.train_step(data.x_train[idx], data.y_train[idx]))
-            lo, hi = shard_bounds(len(idx), comm.world_size, comm.rank)
+            lo, hi = split_range(len(idx), comm.world_size, comm.rank)
             sizes.append(hi - lo)                    # this rank's share of the batch, to weight its loss
             steps += 1
         accuracies.append(accuracy(model, data.x_test, data.y_test) if comm.rank == 0 else None)

@@ -3,9 +3,11 @@
 One folder per strategy, the strategy beside its own communication and cost model:
 
 data/       data parallelism: data_parallel.py (DataParallel), comm.py (gradient buckets), replicas.py,
-            shards.py, overlap.py (communication overlapping backward on the simulated clock)
+            shards.py, overlap.py (communication overlapping backward on the simulated clock),
+            sync_batchnorm.py; ZeRO: zero.py (stages 1-2), fsdp.py (stage 3), zero_mixed.py, flat.py
 pipeline/   pipeline parallelism: pipeline.py (stages, executor), schedule.py (naive, GPipe, 1F1B as
-            tables), split.py (cutting a Sequential into stages), comm.py (point-to-point)
+            tables), split.py (cutting a Sequential into stages), comm.py (point-to-point, StageLinks),
+            ledger.py (the stage's clock, timeline and memory books)
 spatial/    spatial parallelism: spatial.py (convolutions over H / H×W blocks), partition.py, comm.py
             (halo exchange), cost.py
 tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear), mlp.py (the Megatron

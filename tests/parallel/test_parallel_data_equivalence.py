@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from minidist.cluster import run
 from minidist.collectives import ALGORITHMS
 from minidist.nn import CrossEntropyLoss
-from minidist.parallel.data import DataParallel, shard_bounds
+from minidist.parallel.data import DataParallel
+from minidist.split import split_range
 from tests.parallel.data_parallel_helpers import (
     MODELS,
     OPTIMIZERS,
@@ -111,5 +112,5 @@ def test_parallel_data_equals_single_process_full_batch(case):
 def test_parallel_data_shards_like_array_split(batch, world_size):
     pieces = np.array_split(np.arange(batch), world_size)
     for rank in range(world_size):
-        lo, hi = shard_bounds(batch, world_size, rank)
+        lo, hi = split_range(batch, world_size, rank)
         assert np.array_equal(np.arange(lo, hi), pieces[rank])

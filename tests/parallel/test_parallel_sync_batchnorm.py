@@ -15,8 +15,9 @@ from minidist.cluster import ClusterError, run
 from minidist.collectives import ALGORITHMS, allreduce
 from minidist.nn import BatchNorm1d, BatchNorm2d, Conv2d, CrossEntropyLoss, Flatten, Linear, MSELoss, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.data import DataParallel, shard_bounds
+from minidist.parallel.data import DataParallel
 from minidist.parallel.data.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
+from minidist.split import split_range
 
 RTOL = 1e-9
 STEPS = 3
@@ -59,7 +60,7 @@ def by_hand(comm, kind, sizes, algorithm):
     model = convert_sync_batchnorm(make_model(kind), comm, algorithm=algorithm)
     opt, loss_fn, history = SGD(model.parameters(), lr=0.2), CrossEntropyLoss(), []
     for x, y in batches(kind, sizes):
-        lo, hi = shard_bounds(len(x), comm.world_size, comm.rank)
+        lo, hi = split_range(len(x), comm.world_size, comm.rank)
         opt.zero_grad()
         loss_fn.forward(model.forward(x[lo:hi]), y[lo:hi])
         model.backward(loss_fn.backward() * ((hi - lo) / len(x)))
@@ -188,7 +189,7 @@ def global_bn(x, gamma, beta, eps=1e-5):
 
 
 def exercise_worker(comm, x, dy, gamma, beta):
-    lo, hi = shard_bounds(len(x), comm.world_size, comm.rank)
+    lo, hi = split_range(len(x), comm.world_size, comm.rank)
     layer = SyncBatchNorm(x.shape[1], comm=comm, algorithm="recursive_doubling", dtype=np.float64)
     layer.weight.data[...], layer.bias.data[...] = gamma, beta
     layer.forward(x[lo:hi])

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.parallel.tensor.comm import shard_bounds, shard_slice
+from minidist.parallel.tensor.comm import feature_bounds, feature_slice
 from minidist.parallel.tensor.cost import (
     column_parallel_words,
     data_parallel_words,
@@ -21,21 +21,21 @@ from minidist.parallel.tensor.cost import (
 def test_parallel_tensor_shard_bounds_match_array_split(n, parts):
     if parts > n:
         with pytest.raises(ValueError, match=f"cannot split {n} features into {parts} shards"):
-            shard_bounds(n, parts)
+            feature_bounds(n, parts)
         return
-    bounds = shard_bounds(n, parts)
+    bounds = feature_bounds(n, parts)
     expected = [(int(a[0]), int(a[-1]) + 1) for a in np.array_split(np.arange(n), parts)]
     assert bounds == expected
     sizes = [hi - lo for lo, hi in bounds]
     assert sum(sizes) == n and max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
-    assert [shard_slice(n, parts, p) for p in range(parts)] == [slice(lo, hi) for lo, hi in bounds]
+    assert [feature_slice(n, parts, p) for p in range(parts)] == [slice(lo, hi) for lo, hi in bounds]
 
 
 def test_parallel_tensor_shard_bad_arguments():
     with pytest.raises(ValueError, match="at least one shard"):
-        shard_bounds(5, 0)
+        feature_bounds(5, 0)
     with pytest.raises(ValueError, match="shard index 3 outside"):
-        shard_slice(5, 3, 3)
+        feature_slice(5, 3, 3)
 
 
 @given(d=st.integers(1, 64), layers=st.integers(1, 5), batch=st.integers(1, 64), parts=st.integers(1, 8))

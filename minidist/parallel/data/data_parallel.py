@@ -34,11 +34,12 @@ from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
 from minidist.nn.module import Module
 from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
 from .replicas import check_same_layout, check_same_values
-from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers, shard_bounds
+from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers
 from minidist.precision import quantize
 from minidist.precision.mixed import MixedPrecisionTrainer
+from minidist.split import split_range
 
-__all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers", "shard_bounds"]
+__all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers"]
 
 
 class DataParallel:
@@ -133,7 +134,7 @@ class DataParallel:
         if batch < p:
             raise ValueError(f"a global batch of {batch} examples cannot be split over {p} ranks: data "
                              f"parallelism needs P <= B (at least one example per rank)")
-        lo, hi = shard_bounds(batch, p, self.comm.rank)
+        lo, hi = split_range(batch, p, self.comm.rank)
         return x[lo:hi], y[lo:hi], (hi - lo) / batch
 
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:

@@ -25,9 +25,10 @@ import numpy as np
 from minidist.collectives import allgather, reduce_scatter
 from minidist.memory import held_bytes, record
 from minidist.nn.module import Parameter
+from minidist.split import split_range
 
 from . import flat
-from .shards import ShardWeightedLoss, charge_forward, shard_bounds
+from .shards import ShardWeightedLoss, charge_forward
 from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes, gather_masters, held_arguments
 
 
@@ -86,7 +87,7 @@ class FSDP:
             raise ValueError("expected arrays x and y with the same first (batch) dimension")
         if len(x) < self.comm.world_size:
             raise ValueError(f"a global batch of {len(x)} examples cannot be split over {self.comm.world_size} ranks")
-        lo, hi = shard_bounds(len(x), self.comm.world_size, self.comm.rank)
+        lo, hi = split_range(len(x), self.comm.world_size, self.comm.rank)
         loss_fn, mp = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x)), self.mixed
         # with mixed precision Inf/NaN is expected (the step is then skipped)
         with np.errstate(**({} if mp is None else {"over": "ignore", "invalid": "ignore"})):

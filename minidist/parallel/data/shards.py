@@ -1,7 +1,7 @@
 """Pieces of data parallelism that need no communication: which layers backward runs one by one and
-their input shapes, the forward's charge to the simulated clock, which slice of the global batch a rank
-takes (minidist.split's rule), and the loss weight that makes the shards' gradients add up to the
-full-batch gradient (see data_parallel.py)."""
+their input shapes, the forward's charge to the simulated clock, and the loss weight that makes the
+shards' gradients add up to the full-batch gradient (see data_parallel.py). Which slice of the global
+batch a rank takes is minidist.split's rule: split_range(B, P, rank)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import numpy as np
 
 from minidist.cluster import Span
 from minidist.nn.module import Module, Sequential
-from minidist.split import split_range
 
 
 def leaf_layers(model: Module) -> list[Module]:
@@ -50,11 +49,6 @@ def charge_forward(comm, layers: list[Module], shapes: list[tuple], spans: list[
         spans.append(Span(comm.rank, start, comm.clock, "compute", f"forward {type(layer).__name__}"))
         times.append(comm.clock - start)
     return times
-
-
-def shard_bounds(batch_size: int, world_size: int, rank: int) -> tuple[int, int]:
-    """[lo, hi) of rank's contiguous shard (minidist.split: the first B mod P ranks get one more)."""
-    return split_range(batch_size, world_size, rank)
 
 
 class ShardWeightedLoss:

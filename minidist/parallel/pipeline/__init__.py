@@ -1,5 +1,6 @@
 """Pipeline parallelism: pipeline.py (the stage and its executor), schedule.py (naive, GPipe, 1F1B as
-tables of ticks), split.py (cutting a Sequential into stages), comm.py (point-to-point between stages)."""
+tables of ticks), split.py (cutting a Sequential into stages), comm.py (point-to-point between stages,
+and StageLinks: 1F1B's sendrecv pairing), ledger.py (the stage's clock, timeline and memory books)."""
 
 from .comm import (
     recv_activation,

@@ -14,11 +14,10 @@ micro-batch, loss = Σ_m (n_m / N)·loss_m: scaling each micro-batch's output gr
 letting backward *add* into Parameter.grad gives the full-batch gradient; the optimizer steps once.
 
 Between F(s, m) and B(s, m) the stage keeps m's activations (``checkpoint=True``: only its input, the
-rest recomputed in B). The simulated clock is charged per layer (forward FLOPs in F, 2× in B, +1× for a
-recompute); each stage records ``timeline``, ``busy_seconds`` and ``memory``. When an op's message goes
-to the neighbour the next op receives from, both travel in one ``sendrecv`` (comm.py), so 1F1B's
-steady state cannot deadlock on a full mailbox. BatchNorm normalises per micro-batch (as in GPipe);
-weights are updated synchronously once per batch.
+rest recomputed in B). BatchNorm normalises per micro-batch (as in GPipe); weights are updated
+synchronously once per batch. Kept to the side: ledger.py charges the simulated clock per layer and
+records ``timeline``, ``memory`` and ``busy_seconds``; comm.StageLinks pairs a send with the next op's
+receive in one sendrecv, so 1F1B's steady state cannot deadlock on a full mailbox.
 """
 
 from __future__ import annotations
@@ -29,14 +28,8 @@ from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_flops, 
 from minidist.nn.module import Sequential
 from minidist.split import split_offsets
 
-from .comm import (
-    recv_activation,
-    recv_gradient,
-    send_activation,
-    send_activation_recv_gradient,
-    send_gradient,
-    send_gradient_recv_activation,
-)
+from .comm import StageLinks
+from .ledger import StageLedger
 from .schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
 
@@ -81,9 +74,7 @@ class Pipeline:
         # The units the executor runs and prices one by one: the layers, or one checkpointed segment.
         self.units = [Checkpoint(self.module)] if self.checkpointed else list(self.module.layers)
         self._runner = Sequential(*self.units)  # what forward_saving watches for saved activations
-        self.timeline: list[tuple[Op, float, float]] = []
-        self.memory: list[tuple[float, int]] = [(comm.clock, 0)]
-        self.busy_seconds = 0.0
+        self.ledger = StageLedger(comm, self.stage)  # clock, timeline, memory: kept to the side
         self.loss: float | None = None
         self.output: np.ndarray | None = None
 
@@ -111,16 +102,31 @@ class Pipeline:
         """This stage's parameters (give them to this rank's optimizer)."""
         return self.module.parameters()
 
+    # What running the schedule cost (ledger.py): the ops' (Op, start, end), (time, bytes held) samples,
+    # seconds spent computing, and the peak of the activation memory.
+    @property
+    def timeline(self) -> list[tuple[Op, float, float]]:
+        return self.ledger.timeline
+
+    @property
+    def memory(self) -> list[tuple[float, int]]:
+        return self.ledger.memory
+
+    @property
+    def busy_seconds(self) -> float:
+        return self.ledger.busy_seconds
+
     @property
     def peak_activation_bytes(self) -> int:
         return max(nbytes for _, nbytes in self.memory)
 
-    # -- one training step -------------------------------------------------------------------------------
+    # -- one training step: run my row of the schedule -------------------------------------------------
     def train_step(self, x: np.ndarray, target: np.ndarray, optimizer=None) -> float | None:
         """Zero the gradients, run the schedule over the batch (x, target), step the optimizer once.
 
-        Every rank is given the batch; stage 0 reads x, the last stage reads target. Returns the
-        batch's mean loss on the last stage (also kept with the output in .loss, .output), None elsewhere.
+        x: the batch, shape (N, ...), read by stage 0; target: shape (N, ...), read by the last stage
+        (every rank is given both). Returns the batch's mean loss on the last stage (also kept with the
+        output, shape (N, ...), in .loss and .output), None elsewhere.
         """
         N, M = len(x), self.num_micro_batches
         if len(target) != N:
@@ -135,11 +141,16 @@ class Pipeline:
         self._in_flight: dict[int, tuple[SavedActivations, list[int], np.ndarray | None]] = {}
         self._outputs: dict[int, np.ndarray] = {}
         self._losses: dict[int, float] = {}
-        self._received: dict[tuple[str, int], np.ndarray] = {}  # messages fetched early by a sendrecv
         self.module.zero_grad()
-        ops = stage_ops(self.schedule, self.stage)
-        for op, next_op in zip(ops, ops[1:] + [None]):
-            (self._forward if op.kind == "F" else self._backward)(op.micro_batch, next_op)
+
+        my_row = stage_ops(self.schedule, self.stage)
+        self.links = StageLinks(self.comm, my_row)
+        for op in my_row:
+            if op.kind == "F":
+                self._forward(op.micro_batch)
+            else:
+                self._backward(op.micro_batch)
+
         if optimizer is not None:
             optimizer.step()
         if not self.is_last:
@@ -148,64 +159,63 @@ class Pipeline:
         self.loss = float(sum(self._weight[m] * self._losses[m] for m in range(M)))
         return self.loss
 
-    def _held_bytes(self) -> int:
-        return nbytes_of([(saved.entries, dy) for saved, _, dy in self._in_flight.values()])
+    def _forward(self, m: int) -> None:
+        """F(m): receive x_m, run the stage keeping its activations, send y_m on (last stage: the loss)."""
+        x = self._x[m] if self.is_first else self.links.recv_activation(m)
+        self.ledger.begin()
+        y, saved, unit_flops = self._run_forward(x, label=f"F{m}")
+        dy = None
+        if self.is_last:  # the loss's gradient is known now; keep it (scaled by n_m / N) until B(m)
+            self._outputs[m] = y
+            self._losses[m] = self.loss_fn.forward(y, self._target[m])
+            dy = self.loss_fn.backward() * self._weight[m]
+        self._in_flight[m] = (saved, unit_flops, dy)
+        self.ledger.forward_done(m, held=self._held_bytes())
+        if not self.is_last:
+            self.links.send_activation(y, m)
 
-    def _compute(self, flops: int, label: str) -> None:
-        start = self.comm.clock
-        self.comm.compute(flops, label=label)
-        self.busy_seconds += self.comm.clock - start
+    def _backward(self, m: int) -> None:
+        """B(m): receive dy_m, backward through the stage (gradients add up), send dx_m back."""
+        saved, unit_flops, dy = self._in_flight[m]
+        if not self.is_last:
+            dy = self.links.recv_gradient(m)
+        self.ledger.begin()
+        held = self._held_bytes()
+        saved.restore()
+        dx, recomputed = self._run_backward(dy, unit_flops, label=f"B{m}")
+        saved.release()
+        del self._in_flight[m]
+        self.ledger.backward_done(m, held_during=held + recomputed, held_after=self._held_bytes())
+        if not self.is_first:
+            self.links.send_gradient(dx, m)
 
-    def _forward(self, m: int, next_op: Op | None) -> None:
-        if self.is_first:
-            x = self._x[m]
-        else:
-            x = self._received.pop(("F", m), None)
-            x = recv_activation(self.comm, m) if x is None else x
-        start, unit_flops = self.comm.clock, []
+    # -- the stage's layers, each charged to the clock as it runs -------------------------------------
+    def _run_forward(self, x: np.ndarray, label: str) -> tuple[np.ndarray, SavedActivations, list[int]]:
+        """y = stage(x) and what it saved for backward; also each unit's forward FLOPs."""
+        unit_flops: list[int] = []
 
         def run_units(h: np.ndarray) -> np.ndarray:
             for unit in self.units:
                 out = unit.forward(h)
                 unit_flops.append(forward_flops(unit, h.shape))
-                self._compute(unit_flops[-1], label=f"F{m}")
+                self.ledger.charge(unit_flops[-1], label)
                 h = out
             return h
 
         y, saved = forward_saving(self._runner, x, run_units)
-        dy = None
-        if self.is_last:  # the loss's gradient is known now; keep it (scaled) until B(m)
-            self._outputs[m] = y
-            self._losses[m] = self.loss_fn.forward(y, self._target[m])
-            dy = self.loss_fn.backward() * self._weight[m]
-        self._in_flight[m] = (saved, unit_flops, dy)
-        self.timeline.append((Op(self.stage, "F", m), start, self.comm.clock))
-        self.memory += [(start, self._held_bytes())]
-        if not self.is_last and next_op is not None and next_op.kind == "B":
-            self._received["B", next_op.micro_batch] = send_activation_recv_gradient(
-                self.comm, y, m, next_op.micro_batch)
-        elif not self.is_last:
-            send_activation(self.comm, y, m)
+        return y, saved, unit_flops
 
-    def _backward(self, m: int, next_op: Op | None) -> None:
-        saved, unit_flops, dy = self._in_flight[m]
-        if not self.is_last:
-            dy = self._received.pop(("B", m), None)
-            dy = recv_gradient(self.comm, m) if dy is None else dy
-        start, held = self.comm.clock, self._held_bytes()
-        saved.restore()
-        transient = 0
+    def _run_backward(self, dy: np.ndarray, unit_flops: list[int], label: str) -> tuple[np.ndarray, int]:
+        """dx from dy through the units in reverse (2× forward FLOPs, +1× to recompute a checkpointed
+        segment); also the largest activation a recompute held for a moment (bytes)."""
+        recomputed = 0
         for unit, flops in zip(reversed(self.units), reversed(unit_flops)):
             dy = unit.backward(dy)
             recompute = flops if isinstance(unit, Checkpoint) else 0
-            transient = max(transient, getattr(unit, "recompute_nbytes", 0))
-            self._compute(2 * flops + recompute, label=f"B{m}")
-        saved.release()
-        del self._in_flight[m]
-        self.timeline.append((Op(self.stage, "B", m), start, self.comm.clock))
-        self.memory += [(start, held + transient), (self.comm.clock, self._held_bytes())]
-        if not self.is_first and next_op is not None and next_op.kind == "F":
-            self._received["F", next_op.micro_batch] = send_gradient_recv_activation(
-                self.comm, dy, m, next_op.micro_batch)
-        elif not self.is_first:
-            send_gradient(self.comm, dy, m)
+            recomputed = max(recomputed, getattr(unit, "recompute_nbytes", 0))
+            self.ledger.charge(2 * flops + recompute, label)
+        return dy, recomputed
+
+    def _held_bytes(self) -> int:
+        """Bytes of the activations (and the last stage's loss gradients) kept between F(m) and B(m)."""
+        return nbytes_of([(saved.entries, dy) for saved, _, dy in self._in_flight.values()])

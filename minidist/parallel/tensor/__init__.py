@@ -9,8 +9,8 @@ from .comm import (
     allgather_features,
     allreduce_sum,
     check_same_on_all_ranks,
-    shard_bounds,
-    shard_slice,
+    feature_bounds,
+    feature_slice,
 )
 from .cost import (
     column_parallel_words,
@@ -37,12 +37,12 @@ __all__ = [
     "column_parallel_mlp",
     "column_parallel_words",
     "data_parallel_words",
+    "feature_bounds",
+    "feature_slice",
     "hybrid_words",
     "megatron_parallel_mlp",
     "megatron_words",
     "memory_words_per_device",
     "seed_t_comm_data",
     "seed_t_comm_model",
-    "shard_bounds",
-    "shard_slice",
 ]

@@ -24,17 +24,17 @@ from minidist.nn import Module
 from minidist.split import split_bounds, split_range
 
 
-def shard_bounds(n: int, parts: int) -> list[tuple[int, int]]:
+def feature_bounds(n: int, parts: int) -> list[tuple[int, int]]:
     """[(lo, hi), ...] of the ``parts`` feature shards of range(n); minidist.split's rule, none empty.
 
-    Example: shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)].
+    Example: feature_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)].
     A layer of 3 features cannot be split 4 ways: ValueError.
     """
     _check_not_empty(n, parts)
     return split_bounds(int(n), int(parts))
 
 
-def shard_slice(n: int, parts: int, index: int) -> slice:
+def feature_slice(n: int, parts: int, index: int) -> slice:
     """The slice of range(n) that shard ``index`` of ``parts`` owns (no shard empty)."""
     if not 0 <= index < parts:
         raise ValueError(f"shard index {index} outside [0, {parts})")

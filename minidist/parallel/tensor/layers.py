@@ -27,7 +27,7 @@ from .comm import (
     ReduceFromTensorParallel,
     allgather_features,
     check_same_on_all_ranks,
-    shard_slice,
+    feature_slice,
 )
 
 
@@ -65,7 +65,7 @@ class ColumnParallelLinear(Module):
         self.in_features, self.out_features = full.in_features, full.out_features
         check_same_on_all_ranks(comm, "ColumnParallelLinear (in_features, out_features, bias)",
                                 (full.in_features, full.out_features, full.bias is not None))
-        self.rows = shard_slice(full.out_features, comm.world_size, comm.rank)
+        self.rows = feature_slice(full.out_features, comm.world_size, comm.rank)
         self.weight = Parameter(full.weight.data[self.rows].copy())
         self.bias = Parameter(full.bias.data[self.rows].copy()) if full.bias is not None else None
         self.f = CopyToTensorParallel(comm)
@@ -132,7 +132,7 @@ class RowParallelLinear(Module):
         self.in_features, self.out_features = full.in_features, full.out_features
         check_same_on_all_ranks(comm, "RowParallelLinear (in_features, out_features, bias)",
                                 (full.in_features, full.out_features, full.bias is not None))
-        self.cols = shard_slice(full.in_features, comm.world_size, comm.rank)
+        self.cols = feature_slice(full.in_features, comm.world_size, comm.rank)
         self.weight = Parameter(full.weight.data[:, self.cols].copy())
         self.bias = Parameter(full.bias.data.copy()) if full.bias is not None else None
         self.g = ReduceFromTensorParallel(comm)

@@ -1,0 +1,49 @@
+"""The bookkeeping beside a pipeline stage: simulated time, the timeline of its ops, activation memory.
+
+None of this changes what the pipeline computes; it records what running the schedule costs, so a
+lesson can draw the bubble ("Distributed Deep Learning (Part II)" slides, "GPipe: Reduce Bubble with
+Micro-Batching") and compare the memory of GPipe, 1F1B and gradient checkpointing ("Scaling Up
+Training" slides).
+
+    clock      every layer's FLOPs are charged as the layer runs: forward FLOPs in F,
+               2× in B, +1× in B when the layer is a checkpointed segment recomputing its forward
+    timeline   (Op, start, end) per op, start taken after the op's input arrived
+    memory     (time, bytes of activations held) samples; peak = max over the samples
+    busy       seconds the stage spent computing (the rest of the step is bubble or waiting)
+"""
+
+from __future__ import annotations
+
+from .schedule import Op
+
+
+class StageLedger:
+    """The accounts of one stage: comm (its clock is charged), stage (this rank's stage index)."""
+
+    def __init__(self, comm, stage: int):
+        self.comm, self.stage = comm, stage
+        self.timeline: list[tuple[Op, float, float]] = []
+        self.memory: list[tuple[float, int]] = [(comm.clock, 0)]
+        self.busy_seconds = 0.0
+        self._start = comm.clock
+
+    def begin(self) -> None:
+        """An op starts now (its input has been received)."""
+        self._start = self.comm.clock
+
+    def charge(self, flops: int, label: str) -> None:
+        """One layer's work: advance the simulated clock by flops and count the time as busy."""
+        start = self.comm.clock
+        self.comm.compute(flops, label=label)
+        self.busy_seconds += self.comm.clock - start
+
+    def forward_done(self, micro_batch: int, held: int) -> None:
+        """F(micro_batch) ended; held: bytes of activations kept now, counted from the op's start."""
+        self.timeline.append((Op(self.stage, "F", micro_batch), self._start, self.comm.clock))
+        self.memory.append((self._start, held))
+
+    def backward_done(self, micro_batch: int, held_during: int, held_after: int) -> None:
+        """B(micro_batch) ended; held_during: bytes held while it ran (including what a checkpointed
+        segment recomputed), held_after: bytes still held once its activations were let go."""
+        self.timeline.append((Op(self.stage, "B", micro_batch), self._start, self.comm.clock))
+        self.memory += [(self._start, held_during), (self.comm.clock, held_after)]
