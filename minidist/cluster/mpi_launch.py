@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # MPICH: yield the core between polls (a polling rank otherwise starves the ranks that share its core)
@@ -54,6 +55,44 @@ def mpi_environment(nprocs: int) -> dict[str, str]:
 
 def launch(nprocs: int, argv: list[str], timeout: float | None = None, capture: bool = False):
     """Run ``python *argv`` on ``nprocs`` MPI processes; return the CompletedProcess (stdout/stderr as
-    text with ``capture=True``)."""
-    return subprocess.run(mpiexec_command(nprocs, argv), env=mpi_environment(nprocs), timeout=timeout,
-                          capture_output=capture, text=True, check=False)
+    text with ``capture=True``). Shared memory that an aborted job's MPICH left behind is removed."""
+    before = set(_mpich_segments())
+    try:
+        return subprocess.run(mpiexec_command(nprocs, argv), env=mpi_environment(nprocs), timeout=timeout,
+                              capture_output=capture, text=True, check=False)
+    finally:
+        remove_orphaned_segments(set(_mpich_segments()) - before)
+
+
+SHM = Path("/dev/shm")
+
+
+def _mpich_segments() -> list[Path]:
+    return list(SHM.glob("mpich_shm_*")) if SHM.is_dir() else []
+
+
+def remove_orphaned_segments(candidates: set[Path], patience: float = 3.0) -> None:
+    """Unlink those of ``candidates`` (MPICH's /dev/shm segments) that no live process maps any more: a job
+    ended by MPI_Abort never unlinks its segment, and every failed job would leave megabytes in RAM. An
+    aborted job's processes may take a moment to exit, so this waits up to ``patience`` seconds for them."""
+    deadline = time.monotonic() + patience
+    while True:
+        mapped = _mapped_shm()
+        for path in list(candidates):
+            if str(path) not in mapped:
+                path.unlink(missing_ok=True)
+                candidates.discard(path)
+        if not candidates or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
+def _mapped_shm() -> set[str]:
+    """Paths under /dev/shm that some live process has mapped (from /proc/PID/maps)."""
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.split()[-1] for line in maps.read_text().splitlines() if "/dev/shm/" in line)
+        except OSError:  # the process ended meanwhile, or is not ours to read
+            continue
+    return mapped

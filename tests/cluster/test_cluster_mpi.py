@@ -101,9 +101,12 @@ FAILURES = {
 @pytest.mark.parametrize("case", sorted(FAILURES))
 def test_a_failure_ends_the_job_with_one_clear_report(tmp_path, case):
     body, expected = FAILURES[case]
+    segments_before = set(Path("/dev/shm").glob("mpich_shm_*"))
     start = time.monotonic()
     job = mpi_job(2, [script(tmp_path, body)], timeout=60)
     assert job.returncode != 0
+    # an aborted MPICH job never unlinks its shared memory: launch() removes what nobody maps any more
+    assert set(Path("/dev/shm").glob("mpich_shm_*")) <= segments_before
     assert time.monotonic() - start < 30
     for text in expected:
         assert text in job.stderr, job.stderr[-3000:]
