@@ -15,11 +15,13 @@ LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
 REPRODUCIBLE = ("01_backprop.py", "02_optimizers.py")
 
 
-def run_lesson(lesson: Path, cwd: Path, figures: Path) -> None:
+def run_lesson(lesson: Path, cwd: Path, figures: Path) -> str:
+    """Run the lesson; return its standard output."""
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT), MINIDIST_FIGURES=str(figures))
     done = subprocess.run([sys.executable, str(lesson)], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=240, check=False)
     assert done.returncode == 0, f"{lesson.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
 
 
 @pytest.mark.slow
@@ -38,7 +40,8 @@ def test_lesson_runs(lesson, tmp_path):
 def test_lesson_figures_are_bitwise_reproducible(name, tmp_path):
     lesson = ROOT / "lessons" / name
     first, second = tmp_path / "first", tmp_path / "second"
-    run_lesson(lesson, tmp_path, first)
+    if "This lesson stops here: it needs" in run_lesson(lesson, tmp_path, first):
+        pytest.skip(f"{name} needs an exercise that is not solved in this copy")
     run_lesson(lesson, tmp_path, second)
     names = sorted(p.name for p in first.glob("*.png"))
     assert names and names == sorted(p.name for p in second.glob("*.png"))

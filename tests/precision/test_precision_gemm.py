@@ -55,8 +55,7 @@ def test_swamping_and_chunking():
     assert lowp_dot(x, x, FP8_E5M2, FP16, chunk=64)[0] == 4096.0
 
 
-@pytest.mark.exercise("stochastic_rounding")
-def test_stochastic_accumulation_is_reproducible_and_unbiased_on_average():
+def test_stochastic_accumulation_is_reproducible_and_unbiased_on_average():   # quantize's fast path
     x = np.ones((400, 4096))
     sums = lowp_dot(x, x, FP8_E5M2, FP16, rounding="stochastic", rng=np.random.default_rng(3))
     again = lowp_dot(x, x, FP8_E5M2, FP16, rounding="stochastic", rng=np.random.default_rng(3))

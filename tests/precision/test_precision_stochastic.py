@@ -172,8 +172,7 @@ class _ScriptedRng:
         return out
 
 
-@SR
-def test_bernoulli_is_exact_beyond_53_bits():
+def test_bernoulli_is_exact_beyond_53_bits():   # bernoulli is the exercise's tool, outside its region
     """p = 2^-60 + 2^-100 has 53 zero bits first: only a draw that ties there (u's first 53 bits all 0)
     looks at p's next 53 bits, 2^46 + 2^6; a tie there too means u >= p exactly (nothing of p is left)."""
     from minidist.precision.rounding import bernoulli
