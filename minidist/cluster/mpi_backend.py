@@ -29,6 +29,7 @@ from .ledger import Device, Ledger, LinkModel, Trace
 
 LAUNCHER_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 REPORT_WINDOW = 1.0        # seconds a failing rank listens for the failures of the others
+OUTPUT_GRACE = 0.3         # seconds between printing a failure report and MPI_Abort (lets mpiexec forward it)
 FAILED = 77                # tag of "I failed" notes between ranks, on the backend's own communicator
 _state: dict = {}          # MPI module, the run counter and the backend's communicator, once started
 _inside_run = threading.local()
@@ -151,6 +152,7 @@ def fail(rank: int, world_size: int, report: str, may_return: bool = True) -> tu
         return first, first.partition("---\n")[2]
     if min(reports) == rank:
         print(f"\nminidist (MPI backend): {reports[rank]}", file=sys.stderr, flush=True)
+        time.sleep(OUTPUT_GRACE)    # MPI_Abort can kill mpiexec's forwarding before the report gets out
     else:
         time.sleep(5.0)         # the lower rank reports and aborts the job; abort anyway if it does not
     _state["MPI"].COMM_WORLD.Abort(1)
@@ -168,6 +170,7 @@ def _uncaught(kind, error, trace) -> None:
     else:
         _state["excepthook"](kind, error, trace)
         sys.stderr.flush()
+        time.sleep(OUTPUT_GRACE)
     MPI.COMM_WORLD.Abort(1)
 
 
