@@ -23,16 +23,16 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, reduce_scatter
-from minidist.memory import held_bytes, record
 from minidist.nn.module import Parameter
 from minidist.split import split_range
 
 from . import flat
+from .sharded import ShardedWrapper
 from .shards import ShardWeightedLoss, charge_forward
-from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes, gather_masters, held_arguments
+from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes
 
 
-class FSDP:
+class FSDP(ShardedWrapper):
     """ZeRO stage 3 over the ranks of ``comm``; one shard group per layer with parameters.
 
     Args: as ZeRO (zero.py) without stage and bucket_bytes: comm, model, make_optimizer (a function
@@ -128,17 +128,6 @@ class FSDP:
         return loss
 
     # -- what a rank holds ------------------------------------------------------------------------------------
-    def held(self) -> dict[str, int]:
-        """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
-        return held_bytes(self.model, self.optimizer, **held_arguments(self))
-
-    def _record(self, label: str) -> None:
-        record(self.memory, label, self.model, self.optimizer, **held_arguments(self), time=self.comm.clock)
-
-    def master_parameters(self) -> list[np.ndarray]:
-        """Mixed precision: the full fp32 masters in model.parameters() order (a collective)."""
-        return gather_masters(self.comm, self.groups, self.model.parameters())
-
     def full_parameters(self) -> list[np.ndarray]:
         """The full parameters in model.parameters() order, gathered (a collective: every rank calls it;
         its bytes count in comm.stats). The model's Parameters stay freed."""
@@ -147,10 +136,6 @@ class FSDP:
             full = np.concatenate(allgather(self.comm, g.shard.data if self.mixed is None else g.low))
             out += [view.copy() for view in g.views(full)]
         return out
-
-    def shard_elements(self) -> int:
-        """Ψ_r: the elements of this rank's shards (Σ over layers of split_sizes(Ψ_l, P)[rank])."""
-        return sum(g.hi - g.lo for g in self.groups)
 
     def largest_layer(self) -> int:
         """max_l Ψ_l: elements of the largest layer, gathered whole while it runs."""
@@ -162,11 +147,3 @@ class FSDP:
         p, r = self.comm.world_size, self.comm.rank
         return (0 if self.mixed is None else flag_bytes(p, r)) + sum(2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")
                    + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter") for g in self.groups)
-
-    def state_dict(self) -> dict:
-        """This rank's optimizer state (its shards), tagged with P, rank and stage."""
-        return flat.state_dict(self)
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict()`` of the same rank of a run with the same P and stage (else ValueError)."""
-        flat.load_state_dict(self, state)

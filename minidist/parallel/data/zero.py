@@ -21,15 +21,15 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, reduce_scatter
-from minidist.memory import held_bytes, record
 from minidist.nn.module import Parameter
 from minidist.split import split_range
 
 from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
 from .fsdp import FSDP
+from .sharded import ShardedWrapper
 from .shards import ShardWeightedLoss, charge_forward
-from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes, gather_masters, held_arguments
+from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes
 
 
 def zero1_shard_update(comm, groups: list[flat.ShardGroup], optimizer) -> None:
@@ -55,7 +55,7 @@ def zero1_shard_update(comm, groups: list[flat.ShardGroup], optimizer) -> None:
     # END SOLUTION
 
 
-class ZeRO:
+class ZeRO(ShardedWrapper):
     """ZeRO stage 1 or 2 over the ranks of ``comm`` (stage 3: FSDP).
 
     Args:
@@ -169,24 +169,9 @@ class ZeRO:
             g.data[...] = np.concatenate(allgather(self.comm, self.mixed.working(g.shard.data)))
 
     # -- what a rank holds ----------------------------------------------------------------------------------
-    def held(self) -> dict[str, int]:
-        """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
-        return held_bytes(self.model, self.optimizer, **held_arguments(self))
-
-    def _record(self, label: str) -> None:
-        record(self.memory, label, self.model, self.optimizer, **held_arguments(self), time=self.comm.clock)
-
-    def master_parameters(self) -> list[np.ndarray]:
-        """Mixed precision: the full fp32 masters in model.parameters() order (a collective)."""
-        return gather_masters(self.comm, self.groups, self.model.parameters())
-
     def full_parameters(self) -> list[np.ndarray]:
         """Copies of the full parameters, in model.parameters() order (every rank holds them)."""
         return [p.data.copy() for p in self.model.parameters()]
-
-    def shard_elements(self) -> int:
-        """Ψ_r: the elements of this rank's shards (Σ over buckets of split_sizes(n, P)[rank])."""
-        return sum(g.hi - g.lo for g in self.groups)
 
     def bytes_per_step(self, applied: bool = True) -> int:
         """Bytes this rank sends per step: a reduce-scatter and an allgather of every bucket (flat.py); with
@@ -195,14 +180,6 @@ class ZeRO:
         flag = 0 if self.mixed is None else flag_bytes(p, r)
         return flag + sum(flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
                           + applied * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
-
-    def state_dict(self) -> dict:
-        """This rank's optimizer state (its shards), tagged with P, rank and stage."""
-        return flat.state_dict(self)
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict()`` of the same rank of a run with the same P and stage (else ValueError)."""
-        flat.load_state_dict(self, state)
 
 
 def zero_data_parallel(comm, model, make_optimizer, loss_fn, *, stage: int, **options):
