@@ -24,11 +24,10 @@ import numpy as np
 
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn.module import Parameter
-from minidist.split import split_range
 
 from . import flat
 from .sharded import ShardedWrapper
-from .shards import ShardWeightedLoss, charge_forward
+from .shards import charge_forward
 from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes
 
 
@@ -83,12 +82,8 @@ class FSDP(ShardedWrapper):
         x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
         Returns this rank's mean loss over its shard.
         """
-        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
-            raise ValueError("expected arrays x and y with the same first (batch) dimension")
-        if len(x) < self.comm.world_size:
-            raise ValueError(f"a global batch of {len(x)} examples cannot be split over {self.comm.world_size} ranks")
-        lo, hi = split_range(len(x), self.comm.world_size, self.comm.rank)
-        loss_fn, mp = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x)), self.mixed
+        lo, hi, loss_fn = self._my_shard(x, y)
+        mp = self.mixed
         # with mixed precision Inf/NaN is expected (the step is then skipped)
         with np.errstate(**({} if mp is None else {"over": "ignore", "invalid": "ignore"})):
             h, times = x[lo:hi] if mp is None else mp.input(x[lo:hi]), []

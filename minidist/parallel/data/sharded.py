@@ -2,7 +2,7 @@
 rank holds, the memory ledger's points, the fp32 masters, Ψ_r and the optimizer state of its shards.
 
 A subclass sets ``comm``, ``model``, ``optimizer``, ``groups`` (flat.ShardGroup list), ``mixed`` and
-``memory`` (a MemoryLedger or None).
+``memory`` (a MemoryLedger or None), ``loss_fn``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,25 @@ import numpy as np
 
 from minidist.memory import held_bytes, record
 
+from minidist.split import split_range
+
 from . import flat
+from .shards import ShardWeightedLoss
 from .zero_mixed import gather_masters, held_arguments
 
 
 class ShardedWrapper:
     """The bookkeeping common to every ZeRO stage (not a wrapper on its own: see ZeRO and FSDP)."""
+
+    def _my_shard(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int, ShardWeightedLoss]:
+        """[lo, hi) of this rank's shard of the global batch (x, y) and the loss weighted by (hi − lo)/B."""
+        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
+            raise ValueError("expected arrays x and y with the same first (batch) dimension")
+        if len(x) < self.comm.world_size:
+            raise ValueError(f"a global batch of {len(x)} examples cannot be split over "
+                             f"{self.comm.world_size} ranks")
+        lo, hi = split_range(len(x), self.comm.world_size, self.comm.rank)
+        return lo, hi, ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
 
     def held(self) -> dict[str, int]:
         """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
