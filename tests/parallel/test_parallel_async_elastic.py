@@ -6,23 +6,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.cluster import ClusterError, LinkModel, run
-from minidist.nn import Linear, MSELoss, Sequential, Tanh
+from minidist.nn import MSELoss
 from minidist.optim import SGD
 from minidist.parallel.asynchronous import easgd_schedule, step_seconds, train_elastic_async
+from tests.parallel.async_helpers import batch, model
 
 LR, ALPHA = 0.1, 0.3
-X = np.random.default_rng(1).standard_normal((64, 5))
-Y = np.random.default_rng(2).standard_normal((64, 3))
-
-
-def model():
-    rng = np.random.default_rng(0)
-    return Sequential(Linear(5, 4, rng=rng, dtype=np.float64), Tanh(), Linear(4, 3, rng=rng, dtype=np.float64))
-
-
-def batch(worker, step):
-    start = (step * 4 + worker) * 3 % 60
-    return X[start:start + 3], Y[start:start + 3]
 
 
 def flat(net):
