@@ -20,12 +20,10 @@ def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
     previous = sys.excepthook
 
     def hook(kind, error, tb):
-        text = str(error)
-        # Raised here ("exercise <id>: see ..."), or inside a cluster rank (then in ClusterError's text).
-        unsolved = text.startswith("exercise ") if isinstance(error, NotImplementedError) \
-            else "NotImplementedError: exercise " in text
-        if unsolved:
-            exercise = text.split("NotImplementedError: ", 1)[-1].split(":", 1)[0]
+        from minidist.exercises.unsolved import unsolved_exercise   # only when a lesson has failed
+
+        exercise = unsolved_exercise(error)   # raised here, or inside a cluster rank (in ClusterError)
+        if exercise is not None:
             print(f"\nThis lesson stops here: it needs {exercise}, which is not solved yet in this copy.\n"
                   f"Solve it (see lessons/EXERCISES.md), then run the lesson again.", flush=True)
             os._exit(0)
