@@ -62,13 +62,18 @@ class GPT(Module):
                 seen.add(id(p))
                 yield name, p
 
-    def forward(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens: integer ids in [0, vocab_size), shape (B, T) with 1 <= T <= block_size;
-        returns logits, shape (B, T, vocab_size)."""
+    def check_tokens(self, tokens) -> None:
+        """Raise TypeError/ValueError unless tokens is an integer array (B, T), ids in [0, vocab_size),
+        1 <= T <= block_size."""
         check_tokens(tokens, self.vocab_size, "GPT tokens")
         if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.block_size:
             raise ValueError(f"GPT tokens: expected shape (B, T) with 1 <= T <= block_size = {self.block_size}, "
                              f"got {tokens.shape}")
+
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens: integer ids in [0, vocab_size), shape (B, T) with 1 <= T <= block_size;
+        returns logits, shape (B, T, vocab_size)."""
+        self.check_tokens(tokens)
         self.remember_output_shape((*tokens.shape, self.vocab_size))
         x = self.tok_emb.forward(tokens) + self.pos_emb.forward(np.arange(tokens.shape[1]))
         x = self.drop.forward(x)
