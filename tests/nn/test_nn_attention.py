@@ -103,3 +103,20 @@ def test_attention_and_block_bad_input_change_nothing():
         with pytest.raises(TypeError, match="float"):
             layer.forward(np.ones((1, 2, 4), np.int64))
         assert all(vars(m) == before for m, before in saved)
+
+
+def test_checkpointed_block_is_bitwise_the_plain_block_with_dropout():
+    """Checkpoint(TransformerBlock) keeps only its input and recomputes (the dropout masks replayed)."""
+    import copy
+
+    from minidist.memory import held_bytes
+
+    data = np.random.default_rng(9)
+    block = nn.TransformerBlock(8, 2, dropout=0.2, rng=np.random.default_rng(0), dtype=np.float64)
+    checkpointed = nn.Checkpoint(copy.deepcopy(block))
+    x, dy = data.standard_normal((2, 5, 8)), data.standard_normal((2, 5, 8))
+    assert np.array_equal(block.forward(x), checkpointed.forward(x))
+    assert held_bytes(checkpointed)["activations"] == x.nbytes < held_bytes(block)["activations"]
+    assert np.array_equal(block.backward(dy), checkpointed.backward(dy))
+    for p, q in zip(block.parameters(), checkpointed.parameters()):
+        assert np.array_equal(p.grad, q.grad)
