@@ -98,7 +98,8 @@ class GPT(Module):
 
         Each step looks at the last block_size tokens, divides the last position's logits by temperature,
         keeps the top_k largest (all if None), and draws from their softmax with ``rng`` (required).
-        Dropout is off while sampling; the training mode is restored afterwards.
+        Dropout is off while sampling; the training mode is restored afterwards. Each step is a forward
+        pass, so what the last forward kept for backward is replaced: sample between training steps.
         """
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"GPT.generate needs rng=numpy.random.Generator, got {type(rng).__name__}")
