@@ -111,6 +111,10 @@ EXERCISES = (
              "reduce_scatter(comm, g.grad) returns piece r of the sum: write it into g.shard.grad; one "
              "optimizer.step() updates the shards in place; allgather(comm, g.shard.data) returns the P "
              "pieces in rank order: write their concatenation into g.data."),
+    Exercise("moe_dispatch", "lessons/18_mixture_of_experts.py",
+             "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
+             "add gate · expert output back into the token's row (dropped tokens stay 0).",
+             "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
 )
 
 

@@ -6,13 +6,14 @@ from .conv import AvgPool2d, Conv2d, Flatten, MaxPool2d
 from .linear import Linear
 from .loss import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter, Sequential
+from .moe import MoE
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .online_norm import OnlineNorm
 from .pruning import Masked, channel_mask, cubic_sparsity, magnitude_mask, prune, unwrap
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Checkpoint", "Conv2d", "CrossEntropyLoss", "Dropout",
-    "Flatten", "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "Module",
+    "Flatten", "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "MoE", "Module",
     "OnlineNorm", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "channel_mask", "cubic_sparsity",
     "magnitude_mask", "prune", "unwrap",
 ]
