@@ -1,0 +1,125 @@
+"""Expert parallelism: training equals single-process MoE training per parameter after several steps
+(e ∈ {1, 2, 4}, 1 or 2 experts per rank, top-1 and top-2), the same tokens are dropped, the all-to-all
+bytes equal the formula, the busiest expert sets the step on the simulated clock, and bad layouts are
+refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minidist.cluster import run
+from minidist.nn import Linear, MoE, MSELoss, Sequential
+from minidist.optim import SGD
+from minidist.parallel.expert import ExpertParallelMoE, average_gradients
+from minidist.parallel.expert.cost import alltoall_bytes_sent
+
+D_IN, D, D_FF, D_OUT, N = 3, 4, 6, 2, 6  # N tokens per rank
+STEPS = 3
+
+
+def _model(num_experts, k, capacity_factor, groups, seed=0):
+    rng = np.random.default_rng(seed)
+    return Sequential(Linear(D_IN, D, rng=rng, dtype=np.float64),
+                      MoE(D, D_FF, num_experts, k, capacity_factor, aux_loss_coef=0.1, z_loss_coef=0.01,
+                          groups=groups, rng=rng, dtype=np.float64),
+                      Linear(D, D_OUT, rng=rng, dtype=np.float64))
+
+
+def _data(e, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((e * N, D_IN)), rng.standard_normal((e * N, D_OUT))
+
+
+def _train(model, moe_layer, x, t, comm=None):
+    opt, loss_fn = SGD(model.parameters(), lr=0.2, momentum=0.9), MSELoss()
+    kept, sent = [], []
+    for _ in range(STEPS):
+        before = comm.stats.bytes_sent if comm is not None else 0
+        opt.zero_grad()
+        loss_fn.forward(model(x), t)
+        model.backward(loss_fn.backward())
+        kept.append(moe_layer.routing.kept.copy())
+        sent.append((comm.stats.bytes_sent - before, moe_layer.sent_tokens, moe_layer.received_tokens)
+                    if comm is not None else None)
+        if comm is not None:
+            average_gradients(comm, model)
+        opt.step()
+    return kept, sent
+
+
+def _worker(comm, num_experts, k, capacity_factor):
+    e, r = comm.world_size, comm.rank
+    model = _model(num_experts, k, capacity_factor, groups=1)
+    model.layers[1] = ep = ExpertParallelMoE(comm, model.layers[1])
+    x, t = _data(e)
+    rows = slice(r * N, (r + 1) * N)
+    kept, sent = _train(model, ep, x[rows], t[rows], comm)
+    params = {"0": [p.data for p in model.layers[0].parameters()], "router": ep.router.weight.data,
+              "2": [p.data for p in model.layers[2].parameters()],
+              "experts": {ep.first_expert + j: [p.data for p in ex.parameters()] for j, ex in enumerate(ep.experts)}}
+    return params, kept, sent
+
+
+@pytest.mark.parametrize("e,per_rank,k,capacity_factor", [
+    (1, 2, 1, 1.0), (2, 1, 1, 1.0), (2, 2, 2, 0.75), (4, 1, 1, 0.75), (4, 2, 2, 1.0), (4, 1, 2, 2.0),
+])
+def test_expert_parallel_training_equals_one_process(e, per_rank, k, capacity_factor):
+    num_experts = e * per_rank
+    results = run(_worker, e, num_experts, k, capacity_factor, timeout=120)
+    model = _model(num_experts, k, capacity_factor, groups=e)  # one routing group per rank's tokens
+    x, t = _data(e)
+    kept, _ = _train(model, model.layers[1], x, t)
+    moe = model.layers[1]
+    dropped_somewhere = False
+    for rank, (params, rank_kept, sent) in enumerate(results):
+        for step in range(STEPS):  # the same tokens reach an expert, the same are dropped
+            np.testing.assert_array_equal(rank_kept[step], kept[step][rank * N:(rank + 1) * N])
+            dropped_somewhere |= not rank_kept[step].all()
+        for a, b in zip(params["0"], model.layers[0].parameters()):
+            np.testing.assert_allclose(a, b.data, rtol=0, atol=1e-12)
+        for a, b in zip(params["2"], model.layers[2].parameters()):
+            np.testing.assert_allclose(a, b.data, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(params["router"], moe.router.weight.data, rtol=0, atol=1e-12)
+        assert sorted(params["experts"]) == list(range(rank * per_rank, (rank + 1) * per_rank))
+        for j, arrays in params["experts"].items():
+            for a, b in zip(arrays, moe.experts[j].parameters()):
+                np.testing.assert_allclose(a, b.data, rtol=0, atol=1e-12, err_msg=f"expert {j}")
+        for nbytes, n_out, n_in in sent:  # token all-to-alls (4 per step) + the counts all-to-all
+            counts = (e - 1) * per_rank * 8
+            assert nbytes == alltoall_bytes_sent(n_out, n_in, D, 8) + counts
+    if capacity_factor < 1:
+        assert dropped_somewhere
+
+
+def _clock_worker(comm, hot_expert):
+    model = _model(4, 1, 4.0, groups=1)
+    moe = model.layers[1]
+    moe.router.weight.data[...] = 0
+    moe.router.weight.data[hot_expert, 0] = 50.0  # every token with x[:, 0] > 0 goes to the hot expert
+    ep = ExpertParallelMoE(comm, moe)
+    x = np.abs(np.random.default_rng(comm.rank).standard_normal((N, D)))
+    y = ep.forward(x)
+    ep.backward(np.ones_like(y))
+    return comm.clock, ep.received_tokens + int(ep._counts[comm.rank].sum())
+
+
+def test_the_busiest_expert_sets_the_step_on_the_clock():
+    clocks, loads = zip(*run(_clock_worker, 2, 3))  # expert 3 lives on rank 1
+    assert loads == (0, 2 * N)
+    even_clocks, even_loads = zip(*run(_clock_worker, 2, 0))  # now rank 0 is the busy one
+    assert even_loads == (2 * N, 0)
+    # the idle rank waits for the busy one's outputs: both finish no earlier than the busy rank's compute
+    flops = 3 * 4 * 2 * N * D * D_FF  # forward + backward of 2N tokens through one expert
+    from minidist.cluster.ledger import Device
+    assert min(clocks) >= flops / Device().flops and min(even_clocks) >= flops / Device().flops
+
+
+def _bad_worker(comm):
+    ExpertParallelMoE(comm, MoE(D, D_FF, 3, rng=np.random.default_rng(0)))
+
+
+def test_experts_not_divisible_over_ranks_is_a_clear_error():
+    from minidist.cluster import ClusterError
+    with pytest.raises(ClusterError, match="3 experts cannot be spread evenly over 2 ranks"):
+        run(_bad_worker, 2)
