@@ -14,6 +14,7 @@ from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .online_norm import OnlineNorm
 from .pruning import Masked, channel_mask, cubic_sparsity, magnitude_mask, prune, unwrap
 from .softmax import Softmax, log_softmax, softmax, softmax_backward
+from .switch import SwitchTransformer
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Checkpoint", "Conv2d", "CrossEntropyLoss", "Dropout",
@@ -22,4 +23,5 @@ __all__ = [
     "magnitude_mask", "prune", "unwrap",
     "CausalSelfAttention", "Embedding", "Softmax", "TransformerBlock", "log_softmax", "softmax",
     "softmax_backward",
+    "SwitchTransformer",
 ]

@@ -164,3 +164,24 @@ def test_expert_mlp_is_linear_gelu_linear():
     mlp = expert_mlp(3, 5, rng=np.random.default_rng(0), dtype=np.float32)
     assert [type(layer) for layer in mlp.layers] == [nn.Linear, nn.GELU, nn.Linear]
     assert mlp.layers[0].weight.shape == (5, 3) and mlp.layers[2].weight.shape == (3, 5)
+
+
+def test_switch_transformer_finite_differences_router_losses_included():
+    rng = np.random.default_rng(6)
+    model = nn.SwitchTransformer(6, 4, 2, 4, 2, num_experts=2, d_ff=5, k=1, capacity_factor=0.75,
+                                 aux_loss_coef=0.2, z_loss_coef=0.1, rng=rng, dtype=np.float64)
+    tokens = rng.integers(0, 6, (2, 4))
+    dy = rng.standard_normal((2, 4, 6))
+
+    def loss() -> float:
+        return float(np.sum(dy * model.forward(tokens))) + model.router_loss
+
+    model.forward(tokens)
+    assert all(isinstance(b.mlp, nn.MoE) for b in model.blocks)
+    assert sum(b.mlp.routing.dropped_assignments for b in model.blocks) > 0  # capacity 0.75 drops some
+    model.zero_grad()
+    model.backward(dy)
+    for name, p in model.named_parameters():
+        assert relative_error(p.grad, numerical_gradient(loss, p.data)) < 1e-6, name
+    with pytest.raises(ValueError, match="tokens of shape"):
+        model.forward(rng.integers(0, 6, (2, 5)))
