@@ -74,8 +74,10 @@ class ExpertParallelMoE(Module):
                 for a in np.split(chunk, np.cumsum(mine[q * k:(q + 1) * k])[:-1])]
 
     def _charge(self, rows: int, passes: int, label: str) -> None:
-        """Expert compute on the simulated clock: 4·rows·d·d_ff FLOPs a forward pass, twice that backward."""
-        self.comm.compute(passes * 4 * rows * self.d_model * self.d_ff, label)
+        """Expert compute on the simulated clock: 2 FLOPs per weight and row a forward pass (4·d·d_ff for a
+        whole expert, less for a tensor-parallel slice), twice that backward."""
+        weights = sum(p.size for p in self.experts[0].parameters() if p.data.ndim == 2)
+        self.comm.compute(passes * 2 * rows * weights, label)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """x: this rank's tokens, (n, d) or (B, T, d); returns y of the same shape."""
