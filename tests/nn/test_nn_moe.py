@@ -183,5 +183,15 @@ def test_switch_transformer_finite_differences_router_losses_included():
     model.backward(dy)
     for name, p in model.named_parameters():
         assert relative_error(p.grad, numerical_gradient(loss, p.data)) < 1e-6, name
-    with pytest.raises(ValueError, match="tokens of shape"):
+    with pytest.raises(ValueError, match="expected shape"):
         model.forward(rng.integers(0, 6, (2, 5)))
+
+
+def test_switch_transformer_flops_per_token_count_k_experts_not_all():
+    def make_model(e, k=1):
+        return nn.SwitchTransformer(11, 8, 2, 8, 2, num_experts=e, d_ff=32, k=k, rng=np.random.default_rng(0))
+    one, many, two = make_model(1), make_model(16), make_model(16, k=2)
+    assert many.num_parameters() > 10 * one.num_parameters() // 2
+    router = 6 * 2 * 8 * 15  # 15 more router columns per layer, forward + backward
+    assert many.flops_per_token(8)["total"] - one.flops_per_token(8)["total"] == router
+    assert two.flops_per_token(8)["6N"] - many.flops_per_token(8)["6N"] == 6 * 2 * 2 * 8 * 32
