@@ -142,6 +142,7 @@ for e in (1, 2, 4, 8):
     measured[e] = np.mean([r[0] for r in results])
     print(f"e = {e}: {measured[e]:8.0f} bytes per rank measured, "
           f"{uniform_alltoall_bytes(TOKENS, 1, e, WIDTH, 4):8.0f} for perfectly even routing")
+    assert abs(measured[e] - uniform_alltoall_bytes(TOKENS, 1, e, WIDTH, 4)) <= 0.1 * measured[e]  # near even
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))

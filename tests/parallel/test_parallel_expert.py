@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minidist.cluster import run
+from minidist.cluster import Device, LinkModel, run
 from minidist.nn import Linear, MoE, MSELoss, Sequential
 from minidist.optim import SGD
 from minidist.parallel.expert import ExpertParallelMoE, average_gradients
-from minidist.parallel.expert.cost import alltoall_bytes_sent
+from minidist.parallel.expert.cost import alltoall_bytes_sent, expert_step_seconds, imbalance
 
 D_IN, D, D_FF, D_OUT, N = 3, 4, 6, 2, 6  # N tokens per rank
 STEPS = 3
@@ -101,18 +101,18 @@ def _clock_worker(comm, hot_expert):
     x = np.abs(np.random.default_rng(comm.rank).standard_normal((N, D)))
     y = ep.forward(x)
     ep.backward(np.ones_like(y))
-    return comm.clock, ep.received_tokens + int(ep._counts[comm.rank].sum())
+    return comm.clock, int(ep._counts.sum())  # token rows this rank's experts processed
 
 
-def test_the_busiest_expert_sets_the_step_on_the_clock():
-    clocks, loads = zip(*run(_clock_worker, 2, 3))  # expert 3 lives on rank 1
-    assert loads == (0, 2 * N)
-    even_clocks, even_loads = zip(*run(_clock_worker, 2, 0))  # now rank 0 is the busy one
-    assert even_loads == (2 * N, 0)
-    # the idle rank waits for the busy one's outputs: both finish no earlier than the busy rank's compute
-    flops = 3 * 4 * 2 * N * D * D_FF  # forward + backward of 2N tokens through one expert
-    from minidist.cluster.ledger import Device
-    assert min(clocks) >= flops / Device().flops and min(even_clocks) >= flops / Device().flops
+@pytest.mark.parametrize("hot_expert,busy_rank", [(3, 1), (0, 0)])
+def test_the_busiest_expert_sets_the_step_on_the_clock(hot_expert, busy_rank):
+    free = LinkModel(alpha=0.0, beta=0.0)  # communication costs nothing: the clock shows compute alone
+    clocks, loads = zip(*run(_clock_worker, 2, hot_expert, link=free))
+    assert loads[busy_rank] == 2 * N and loads[1 - busy_rank] == 0
+    # the idle rank waits for the busy one's outputs and gradients: both end at the slowest expert's time
+    expected = expert_step_seconds(list(loads), D, D_FF, Device().flops)
+    assert clocks == pytest.approx((expected, expected), rel=1e-12)
+    assert imbalance(loads) == 2.0
 
 
 def _bad_worker(comm):
