@@ -102,6 +102,8 @@ class MoE(Module):
             raise ValueError(f"MoE expects input of shape (N, {self.d_model}) or (B, T, {self.d_model}), "
                              f"got {x.shape}")
         x2 = x.reshape(-1, self.d_model)
+        if x2.shape[0] == 0:
+            raise ValueError(f"MoE needs at least one token, got input of shape {x.shape}")
         if x2.shape[0] % self.groups:
             raise ValueError(f"MoE: {x2.shape[0]} tokens do not split into groups={self.groups} equal groups")
         return x2

@@ -151,7 +151,7 @@ def test_moe_refuses_bad_input_before_changing_anything():
     x = np.random.default_rng(0).standard_normal((6, D))
     moe.forward(x)
     routing = moe.routing
-    for bad, error in [(x[:5], ValueError), (x[:, :3], ValueError), (x[0], ValueError),
+    for bad, error in [(x[:0], ValueError), (x[:5], ValueError), (x[:, :3], ValueError), (x[0], ValueError),
                        (x.astype(np.int64), TypeError)]:
         with pytest.raises(error):
             moe.forward(bad)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minidist.cluster import Device, LinkModel, run
 from minidist.nn import Linear, MoE, MSELoss, Sequential
@@ -123,3 +125,40 @@ def test_experts_not_divisible_over_ranks_is_a_clear_error():
     from minidist.cluster import ClusterError
     with pytest.raises(ClusterError, match="3 experts cannot be spread evenly over 2 ranks"):
         run(_bad_worker, 2)
+
+
+def _one_step_worker(comm, num_experts, k, capacity_factor, n, seed):
+    rng = np.random.default_rng(seed)
+    moe = MoE(D, D_FF, num_experts, k, capacity_factor, 0.1, 0.01, rng=rng, dtype=np.float64)
+    ep = ExpertParallelMoE(comm, moe)
+    data = np.random.default_rng(seed + 1)
+    x, dy = data.standard_normal((2, comm.world_size * n, D))
+    rows = slice(comm.rank * n, (comm.rank + 1) * n)
+    y = ep.forward(x[rows])
+    dx = ep.backward(dy[rows])
+    experts = {ep.first_expert + j: [p.grad for p in ex.parameters()] for j, ex in enumerate(ep.experts)}
+    return y, dx, ep.router.weight.grad, experts
+
+
+@settings(max_examples=8)
+@given(e=st.sampled_from([1, 2, 3, 4]), per_rank=st.integers(1, 2), k=st.integers(1, 2),
+       capacity_factor=st.sampled_from([0.5, 1.0, 2.5]), n=st.integers(1, 5), seed=st.integers(0, 100))
+def test_expert_parallel_forward_and_backward_equal_one_process(e, per_rank, k, capacity_factor, n, seed):
+    """Rank r's scalar is Σ dy·y over its tokens + α·aux_r + β·z_r; their sum over the ranks is one process's
+    Σ dy·y + (e·α)·mean_r aux_r + (e·β)·mean z with groups = e: every gradient must match that."""
+    num_experts = e * per_rank
+    k = min(k, num_experts)
+    results = run(_one_step_worker, e, num_experts, k, capacity_factor, n, seed, timeout=120)
+    moe = MoE(D, D_FF, num_experts, k, capacity_factor, 0.1 * e, 0.01 * e, groups=e,
+              rng=np.random.default_rng(seed), dtype=np.float64)
+    data = np.random.default_rng(seed + 1)
+    x, dy = data.standard_normal((2, e * n, D))
+    y = moe.forward(x)
+    dx = moe.backward(dy)
+    np.testing.assert_allclose(np.concatenate([r[0] for r in results]), y, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate([r[1] for r in results]), dx, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(sum(r[2] for r in results), moe.router.weight.grad, rtol=0, atol=1e-11)
+    for _, _, _, experts in results:
+        for j, grads in experts.items():
+            for g, p in zip(grads, moe.experts[j].parameters()):
+                np.testing.assert_allclose(g, p.grad, rtol=0, atol=1e-11, err_msg=f"expert {j}")
