@@ -117,14 +117,22 @@ def test_the_busiest_expert_sets_the_step_on_the_clock(hot_expert, busy_rank):
     assert imbalance(loads) == 2.0
 
 
-def _bad_worker(comm):
-    ExpertParallelMoE(comm, MoE(D, D_FF, 3, rng=np.random.default_rng(0)))
+def _bad_worker(comm, case):
+    if case == "not divisible":
+        ExpertParallelMoE(comm, MoE(D, D_FF, 3, rng=np.random.default_rng(0)))
+    elif case == "not an MoE":
+        ExpertParallelMoE(comm, Linear(D, D, rng=np.random.default_rng(0)))
+    else:
+        layer = ExpertParallelMoE(comm, MoE(D, D_FF, 2, rng=np.random.default_rng(0)))
+        layer.forward(np.zeros((3, D + 1), dtype=np.float32))
 
 
-def test_experts_not_divisible_over_ranks_is_a_clear_error():
+@pytest.mark.parametrize("case,match", [("not divisible", "3 experts cannot be spread evenly over 2 ranks"),
+                                        ("not an MoE", "wraps an nn.MoE"), ("wrong width", r"expects input \(n, 4\)")])
+def test_bad_expert_parallel_input_is_a_clear_error(case, match):
     from minidist.cluster import ClusterError
-    with pytest.raises(ClusterError, match="3 experts cannot be spread evenly over 2 ranks"):
-        run(_bad_worker, 2)
+    with pytest.raises(ClusterError, match=match):
+        run(_bad_worker, 2, case)
 
 
 def _one_step_worker(comm, num_experts, k, capacity_factor, n, seed):

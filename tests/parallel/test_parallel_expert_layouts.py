@@ -43,7 +43,8 @@ def _worker(comm, layout):
     opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
     losses = [train_step(groups, model, CrossEntropyLoss(), opt, tokens[rows], targets[rows]) for _ in range(STEPS)]
     held = {name: (a.copy(), index) for name, (a, index) in held_weights(model).items()}
-    return held, losses, groups.token_set, expert_holdings(model)
+    dropped = sum(block.mlp.routing.dropped_tokens for block in model.blocks)
+    return held, losses, groups.token_set, expert_holdings(model), dropped
 
 
 def _single(token_sets):
@@ -62,7 +63,7 @@ def _single(token_sets):
 def test_layout_trains_like_one_process(layout):
     results = run(_worker, layout.world_size, layout, timeout=180)
     full = _single(layout.token_sets)
-    for held, _, _, _ in results:
+    for held, *_ in results:
         assert {name for name in held if ".experts." not in name} == {n for n in full if ".experts." not in n}
         for name, (array, index) in held.items():
             np.testing.assert_allclose(array, full[name].data[index], rtol=0, atol=1e-11, err_msg=name)
@@ -72,6 +73,7 @@ def test_layout_trains_like_one_process(layout):
         assert pieces[0][0] == 0.0 and pieces[-1][1] == 1.0
         assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces))
     assert sorted({h[2] for h in results}) == list(range(layout.token_sets))
+    assert sum(h[4] for h in results) > 0  # capacity factor 1: some tokens were dropped, on every layout
 
 
 def test_layout_refuses_a_wrong_world_size():
