@@ -86,19 +86,22 @@ class ExpertParallelMoE(Module):
             raise ValueError(f"ExpertParallelMoE expects input (n, {self.d_model}) or (B, T, {self.d_model}), "
                              f"got {x.shape}")
         x2 = x.reshape(-1, self.d_model)
+        # 1. route my tokens (the router is replicated; my batch is one capacity group)
         r = route(self.router.forward(x2), self.k, self.capacity_factor)
         self.routing, self.aux_loss, self.z_loss = r, r.aux_loss, r.z_loss
         self.loss = self.aux_loss_coef * r.aux_loss + self.z_loss_coef * r.z_loss
-        self._my_counts = r.tokens_per_expert()
+        # 2. tell every rank how many rows each of its experts will get from me
+        self._my_counts = r.tokens_per_expert()                                   # (E,)
         counts = np.stack(alltoall(self.comm, list(self._my_counts.reshape(self.comm.world_size, -1))))
         self._counts = counts  # (e, E/e): rows each peer sends to each of my experts
-        arrived = alltoall(self.comm, self._by_rank(dispatch(x2, r)))
         me = self.comm.rank
         self.sent_tokens = int(self._my_counts.sum() - self._my_counts.reshape(len(counts), -1)[me].sum())
         self.received_tokens = int(counts.sum() - counts[me].sum())
-        inputs = self._by_expert(arrived, counts)
+        # 3. dispatch all-to-all: my tokens to their experts' ranks; my experts run on what arrived
+        inputs = self._by_expert(alltoall(self.comm, self._by_rank(dispatch(x2, r))), counts)
         self._charge(sum(len(a) for a in inputs), 1, "experts forward")
         outputs = [expert.forward(a) for expert, a in zip(self.experts, inputs)]
+        # 4. combine all-to-all: the outputs back to the tokens' ranks, weighted by the gates there
         self._outputs = self._from_ranks(alltoall(self.comm, self._to_sources(outputs, counts)))
         self.remember_output_shape(x.shape)
         return combine(self._outputs, r, x2.shape[0]).reshape(x.shape)
@@ -110,9 +113,11 @@ class ExpertParallelMoE(Module):
         r, counts = self.routing, self._counts
         dy2 = dy.reshape(-1, self.d_model)
         douts, dgates = combine_backward(dy2, self._outputs, r)
+        # the combine's all-to-all in reverse: output gradients to the experts' ranks
         arrived = self._by_expert(alltoall(self.comm, self._by_rank(douts)), counts)
         self._charge(sum(len(a) for a in arrived), 2, "experts backward")
         dxs = [expert.backward(d) for expert, d in zip(self.experts, arrived)]
+        # the dispatch's all-to-all in reverse: input gradients back to the tokens' ranks
         back = self._from_ranks(alltoall(self.comm, self._to_sources(dxs, counts)))
         dx = dispatch_backward(back, r, dy2.shape[0])
         dx += self.router.backward(routing_backward(r, dgates, self.aux_loss_coef, self.z_loss_coef))
