@@ -115,6 +115,10 @@ EXERCISES = (
              "The backward pass of softmax along an axis (attention's probabilities): dx = y ⊙ (dy − Σ dy ⊙ y), "
              "the Jacobian diag(y) − y·yᵀ applied to dy without forming it.",
              "One product, one sum along the axis with keepdims=True, one subtraction, one product."),
+    Exercise("moe_dispatch", "lessons/18_mixture_of_experts.py",
+             "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
+             "add gate · expert output back into the token's row (dropped tokens stay 0).",
+             "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
 )
 
 
