@@ -6,7 +6,9 @@ Under mpiexec (MPICH sets PMI_SIZE/PMI_RANK, Open MPI OMPI_COMM_WORLD_SIZE) or w
 ``cluster.run(fn, world_size, *args)`` runs ``fn(comm, *args)`` on MPI ranks 0..world_size-1 (an
 ``MPICommunicator``, mpi_comm.py); the other ranks wait. Every rank then gets the list of all results,
 so a script written for the simulated cluster runs unchanged: each process executes it top to bottom,
-and every call to ``run`` is one collective step of all processes.
+and every call to ``run`` is one collective step of all processes. So every process must call it alike:
+one allgather first compares world_size, fn's name, timeout, link and device, and a difference is a
+ValueError on every process.
 
 Failures: if every rank of the run raises (the same bad argument everywhere, say), ``run`` raises the
 same ``ClusterError`` on every process, as on the simulated cluster. Otherwise some rank may wait for a
@@ -71,6 +73,8 @@ def load_mpi():
 def run_mpi(fn, world_size: int, args: tuple, timeout: float | None = 60.0, link: LinkModel | None = None,
             device: Device | None = None, mailbox_bytes: int = 2 * 2**20, keep_spans: bool = False):
     """``run`` over MPI: (results by rank, [(spans, clock, stats)] by rank), the same on every process."""
+    check_agreement(load_mpi(), fn=getattr(fn, "__qualname__", type(fn).__name__), world_size=world_size,
+                    timeout=timeout, link=link, device=device)
     if not callable(fn):
         raise TypeError(f"run expects a function fn(comm, *args), got {type(fn).__name__}")
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
@@ -82,7 +86,7 @@ def run_mpi(fn, world_size: int, args: tuple, timeout: float | None = 60.0, link
     if getattr(_inside_run, "active", False):
         raise RuntimeError("cluster.run called inside a run's fn: under MPI the ranks are the MPI processes; "
                            "use comm.split for sub-groups instead")
-    MPI = load_mpi()
+    MPI = _state["MPI"]
     world = MPI.COMM_WORLD
     if world_size > world.Get_size():
         raise ValueError(f"run(fn, {world_size}) needs {world_size} MPI processes, but this job has "
@@ -122,6 +126,24 @@ def run_mpi(fn, world_size: int, args: tuple, timeout: float | None = 60.0, link
         rank, (report, details) = errors[0]
         raise ClusterError(report, rank, 1, details)
     return [a[1] for a in answers], [a[2] for a in answers]
+
+
+def check_agreement(MPI, **arguments) -> None:
+    """Every process must call ``run`` alike (it is one collective step): one allgather of the arguments'
+    reprs; ValueError on every process, naming what differs where, if they do not match."""
+    mine = {name: repr(value)[:200] for name, value in arguments.items()}
+    everyone = _state["control"].allgather(mine)
+    differ = [name for name in mine if len({seen[name] for seen in everyone}) > 1]
+    if differ:
+        def where(name):
+            values = {}
+            for process, seen in enumerate(everyone):
+                values.setdefault(seen[name], []).append(str(process))
+            return ", ".join(f"{value} on process{'es' if len(ps) > 1 else ''} {' '.join(ps)}"
+                             for value, ps in values.items())
+        raise ValueError("the MPI processes called run with different arguments (each call of run is one step "
+                         "of every process, so they must match): " + "; ".join(f"{name}: {where(name)}"
+                                                                              for name in differ))
 
 
 def run_traced_mpi(fn, world_size: int, args: tuple, **options) -> tuple[list, Trace]:

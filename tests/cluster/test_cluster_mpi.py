@@ -195,3 +195,23 @@ def test_backend_choice_from_the_environment(monkeypatch):
     monkeypatch.setenv("MINIDIST_BACKEND", "gpu")
     with pytest.raises(ValueError, match="MINIDIST_BACKEND"):
         mpi_chosen()
+
+
+@needs_mpi
+def test_processes_that_disagree_on_run_s_arguments_all_get_an_error(tmp_path):
+    job = mpi_job(4, [script(tmp_path, say=True, body="""
+        from mpi4py import MPI
+        def f(comm):
+            return comm.rank
+        try:
+            run(f, 2 if MPI.COMM_WORLD.Get_rank() == 0 else 3)
+        except ValueError as error:
+            say("refused:", error)
+        say(run(f, 2))
+        """)])
+    assert job.returncode == 0, job.stderr[-3000:]
+    refused = "refused: the MPI processes called run with different arguments"
+    for text in outputs(tmp_path, 4):
+        first, second = text.splitlines()
+        assert first.startswith(refused) and "world_size: 2 on process 0, 3 on processes 1 2 3" in first
+        assert second == "[0, 1]"
