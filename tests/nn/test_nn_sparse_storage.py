@@ -86,3 +86,11 @@ def test_errors():
         CSR.from_dense(np.ones((2, 2), dtype=int))
     with pytest.raises(ValueError, match="empty"):
         sparsity(np.zeros(0))
+
+
+def test_a_1d_array_such_as_a_bias_round_trips_as_one_row():
+    bias = np.array([0.0, 1.5, 0.0, -2.0, 3.0], dtype=np.float32)
+    for fmt in (COO.from_dense(bias), CSR.from_dense(bias), BlockCSR.from_dense(bias, (1, 5))):
+        assert np.array_equal(fmt.to_dense(), bias) and fmt.to_dense().shape == (5,)
+    coo = COO.from_dense(bias)
+    assert coo.rows.tolist() == [0, 0, 0] and coo.cols.tolist() == [1, 3, 4]
