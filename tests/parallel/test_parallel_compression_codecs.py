@@ -103,3 +103,12 @@ def test_non_finite_gradients_stay_visible_so_a_loss_scaler_skips_the_step(codec
     assert found_inf and scaler.scale == 4.0
     clean = codec.decode(codec.encode(np.where(np.isfinite(x), x, 1).astype(np.float32)))
     assert np.isfinite(clean).all()        # an empty side (all one sign) still decodes to finite values
+
+
+@pytest.mark.parametrize("bad", [10, 11, -1])
+def test_topk_decode_refuses_an_index_outside_the_gradient(bad):
+    codec = TopK(10, k=2)
+    message = codec.encode(np.arange(10, dtype=np.float32))
+    message[-4:] = np.array([bad], np.int32).view(np.uint8)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 10\)"):
+        codec.decode(message)

@@ -83,6 +83,9 @@ class TopK:
         k = message.size // width
         values = message[:k * self.dtype.itemsize].view(self.dtype)
         index = message[k * self.dtype.itemsize:].view(np.int32)
+        if index.min() < 0 or index.max() >= self.n:      # (a negative index would wrap around silently)
+            raise ValueError(f"TopK.decode: the message's indices must lie in [0, {self.n}), got "
+                             f"{index.min()}..{index.max()}")
         dense = np.zeros(self.n, dtype=self.dtype)
         dense[index] = values
         return dense
