@@ -26,13 +26,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from minidist.checks import is_count
+
 from .module import Module, Parameter, check_float_array, resolve_rng
 
 
 def _pair(value, name: str, minimum: int) -> tuple[int, int]:
     """An int or a pair of ints -> (height value, width value), each >= minimum."""
     pair = (value, value) if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v >= minimum for v in pair):
+    if len(pair) != 2 or not all(is_count(v, minimum) for v in pair):
         raise ValueError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
     return int(pair[0]), int(pair[1])
 

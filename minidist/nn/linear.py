@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import is_count
+
 from .module import Module, Parameter, check_float_array, resolve_rng
 
 
@@ -29,8 +31,8 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  rng: np.random.Generator | None = None, dtype=np.float32, input_grad: bool = True):
-        if int(in_features) < 1 or int(out_features) < 1:
-            raise ValueError(f"Linear needs in_features, out_features >= 1, got {in_features}, {out_features}")
+        if not (is_count(in_features) and is_count(out_features)):
+            raise ValueError(f"Linear needs in_features, out_features integers >= 1, got {in_features!r}, {out_features!r}")
         rng = resolve_rng(rng)
         self.in_features, self.out_features = int(in_features), int(out_features)
         bound = 1.0 / np.sqrt(in_features)

@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import check_count, is_count
+
 from .module import Module, Parameter, check_float_array
 
 # FLOPs per element, forward: statistics (mean: 1, variance: 3) + normalise (2) + scale and shift (2)
@@ -40,8 +42,7 @@ class _BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  *, dtype=np.float32):
-        if int(num_features) < 1:
-            raise ValueError(f"{type(self).__name__} needs num_features >= 1, got {num_features}")
+        check_count(num_features, f"{type(self).__name__}: num_features")
         if not 0.0 <= momentum <= 1.0 or eps <= 0:
             raise ValueError(f"{type(self).__name__} needs 0 <= momentum <= 1 and eps > 0, "
                              f"got momentum={momentum}, eps={eps}")
@@ -125,8 +126,8 @@ class LayerNorm(Module):
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, *, dtype=np.float32):
         shape = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(normalized_shape)
-        if not shape or any(int(s) < 1 for s in shape) or eps <= 0:
-            raise ValueError(f"LayerNorm needs a non-empty normalized_shape of sizes >= 1 and eps > 0, "
+        if not shape or not all(is_count(s) for s in shape) or eps <= 0:
+            raise ValueError(f"LayerNorm needs a non-empty normalized_shape of integer sizes >= 1 and eps > 0, "
                              f"got {normalized_shape!r}, eps={eps}")
         self.normalized_shape, self.eps = tuple(int(s) for s in shape), float(eps)
         self.weight = Parameter(np.ones(self.normalized_shape, dtype=dtype)) if elementwise_affine else None
@@ -172,9 +173,9 @@ class GroupNorm(Module):
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
                  *, dtype=np.float32):
-        if int(num_groups) < 1 or int(num_channels) < 1 or num_channels % num_groups or eps <= 0:
+        if not (is_count(num_groups) and is_count(num_channels)) or num_channels % num_groups or eps <= 0:
             raise ValueError(f"GroupNorm needs num_channels ({num_channels}) divisible by num_groups "
-                             f"({num_groups}), both >= 1, and eps > 0")
+                             f"({num_groups}), both integers >= 1, and eps > 0")
         self.num_groups, self.num_channels, self.eps = int(num_groups), int(num_channels), float(eps)
         self.weight = Parameter(np.ones(num_channels, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_channels, dtype=dtype)) if affine else None

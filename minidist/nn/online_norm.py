@@ -26,6 +26,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .module import Module, Parameter, check_float_array
 
 
@@ -39,8 +41,7 @@ class OnlineNorm(Module):
 
     def __init__(self, num_features: int, alpha_fwd: float = 0.999, alpha_bkw: float = 0.99, eps: float = 1e-5,
                  affine: bool = True, *, dtype=np.float32):
-        if int(num_features) < 1:
-            raise ValueError(f"OnlineNorm needs num_features >= 1, got {num_features}")
+        check_count(num_features, "OnlineNorm: num_features")
         if not (0.0 <= alpha_fwd < 1.0 and 0.0 <= alpha_bkw <= 1.0 and eps > 0):
             raise ValueError(f"OnlineNorm needs 0 <= alpha_fwd < 1, 0 <= alpha_bkw <= 1 and eps > 0, got "
                              f"alpha_fwd={alpha_fwd}, alpha_bkw={alpha_bkw}, eps={eps}")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .topk import check_dtype
 
 
@@ -37,7 +39,7 @@ class OneBit:
     def __init__(self, shapes: list[tuple[int, ...]], per: str = "tensor", dtype=np.float32):
         if per not in ("tensor", "column"):
             raise ValueError(f"OneBit: per must be 'tensor' or 'column', got {per!r}")
-        shapes = [tuple(int(d) for d in s) for s in shapes]
+        shapes = [tuple(check_count(d, "OneBit: a shape entry", 0) for d in s) for s in shapes]
         if not shapes or any(int(np.prod(s)) == 0 for s in shapes):
             raise ValueError(f"OneBit needs at least one non-empty tensor shape, got {shapes}")
         self.shapes, self.per, self.dtype = shapes, per, check_dtype(dtype)
