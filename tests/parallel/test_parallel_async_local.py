@@ -71,15 +71,15 @@ def test_elastic_averaging_matches_one_process():
     world_size, every, alpha = 3, 2, 0.2
     nets = [model() for _ in range(world_size)]
     center = np.concatenate([p.data.ravel() for p in nets[0].parameters()])
-    for step in range(STEPS):
+    for step in range(STEPS):      # equations (5)-(6) of Zhang et al.: both steps from the same x_r,t
+        xs = [np.concatenate([p.data.ravel() for p in net.parameters()]) for net in nets]
         for r, net in enumerate(nets):
             for p, g in zip(net.parameters(), gradient(net, *batch(r, step))):
                 p.data -= LR * g
         if (step + 1) % every == 0:
-            xs = [np.concatenate([p.data.ravel() for p in net.parameters()]) for net in nets]
             new_center = center + alpha * sum(x - center for x in xs)
             for net, x in zip(nets, xs):
-                x = x - alpha * (x - center)
+                x = np.concatenate([p.data.ravel() for p in net.parameters()]) - alpha * (x - center)
                 offset = 0
                 for p in net.parameters():
                     p.data[...] = x[offset:offset + p.size].reshape(p.shape)
