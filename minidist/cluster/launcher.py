@@ -34,7 +34,7 @@ from multiprocess.connection import wait
 
 from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace, checked_link
-from .mailbox import Aborted, Endpoint, Layout
+from .mailbox import Aborted, Endpoint, Layout, timeout_report
 from .process_setup import (check_picklable, die_with_parent, keep_freed_memory, one_blas_thread,
                             release_block, shared_resources, signals_deferred, unlink_names)
 
@@ -174,8 +174,7 @@ def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
     _stop(running, pending, answers, attached)
     ended = set(range(len(procs))) - set(running.values())
     if timed_out:
-        waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(blocked.items()))
-        raise ClusterError(f"run timed out after {timeout:g} s; still running: {waiting or 'none'}")
+        raise ClusterError(timeout_report(timeout, blocked))
     raise _error(_culprit(answers, ended, first_alarm), answers, procs)
 
 

@@ -257,3 +257,10 @@ class Endpoint:
                 ([f"recv from rank {recv_from}"] if mask & DATA else [])
         what = {-1: "barrier", -2: "split", -3: "all_equal"}.get(tag, f"tag {tag}")
         return f"{' + '.join(parts)} ({what})" if parts else "running"
+
+
+def timeout_report(timeout: float, states: dict[int, str]) -> str:
+    """The timeout report of both backends: 'run timed out after 2 s; still running: rank 0: recv from rank
+    1 (tag 0); rank 1: running' (states: what each rank still running was doing, by rank)."""
+    waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(states.items()))
+    return f"run timed out after {timeout:g} s; still running: {waiting or 'none'}"
