@@ -20,7 +20,7 @@ def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
     previous = sys.excepthook
 
     def hook(kind, error, tb):
-        from minidist.exercises.unsolved import unsolved_exercise   # only when a lesson has failed
+        from minidist.exercises.unsolved import unsolved_exercise  # only when a lesson has failed
 
         exercise = unsolved_exercise(error)   # raised here, or inside a cluster rank (in ClusterError)
         if exercise is not None:

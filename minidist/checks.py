@@ -16,7 +16,9 @@ import numpy as np
 
 def is_count(value, minimum: int = 1) -> bool:
     """True if ``value`` is an integer (Python or NumPy, not a bool) >= ``minimum``."""
-    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value >= minimum
+    return (
+        not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value >= minimum
+    )
 
 
 def check_count(value, name: str, minimum: int = 1) -> int:
@@ -35,6 +37,8 @@ def check_real(value, name: str, minimum: float = -math.inf, *, strict: bool = F
     value = float(value)
     if not math.isfinite(value) or value < minimum or (strict and value == minimum):
         relation = ">" if strict else ">="
-        raise ValueError(f"{name} must be a finite number{'' if minimum == -math.inf else f' {relation} {minimum:g}'}, "
-                         f"got {value!r}")
+        raise ValueError(
+            f"{name} must be a finite number{'' if minimum == -math.inf else f' {relation} {minimum:g}'}, "
+            f"got {value!r}"
+        )
     return value

@@ -135,7 +135,9 @@ class MemoryLedger:
     def peak(self, category: str | tuple | None = None) -> int:
         """The largest total over the timeline, or the largest value of one category, or of the sum of a
         tuple of categories (e.g. ("parameters", "gradients", "optimizer"): the model states); 0 if empty."""
-        chosen = CATEGORIES if category is None else (category,) if isinstance(category, str) else tuple(category)
+        chosen = (
+            CATEGORIES if category is None else (category,) if isinstance(category, str) else tuple(category)
+        )
         if not chosen or not set(chosen) <= set(CATEGORIES):
             raise ValueError(f"category must be one of {CATEGORIES} (or a tuple of them), got {category!r}")
         return max((sum(h[c] for c in chosen) for _, _, h in self.timeline), default=0)

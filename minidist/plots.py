@@ -40,7 +40,8 @@ def write_png(fig, path: str | Path, dpi: int = 110) -> Path:
 
 
 def save_figure(fig, name: str, dpi: int = 110) -> Path:
-    """Save ``fig`` as figures_dir()/name (a PNG file name such as "05_schedule_ring.png"); returns the path."""
+    """Save ``fig`` as figures_dir()/name (a PNG file name such as "05_schedule_ring.png");
+    returns the path."""
     if Path(name).name != name or not name.endswith(".png"):
         raise ValueError(f"expected a PNG file name such as '05_ring.png', got {name!r}")
     return write_png(fig, figures_dir() / name, dpi)

@@ -37,8 +37,10 @@ class Machine:
     network_bw: float = 25e9
 
     def __post_init__(self):
-        for name in ("peak", "memory_bw", "network_bw"):             # frozen: set through object's setattr
-            object.__setattr__(self, name, check_real(getattr(self, name), f"Machine: {name}", 0.0, strict=True))
+        for name in ("peak", "memory_bw", "network_bw"):  # frozen: set through object's setattr
+            object.__setattr__(
+                self, name, check_real(getattr(self, name), f"Machine: {name}", 0.0, strict=True)
+            )
 
     @property
     def ridge(self) -> float:
@@ -48,7 +50,9 @@ class Machine:
     def attainable(self, intensity: float, bandwidth: float | None = None) -> float:
         """min(peak, bandwidth · intensity) FLOP/s (bandwidth: memory_bw unless given); intensity >= 0."""
         intensity = check_real(intensity, "intensity (FLOPs per byte)", 0.0)
-        bandwidth = self.memory_bw if bandwidth is None else check_real(bandwidth, "bandwidth", 0.0, strict=True)
+        bandwidth = (
+            self.memory_bw if bandwidth is None else check_real(bandwidth, "bandwidth", 0.0, strict=True)
+        )
         return min(self.peak, bandwidth * intensity)
 
     def bound(self, flops: float, nbytes: float, sent: float = 0.0) -> str:
@@ -63,7 +67,9 @@ class Machine:
 
     def _times(self, flops: float, nbytes: float, sent: float) -> tuple[float, float, float]:
         """(flops/peak, nbytes/memory_bw, sent/network_bw), each amount checked finite and >= 0."""
-        amounts = [check_real(v, name, 0.0) for v, name in ((flops, "flops"), (nbytes, "nbytes"), (sent, "sent"))]
+        amounts = [
+            check_real(v, name, 0.0) for v, name in ((flops, "flops"), (nbytes, "nbytes"), (sent, "sent"))
+        ]
         return amounts[0] / self.peak, amounts[1] / self.memory_bw, amounts[2] / self.network_bw
 
 
@@ -148,8 +154,10 @@ def communication_intensity(widths: list[int], batch: int, strategy: str, parts:
     if strategy not in ("data", "tensor", "pipeline"):
         raise ValueError(f"strategy must be 'data', 'tensor' or 'pipeline', got {strategy!r}")
     if len(widths) < 2 or not all(is_count(v) for v in [*widths, batch, parts, itemsize]):
-        raise ValueError(f"need >= 2 widths, and widths, batch, parts and itemsize integers >= 1, got {widths}, "
-                         f"batch={batch}, parts={parts}, itemsize={itemsize}")
+        raise ValueError(
+            f"need >= 2 widths, and widths, batch, parts and itemsize integers >= 1, got {widths}, "
+            f"batch={batch}, parts={parts}, itemsize={itemsize}"
+        )
     pairs = list(zip(widths[:-1], widths[1:]))
     step = 3 * sum(2 * batch * a * b for a, b in pairs) / parts
     if strategy == "data":

@@ -14,7 +14,9 @@ from minidist.optim import SGD, Adam
 
 def _mlp(checkpoint=False, dtype=np.float32):
     rng = np.random.default_rng(0)
-    body = Sequential(Linear(10, 32, rng=rng, dtype=dtype), ReLU(), Linear(32, 32, rng=rng, dtype=dtype), ReLU())
+    body = Sequential(
+        Linear(10, 32, rng=rng, dtype=dtype), ReLU(), Linear(32, 32, rng=rng, dtype=dtype), ReLU()
+    )
     return Sequential(Checkpoint(body) if checkpoint else body, Linear(32, 4, rng=rng, dtype=dtype))
 
 

@@ -46,7 +46,9 @@ def test_norm_and_activation_counts():
 def test_machine_bounds_and_ridge():
     m = Machine(peak=100.0, memory_bw=10.0, network_bw=1.0)
     assert m.ridge == 10.0 and m.attainable(2.0) == 20.0 and m.attainable(50.0) == 100.0
-    assert m.bound(1000, 10) == "compute" and m.bound(10, 1000) == "memory" and m.bound(10, 10, 100) == "network"
+    assert (
+        m.bound(1000, 10) == "compute" and m.bound(10, 1000) == "memory" and m.bound(10, 10, 100) == "network"
+    )
     assert m.time(1000, 10, 5) == 10.0
     big = model_costs(Sequential(Linear(1024, 1024, rng=rng())), (4096, 1024))
     small = model_costs(Sequential(ReLU()), (4096, 1024))

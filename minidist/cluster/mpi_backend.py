@@ -17,8 +17,9 @@ traceback (once: the lowest failed rank reports) and calls MPI_Abort. A watchdog
 when ``timeout`` runs out, listing what every rank was doing as the simulated cluster does; an
 exception nobody catches ends the job too (printed once, by the lowest process that raised it). A
 process that dies without Python (a signal, os._exit) is named by ``python -m minidist run --mpi``
-(mpi_watch.py); a bare mpiexec names no rank. Only rank 0 prints to stdout (minidist/mpi_rank.py). mpi4py is imported only here,
-only when this backend is chosen (importing it starts MPI; no process may fork after that).
+(mpi_watch.py); a bare mpiexec names no rank. Only rank 0 prints to stdout (minidist/mpi_rank.py).
+mpi4py is imported only here, only when this backend is chosen (importing it starts MPI; no process may
+fork after that).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def run_mpi(fn, world_size: int, args: tuple, timeout: float | None = 60.0, link
     if world_size > world.Get_size():
         raise ValueError(f"run(fn, {world_size}) needs {world_size} MPI processes, but this job has "
                          f"{world.Get_size()}: launch it with mpiexec -n {world_size} (or more)")
-    from .mpi_comm import MPICommunicator         # after mpi4py: it is the MPI transport
+    from .mpi_comm import MPICommunicator  # after mpi4py: it is the MPI transport
 
     _state["runs"] += 1
     me = world.Get_rank()
@@ -147,9 +148,11 @@ def check_agreement(MPI, **arguments) -> None:
                 values.setdefault(seen[name], []).append(str(process))
             return ", ".join(f"{value} on process{'es' if len(ps) > 1 else ''} {' '.join(ps)}"
                              for value, ps in values.items())
-        raise ValueError("the MPI processes called run with different arguments (each call of run is one step "
-                         "of every process, so they must match): " + "; ".join(f"{name}: {where(name)}"
-                                                                              for name in differ))
+
+        raise ValueError(
+            "the MPI processes called run with different arguments (each call of run is one step "
+            "of every process, so they must match): " + "; ".join(f"{name}: {where(name)}" for name in differ)
+        )
 
 
 def run_traced_mpi(fn, world_size: int, args: tuple, **options) -> tuple[list, Trace]:
@@ -172,9 +175,14 @@ def fail(rank: int, world_size: int, report: str, may_return: bool = True,
         _state["MPI"].Request.Waitall(notes)
         first = reports[min(reports)]
         return first, first.partition("---\n")[2]
-    if timeout is not None:     # every rank's state, as the simulated cluster reports a timeout
-        report = timeout_report(timeout, {r: reports.get(r, "no report (busy in a call that holds Python's GIL?)")
-                                          .partition("\n")[0] for r in range(world_size)})
+    if timeout is not None:  # every rank's state, as the simulated cluster reports a timeout
+        report = timeout_report(
+            timeout,
+            {
+                r: reports.get(r, "no report (busy in a call that holds Python's GIL?)").partition("\n")[0]
+                for r in range(world_size)
+            },
+        )
     _end_job(f"\nminidist (MPI backend): {report}" if min(reports) == rank else None)
 
 

@@ -72,7 +72,7 @@ class MPICommunicator(Communicator):
              base: np.ndarray | None = None) -> np.ndarray:
         """As ``Communicator.recv``: the next message from ``src``, checked, into ``out`` (with ``op``:
         out = op(base or out, incoming))."""
-        world_src, tag, ufunc = self._peer(src, "src"), check_tag(tag), check_out(out, op, base)
+        _, tag, ufunc = self._peer(src, "src"), check_tag(tag), check_out(out, op, base)      # (checks src)
         if base is not None:
             check_separate(out, base)
         return self._receive(src, tag, out, ufunc, base)
@@ -82,7 +82,7 @@ class MPICommunicator(Communicator):
                  base: np.ndarray | None = None) -> np.ndarray:
         """As ``Communicator.sendrecv``: send to ``dst`` and receive from ``src`` at once."""
         world_dst, data, sendtag = self._peer(dst, "dst"), check_payload(sendbuf), check_tag(sendtag)
-        world_src, recvtag, ufunc = self._peer(src, "src"), check_tag(recvtag), check_out(out, op, base)
+        _, recvtag, ufunc = self._peer(src, "src"), check_tag(recvtag), check_out(out, op, base)
         if out is not None:
             check_separate(out, base, sendbuf)
         arrival = self._ledger.send(data.nbytes, world_dst)

@@ -60,7 +60,12 @@ class RankWatch:
                 chosen.unregister(connection)
                 connection.close()
                 lines = [line for line in said.pop(connection) if line]
-                if lines and not {"exit", "reported"} & set(lines) and not self.reported and self.dead is None:
+                if (
+                    lines
+                    and not {"exit", "reported"} & set(lines)
+                    and not self.reported
+                    and self.dead is None
+                ):
                     rank, _, pid = lines[0].partition(" ")
                     self.dead = (int(rank), int(pid))
         for connection in said:
@@ -81,6 +86,8 @@ class RankWatch:
         if self.dead is None or returncode == 0:
             return None
         rank, pid = self.dead
-        return (f"minidist (MPI backend): rank {rank} (pid {pid}) ended without a Python error: killed by a "
-                f"signal or by os._exit (mpiexec's exit status {returncode}: that process's exit code, or the "
-                f"number of the signal that killed it). The other processes were then ended by mpiexec.")
+        return (
+            f"minidist (MPI backend): rank {rank} (pid {pid}) ended without a Python error: killed by a "
+            f"signal or by os._exit (mpiexec's exit status {returncode}: that process's exit code, or the "
+            f"number of the signal that killed it). The other processes were then ended by mpiexec."
+        )

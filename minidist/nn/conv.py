@@ -15,7 +15,8 @@ Backward:  dW  = Σ_n dY_n · X_nᵀ             (O, K)      "the weight update 
 
 These are the three-layer formulas in column form (dX = Wᵀ·dY, dW = dY·Xᵀ; the HOT CHIPS tutorial
 "Fundamentals of Scaling out DL Training"), with the windows as the batch: "if you ignore the convolution
-with sliding window, the operation is identical to MLP" (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Dualities in
+with sliding window, the operation is identical to MLP" (the "Hardware Accelerators for Training Deep Neural
+Networks" slides, "Dualities in
 Training Convolution Layers"). The windows are read
 with ``numpy.lib.stride_tricks.sliding_window_view``, so there is no Python loop over pixels; col2im and
 the pools loop over the kh·kw kernel offsets only, each step handling a whole (N, C, Ho, Wo) slice.
@@ -77,7 +78,9 @@ class Conv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  bias: bool = True, *, rng: np.random.Generator | None = None, dtype=np.float32):
         if int(in_channels) < 1 or int(out_channels) < 1:
-            raise ValueError(f"Conv2d needs in_channels, out_channels >= 1, got {in_channels}, {out_channels}")
+            raise ValueError(
+                f"Conv2d needs in_channels, out_channels >= 1, got {in_channels}, {out_channels}"
+            )
         rng = resolve_rng(rng)
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = _pair(kernel_size, "Conv2d kernel_size", 1)

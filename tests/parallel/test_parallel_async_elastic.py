@@ -1,4 +1,5 @@
-"""Asynchronous EASGD: against the formulas in one process, and against a replay of the schedule's exchanges."""
+"""Asynchronous EASGD: against the formulas in one process, and against a replay of the schedule's
+exchanges."""
 
 import numpy as np
 import pytest

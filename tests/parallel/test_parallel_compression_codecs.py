@@ -20,8 +20,10 @@ def test_one_bit_size_and_group_sums(shapes, per, seed):
     assert message.dtype == np.uint8 and message.nbytes == (codec.n + 7) // 8 + 2 * codec.groups * 8
     decoded = codec.decode(message)
     assert np.array_equal(np.sign(decoded) >= 0, x >= 0) or np.all((decoded >= 0) == (x >= 0))
-    sums = np.bincount(codec.group, weights=x, minlength=codec.groups)      # each group keeps its sum
-    np.testing.assert_allclose(np.bincount(codec.group, weights=decoded, minlength=codec.groups), sums, atol=1e-12)
+    sums = np.bincount(codec.group, weights=x, minlength=codec.groups)  # each group keeps its sum
+    np.testing.assert_allclose(
+        np.bincount(codec.group, weights=decoded, minlength=codec.groups), sums, atol=1e-12
+    )
 
 
 def send_one(comm, shapes, per):

@@ -32,8 +32,10 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
     """
     seconds = check_common(comm, seconds, every, "train_elastic")
     if not (alpha > 0 and comm.world_size * alpha <= 1):
-        raise ValueError(f"train_elastic: the moving rate needs 0 < alpha and beta = P·alpha <= 1, got alpha={alpha} "
-                         f"with P = {comm.world_size}")
+        raise ValueError(
+            f"train_elastic: the moving rate needs 0 < alpha and beta = P·alpha <= 1, got alpha={alpha} "
+            f"with P = {comm.world_size}"
+        )
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     params, steps = model.parameters(), seconds.shape[1]
@@ -42,8 +44,10 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
     for step in range(steps):
         x, y = batch(comm.rank, step)
         exchange = (step + 1) % every == 0
-        before = np.concatenate([p.data.ravel() for p in params]) if exchange else None     # x_r,t
-        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step])))
+        before = np.concatenate([p.data.ravel() for p in params]) if exchange else None  # x_r,t
+        losses.append(
+            (comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step]))
+        )
         if exchange:
             total = allreduce(comm, before, algorithm=algorithm)
             local = np.concatenate([p.data.ravel() for p in params]) - alpha * (before - center)

@@ -76,9 +76,15 @@ class OneBit:
 
     def decode(self, message: np.ndarray) -> np.ndarray:
         """message: uint8 (message_bytes,) -> the decoded flat gradient, shape (n,), in the value dtype."""
-        if not (isinstance(message, np.ndarray) and message.dtype == np.uint8 and message.shape == (self.message_bytes,)):
-            raise ValueError(f"OneBit.decode expects a uint8 message of {self.message_bytes} bytes, got "
-                             f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}")
+        if not (
+            isinstance(message, np.ndarray)
+            and message.dtype == np.uint8
+            and message.shape == (self.message_bytes,)
+        ):
+            raise ValueError(
+                f"OneBit.decode expects a uint8 message of {self.message_bytes} bytes, got "
+                f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}"
+            )
         packed = (self.n + 7) // 8
         bits = np.unpackbits(message[:packed], count=self.n).astype(bool)
         scales = message[packed:].view(self.dtype).reshape(2, self.groups)
