@@ -31,13 +31,20 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f}; {args.examples} examples x {args.epochs} epochs, "
           f"d = {args.dim}, {args.nonzeros} nonzeros each")
     best = {}
-    for name, processes, lock in [("P = 1", 1, False), ("P = 2, no lock", 2, False), ("P = 2, one lock", 2, True)]:
+    for name, processes, lock in [
+        ("P = 1", 1, False),
+        ("P = 2, no lock", 2, False),
+        ("P = 2, one lock", 2, True),
+    ]:
         runs = [hogwild(problem, processes, args.epochs, 0.5, lock=lock, seed=r) for r in range(args.repeats)]
         out = max(runs, key=lambda o: o["updates_per_second"])
         best[name] = out["updates_per_second"]
         rates = ", ".join(f"{o['updates_per_second']:.0f}" for o in runs)
-        print(f"{name:>16}: {out['updates_per_second']:9.0f} updates/s (runs: {rates}), loss {out['loss']:.4f}, "
-              f"conflicts {out['conflicts']} of {out['updates']}")
+        print(
+            f"{name:>16}: {out['updates_per_second']:9.0f} updates/s (runs: {rates}), "
+            f"loss {out['loss']:.4f}, "
+            f"conflicts {out['conflicts']} of {out['updates']}"
+        )
     print(f"P = 2 lock-free / P = 1: {best['P = 2, no lock'] / best['P = 1']:.2f}x (target >= 1.7x); "
           f"P = 2 locked / P = 1: {best['P = 2, one lock'] / best['P = 1']:.2f}x; "
           f"load average after: {os.getloadavg()[0]:.1f}")

@@ -3,7 +3,8 @@
 Both sides run on one thread (torch.set_num_threads(1); BLAS thread variables set to 1 before NumPy is
 imported), update the same three parameter arrays (2000x2000, 2000x2000, 1000x2000 = 10M float32) from
 fixed gradients, and report the best and the median of --repeats timed steps after one untimed step that
-allocates the optimizer state; minidist's and torch's steps alternate. torch.optim has no LARS; its peer here is torch.optim.SGD fed the trust-
+allocates the optimizer state; minidist's and torch's steps alternate. torch.optim has no LARS; its peer here
+is torch.optim.SGD fed the trust-
 ratio-scaled gradients, computed in torch (the same composition tests/optim/test_optim_torch.py checks).
 
     PYTHONPATH=. python benchmarks/optim_step.py [--size 10000000] [--repeats 7]
@@ -112,7 +113,9 @@ def main() -> None:
         if torch is not None:
             theirs = timings[1]
             ratio = ours[0] / theirs[0]
-            line += f" {theirs[0] * 1e3:8.1f} /{theirs[1] * 1e3:7.1f} {ratio:12.2f}x {ours[1] / theirs[1]:12.2f}x"
+            line += (
+                f" {theirs[0] * 1e3:8.1f} /{theirs[1] * 1e3:7.1f} {ratio:12.2f}x {ours[1] / theirs[1]:12.2f}x"
+            )
             line += "" if ratio <= 1.5 else "  (above the 1.5x target)"
         print(line, flush=True)
         del steps, params

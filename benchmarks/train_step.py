@@ -46,7 +46,9 @@ def minidist_cnn(rng):
 
 def torch_models(torch):
     nn = torch.nn
-    mlp = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    mlp = nn.Sequential(
+        nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
+    )
     cnn = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
@@ -97,14 +99,20 @@ def torch_step(torch, model, x, y, input_grad: bool):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     cases = {
         "MLP 1024-1024-1024-10, batch 256": (minidist_mlp(rng), rng.standard_normal((256, 1024)), 256),
-        "CNN 2x(conv3x3+pool) on 1x28x28, batch 64": (minidist_cnn(rng), rng.standard_normal((64, 1, 28, 28)), 64),
+        "CNN 2x(conv3x3+pool) on 1x28x28, batch 64": (
+            minidist_cnn(rng),
+            rng.standard_normal((64, 1, 28, 28)),
+            64,
+        ),
     }
     try:
         import torch
@@ -115,8 +123,10 @@ def main() -> None:
         torch = None
         print("PyTorch is not installed: timing minidist only")
 
-    print("samples/s; 'torch+dx' also computes the input's gradient (minidist's MLP skips it, as torch does;\n"
-          "minidist's Conv2d always computes it, so 'torch+dx' is the like-for-like CNN comparison)\n")
+    print(
+        "samples/s; 'torch+dx' also computes the input's gradient (minidist's MLP skips it, as torch does;\n"
+        "minidist's Conv2d always computes it, so 'torch+dx' is the like-for-like CNN comparison)\n"
+    )
     print(f"{'model':43s} {'minidist':>9s} {'torch':>9s} {'ratio':>6s} {'torch+dx':>9s} {'ratio':>6s}")
     torch_cases = (torch_mlp, torch_cnn) if torch else (None, None)
     for (name, (model, x, batch)), torch_model in zip(cases.items(), torch_cases):
@@ -130,8 +140,11 @@ def main() -> None:
         if torch is None:
             print(f"{name:43s} {rate['minidist']:9.0f}")
         else:
-            print(f"{name:43s} {rate['minidist']:9.0f} {rate['torch']:9.0f} {rate['minidist'] / rate['torch']:5.2f}x "
-                  f"{rate['torch+dx']:9.0f} {rate['minidist'] / rate['torch+dx']:5.2f}x")
+            print(
+                f"{name:43s} {rate['minidist']:9.0f} {rate['torch']:9.0f} "
+                f"{rate['minidist'] / rate['torch']:5.2f}x "
+                f"{rate['torch+dx']:9.0f} {rate['minidist'] / rate['torch+dx']:5.2f}x"
+            )
 
 
 if __name__ == "__main__":

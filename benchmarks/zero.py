@@ -37,7 +37,9 @@ def bench(comm, strategy, steps):
     if strategy == "DP":
         wrapper = DataParallel(comm, model, Adam(model.parameters()), CrossEntropyLoss(), overlap=False)
     else:
-        wrapper = zero_data_parallel(comm, model, lambda ps: Adam(ps), CrossEntropyLoss(), stage=int(strategy[-1]))
+        wrapper = zero_data_parallel(
+            comm, model, lambda ps: Adam(ps), CrossEntropyLoss(), stage=int(strategy[-1])
+        )
     wrapper.train_step(*batches[0])                            # warm-up: buffers, optimizer state
     comm.barrier()
     clock, sent, msgs, wall = comm.clock, comm.stats.bytes_sent, comm.stats.messages_sent, time.perf_counter()
@@ -57,7 +59,10 @@ def main():
     psi = sum(a * b + b for a, b in zip(WIDTHS[:-1], WIDTHS[1:]))
     print(f"MLP {WIDTHS}: Ψ = {psi} fp32 parameters ({4 * psi / 2**20:.1f} MiB), Adam, global batch 64, "
           f"P = {args.world_size}, {args.steps} timed steps")
-    print(f"{'strategy':9s} {'wall ms/step':>13s} {'simulated ms/step':>18s} {'bytes sent/rank':>16s} {'messages':>9s}")
+    print(
+        f"{'strategy':9s} {'wall ms/step':>13s} {'simulated ms/step':>18s} {'bytes sent/rank':>16s} "
+        f"{'messages':>9s}"
+    )
     rows = {}
     for strategy in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"):
         results = run(bench, args.world_size, strategy, args.steps, timeout=600)
@@ -67,9 +72,11 @@ def main():
         print(f"{strategy:9s} {wall * 1e3:13.1f} {simulated * 1e3:18.4f} {sent:16d} {msgs:9d}")
     (_, t1, b1, m1), (_, t3, b3, m3) = rows["ZeRO-1"], rows["ZeRO-3"]
     predicted = link.alpha * (m3 - m1) + link.beta * (b3 - b1)
-    print(f"ZeRO-3 over ZeRO-1: {b3 - b1} more bytes, {m3 - m1} more messages; simulated "
-          f"{(t3 - t1) * 1e3:.4f} ms more per step, predicted from bytes and messages {predicted * 1e3:.4f} ms "
-          f"(ratio {(t3 - t1) / predicted:.3f})")
+    print(
+        f"ZeRO-3 over ZeRO-1: {b3 - b1} more bytes, {m3 - m1} more messages; simulated "
+        f"{(t3 - t1) * 1e3:.4f} ms more per step, predicted from bytes and messages {predicted * 1e3:.4f} ms "
+        f"(ratio {(t3 - t1) / predicted:.3f})"
+    )
 
 
 if __name__ == "__main__":

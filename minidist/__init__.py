@@ -20,7 +20,7 @@ def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
     previous = sys.excepthook
 
     def hook(kind, error, tb):
-        from minidist.exercises.unsolved import unsolved_exercise   # only when a lesson has failed
+        from minidist.exercises.unsolved import unsolved_exercise  # only when a lesson has failed
 
         exercise = unsolved_exercise(error)   # raised here, or inside a cluster rank (in ClusterError)
         if exercise is not None:
@@ -33,3 +33,17 @@ def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
 
 
 _lessons_exit_cleanly_on_unsolved_exercises()
+
+
+def _mpi_process_setup() -> None:
+    """Under mpiexec: only rank 0 prints; a job started by `python -m minidist run --mpi` is watched
+    (minidist/mpi_rank.py). Reads the environment only; imports nothing outside one."""
+    import os
+
+    if "PMI_RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
+        from minidist.mpi_rank import setup
+
+        setup()
+
+
+_mpi_process_setup()

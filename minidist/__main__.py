@@ -38,7 +38,7 @@ def cmd_run(args) -> int:
     if not matches:
         print(f"no lesson {args.number!r}; `python -m minidist lessons` lists them", file=sys.stderr)
         return 2
-    if getattr(args, "mpi", None):                 # on P MPI processes (minidist/cluster/mpi_launch.py)
+    if args.mpi is not None:                       # on P MPI processes (minidist/cluster/mpi_launch.py)
         from minidist.cluster.mpi_launch import launch
         return launch(args.mpi, [matches[0]]).returncode
     sys.argv = [matches[0]]
@@ -72,6 +72,17 @@ def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
         return 0
 
 
+def process_count(text: str) -> int:
+    """--mpi's value: an integer >= 1 (argparse turns the error into a usage message, exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"the number of MPI processes must be an integer >= 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minidist", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("lessons", help="list the lessons").set_defaults(func=cmd_lessons)
     run = sub.add_parser("run", help="run one lesson by number")
     run.add_argument("number")
-    run.add_argument("--mpi", type=int, metavar="P", help="run it under mpiexec on P processes")
+    run.add_argument("--mpi", type=process_count, metavar="P", help="run it under mpiexec on P processes")
     run.set_defaults(func=cmd_run)
     from minidist.exercises.cli import add_parser as add_exercises_parser
 

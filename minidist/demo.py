@@ -124,10 +124,19 @@ def train_digits_data_parallel(comm, epochs: int = 15, seed: int = 0, batch_size
         accuracies.append(accuracy(model, data.x_test, data.y_test) if comm.rank == 0 else None)
     bytes_per_step, train_clock = (comm.stats.bytes_sent - start_bytes) / steps, comm.clock - start_clock
     dp.check_replicas()                              # the replicas end bitwise identical (else ValueError)
-    return {"params": [p.data for p in model.parameters()], "losses": losses, "sizes": sizes,
-            "accuracies": accuracies, "steps": steps, "bytes_per_step": bytes_per_step, "train_clock": train_clock, "last_step": (last_step_start, comm.clock),
-            "last_compute": dp.compute_spans, "gradient_bytes": sum(p.data.nbytes for p in model.parameters()),
-            "buckets": [b.nbytes for b in dp.buckets]}
+    return {
+        "params": [p.data for p in model.parameters()],
+        "losses": losses,
+        "sizes": sizes,
+        "accuracies": accuracies,
+        "steps": steps,
+        "bytes_per_step": bytes_per_step,
+        "train_clock": train_clock,
+        "last_step": (last_step_start, comm.clock),
+        "last_compute": dp.compute_spans,
+        "gradient_bytes": sum(p.data.nbytes for p in model.parameters()),
+        "buckets": [b.nbytes for b in dp.buckets],
+    }
 
 
 def last_step_trace(trace: Trace, start: float, end: float) -> Trace:
@@ -168,7 +177,9 @@ def main(epochs: int = 15) -> int:
           f"(float32, and the allreduce adds the gradients in another order than one process does)")
 
     # ledger: every rank sent the same bytes; the ring moves 2(P-1)/P of each bucket per rank
-    cost = sum(allreduce_cost("ring", WORLD_SIZE, n, LINK.alpha, LINK.beta).bytes_sent[0] for n in out["buckets"])
+    cost = sum(
+        allreduce_cost("ring", WORLD_SIZE, n, LINK.alpha, LINK.beta).bytes_sent[0] for n in out["buckets"]
+    )
     formula = 2 * (WORLD_SIZE - 1) / WORLD_SIZE * out["gradient_bytes"]
     print(f"ledger: bytes sent per rank per step {[round(r['bytes_per_step']) for r in results]}; "
           f"formula 2(P-1)/P·|W| = {formula:.0f} (|W| = {out['gradient_bytes']} bytes in "

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from minidist.checks import check_count, check_real
+
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers")
 MODEL_STATES = ("parameters", "gradients", "optimizer")   # what the ZeRO paper's formulas count
 
@@ -101,7 +103,8 @@ class MemoryLedger:
     """The timeline of one rank's held bytes: ``record(label, held, time)`` appends a point.
 
     timeline: list of (time in seconds, label, {category: bytes}); times without a caller's clock are
-    1 µs after the previous point.
+    1 µs after the previous point. Byte counts are integers >= 0 and times finite and never decreasing
+    (a bad point raises ValueError/TypeError and is not recorded).
     """
 
     def __init__(self, rank: int = 0):
@@ -115,18 +118,26 @@ class MemoryLedger:
         unknown = set(held) - set(CATEGORIES)
         if unknown:
             raise ValueError(f"unknown memory categories {sorted(unknown)}; expected some of {CATEGORIES}")
+        counts = {c: check_count(held.get(c, 0), f"held bytes of {c!r}", 0) for c in CATEGORIES}
+        last = self.timeline[-1][0] if self.timeline else None
         if time is None:
-            time = self.timeline[-1][0] + 1e-6 if self.timeline else 0.0
-        self.timeline.append((float(time), str(label), {c: int(held.get(c, 0)) for c in CATEGORIES}))
+            time = 0.0 if last is None else last + 1e-6
+        time = check_real(time, "time" if last is None else f"time (never before the last point, {last:g} s)",
+                          0.0 if last is None else last)
+        self.timeline.append((time, str(label), counts))
 
     def total(self, index: int = -1) -> int:
         """Total bytes of one point (the last by default)."""
+        if not self.timeline:
+            raise ValueError("the ledger is empty: nothing recorded yet")
         return sum(self.timeline[index][2].values())
 
     def peak(self, category: str | tuple | None = None) -> int:
         """The largest total over the timeline, or the largest value of one category, or of the sum of a
         tuple of categories (e.g. ("parameters", "gradients", "optimizer"): the model states); 0 if empty."""
-        chosen = CATEGORIES if category is None else (category,) if isinstance(category, str) else tuple(category)
+        chosen = (
+            CATEGORIES if category is None else (category,) if isinstance(category, str) else tuple(category)
+        )
         if not chosen or not set(chosen) <= set(CATEGORIES):
             raise ValueError(f"category must be one of {CATEGORIES} (or a tuple of them), got {category!r}")
         return max((sum(h[c] for c in chosen) for _, _, h in self.timeline), default=0)

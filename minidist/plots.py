@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from minidist.mpi_rank import is_quiet_rank
+
 ENV_VAR = "MINIDIST_FIGURES"
 TIMELINE_COLORS = {"send": "tab:blue", "recv": "tab:orange", "compute": "tab:green", "barrier": "tab:gray"}
 
@@ -28,14 +30,18 @@ def figures_dir() -> Path:
 
 
 def write_png(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save ``fig`` as a PNG at ``path`` with fixed metadata: the same figure gives the same bytes."""
+    """Save ``fig`` as a PNG at ``path`` with fixed metadata: the same figure gives the same bytes.
+    Under mpiexec only rank 0 writes (the other processes drew the same figure): elsewhere nothing happens."""
     path = Path(path)
+    if is_quiet_rank():
+        return path
     fig.savefig(path, dpi=dpi, format="png", metadata={"Software": None})
     return path
 
 
 def save_figure(fig, name: str, dpi: int = 110) -> Path:
-    """Save ``fig`` as figures_dir()/name (a PNG file name such as "05_schedule_ring.png"); returns the path."""
+    """Save ``fig`` as figures_dir()/name (a PNG file name such as "05_schedule_ring.png");
+    returns the path."""
     if Path(name).name != name or not name.endswith(".png"):
         raise ValueError(f"expected a PNG file name such as '05_ring.png', got {name!r}")
     return write_png(fig, figures_dir() / name, dpi)

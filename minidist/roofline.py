@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from minidist.checks import check_count, check_real, is_count
 from minidist.nn import Linear, Sequential
 
 BOUNDS = ("compute", "memory", "network")
@@ -36,8 +37,10 @@ class Machine:
     network_bw: float = 25e9
 
     def __post_init__(self):
-        if not (self.peak > 0 and self.memory_bw > 0 and self.network_bw > 0):
-            raise ValueError(f"Machine expects peak, memory_bw, network_bw > 0, got {self}")
+        for name in ("peak", "memory_bw", "network_bw"):  # frozen: set through object's setattr
+            object.__setattr__(
+                self, name, check_real(getattr(self, name), f"Machine: {name}", 0.0, strict=True)
+            )
 
     @property
     def ridge(self) -> float:
@@ -45,18 +48,29 @@ class Machine:
         return self.peak / self.memory_bw
 
     def attainable(self, intensity: float, bandwidth: float | None = None) -> float:
-        """min(peak, bandwidth · intensity) FLOP/s (bandwidth: memory_bw unless given)."""
-        return min(self.peak, (self.memory_bw if bandwidth is None else bandwidth) * intensity)
+        """min(peak, bandwidth · intensity) FLOP/s (bandwidth: memory_bw unless given); intensity >= 0."""
+        intensity = check_real(intensity, "intensity (FLOPs per byte)", 0.0)
+        bandwidth = (
+            self.memory_bw if bandwidth is None else check_real(bandwidth, "bandwidth", 0.0, strict=True)
+        )
+        return min(self.peak, bandwidth * intensity)
 
     def bound(self, flops: float, nbytes: float, sent: float = 0.0) -> str:
         """"compute", "memory" or "network": whichever of flops/peak, nbytes/memory_bw, sent/network_bw
-        takes longest."""
-        times = (flops / self.peak, nbytes / self.memory_bw, sent / self.network_bw)
+        takes longest. flops, nbytes, sent: finite and >= 0."""
+        times = self._times(flops, nbytes, sent)
         return BOUNDS[max(range(3), key=lambda i: times[i])]
 
     def time(self, flops: float, nbytes: float, sent: float = 0.0) -> float:
         """The roofline's time: max(flops/peak, nbytes/memory_bw, sent/network_bw) seconds."""
-        return max(flops / self.peak, nbytes / self.memory_bw, sent / self.network_bw)
+        return max(self._times(flops, nbytes, sent))
+
+    def _times(self, flops: float, nbytes: float, sent: float) -> tuple[float, float, float]:
+        """(flops/peak, nbytes/memory_bw, sent/network_bw), each amount checked finite and >= 0."""
+        amounts = [
+            check_real(v, name, 0.0) for v, name in ((flops, "flops"), (nbytes, "nbytes"), (sent, "sent"))
+        ]
+        return amounts[0] / self.peak, amounts[1] / self.memory_bw, amounts[2] / self.network_bw
 
 
 @dataclass(frozen=True)
@@ -98,9 +112,8 @@ def layer_cost(layer, input_shape: tuple, itemsize: int = 4) -> LayerCost:
 
         forward bytes  = (x + W + y) · itemsize      backward bytes = (dy + x + W + dx + dW) · itemsize
     """
-    if not isinstance(itemsize, int) or itemsize < 1:
-        raise ValueError(f"itemsize must be an int >= 1, got {itemsize!r}")
-    input_shape = tuple(int(d) for d in input_shape)
+    itemsize = check_count(itemsize, "itemsize")
+    input_shape = tuple(check_count(d, "an input_shape entry") for d in input_shape)
     out = output_shape(layer, input_shape)
     x, y = math.prod(input_shape), math.prod(out)
     w = sum(p.size for p in layer.parameters())
@@ -140,8 +153,11 @@ def communication_intensity(widths: list[int], batch: int, strategy: str, parts:
     """
     if strategy not in ("data", "tensor", "pipeline"):
         raise ValueError(f"strategy must be 'data', 'tensor' or 'pipeline', got {strategy!r}")
-    if len(widths) < 2 or batch < 1 or parts < 1:
-        raise ValueError(f"need >= 2 widths, batch >= 1 and parts >= 1, got {widths}, {batch}, {parts}")
+    if len(widths) < 2 or not all(is_count(v) for v in [*widths, batch, parts, itemsize]):
+        raise ValueError(
+            f"need >= 2 widths, and widths, batch, parts and itemsize integers >= 1, got {widths}, "
+            f"batch={batch}, parts={parts}, itemsize={itemsize}"
+        )
     pairs = list(zip(widths[:-1], widths[1:]))
     step = 3 * sum(2 * batch * a * b for a, b in pairs) / parts
     if strategy == "data":

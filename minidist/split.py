@@ -35,7 +35,8 @@ def split_offsets(n: int, parts: int) -> np.ndarray:
 
 
 def split_bounds(n: int, parts: int) -> list[tuple[int, int]]:
-    """[(lo, hi), ...]: the half-open range of every piece. split_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]."""
+    """[(lo, hi), ...]: the half-open range of every piece.
+    split_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]."""
     offsets = split_offsets(n, parts).tolist()
     return [(offsets[i], offsets[i + 1]) for i in range(len(offsets) - 1)]
 

@@ -60,7 +60,9 @@ def affine_model(features: int, depth: int, seed: int, dtype=np.float64) -> Sequ
     return Sequential(*layers)
 
 
-def regression_batches(seed: int, steps: int, batch: int, features: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def regression_batches(
+    seed: int, steps: int, batch: int, features: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """``steps`` (x, target) pairs of shape (batch, features), float64."""
     rng = np.random.default_rng([seed, 11])
     return [(rng.normal(size=(batch, features)), rng.normal(size=(batch, features))) for _ in range(steps)]

@@ -14,7 +14,9 @@ from minidist.optim import SGD, Adam
 
 def _mlp(checkpoint=False, dtype=np.float32):
     rng = np.random.default_rng(0)
-    body = Sequential(Linear(10, 32, rng=rng, dtype=dtype), ReLU(), Linear(32, 32, rng=rng, dtype=dtype), ReLU())
+    body = Sequential(
+        Linear(10, 32, rng=rng, dtype=dtype), ReLU(), Linear(32, 32, rng=rng, dtype=dtype), ReLU()
+    )
     return Sequential(Checkpoint(body) if checkpoint else body, Linear(32, 4, rng=rng, dtype=dtype))
 
 
@@ -103,3 +105,20 @@ def test_memory_extra_arrays_and_peaks_of_several_categories():
     assert ledger.peak(MODEL_STATES) == 31 and ledger.peak(("activations",)) == 50 and ledger.peak() == 65
     with pytest.raises(ValueError, match="category must be one of"):
         ledger.peak(())
+
+
+@pytest.mark.parametrize("held, time, error", [
+    ({"parameters": -1}, 1.0, ValueError), ({"parameters": 5.7}, 1.0, ValueError),
+    ({"parameters": True}, 1.0, ValueError), ({"buffers": 3}, float("nan"), ValueError),
+    ({"buffers": 3}, 0.5, ValueError), ({"buffers": 3}, "2", TypeError),
+])
+def test_memory_ledger_refuses_bad_points_and_keeps_its_timeline(held, time, error):
+    ledger = MemoryLedger()
+    with pytest.raises(ValueError, match="empty"):
+        ledger.total()
+    ledger.record("first", {"parameters": 8}, time=1.0)
+    with pytest.raises(error, match="held bytes|time"):
+        ledger.record("bad", held, time=time)
+    assert ledger.timeline == [(1.0, "first", {c: 8 * (c == "parameters") for c in CATEGORIES})]
+    ledger.record("same time is fine", {"parameters": np.int64(8)}, time=1.0)
+    assert ledger.total() == 8 and isinstance(ledger.timeline[-1][2]["parameters"], int)

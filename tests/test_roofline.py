@@ -46,7 +46,9 @@ def test_norm_and_activation_counts():
 def test_machine_bounds_and_ridge():
     m = Machine(peak=100.0, memory_bw=10.0, network_bw=1.0)
     assert m.ridge == 10.0 and m.attainable(2.0) == 20.0 and m.attainable(50.0) == 100.0
-    assert m.bound(1000, 10) == "compute" and m.bound(10, 1000) == "memory" and m.bound(10, 10, 100) == "network"
+    assert (
+        m.bound(1000, 10) == "compute" and m.bound(10, 1000) == "memory" and m.bound(10, 10, 100) == "network"
+    )
     assert m.time(1000, 10, 5) == 10.0
     big = model_costs(Sequential(Linear(1024, 1024, rng=rng())), (4096, 1024))
     small = model_costs(Sequential(ReLU()), (4096, 1024))
@@ -70,3 +72,25 @@ def test_communication_intensity_formulas():
         communication_intensity([8, 8, 8, 8], b, "tensor", 2)
     with pytest.raises(ValueError, match="strategy"):
         communication_intensity(w, b, "spatial", 2)
+
+
+def test_machine_and_costs_refuse_bad_numbers_with_a_clear_error():
+    with pytest.raises(TypeError, match="Machine: peak must be a real number"):
+        Machine(peak="1e12")
+    for bad in (float("nan"), float("inf"), -1.0, True):
+        with pytest.raises((ValueError, TypeError), match="network_bw"):
+            Machine(network_bw=bad)
+    m = Machine(peak=100.0, memory_bw=10.0, network_bw=1.0)
+    for bad in (-1, float("nan")):
+        with pytest.raises(ValueError, match="intensity"):
+            m.attainable(bad)
+        with pytest.raises(ValueError, match="flops"):
+            m.bound(bad, 10)
+        with pytest.raises(ValueError, match="sent"):
+            m.time(10, 10, bad)
+    assert m.attainable(0) == 0.0
+    for shape in ((-2, 3), (2, 0), (True, 3)):
+        with pytest.raises(ValueError, match="input_shape"):
+            layer_cost(Linear(3, 4, rng=rng()), shape)
+    with pytest.raises(ValueError, match="integers >= 1"):
+        communication_intensity([4, 4], True, "data", 2)

@@ -22,7 +22,8 @@ def sizes(files) -> list[tuple[int, str]]:
 
 
 def over(limit: int, counted: list[tuple[int, str]], what: str) -> str:
-    """'' if every file is within ``limit`` lines, else a message naming every offender and the largest five."""
+    """'' if every file is within ``limit`` lines, else a message naming every offender and the largest
+    five."""
     offenders = [(n, path) for n, path in counted if n > limit]
     if not offenders:
         return ""
@@ -37,7 +38,13 @@ def test_sizes_message_names_every_offender_and_the_largest_five():
     message = over(300, counted, "files")
     assert "b.py: 420 lines" in message and "a.py: 310 lines" in message and "c.py: 300 lines" not in message
     assert message.startswith("2 files over 300 lines")
-    assert message.splitlines()[-5:] == ["  b.py: 420", "  a.py: 310", "  c.py: 300", "  d.py: 12", "  e.py: 11"]
+    assert message.splitlines()[-5:] == [
+        "  b.py: 420",
+        "  a.py: 310",
+        "  c.py: 300",
+        "  d.py: 12",
+        "  e.py: 11",
+    ]
     assert over(420, counted, "files") == ""
 
 

@@ -23,7 +23,7 @@ README "Run on a real cluster").
 
 from minidist.plots import plot_timeline  # drawing lives in minidist.plots; kept here by its old name
 
-from .backend import run, run_traced      # launcher.py's, or MPI's under mpiexec (mpi_backend.py)
+from .backend import run, run_traced  # launcher.py's, or MPI's under mpiexec (mpi_backend.py)
 from .comm import Communicator, MessageMismatchError
 from .launcher import ClusterError
 from .ledger import Device, LinkModel, Span, Stats, Trace

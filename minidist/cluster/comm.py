@@ -94,7 +94,8 @@ class Communicator(Group):
         world_dst, data, tag = self._peer(dst, "dst"), check_payload(array), check_tag(tag)
         arrival = self._ledger.send(data.nbytes, world_dst)
         send_message(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival, wait_tag=tag)
-        self._count_send(data, dst, world_dst, tag)     # after the message is out: the receiver is not kept waiting
+        # after the message is out: the receiver is not kept waiting
+        self._count_send(data, dst, world_dst, tag)
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None,
              base: np.ndarray | None = None) -> np.ndarray:
@@ -182,8 +183,10 @@ class Communicator(Group):
         self.stats.bytes_sent += data.nbytes
         self.stats.messages_sent += 1
         if self._verbose:
-            print(f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {self._ep.seq[world_dst]}",
-                  flush=True)
+            print(
+                f"rank {self.rank} -> {dst}  tag {tag}  {_size(data.nbytes)}  step {self._ep.seq[world_dst]}",
+                flush=True,
+            )
 
     def _receive(self, src: int, world_src: int, tag: int, out, ufunc, base) -> np.ndarray:
         """Wait for the header, check it, say where the payload goes, copy it out and count it."""
@@ -219,12 +222,18 @@ class Communicator(Group):
 
     def _call_mismatch(self, src: int, meta: Meta) -> str:
         if self._call == 0:
-            return (f"collective mismatch: rank {self.rank} expects a plain message from rank {src}, but the next "
-                    f"one is a message of a collective call ({meta.describe()}); every rank must make the same "
-                    f"calls in the same order")
+            return (
+                f"collective mismatch: rank {self.rank} expects a plain message from rank {src}, "
+                f"but the next one is a message of a collective call ({meta.describe()}); "
+                f"every rank must make the same "
+                f"calls in the same order"
+            )
         theirs = "a plain send" if meta.call == 0 else "a message of another collective call"
-        return (f"collective mismatch: rank {self.rank} called {self._call_name}, but not every rank made the same "
-                f"call: the next message from rank {src} is {theirs} ({meta.describe()})")
+        return (
+            f"collective mismatch: rank {self.rank} called {self._call_name}, "
+            f"but not every rank made the same call: "
+            f"the next message from rank {src} is {theirs} ({meta.describe()})"
+        )
 
 
 def _destination(meta: Meta, out, ufunc, base):

@@ -34,8 +34,9 @@ from multiprocess.connection import wait
 
 from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace, checked_link
-from .mailbox import Aborted, Endpoint, Layout
-from .process_setup import (check_picklable, die_with_parent, keep_freed_memory, one_blas_thread,
+from .mailbox import Aborted, Endpoint, Layout, timeout_report
+
+from .process_setup import (check_picklable, die_with_parent, keep_freed_memory, one_blas_thread,  # isort: skip
                             release_block, shared_resources, signals_deferred, unlink_names)
 
 MAX_RANKS = 64
@@ -94,7 +95,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     if not isinstance(mailbox_bytes, int) or mailbox_bytes < 1024:
         raise ValueError(f"mailbox_bytes must be an int >= 1024, got {mailbox_bytes!r}")
     methods = multiprocess.get_all_start_methods()
-    # fork on Linux; elsewhere spawn, as Python itself defaults to (fork is unsafe on macOS, absent on Windows)
+    # fork on Linux; elsewhere spawn, Python's own default (fork is unsafe on macOS, absent on Windows)
     method = start_method or ("fork" if sys.platform.startswith("linux") else "spawn")
     if method not in ("fork", "spawn") or method not in methods:
         raise ValueError(f"start_method must be one of {[m for m in methods if m in ('fork', 'spawn')]}, "
@@ -174,8 +175,7 @@ def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
     _stop(running, pending, answers, attached)
     ended = set(range(len(procs))) - set(running.values())
     if timed_out:
-        waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(blocked.items()))
-        raise ClusterError(f"run timed out after {timeout:g} s; still running: {waiting or 'none'}")
+        raise ClusterError(timeout_report(timeout, blocked))
     raise _error(_culprit(answers, ended, first_alarm), answers, procs)
 
 
@@ -197,8 +197,8 @@ def _error(rank, answers, procs) -> ClusterError:
     procs[rank].join(GRACE)          # it has answered or ended (its pipe closes just before it can be reaped)
     code = procs[rank].exitcode
     if answer is not None and answer[0] == "error":
-        return ClusterError(f"rank {rank} raised {answer[1]}\n\n--- traceback of rank {rank} ---\n{answer[2]}",
-                            rank, code, answer[2])
+        report = f"rank {rank} raised {answer[1]}\n\n--- traceback of rank {rank} ---\n{answer[2]}"
+        return ClusterError(report, rank, code, answer[2])
     if code is not None and code < 0:
         how = f"was killed by signal {signal.Signals(-code).name}"
     elif answer is not None:

@@ -49,7 +49,9 @@ class LinkModel:
 
     def __post_init__(self):
         if not (self.alpha >= 0 and self.beta >= 0 and np.isfinite(self.alpha) and np.isfinite(self.beta)):
-            raise ValueError(f"LinkModel expects finite alpha >= 0 and beta >= 0, got {self.alpha}, {self.beta}")
+            raise ValueError(
+                f"LinkModel expects finite alpha >= 0 and beta >= 0, got {self.alpha}, {self.beta}"
+            )
 
     def time(self, nbytes: int) -> float:
         """Seconds to send one message of ``nbytes`` bytes: alpha + nbytes * beta."""
@@ -69,7 +71,8 @@ def checked_link(link, world_size: int):
 
 @dataclass(frozen=True)
 class Device:
-    """An accelerator: ``flops`` FLOP/s and ``memory`` bytes. Default: a V100 in FP32 (15.7 TFLOP/s, 16 GiB)."""
+    """An accelerator: ``flops`` FLOP/s and ``memory`` bytes.
+    Default: a V100 in FP32 (15.7 TFLOP/s, 16 GiB)."""
 
     flops: float = 15.7e12
     memory: int = 16 * 2**30

@@ -150,9 +150,10 @@ class Endpoint:
         waits for, and a new wait number) and sleeps on its doorbell, re-checking after every ring and
         every ``POLL`` seconds.
         """
-        def ready() -> bool:        # from the two mailboxes' counters only (find_deadlock reads the same)
-            return (send_to >= 0 and self.written[send_to] - self.ctrl[self.read_out[send_to]] < self.nslots) or \
-                (recv_from >= 0 and self.read[recv_from] < self.ctrl[self.written_in[recv_from]])
+        def ready() -> bool:  # from the two mailboxes' counters only (find_deadlock reads the same)
+            return (
+                send_to >= 0 and self.written[send_to] - self.ctrl[self.read_out[send_to]] < self.nslots
+            ) or (recv_from >= 0 and self.read[recv_from] < self.ctrl[self.written_in[recv_from]])
 
         if self.may_spin():
             stop = time.perf_counter() + SPIN
@@ -240,8 +241,11 @@ class Endpoint:
             if any(peer >= 0 and first[peer][0] for peer in (send_to, recv_from)):
                 return None                          # its peer returned: it raises PeerReturnedError itself
             if mask & DATA and ctrl[line("written", recv_from, r)] > ctrl[line("read", recv_from, r)]:
-                return None                          # data has arrived for it
-            if mask & ROOM and ctrl[line("written", r, send_to)] - ctrl[line("read", r, send_to)] < self.nslots:
+                return None  # data has arrived for it
+            if (
+                mask & ROOM
+                and ctrl[line("written", r, send_to)] - ctrl[line("read", r, send_to)] < self.nslots
+            ):
                 return None                          # a slot is free for it
         if snapshot() != first:
             return None                                  # someone moved while we looked: look again later
@@ -250,10 +254,18 @@ class Endpoint:
             for r, status in enumerate(first))
 
     def blocked_on(self, rank: int, line: list[int] | None = None) -> str:
-        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line (or ``line``)."""
+        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line (or
+        ``line``)."""
         st = self.status[rank]
         mask, send_to, recv_from, tag = (self.ctrl[st:st + 4].tolist() if line is None else line)[:4]
         parts = ([f"send to rank {send_to}"] if mask & ROOM else []) + \
                 ([f"recv from rank {recv_from}"] if mask & DATA else [])
         what = {-1: "barrier", -2: "split", -3: "all_equal"}.get(tag, f"tag {tag}")
         return f"{' + '.join(parts)} ({what})" if parts else "running"
+
+
+def timeout_report(timeout: float, states: dict[int, str]) -> str:
+    """The timeout report of both backends: 'run timed out after 2 s; still running: rank 0: recv from rank
+    1 (tag 0); rank 1: running' (states: what each rank still running was doing, by rank)."""
+    waiting = "; ".join(f"rank {r}: {what}" for r, what in sorted(states.items()))
+    return f"run timed out after {timeout:g} s; still running: {waiting or 'none'}"

@@ -147,7 +147,8 @@ def read_message(ep: Endpoint, src: int, meta: Meta, incoming: Incoming | None, 
 
 
 def take_short(ep: Endpoint, src: int, meta: Meta, target: np.ndarray, ufunc, base) -> None:
-    """Copy (or combine) the one-slot message at the head of mailbox src -> me into ``target``; free its slot."""
+    """Copy (or combine) the one-slot message at the head of mailbox src -> me into ``target``; free its
+    slot."""
     r = ep.read[src]
     start = ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes + HEADER_BYTES
     if ufunc is None:

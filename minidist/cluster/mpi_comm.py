@@ -72,7 +72,7 @@ class MPICommunicator(Communicator):
              base: np.ndarray | None = None) -> np.ndarray:
         """As ``Communicator.recv``: the next message from ``src``, checked, into ``out`` (with ``op``:
         out = op(base or out, incoming))."""
-        world_src, tag, ufunc = self._peer(src, "src"), check_tag(tag), check_out(out, op, base)
+        _, tag, ufunc = self._peer(src, "src"), check_tag(tag), check_out(out, op, base)      # (checks src)
         if base is not None:
             check_separate(out, base)
         return self._receive(src, tag, out, ufunc, base)
@@ -82,7 +82,7 @@ class MPICommunicator(Communicator):
                  base: np.ndarray | None = None) -> np.ndarray:
         """As ``Communicator.sendrecv``: send to ``dst`` and receive from ``src`` at once."""
         world_dst, data, sendtag = self._peer(dst, "dst"), check_payload(sendbuf), check_tag(sendtag)
-        world_src, recvtag, ufunc = self._peer(src, "src"), check_tag(recvtag), check_out(out, op, base)
+        _, recvtag, ufunc = self._peer(src, "src"), check_tag(recvtag), check_out(out, op, base)
         if out is not None:
             check_separate(out, base, sendbuf)
         arrival = self._ledger.send(data.nbytes, world_dst)
@@ -96,7 +96,7 @@ class MPICommunicator(Communicator):
         self._count_send(data, dst, world_dst, sendtag)
         result = self._receive(src, recvtag, out, ufunc, base)
         if requests:
-            self._wait(self._MPI.Request.Waitall, requests, what=f"sending to rank {dst}")
+            self._wait(self._MPI.Request.Waitall, requests, what=f"send to rank {dst}")
         return result
 
     # -- agreement: barrier, all_equal, split -------------------------------------------------------------
@@ -154,7 +154,7 @@ class MPICommunicator(Communicator):
             return []
         body = self._mpi.Isend([data.reshape(-1).view(np.uint8), MPI.BYTE], dst, BODY)
         if eager:
-            self._wait(MPI.Request.Waitall, [head, body], what=f"sending to rank {dst} (until it receives)")
+            self._wait(MPI.Request.Waitall, [head, body], what=f"send to rank {dst} (until it receives)")
             return []
         return [head, body]
 
@@ -170,7 +170,7 @@ class MPICommunicator(Communicator):
         status = self._status
         if not arrived:
             self._wait(self._mpi.Recv, [self._inbox, self._BYTE], src, self._MPI.ANY_TAG, status,
-                       what=f"recv from rank {src} tag {tag}")
+                       what=f"recv from rank {src} (tag {tag})")
         meta = _read(self._inbox)
         self._check_header(src, tag, meta, out)
         target, how, onto = _destination(meta, out, ufunc, base)
@@ -181,11 +181,11 @@ class MPICommunicator(Communicator):
         elif how is None:                        # straight into place
             incoming = None
             self._wait(self._mpi.Recv, [target.reshape(-1).view(np.uint8), self._MPI.BYTE], src, BODY,
-                       what=f"recv from rank {src} tag {tag}")
+                       what=f"recv from rank {src} (tag {tag})")
         else:
             incoming = np.empty(meta.shape, meta.dtype)
             self._wait(self._mpi.Recv, [incoming.reshape(-1).view(np.uint8), self._MPI.BYTE], src, BODY,
-                       what=f"recv from rank {src} tag {tag}")
+                       what=f"recv from rank {src} (tag {tag})")
         if incoming is not None:
             if how is None:
                 target[...] = incoming

@@ -16,6 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+from minidist.mpi_rank import WATCH
+
+from .mpi_watch import RankWatch
+
 # MPICH: yield the core between polls (a polling rank otherwise starves the ranks that share its core)
 YIELD_SETTINGS = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 
@@ -55,13 +59,22 @@ def mpi_environment(nprocs: int) -> dict[str, str]:
 
 def launch(nprocs: int, argv: list[str], timeout: float | None = None, capture: bool = False):
     """Run ``python *argv`` on ``nprocs`` MPI processes; return the CompletedProcess (stdout/stderr as
-    text with ``capture=True``). Shared memory that an aborted job's MPICH left behind is removed."""
-    before = set(_mpich_segments())
+    text with ``capture=True``). A process that dies without Python's help is named on stderr (mpi_watch.py).
+    Shared memory that an aborted job's MPICH left behind is removed."""
+    command, env = mpiexec_command(nprocs, argv), mpi_environment(nprocs)
+    before, watch = set(_mpich_segments()), RankWatch()
     try:
-        return subprocess.run(mpiexec_command(nprocs, argv), env=mpi_environment(nprocs), timeout=timeout,
-                              capture_output=capture, text=True, check=False)
+        job = subprocess.run(command, env={**env, WATCH: watch.path}, timeout=timeout, capture_output=capture,
+                             text=True, check=False)
     finally:
+        watch.close()
         remove_orphaned_segments(set(_mpich_segments()) - before)
+    report = watch.silent_death(job.returncode)
+    if report and capture:
+        job.stderr += "\n" + report + "\n"
+    elif report:
+        print("\n" + report, file=sys.stderr, flush=True)
+    return job
 
 
 SHM = Path("/dev/shm")

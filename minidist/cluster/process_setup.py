@@ -27,7 +27,7 @@ import sys
 import threading
 import weakref
 
-from multiprocess.synchronize import SemLock, Semaphore
+from multiprocess.synchronize import Semaphore, SemLock
 from multiprocess.util import Finalize
 
 BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")

@@ -140,6 +140,8 @@ def dtype_name(dtype: np.dtype) -> str:
 
 def _mismatch(comm, call: str, error: Exception | None = None) -> ValueError:
     why = "" if error is None else f": it waits for a message that cannot come ({error})"
-    return ValueError(f"collective mismatch: rank {comm.rank} called {call}, but not every rank made the same "
-                      f"call{why}; every rank must call the same collective with the same algorithm, root, op, "
-                      f"length and dtype")
+    return ValueError(
+        f"collective mismatch: rank {comm.rank} called {call}, but not every rank made the same "
+        f"call{why}; every rank must call the same collective with the same algorithm, root, op, "
+        f"length and dtype"
+    )

@@ -49,8 +49,10 @@ def node_layout(comm, algorithm: str = "hierarchical") -> tuple[int, int, int, i
     order = list(dict.fromkeys(nodes))
     counts = [nodes.count(node) for node in order]
     if len(set(counts)) != 1:
-        raise ValueError(f"allreduce algorithm {algorithm!r} needs nodes of equal size, but this communicator "
-                         f"has {dict(zip(order, counts))} ranks on nodes {order}")
+        raise ValueError(
+            f"allreduce algorithm {algorithm!r} needs nodes of equal size, but this communicator "
+            f"has {dict(zip(order, counts))} ranks on nodes {order}"
+        )
     mine = nodes[comm.rank]
     return order.index(mine), nodes[:comm.rank].count(mine), len(order), counts[0]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.collectives.common import largest_power_of_two
 from minidist.split import split_offsets, split_sizes
 
@@ -140,8 +141,7 @@ def schedule(algorithm: str, world_size: int) -> Schedule:
     """The step-by-step transfers of ``allreduce(..., algorithm=algorithm)`` on world_size ranks."""
     if algorithm not in _BUILDERS:
         raise ValueError(f"algorithm must be one of {sorted(_BUILDERS)}, got {algorithm!r}")
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    check_count(world_size, "world_size")
     parts = {"ring": world_size, "rabenseifner": largest_power_of_two(world_size)}.get(algorithm, 1)
     steps = _BUILDERS[algorithm](world_size) if world_size > 1 else []
     return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step),

@@ -72,7 +72,9 @@ def torus_cost(topology, nbytes: int) -> LevelCost:
     _check(topology, nbytes)
     g, nodes, intra, inter = topology.per_node, topology.nodes, topology.intra, topology.inter
     piece, part = nbytes / g, nbytes / (g * nodes)
-    time = 2 * (g - 1) * (intra.alpha + piece * intra.beta) + 2 * (nodes - 1) * (inter.alpha + part * inter.beta)
+    time = 2 * (g - 1) * (intra.alpha + piece * intra.beta) + 2 * (nodes - 1) * (
+        inter.alpha + part * inter.beta
+    )
     return LevelCost("torus", 2 * (g - 1), 2 * (g - 1) * piece, 2 * (nodes - 1), 2 * (nodes - 1) * part, time)
 
 

@@ -146,7 +146,8 @@ class Dropout(_Elementwise):
         return x * self._scaled_mask
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        """dy: upstream gradient, shape of x; returns dx = dy · m / (1 − p) (dy itself in eval), shape of x."""
+        """dy: upstream gradient, shape of x; returns dx = dy · m / (1 − p) (dy itself in eval),
+        shape of x."""
         self.check_upstream(dy)
         return dy if self._scaled_mask is None else dy * self._scaled_mask
 

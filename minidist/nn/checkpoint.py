@@ -137,7 +137,9 @@ class Checkpoint(Module):
         """x: the segment's input, any shape it accepts; returns y, the segment's output."""
         if not isinstance(x, np.ndarray):
             raise TypeError(f"Checkpoint input: expected a numpy array, got {type(x).__name__}")
-        self._rng_states = [(layer, name, g.bit_generator.state) for layer, name, g in _generators(self.segment)]
+        self._rng_states = [
+            (layer, name, g.bit_generator.state) for layer, name, g in _generators(self.segment)
+        ]
         y, saved = self._forward_recording_shapes(x)
         saved.release()  # the point of checkpointing: nothing of the segment's forward survives
         self._input = x

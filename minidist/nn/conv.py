@@ -15,7 +15,8 @@ Backward:  dW  = Σ_n dY_n · X_nᵀ             (O, K)      "the weight update 
 
 These are the three-layer formulas in column form (dX = Wᵀ·dY, dW = dY·Xᵀ; the HOT CHIPS tutorial
 "Fundamentals of Scaling out DL Training"), with the windows as the batch: "if you ignore the convolution
-with sliding window, the operation is identical to MLP" (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Dualities in
+with sliding window, the operation is identical to MLP" (the "Hardware Accelerators for Training Deep Neural
+Networks" slides, "Dualities in
 Training Convolution Layers"). The windows are read
 with ``numpy.lib.stride_tricks.sliding_window_view``, so there is no Python loop over pixels; col2im and
 the pools loop over the kh·kw kernel offsets only, each step handling a whole (N, C, Ho, Wo) slice.
@@ -26,13 +27,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from minidist.checks import is_count
+
 from .module import Module, Parameter, check_float_array, resolve_rng
 
 
 def _pair(value, name: str, minimum: int) -> tuple[int, int]:
     """An int or a pair of ints -> (height value, width value), each >= minimum."""
     pair = (value, value) if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v >= minimum for v in pair):
+    if len(pair) != 2 or not all(is_count(v, minimum) for v in pair):
         raise ValueError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
     return int(pair[0]), int(pair[1])
 
@@ -75,7 +78,9 @@ class Conv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  bias: bool = True, *, rng: np.random.Generator | None = None, dtype=np.float32):
         if int(in_channels) < 1 or int(out_channels) < 1:
-            raise ValueError(f"Conv2d needs in_channels, out_channels >= 1, got {in_channels}, {out_channels}")
+            raise ValueError(
+                f"Conv2d needs in_channels, out_channels >= 1, got {in_channels}, {out_channels}"
+            )
         rng = resolve_rng(rng)
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = _pair(kernel_size, "Conv2d kernel_size", 1)

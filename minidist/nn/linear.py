@@ -11,7 +11,8 @@ Backward:  dx = dy · W          (N, in)
 ``input_grad=False`` skips dx: the first layer of a network needs no gradient of the data, and PyTorch
 does not compute one for an input that does not require grad (backward then returns None).
 
-The HOT CHIPS tutorial's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW = dY·Xᵀ);
+The HOT CHIPS tutorial's three-layer example writes the same with the batch in columns (dX = Wᵀ·dY, dW =
+dY·Xᵀ);
 here the batch is in rows, as in PyTorch, so the transposes sit on the other side.
 """
 
@@ -21,6 +22,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import is_count
+
 from .module import Module, Parameter, check_float_array, resolve_rng
 
 
@@ -29,8 +32,10 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  rng: np.random.Generator | None = None, dtype=np.float32, input_grad: bool = True):
-        if int(in_features) < 1 or int(out_features) < 1:
-            raise ValueError(f"Linear needs in_features, out_features >= 1, got {in_features}, {out_features}")
+        if not (is_count(in_features) and is_count(out_features)):
+            raise ValueError(
+                f"Linear needs in_features, out_features integers >= 1, got {in_features!r}, {out_features!r}"
+            )
         rng = resolve_rng(rng)
         self.in_features, self.out_features = int(in_features), int(out_features)
         bound = 1.0 / np.sqrt(in_features)
@@ -76,7 +81,9 @@ class Linear(Module):
         Backward costs twice that (dx and dW are one product each)."""
         input_shape = tuple(input_shape)
         if not input_shape or input_shape[-1] != self.in_features:
-            raise ValueError(f"Linear.flops expects an input shape (..., {self.in_features}), got {input_shape}")
+            raise ValueError(
+                f"Linear.flops expects an input shape (..., {self.in_features}), got {input_shape}"
+            )
         return 2 * math.prod(input_shape[:-1]) * self.in_features * self.out_features
 
     def __repr__(self) -> str:

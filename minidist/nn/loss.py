@@ -32,7 +32,9 @@ class CrossEntropyLoss:
         check_float_array(logits, "CrossEntropyLoss logits", ndim=(2, 3))
         target = np.asarray(target)
         if not np.issubdtype(target.dtype, np.integer):
-            raise TypeError(f"CrossEntropyLoss target: expected integer class labels, got dtype {target.dtype}")
+            raise TypeError(
+                f"CrossEntropyLoss target: expected integer class labels, got dtype {target.dtype}"
+            )
         if target.shape != logits.shape[:-1]:
             raise ValueError(f"CrossEntropyLoss target: expected shape {logits.shape[:-1]} (logits' shape "
                              f"without C), got {target.shape}")
@@ -76,7 +78,9 @@ class MSELoss:
         check_float_array(prediction, "MSELoss prediction")
         target = np.asarray(target)
         if target.shape != prediction.shape:
-            raise ValueError(f"MSELoss: prediction {prediction.shape} and target {target.shape} differ in shape")
+            raise ValueError(
+                f"MSELoss: prediction {prediction.shape} and target {target.shape} differ in shape"
+            )
         if prediction.size == 0:
             raise ValueError("MSELoss: empty input")
         self._diff = prediction - target.astype(prediction.dtype, copy=False)

@@ -2,7 +2,8 @@
 
 All four compute, over a set of axes S (the "statistics axes", m elements per statistic),
     μ = mean_S(x),   σ² = mean_S((x − μ)²)   (biased),   x̂ = (x − μ) / √(σ² + ε),   y = γ · x̂ + β
-and differ only in S (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Batch / Layer / Group Norm"):
+and differ only in S (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Batch / Layer /
+Group Norm"):
     BatchNorm   S = batch and spatial axes, one (μ, σ²) per channel     x (N, C) / (N, C, L) / (N, C, H, W)
     LayerNorm   S = the last len(normalized_shape) axes, one per sample
     GroupNorm   S = the channels of one group and all spatial axes, one per (sample, group)
@@ -24,6 +25,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import check_count, is_count
+
 from .module import Module, Parameter, check_float_array
 
 # FLOPs per element, forward: statistics (mean: 1, variance: 3) + normalise (2) + scale and shift (2)
@@ -32,7 +35,9 @@ _NORM_FLOPS_PER_ELEMENT = 8
 
 def _normalize_backward(g: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, axes) -> np.ndarray:
     """dx of x̂ = (x − μ)·inv_std with μ, σ² taken over ``axes``, given g = dL/dx̂ (see module docstring)."""
-    return inv_std * (g - g.mean(axis=axes, keepdims=True) - x_hat * (g * x_hat).mean(axis=axes, keepdims=True))
+    return inv_std * (
+        g - g.mean(axis=axes, keepdims=True) - x_hat * (g * x_hat).mean(axis=axes, keepdims=True)
+    )
 
 
 class _BatchNorm(Module):
@@ -40,8 +45,7 @@ class _BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  *, dtype=np.float32):
-        if int(num_features) < 1:
-            raise ValueError(f"{type(self).__name__} needs num_features >= 1, got {num_features}")
+        check_count(num_features, f"{type(self).__name__}: num_features")
         if not 0.0 <= momentum <= 1.0 or eps <= 0:
             raise ValueError(f"{type(self).__name__} needs 0 <= momentum <= 1 and eps > 0, "
                              f"got momentum={momentum}, eps={eps}")
@@ -57,11 +61,14 @@ class _BatchNorm(Module):
         return v.reshape(1, -1, *([1] * (ndim - 2)))
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: input, shape (N, C) or (N, C, L) (BatchNorm1d), (N, C, H, W) (BatchNorm2d); returns y, shape of x."""
+        """x: input, shape (N, C) or (N, C, L) (BatchNorm1d), (N, C, H, W) (BatchNorm2d); returns y, shape of
+        x."""
         what = f"{type(self).__name__} input"
         check_float_array(x, what, ndim=self.expected_ndim)
         if x.shape[1] != self.num_features:
-            raise ValueError(f"{what}: expected {self.num_features} channels in dimension 1, got shape {x.shape}")
+            raise ValueError(
+                f"{what}: expected {self.num_features} channels in dimension 1, got shape {x.shape}"
+            )
         self._axes = (0, *range(2, x.ndim))  # every axis but the channels
         count = x.size // self.num_features
         self._batch_statistics = self.training  # which statistics this forward used decides the backward
@@ -79,7 +86,9 @@ class _BatchNorm(Module):
         self._x_hat = (x - self._per_channel(mean, x.ndim)) * self._inv_std
         if self.weight is None:
             return self._x_hat
-        return self._x_hat * self._per_channel(self.weight.data, x.ndim) + self._per_channel(self.bias.data, x.ndim)
+        return self._x_hat * self._per_channel(self.weight.data, x.ndim) + self._per_channel(
+            self.bias.data, x.ndim
+        )
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: upstream gradient, shape of x; returns dx, shape of x; adds dγ (C,) into weight.grad and
@@ -123,11 +132,19 @@ class BatchNorm2d(_BatchNorm):
 class LayerNorm(Module):
     """Normalise each sample over its last dimensions (torch.nn.LayerNorm); γ, β of normalized_shape."""
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, *, dtype=np.float32):
-        shape = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(normalized_shape)
-        if not shape or any(int(s) < 1 for s in shape) or eps <= 0:
-            raise ValueError(f"LayerNorm needs a non-empty normalized_shape of sizes >= 1 and eps > 0, "
-                             f"got {normalized_shape!r}, eps={eps}")
+    def __init__(
+        self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, *, dtype=np.float32
+    ):
+        shape = (
+            (normalized_shape,)
+            if isinstance(normalized_shape, (int, np.integer))
+            else tuple(normalized_shape)
+        )
+        if not shape or not all(is_count(s) for s in shape) or eps <= 0:
+            raise ValueError(
+                f"LayerNorm needs a non-empty normalized_shape of integer sizes >= 1 and eps > 0, "
+                f"got {normalized_shape!r}, eps={eps}"
+            )
         self.normalized_shape, self.eps = tuple(int(s) for s in shape), float(eps)
         self.weight = Parameter(np.ones(self.normalized_shape, dtype=dtype)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, dtype=dtype)) if elementwise_affine else None
@@ -138,8 +155,10 @@ class LayerNorm(Module):
         check_float_array(x, "LayerNorm input")
         k = len(self.normalized_shape)
         if x.shape[x.ndim - k:] != self.normalized_shape or x.ndim < k:
-            raise ValueError(f"LayerNorm input: expected shape (..., {', '.join(map(str, self.normalized_shape))})"
-                             f", got {x.shape}")
+            raise ValueError(
+                f"LayerNorm input: expected shape (..., {', '.join(map(str, self.normalized_shape))})"
+                f", got {x.shape}"
+            )
         self._axes = tuple(range(x.ndim - k, x.ndim))
         self.remember_output_shape(x.shape)
         mean, var = x.mean(axis=self._axes, keepdims=True), x.var(axis=self._axes, keepdims=True)
@@ -163,7 +182,8 @@ class LayerNorm(Module):
         return _NORM_FLOPS_PER_ELEMENT * math.prod(input_shape)
 
     def __repr__(self) -> str:
-        return f"LayerNorm({self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None})"
+        affine = self.weight is not None
+        return f"LayerNorm({self.normalized_shape}, eps={self.eps}, elementwise_affine={affine})"
 
 
 class GroupNorm(Module):
@@ -172,9 +192,9 @@ class GroupNorm(Module):
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
                  *, dtype=np.float32):
-        if int(num_groups) < 1 or int(num_channels) < 1 or num_channels % num_groups or eps <= 0:
+        if not (is_count(num_groups) and is_count(num_channels)) or num_channels % num_groups or eps <= 0:
             raise ValueError(f"GroupNorm needs num_channels ({num_channels}) divisible by num_groups "
-                             f"({num_groups}), both >= 1, and eps > 0")
+                             f"({num_groups}), both integers >= 1, and eps > 0")
         self.num_groups, self.num_channels, self.eps = int(num_groups), int(num_channels), float(eps)
         self.weight = Parameter(np.ones(num_channels, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_channels, dtype=dtype)) if affine else None
@@ -207,12 +227,17 @@ class GroupNorm(Module):
             self.bias.grad += dy.sum(axis=axes)
             g = dy * self.weight.data.reshape(1, -1, *([1] * (dy.ndim - 2)))
         n = dy.shape[0]
-        dx = _normalize_backward(g.reshape(n, self.num_groups, -1), self._x_hat.reshape(n, self.num_groups, -1),
-                                 self._inv_std, axes=2)
+        dx = _normalize_backward(
+            g.reshape(n, self.num_groups, -1),
+            self._x_hat.reshape(n, self.num_groups, -1),
+            self._inv_std,
+            axes=2,
+        )
         return dx.reshape(self._shape)
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         return _NORM_FLOPS_PER_ELEMENT * math.prod(input_shape)
 
     def __repr__(self) -> str:
-        return f"GroupNorm({self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.weight is not None})"
+        affine = self.weight is not None
+        return f"GroupNorm({self.num_groups}, {self.num_channels}, eps={self.eps}, affine={affine})"

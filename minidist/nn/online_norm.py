@@ -26,6 +26,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .module import Module, Parameter, check_float_array
 
 
@@ -37,10 +39,17 @@ class OnlineNorm(Module):
     Buffers: running_mean, running_var (μ, σ²), u_ctrl (ε⁽¹⁾), v_ctrl (ε⁽ʸ⁾), all (C,).
     """
 
-    def __init__(self, num_features: int, alpha_fwd: float = 0.999, alpha_bkw: float = 0.99, eps: float = 1e-5,
-                 affine: bool = True, *, dtype=np.float32):
-        if int(num_features) < 1:
-            raise ValueError(f"OnlineNorm needs num_features >= 1, got {num_features}")
+    def __init__(
+        self,
+        num_features: int,
+        alpha_fwd: float = 0.999,
+        alpha_bkw: float = 0.99,
+        eps: float = 1e-5,
+        affine: bool = True,
+        *,
+        dtype=np.float32,
+    ):
+        check_count(num_features, "OnlineNorm: num_features")
         if not (0.0 <= alpha_fwd < 1.0 and 0.0 <= alpha_bkw <= 1.0 and eps > 0):
             raise ValueError(f"OnlineNorm needs 0 <= alpha_fwd < 1, 0 <= alpha_bkw <= 1 and eps > 0, got "
                              f"alpha_fwd={alpha_fwd}, alpha_bkw={alpha_bkw}, eps={eps}")
@@ -60,7 +69,9 @@ class OnlineNorm(Module):
         running estimates advance by N samples."""
         check_float_array(x, "OnlineNorm input")
         if x.ndim < 2 or x.shape[1] != self.num_features or x.shape[0] < 1:
-            raise ValueError(f"OnlineNorm input: expected shape (N >= 1, {self.num_features}, ...), got {x.shape}")
+            raise ValueError(
+                f"OnlineNorm input: expected shape (N >= 1, {self.num_features}, ...), got {x.shape}"
+            )
         self.remember_output_shape(x.shape)
         spatial = tuple(range(2, x.ndim))
         self._spatial = spatial
@@ -83,7 +94,9 @@ class OnlineNorm(Module):
         self._y = (x - self._per_channel(centers, x.ndim)) / self._scales
         if self.weight is None:
             return self._y
-        return self._y * self._per_channel(self.weight.data, x.ndim) + self._per_channel(self.bias.data, x.ndim)
+        return self._y * self._per_channel(self.weight.data, x.ndim) + self._per_channel(
+            self.bias.data, x.ndim
+        )
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: upstream gradient, shape of x; returns dx, shape of x; adds dγ, dβ (C,) into weight.grad,

@@ -84,8 +84,10 @@ def _pairs(model: Sequential) -> list[tuple[Module, Module, int]]:
         if isinstance(layer, (Linear, Conv2d)):
             found.append(layer)
         elif not isinstance(layer, ZERO_PRESERVING):
-            raise TypeError(f"channel removal handles Conv2d/Linear with {[t.__name__ for t in ZERO_PRESERVING]}"
-                            f" between them; {type(layer).__name__} may turn a zero channel into non-zeros")
+            raise TypeError(
+                f"channel removal handles Conv2d/Linear with {[t.__name__ for t in ZERO_PRESERVING]}"
+                f" between them; {type(layer).__name__} may turn a zero channel into non-zeros"
+            )
     pairs = []
     for producer, consumer in zip(found, found[1:]):
         channels = producer.weight.shape[0]
@@ -134,7 +136,9 @@ def _take(p: Parameter, index: np.ndarray, axis: int, states: list[dict]) -> Non
             elif array.shape[1:] == old_shape:  # one stored copy per sample (SAG)
                 state[name] = np.ascontiguousarray(np.take(array, index, axis=axis + 1))
             else:
-                raise ValueError(f"optimizer state {name!r} of shape {array.shape} does not match {old_shape}")
+                raise ValueError(
+                    f"optimizer state {name!r} of shape {array.shape} does not match {old_shape}"
+                )
 
 
 def shrink_channels(model: Sequential, optimizer=None) -> list[int]:
@@ -159,7 +163,12 @@ def shrink_channels(model: Sequential, optimizer=None) -> list[int]:
             if p is not None:
                 _take(p, keep, 0, [states[id(p)]] if id(p) in states else [])
         columns = keep if per_channel == 1 else (keep[:, None] * per_channel + np.arange(per_channel)).ravel()
-        _take(consumer.weight, columns, 1, [states[id(consumer.weight)]] if id(consumer.weight) in states else [])
+        _take(
+            consumer.weight,
+            columns,
+            1,
+            [states[id(consumer.weight)]] if id(consumer.weight) in states else [],
+        )
         if isinstance(producer, Conv2d):
             producer.out_channels = keep.size
         else:

@@ -29,7 +29,9 @@ STRUCTURES = ("weights", "channels")
 
 def check_sparsity(sparsity, what: str = "sparsity") -> float:
     """Return sparsity as a float, or raise: it must be a real number in [0, 1)."""
-    if isinstance(sparsity, (bool, np.bool_)) or not isinstance(sparsity, (int, float, np.integer, np.floating)):
+    if isinstance(sparsity, (bool, np.bool_)) or not isinstance(
+        sparsity, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(f"{what} must be a number in [0, 1), got {sparsity!r}")
     if not 0.0 <= float(sparsity) < 1.0:
         raise ValueError(f"{what} must lie in [0, 1) (1 would remove everything), got {sparsity!r}")

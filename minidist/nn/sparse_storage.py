@@ -19,11 +19,16 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def _matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The matrix view of an array of ``shape``: (d0, d1·d2·…), and a 1-D array (a bias) as one row (1, n)."""
+    return (shape[0], int(np.prod(shape[1:]))) if len(shape) > 1 else (1, shape[0])
+
+
 def _as_matrix(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     if a.ndim < 1 or a.size == 0 or not np.issubdtype(a.dtype, np.floating):
         raise ValueError(f"expected a non-empty float array, got dtype {a.dtype}, shape {a.shape}")
-    return a.reshape(a.shape[0], -1) if a.ndim > 1 else a.reshape(1, -1)
+    return a.reshape(_matrix_shape(a.shape))
 
 
 def _check_index_dtype(index_dtype, largest: int) -> np.dtype:
@@ -57,7 +62,7 @@ class COO:
         return cls(np.shape(a), m[rows, cols], rows.astype(index_dtype), cols.astype(index_dtype))
 
     def to_dense(self) -> np.ndarray:
-        m = np.zeros((self.shape[0], int(np.prod(self.shape)) // self.shape[0]), dtype=self.values.dtype)
+        m = np.zeros(_matrix_shape(self.shape), dtype=self.values.dtype)
         m[self.rows, self.cols] = self.values
         return m.reshape(self.shape)
 

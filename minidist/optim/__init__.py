@@ -7,13 +7,13 @@ Every optimizer takes ``model.parameters()``, reads each ``Parameter.grad`` in `
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .lars import LARS
+from .masked import MaskedOptimizer
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
+from .sag import SAG
 from .schedule import Constant, Cosine, LinearScalingRule, LinearWarmup, Schedule, StepDecay, scaled_lr
 from .sgd import SGD
-from .masked import MaskedOptimizer
-from .sag import SAG
 
-__all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule", "LinearWarmup",
-           "Optimizer", "RMSprop", "Schedule", "StepDecay", "scaled_lr",
+__all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule",
+           "LinearWarmup", "Optimizer", "RMSprop", "Schedule", "StepDecay", "scaled_lr",
            "MaskedOptimizer", "SAG"]

@@ -13,7 +13,8 @@ AdamW (Loshchilov & Hutter) instead shrinks the weights directly, outside the ad
 
     w_{t-1} ← (1 − γλ) w_{t-1}                          # then the Adam step above with λ = 0
 
-The slides ("Hardware Accelerators for Training Deep Neural Networks" slides, "Adam") write the same rule with bias correction::
+The slides ("Hardware Accelerators for Training Deep Neural Networks" slides, "Adam") write the same rule
+with bias correction::
 
     M(t+1) = β1 M(t) + (1 − β1) G(t);   M̂ = M(t+1) / (1 − β1^t)
     V(t+1) = β2 V(t) + (1 − β2) G²(t);  V̂ = V(t+1) / (1 − β2^t)
@@ -53,8 +54,15 @@ class Adam(Optimizer):
     state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     decoupled_weight_decay = False  # AdamW sets True
 
-    def __init__(self, params: Iterable[Parameter], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False):
+    def __init__(
+        self,
+        params: Iterable[Parameter],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+    ):
         self.betas = betas
         self.eps = eps
         self.weight_decay = weight_decay
@@ -116,6 +124,13 @@ class AdamW(Adam):
 
     decoupled_weight_decay = True
 
-    def __init__(self, params: Iterable[Parameter], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False):
+    def __init__(
+        self,
+        params: Iterable[Parameter],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+    ):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)

@@ -4,7 +4,8 @@ Large-batch training needs a large learning rate (the linear scaling rule), but 
 large for some layers and too small for others: the ratio |w| / |∇f(w)| differs by orders of magnitude
 between layers. LARS gives every *parameter array* (a "layer": a weight matrix or a bias vector) its own
 local rate, proportional to that ratio, so that each step changes a layer by about the same *fraction*
-of its norm (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Layer-Wise Adaptive Learning Rate": ResNet-50 to
+of its norm (the "Hardware Accelerators for Training Deep Neural Networks" slides, "Layer-Wise Adaptive
+Learning Rate": ResNet-50 to
 B = 32K).
 
 The form used here — the paper's Algorithm 1, written the way torch writes SGD (η = trust_coefficient,
@@ -64,8 +65,14 @@ class LARS(Optimizer):
     hyper_parameters = ("momentum", "weight_decay", "trust_coefficient")
     state_names = ("momentum_buffer",)
 
-    def __init__(self, params: Iterable[Parameter], lr: float, momentum: float = 0.9, weight_decay: float = 0.0,
-                 trust_coefficient: float = 0.001):
+    def __init__(
+        self,
+        params: Iterable[Parameter],
+        lr: float,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        trust_coefficient: float = 0.001,
+    ):
         self.momentum = momentum
         self.weight_decay = weight_decay
         self.trust_coefficient = trust_coefficient

@@ -24,11 +24,15 @@ class MaskedOptimizer:
 
     def __init__(self, optimizer: Optimizer, model: Module):
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"MaskedOptimizer wraps a minidist.optim.Optimizer, got {type(optimizer).__name__}")
+            raise TypeError(
+                f"MaskedOptimizer wraps a minidist.optim.Optimizer, got {type(optimizer).__name__}"
+            )
         self.optimizer = optimizer
         self.wrappers = [m for m in model.modules() if isinstance(m, Masked)]
         if not self.wrappers:
-            raise ValueError("the model has no Masked layers (use minidist.nn.prune or wrap layers in Masked)")
+            raise ValueError(
+                "the model has no Masked layers (use minidist.nn.prune or wrap layers in Masked)"
+            )
         self._index = {id(p): i for i, p in enumerate(optimizer.params)}
         for wrapper in self.wrappers:
             for p, _ in wrapper.masks():
@@ -43,7 +47,7 @@ class MaskedOptimizer:
         self.optimizer.step(*args, **kwargs)
         for p, mask in pairs:
             p.data[~mask] = 0
-            for name, array in self.optimizer.state[self._index[id(p)]].items():
+            for _name, array in self.optimizer.state[self._index[id(p)]].items():
                 if array.shape == mask.shape:
                     array[~mask] = 0
                 elif array.shape[1:] == mask.shape:

@@ -47,8 +47,11 @@ class SAG(Optimizer):
         super().__init__(params, lr)
 
     def check_hyper_parameters(self) -> None:
-        if isinstance(self.num_samples, (bool, np.bool_)) or not isinstance(self.num_samples, (int, np.integer)) \
-                or self.num_samples < 1:
+        if (
+            isinstance(self.num_samples, (bool, np.bool_))
+            or not isinstance(self.num_samples, (int, np.integer))
+            or self.num_samples < 1
+        ):
             raise ValueError(f"num_samples must be an int >= 1, got {self.num_samples!r}")
         self.num_samples = int(self.num_samples)
 
@@ -59,7 +62,9 @@ class SAG(Optimizer):
     def step(self, index: int | None = None) -> None:
         """One SAG step; index in [0, num_samples) names the f_i whose gradient is in every ``.grad``."""
         if index is None:
-            raise TypeError("SAG.step(index) needs the index of the sample (or batch) whose gradient is in .grad")
+            raise TypeError(
+                "SAG.step(index) needs the index of the sample (or batch) whose gradient is in .grad"
+            )
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"SAG.step: index must be an int, got {index!r}")
         if not 0 <= index < self.num_samples:
@@ -80,12 +85,16 @@ class SAG(Optimizer):
         n = int(state_dict["hyper_parameters"]["num_samples"])
         saved = state_dict["state"]
         if len(saved) != len(self.params):
-            raise ValueError(f"state_dict has state for {len(saved)} parameters, this SAG has {len(self.params)}")
+            raise ValueError(
+                f"state_dict has state for {len(saved)} parameters, this SAG has {len(self.params)}"
+            )
         for i, (p, arrays) in enumerate(zip(self.params, saved)):
             expected = {"gradients": (n, *p.shape), "gradient_sum": p.shape}
             for key, array in arrays.items():
                 if key not in expected or np.shape(array) != expected[key]:
-                    raise ValueError(f"params[{i}].{key}: expected one of {expected}, got shape {np.shape(array)}")
+                    raise ValueError(
+                        f"params[{i}].{key}: expected one of {expected}, got shape {np.shape(array)}"
+                    )
         self.num_samples = n
         self.check_hyper_parameters()
         self.lr = state_dict["lr"]

@@ -14,7 +14,8 @@ The schedules: ``Constant``, ``StepDecay`` (×γ every step_size steps), ``Cosin
 min_lr), ``LinearWarmup`` (multiplies any schedule by a factor that rises linearly to 1) and
 ``LinearScalingRule`` (Goyal et al. 2017, "Accurate, large minibatch SGD": lr = base_lr · batch /
 base_batch, reached by gradual warm-up from base_lr; the
-"Distributed Deep Learning (Part II)" slides, "Solution: Linear Scaling Rule"). Combine the scaling rule with a decay by composing the pieces, e.g.
+"Distributed Deep Learning (Part II)" slides, "Solution: Linear Scaling Rule"). Combine the scaling rule with
+a decay by composing the pieces, e.g.
 Goyal et al.'s recipe (warm-up, then ×0.1 steps)::
 
     peak = scaled_lr(0.1, batch_size=8192, base_batch_size=256)                  # 3.2
@@ -103,7 +104,9 @@ class LinearWarmup(Schedule):
 
     def __init__(self, schedule: Schedule, warmup_steps: int, start_factor: float = 0.0):
         if not isinstance(schedule, Schedule):
-            raise TypeError(f"LinearWarmup wraps a Schedule (e.g. Constant(0.1)), got {type(schedule).__name__}")
+            raise TypeError(
+                f"LinearWarmup wraps a Schedule (e.g. Constant(0.1)), got {type(schedule).__name__}"
+            )
         self.schedule = schedule
         self.warmup_steps = check_count("warmup_steps", warmup_steps, 0)
         self.start_factor = check_number("start_factor", start_factor, high=1.0)
@@ -137,7 +140,8 @@ class LinearScalingRule(LinearWarmup):
 
     def __init__(self, base_lr: float, batch_size: int, base_batch_size: int, warmup_steps: int = 0):
         peak = scaled_lr(base_lr, batch_size, base_batch_size)
-        self.base_lr, self.batch_size, self.base_batch_size = float(base_lr), int(batch_size), int(base_batch_size)
+        self.base_lr, self.batch_size = float(base_lr), int(batch_size)
+        self.base_batch_size = int(base_batch_size)
         super().__init__(Constant(peak), warmup_steps, start_factor=min(1.0, base_batch_size / batch_size))
 
     @property

@@ -85,7 +85,9 @@ class SGD(Optimizer):
             for w, g, s in in_chunks(p.data, p.grad, state):
                 self._update(w, g, s, first)
 
-    def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, np.ndarray], first: bool = False) -> None:
+    def _update(
+        self, w: np.ndarray, g: np.ndarray, state: dict[str, np.ndarray], first: bool = False
+    ) -> None:
         """w −= γ·(direction), in place; ``first`` says the momentum buffer is new (b_1 = g_1)."""
         momentum, dampening = self.momentum, self.dampening
         if self.weight_decay != 0:

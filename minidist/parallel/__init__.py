@@ -45,6 +45,8 @@ from .tensor import (
     column_parallel_mlp,
     megatron_parallel_mlp,
 )
+
+# isort: split
 from .grid3d import Grid3D  # after .tensor: grid3d imports the tensor-parallel layers from this package
 from .grid_spatial import GridSpatial
 

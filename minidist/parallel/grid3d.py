@@ -23,6 +23,7 @@ import copy
 
 import numpy as np
 
+from minidist.checks import is_count
 from minidist.cluster.topology import topology_of, world_ranks
 from minidist.collectives import allreduce
 from minidist.nn import Linear, Sequential
@@ -42,7 +43,7 @@ class Grid3D:
     def __init__(self, comm, data: int, pipeline: int, tensor: int, placement: str = "tensor_inside",
                  require_tensor_in_node: bool = False):
         sizes = (data, pipeline, tensor)
-        if any(not isinstance(s, int) or s < 1 for s in sizes) or data * pipeline * tensor != comm.world_size:
+        if not all(is_count(s) for s in sizes) or data * pipeline * tensor != comm.world_size:
             raise ValueError(f"a D × P × T grid needs ints >= 1 with D·P·T = world size {comm.world_size}, "
                              f"got {data} × {pipeline} × {tensor}")
         if placement not in PLACEMENTS:

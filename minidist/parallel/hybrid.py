@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.nn import Parameter
 from minidist.split import split_range
 
@@ -31,7 +32,7 @@ class Grid:
     """The D × M grid over ``comm``: ``model_comm`` (this rank's row), ``data_comm`` (its column)."""
 
     def __init__(self, comm, model_parallel: int):
-        model_parallel = int(model_parallel)
+        model_parallel = check_count(model_parallel, "model_parallel")
         if model_parallel < 1 or comm.world_size % model_parallel:
             raise ValueError(f"a grid of {comm.world_size} ranks cannot have {model_parallel} model-parallel "
                              f"ranks per row: the world size must be a multiple of it")

@@ -64,7 +64,9 @@ class FloatFormat:
             raise ValueError(f"FloatFormat needs 1..52 mantissa bits (a NaN needs one; more than 52 does "
                              f"not fit float64), got {self.man_bits}")
         if not self.name:
-            object.__setattr__(self, "name", f"E{self.exp_bits}M{self.man_bits}{'fn' if self.finite_only else ''}")
+            object.__setattr__(
+                self, "name", f"E{self.exp_bits}M{self.man_bits}{'fn' if self.finite_only else ''}"
+            )
 
     @property
     def total_bits(self) -> int:
@@ -92,7 +94,7 @@ class FloatFormat:
     @property
     def max_normal(self) -> float:
         # IEEE: 1.11…1 · 2^emax.  "fn": 1.11…10 · 2^emax (1.11…1 at the top exponent is NaN).
-        top_significand = 2.0 - 2.0 ** (1 - self.man_bits) if self.finite_only else 2.0 - 2.0 ** -self.man_bits
+        top_significand = 2.0 - 2.0 ** (1 - self.man_bits) if self.finite_only else 2.0 - 2.0**-self.man_bits
         return math.ldexp(top_significand, self.emax)
 
     @property

@@ -9,7 +9,8 @@ Shapes: a (M, K), b (K, N) → c (M, N), c[i, j] = Σ_k a[i, k]·b[k, j] compute
 
 where round() rounds into ``accum_fmt`` (nearest-even or stochastic). The "Hardware
 Accelerators for Training Deep Neural Networks" slides ("8-Bit Floating-Point Training": FP8 (1,5,2)
-multiplications, 16-bit additions, chunk size 64) explains why chunking helps: in a long sequential sum the accumulator grows
+multiplications, 16-bit additions, chunk size 64) explains why chunking helps: in a long sequential sum the
+accumulator grows
 until each new product is below half its ulp and is lost ("swamping"); a chunk's partial sum stays small,
 so its products survive, and only K/CL additions meet the large accumulator.
 
@@ -59,12 +60,16 @@ def lowp_dot(x: np.ndarray, y: np.ndarray, operand_fmt: FloatFormat = FP8_E5M2, 
     """T dot products at once: x, y (T, K) → c (T,), c[t] = Σ_k x[t, k]·y[t, k], as lowp_matmul sums."""
     check_float_array(x, "lowp_dot x", ndim=2)
     if not isinstance(y, np.ndarray) or x.shape != y.shape:
-        raise ValueError(f"lowp_dot: x {x.shape} and y {getattr(y, 'shape', None)} must have one shape (T, K)")
+        raise ValueError(
+            f"lowp_dot: x {x.shape} and y {getattr(y, 'shape', None)} must have one shape (T, K)"
+        )
     check_float_array(y, "lowp_dot y", ndim=2)
     _check_options(operand_fmt, accum_fmt, chunk, rounding, rng)
     x = quantize(x.astype(np.float64), operand_fmt)
     y = quantize(y.astype(np.float64), operand_fmt)
-    return _accumulate(lambda k: x[:, k] * y[:, k], x.shape[1], (x.shape[0],), accum_fmt, chunk, rounding, rng)
+    return _accumulate(
+        lambda k: x[:, k] * y[:, k], x.shape[1], (x.shape[0],), accum_fmt, chunk, rounding, rng
+    )
 
 
 def _accumulate(product, k_total: int, shape: tuple[int, ...], accum_fmt: FloatFormat, chunk: int | None,
@@ -93,7 +98,9 @@ def _check_options(operand_fmt, accum_fmt, chunk, rounding, rng) -> None:
     if 2 * (operand_fmt.man_bits + 1) > accum_fmt.man_bits + 1:
         raise ValueError(f"products of {operand_fmt.name} have {2 * (operand_fmt.man_bits + 1)} significant "
                          f"bits; {accum_fmt.name} holds {accum_fmt.man_bits + 1}: choose a wider accumulator")
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
+    if chunk is not None and (
+        isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1
+    ):
         raise ValueError(f"chunk must be None or an int >= 1, got {chunk!r}")
     if rounding not in ROUNDINGS:
         raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")

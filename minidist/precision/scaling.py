@@ -46,8 +46,10 @@ def unscale_(grads: list[np.ndarray], scale: float) -> bool:
         raise TypeError(f"unscale expects a list of gradient arrays, got {type(grads).__name__}")
     for i, g in enumerate(grads):
         if not isinstance(g, np.ndarray) or not np.issubdtype(g.dtype, np.floating):
-            raise TypeError(f"unscale expects float numpy arrays, grads[{i}] is "
-                            f"{type(g).__name__}{' of dtype ' + str(g.dtype) if isinstance(g, np.ndarray) else ''}")
+            raise TypeError(
+                f"unscale expects float numpy arrays, grads[{i}] is "
+                f"{type(g).__name__}{' of dtype ' + str(g.dtype) if isinstance(g, np.ndarray) else ''}"
+            )
         if not g.flags.writeable:
             raise ValueError(f"unscale divides in place, but grads[{i}] is read-only")
     found_inf = False

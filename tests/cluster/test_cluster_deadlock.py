@@ -23,7 +23,9 @@ def expect_deadlock(fn, world_size: int, *waits: str) -> str:
     start = time.monotonic()
     with pytest.raises(ClusterError, match=r"raised DeadlockError: deadlock: ") as info:
         run(fn, world_size, timeout=60)
-    assert time.monotonic() - start < 5.0, "a deadlock should be reported within a poll or two, not at the timeout"
+    assert time.monotonic() - start < 5.0, (
+        "a deadlock should be reported within a poll or two, not at the timeout"
+    )
     message = str(info.value).splitlines()[0]
     expected = "; ".join(f"rank {r} {what}" for r, what in enumerate(waits))
     assert message.endswith("every rank is waiting and no message can arrive: " + expected), message
@@ -39,7 +41,9 @@ def both_recv_first(comm):
 
 
 def test_two_ranks_that_both_receive_first():
-    expect_deadlock(both_recv_first, 2, "waits for recv from rank 1 (tag 0)", "waits for recv from rank 0 (tag 0)")
+    expect_deadlock(
+        both_recv_first, 2, "waits for recv from rank 1 (tag 0)", "waits for recv from rank 0 (tag 0)"
+    )
 
 
 def ring_receive_first(comm):
@@ -62,7 +66,9 @@ def both_send_big_first(comm):
 
 
 def test_two_ranks_that_both_send_more_than_the_mailbox_holds():
-    expect_deadlock(both_send_big_first, 2, "waits for send to rank 1 (tag 0)", "waits for send to rank 0 (tag 0)")
+    expect_deadlock(
+        both_send_big_first, 2, "waits for send to rank 1 (tag 0)", "waits for send to rank 0 (tag 0)"
+    )
 
 
 def mixed(comm):
@@ -219,10 +225,12 @@ def test_find_deadlock_on_status_lines():
     fall_asleep(ep, 1, recv_from=0)
     assert ep.find_deadlock() is None, "rank 2 is running: it may still send"
     fall_asleep(ep, 2, send_to=0, recv_from=1)                  # a sendrecv
-    count(ep, "written", 2, 0, 16)                               # ... whose mailbox 2 -> 0 is full
-    assert ep.find_deadlock() == ("deadlock: every rank is waiting and no message can arrive: rank 0 waits for "
-                                  "recv from rank 1 (tag 0); rank 1 waits for recv from rank 0 (tag 0); rank 2 "
-                                  "waits for send to rank 0 + recv from rank 1 (tag 0)")
+    count(ep, "written", 2, 0, 16)  # ... whose mailbox 2 -> 0 is full
+    assert ep.find_deadlock() == (
+        "deadlock: every rank is waiting and no message can arrive: rank 0 waits for "
+        "recv from rank 1 (tag 0); rank 1 waits for recv from rank 0 (tag 0); rank 2 "
+        "waits for send to rank 0 + recv from rank 1 (tag 0)"
+    )
     count(ep, "read", 2, 0, 1)
     assert ep.find_deadlock() is None, "a slot is free in mailbox 2 -> 0"
     count(ep, "read", 2, 0, 0)

@@ -32,7 +32,8 @@ def child_pids() -> set[int]:
 
 
 def names_left() -> list[str]:
-    """This process's runs' names in /dev/shm: segments minidist_<pid>_<n>, semaphores sem.minidist_<pid>_<n>-..."""
+    """This process's runs' names in /dev/shm: segments minidist_<pid>_<n>, semaphores
+    sem.minidist_<pid>_<n>-..."""
     prefix = f"minidist_{os.getpid()}_"
     return [n for n in os.listdir("/dev/shm") if n.startswith((prefix, "sem." + prefix))]
 
@@ -64,9 +65,12 @@ def ring_then(failure):
     return fn
 
 
-EXPECTED = {"raise": r"rank 1 raised ValueError: rank one is broken(.|\n)*traceback of rank 1(.|\n)*broken",
-            "exit": r"rank 1 exited with code 3", "kill": r"rank 1 was killed by signal SIGKILL",
-            "hang": r"timed out after 1 s; still running: rank 0: recv from rank 1 \(tag 0\); rank 1: running"}
+EXPECTED = {
+    "raise": r"rank 1 raised ValueError: rank one is broken(.|\n)*traceback of rank 1(.|\n)*broken",
+    "exit": r"rank 1 exited with code 3",
+    "kill": r"rank 1 was killed by signal SIGKILL",
+    "hang": r"timed out after 1 s; still running: rank 0: recv from rank 1 \(tag 0\); rank 1: running",
+}
 
 
 @pytest.mark.parametrize("failure", ["raise", "exit", "kill", "hang"])
@@ -143,8 +147,11 @@ def unprintable_error():
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_an_exception_whose_str_raises_is_still_reported(method):
-    with pytest.raises(ClusterError, match=r"rank 0 raised Unprintable: <str\(\) of the exception raised "
-                                           r"RuntimeError>(.|\n)*traceback of rank 0(.|\n)*raise Unprintable") as info:
+    with pytest.raises(
+        ClusterError,
+        match=r"rank 0 raised Unprintable: <str\(\) of the exception raised "
+        r"RuntimeError>(.|\n)*traceback of rank 0(.|\n)*raise Unprintable",
+    ) as info:
         run(unprintable_error(), 2, start_method=method, timeout=30)
     assert info.value.rank == 0 and info.value.exitcode == 1
 
@@ -274,12 +281,20 @@ def test_ctrl_c_stops_the_workers_and_no_resource_tracker_warning(tmp_path):
     """)
     path = tmp_path / "interrupt.py"
     path.write_text(script)
-    proc = subprocess.Popen([sys.executable, str(path)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while len([p for p in tmp_path.iterdir() if p.name.isdigit()]) < 3:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.stderr.read() if proc.poll() else ""
+            )
             time.sleep(0.05)
         workers = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
         proc.send_signal(signal.SIGINT)

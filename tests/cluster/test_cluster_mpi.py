@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidist.cluster import run
+from minidist.cluster import ClusterError, run
 from minidist.cluster.mpi_launch import launch, mpi_available
 from minidist.collectives import allreduce
 
@@ -87,10 +87,11 @@ FAILURES = {
         run(fn, 2)
         """, ["collective mismatch"]),
     "timeout": ("""
+        import time
         def fn(comm):
-            return comm.recv(1 - comm.rank)
+            return time.sleep(30) if comm.rank == 1 else comm.recv(1)
         run(fn, 2, timeout=2)
-        """, ["run timed out after 2 s", "waiting for: recv from rank"]),
+        """, ["run timed out after 2 s; still running: rank 0: recv from rank 1 (tag 0); rank 1: running"]),
     "too_few": ("""
         run(lambda comm: comm.rank, 3)
         """, ["needs 3 MPI processes, but this job has 2", "mpiexec -n 3"]),
@@ -111,9 +112,55 @@ def test_a_failure_ends_the_job_with_one_clear_report(tmp_path, case):
     for text in expected:
         assert text in job.stderr, job.stderr[-3000:]
     once = {"raises": "--- traceback of rank", "mismatch": "--- traceback of rank",
-            "timeout": "run timed out"}
-    if case in once:
-        assert job.stderr.count(once[case]) == 1, job.stderr[-3000:]
+            "timeout": "run timed out", "too_few": "needs 3 MPI processes"}
+    assert job.stderr.count(once[case]) == 1, job.stderr[-3000:]
+    assert "ended without a Python error" not in job.stderr      # a reported failure: nobody died silently
+
+
+def wait_for_a_sleeper(comm):
+    return time.sleep(30) if comm.rank == 1 else comm.recv(1)
+
+
+def test_a_timeout_reports_every_rank_s_state_on_both_backends():
+    with pytest.raises(ClusterError) as error:     # the simulated cluster's report, as the MPI case expects
+        run(wait_for_a_sleeper, 2, timeout=2)
+    assert str(error.value) == FAILURES["timeout"][1][0]
+
+
+@needs_mpi
+@pytest.mark.parametrize("death", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_a_rank_that_dies_without_python_is_named_by_the_launcher(tmp_path, death):
+    job = mpi_job(2, [script(tmp_path, f"""
+        import os, signal
+        def fn(comm):
+            if comm.rank == 1:
+                {death}
+            return comm.recv(1)
+        run(fn, 2)
+        """)], timeout=60)
+    assert job.returncode != 0
+    assert job.stderr.count("ended without a Python error") == 1, job.stderr[-3000:]
+    assert "minidist (MPI backend): rank 1 (pid " in job.stderr
+
+
+@needs_mpi
+def test_only_rank_0_prints_and_writes_figures_unless_asked(tmp_path, monkeypatch):
+    body = """
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from mpi4py import MPI
+        from minidist.plots import save_figure
+        print("hello from a lesson")
+        save_figure(plt.figure(), f"rank{MPI.COMM_WORLD.Get_rank()}.png")
+        """
+    monkeypatch.setenv("MINIDIST_FIGURES", str(tmp_path))
+    job = mpi_job(2, [script(tmp_path, body)])
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.count("hello from a lesson") == 1
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["rank0.png"]
+    monkeypatch.setenv("MINIDIST_ALL_RANKS_PRINT", "1")
+    assert mpi_job(2, [script(tmp_path, body)]).stdout.count("hello from a lesson") == 2
 
 
 def outputs(tmp_path: Path, nprocs: int) -> list[str]:
@@ -195,3 +242,23 @@ def test_backend_choice_from_the_environment(monkeypatch):
     monkeypatch.setenv("MINIDIST_BACKEND", "gpu")
     with pytest.raises(ValueError, match="MINIDIST_BACKEND"):
         mpi_chosen()
+
+
+@needs_mpi
+def test_processes_that_disagree_on_run_s_arguments_all_get_an_error(tmp_path):
+    job = mpi_job(4, [script(tmp_path, say=True, body="""
+        from mpi4py import MPI
+        def f(comm):
+            return comm.rank
+        try:
+            run(f, 2 if MPI.COMM_WORLD.Get_rank() == 0 else 3)
+        except ValueError as error:
+            say("refused:", error)
+        say(run(f, 2))
+        """)])
+    assert job.returncode == 0, job.stderr[-3000:]
+    refused = "refused: the MPI processes called run with different arguments"
+    for text in outputs(tmp_path, 4):
+        first, second = text.splitlines()
+        assert first.startswith(refused) and "world_size: 2 on process 0, 3 on processes 1 2 3" in first
+        assert second == "[0, 1]"

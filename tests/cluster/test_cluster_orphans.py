@@ -95,7 +95,9 @@ def start(tmp_path, world_size, scenario, method):
                                 stderr=subprocess.STDOUT, start_new_session=True)
     ready = wait_until(lambda: len(os.listdir(folder)) == world_size or proc.poll() is not None, 60)
     assert ready and proc.poll() is None, f"the parent did not start its ranks:\n{log.read_text()}"
-    pids = [int(name.split("_")[1]) for name in sorted(os.listdir(folder), key=lambda n: int(n.split("_")[0]))]
+    pids = [
+        int(name.split("_")[1]) for name in sorted(os.listdir(folder), key=lambda n: int(n.split("_")[0]))
+    ]
     time.sleep(0.2)                        # let them reach the state under test (recv, collective, ...)
     return proc, pids
 

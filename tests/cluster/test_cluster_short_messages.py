@@ -1,4 +1,5 @@
-"""One-slot messages (post_short / take_short) and the streaming path agree, and collective calls are told apart.
+"""One-slot messages (post_short / take_short) and the streaming path agree, and collective calls are told
+apart.
 
 A 4 KiB mailbox of 16 slots has 256-byte segments, so messages of 0-1200 bytes cross the one-slot limit
 (segment − itemsize) both ways; sending 20 before receiving fills the mailbox, so the short path must
@@ -87,11 +88,17 @@ def test_a_plain_recv_refuses_a_collective_message_and_the_reverse():
         else:
             comm.recv(other)
 
-    with pytest.raises(ClusterError, match="collective mismatch: rank 1 called allreduce.size=2., but not every "
-                                           "rank made the same call: the next message from rank 0 is a plain send"):
+    with pytest.raises(
+        ClusterError,
+        match="collective mismatch: rank 1 called allreduce.size=2., but not every "
+        "rank made the same call: the next message from rank 0 is a plain send",
+    ):
         run(fn, 2, True)
-    with pytest.raises(ClusterError, match="collective mismatch: rank 1 expects a plain message from rank 0, but "
-                                           "the next one is a message of a collective call"):
+    with pytest.raises(
+        ClusterError,
+        match="collective mismatch: rank 1 expects a plain message from rank 0, but "
+        "the next one is a message of a collective call",
+    ):
         run(fn, 2, False)
 
 

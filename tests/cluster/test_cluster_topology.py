@@ -56,9 +56,15 @@ def test_a_topology_too_small_for_the_world_is_refused_before_starting():
     run(ping_everyone, 3, link=Topology(2, 2))           # a partly filled node is allowed
 
 
-@pytest.mark.parametrize("bad, error", [
-    (dict(nodes=0, per_node=2), ValueError), (dict(nodes=2, per_node=2.0), ValueError),
-    (dict(nodes=2, per_node=2, network="mesh"), ValueError), (dict(nodes=2, per_node=2, intra=1e-6), TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (dict(nodes=0, per_node=2), ValueError),
+        (dict(nodes=2, per_node=2.0), ValueError),
+        (dict(nodes=2, per_node=2, network="mesh"), ValueError),
+        (dict(nodes=2, per_node=2, intra=1e-6), TypeError),
+    ],
+)
 def test_bad_topologies_are_refused(bad, error):
     with pytest.raises(error):
         Topology(**bad)

@@ -55,7 +55,9 @@ def test_ledger_and_clock_equal_the_closed_forms(nodes, per_node, network):
 def test_trace_levels_match_the_formula_per_level():
     topo = Topology(2, 4, intra=INTRA, inter=INTER)
     n = 8 * 8
-    _, trace = run_traced(lambda comm: allreduce(comm, _data(comm.rank, n), algorithm="hierarchical"), 8, link=topo)
+    _, trace = run_traced(
+        lambda comm: allreduce(comm, _data(comm.rank, n), algorithm="hierarchical"), 8, link=topo
+    )
     cost = hierarchical_cost(topo, 8 * n)
     for rank in range(8):
         sends = [s for s in trace.rank_spans(rank) if s.kind == "send"]
@@ -64,9 +66,14 @@ def test_trace_levels_match_the_formula_per_level():
         assert sum(s.level == "inter" for s in sends) == cost.inter_messages
 
 
-@given(nodes=st.integers(1, 4), per_node=st.integers(1, 4), n=st.sampled_from([0, 1, 3, 7, 40, 101]),
-       op=st.sampled_from(["sum", "mean", "max", "min"]), algorithm=st.sampled_from(["hierarchical", "torus"]),
-       dtype=st.sampled_from([np.float64, np.float32, np.int64]))
+@given(
+    nodes=st.integers(1, 4),
+    per_node=st.integers(1, 4),
+    n=st.sampled_from([0, 1, 3, 7, 40, 101]),
+    op=st.sampled_from(["sum", "mean", "max", "min"]),
+    algorithm=st.sampled_from(["hierarchical", "torus"]),
+    dtype=st.sampled_from([np.float64, np.float32, np.int64]),
+)
 def test_any_shape_of_cluster_gives_the_exact_result_on_every_rank(nodes, per_node, n, op, algorithm, dtype):
     if nodes * per_node > 8 or (op == "mean" and dtype == np.int64):
         return

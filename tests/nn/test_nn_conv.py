@@ -50,8 +50,9 @@ def test_conv2d_matches_torch(case, seed):
     n, c, o, kernel, stride, padding, h, w = case
     rng = np.random.default_rng(seed)
     conv = Conv2d(c, o, kernel, stride, padding, rng=rng, dtype=np.float64)
-    compare_with_torch(conv, torch.nn.Conv2d(c, o, kernel, stride, padding), rng.standard_normal((n, c, h, w)),
-                       rng)
+    compare_with_torch(
+        conv, torch.nn.Conv2d(c, o, kernel, stride, padding), rng.standard_normal((n, c, h, w)), rng
+    )
 
 
 @pytest.mark.exercise("conv2d_backward")
@@ -126,7 +127,9 @@ def test_maxpool_ties_go_to_the_first_maximum_as_in_torch(case, seed):
     n, c, kernel, stride, padding, h, w = case
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 3, (n, c, h, w)).astype(np.float64)
-    compare_with_torch(MaxPool2d(kernel, stride, padding), torch.nn.MaxPool2d(kernel, stride, padding), x, rng)
+    compare_with_torch(
+        MaxPool2d(kernel, stride, padding), torch.nn.MaxPool2d(kernel, stride, padding), x, rng
+    )
 
 
 def test_flatten_round_trip(rng):

@@ -40,7 +40,8 @@ def test_linear_by_hand():
     layer.bias.data[...] = [0.5]
     x = np.array([[1.0, 3.0], [0.0, 1.0]])
     np.testing.assert_array_equal(layer(x), [[-0.5], [-0.5]])                # y = x·Wᵀ + b
-    np.testing.assert_array_equal(layer.backward(np.array([[1.0], [2.0]])), [[2.0, -1.0], [4.0, -2.0]])  # dy·W
+    # dy·W
+    np.testing.assert_array_equal(layer.backward(np.array([[1.0], [2.0]])), [[2.0, -1.0], [4.0, -2.0]])
     np.testing.assert_array_equal(layer.weight.grad, [[1.0, 5.0]])           # dyᵀ·x
     np.testing.assert_array_equal(layer.bias.grad, [3.0])                    # Σ dy
 
@@ -59,7 +60,9 @@ def test_linear_without_input_grad_returns_none_and_the_same_parameter_gradients
 
 
 def test_gradients_accumulate_and_zero_grad_clears(rng):
-    model = Sequential(Linear(3, 4, rng=rng, dtype=np.float64), ReLU(), Linear(4, 2, rng=rng, dtype=np.float64))
+    model = Sequential(
+        Linear(3, 4, rng=rng, dtype=np.float64), ReLU(), Linear(4, 2, rng=rng, dtype=np.float64)
+    )
     x, dy = rng.standard_normal((5, 3)), rng.standard_normal((5, 2))
     model.forward(x)
     model.backward(dy)
@@ -82,7 +85,13 @@ def test_gradients_accumulate_and_zero_grad_clears(rng):
 def test_parameters_have_a_fixed_order_and_names(rng):
     model = Sequential(Linear(3, 4, rng=rng), ReLU(), BatchNorm1d(4), Linear(4, 2, bias=False, rng=rng))
     names = [name for name, _ in model.named_parameters()]
-    assert names == ["layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias", "layers.3.weight"]
+    assert names == [
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.2.weight",
+        "layers.2.bias",
+        "layers.3.weight",
+    ]
     assert [p.shape for p in model.parameters()] == [(4, 3), (4,), (4,), (4,), (2, 4)]
     assert model.parameters()[0] is model[0].weight and model.parameters()[-1] is model[3].weight
     assert [name for name, _ in model.named_buffers()] == ["layers.2.running_mean", "layers.2.running_var"]

@@ -12,7 +12,8 @@ def test_prunes_the_smallest_magnitudes():
     w = np.array([[0.5, -0.1, 2.0], [-3.0, 0.05, -0.4]])
     assert magnitude_mask(w, 0.5).tolist() == [[True, False, True], [True, False, False]]
     assert magnitude_mask(w, 0.0).all()
-    assert magnitude_mask(w, 0.8).tolist() == [[False, False, False], [True, False, False]]  # round(4.8) = 5 go
+    # round(4.8) = 5 go
+    assert magnitude_mask(w, 0.8).tolist() == [[False, False, False], [True, False, False]]
 
 
 def test_ties_go_in_index_order():

@@ -51,7 +51,9 @@ def test_online_norm_corrections_are_the_frozen_gradient_minus_the_feedback(shap
     restore = frozen(layer)
     u, v = layer.u_ctrl.copy(), layer.v_ctrl.copy()
     restore()
-    y = (layer.forward(x) - layer._per_channel(layer.bias.data, x.ndim)) / layer._per_channel(layer.weight.data, x.ndim)
+    y = (layer.forward(x) - layer._per_channel(layer.bias.data, x.ndim)) / layer._per_channel(
+        layer.weight.data, x.ndim
+    )
     dx = layer.backward(dy)
     c, g = 0.3, dy * layer._per_channel(layer.weight.data, x.ndim)
     spatial = tuple(range(1, x.ndim - 1))

@@ -7,22 +7,51 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.gradcheck import gradcheck
-from minidist.nn import (Conv2d, CrossEntropyLoss, Flatten, Linear, Masked, MaxPool2d, ReLU, Sequential, Sigmoid,
-                         channel_mask, cubic_sparsity, prune, unwrap)
-from minidist.nn.prune_train import (group_lasso_prox, group_norms, removable_channels, shrink_channels,
-                                     training_flops)
+from minidist.nn import (
+    Conv2d,
+    CrossEntropyLoss,
+    Flatten,
+    Linear,
+    Masked,
+    MaxPool2d,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    channel_mask,
+    cubic_sparsity,
+    prune,
+    unwrap,
+)
+from minidist.nn.prune_train import (
+    group_lasso_prox,
+    group_norms,
+    removable_channels,
+    shrink_channels,
+    training_flops,
+)
 from minidist.optim import LARS, SGD, Adagrad, Adam, AdamW, MaskedOptimizer, RMSprop
 
 seeds = st.integers(0, 2**32 - 1)
 
 
 def small_cnn(rng, dtype=np.float64, c1=4, c2=6):
-    return Sequential(Conv2d(1, c1, 3, padding=1, rng=rng, dtype=dtype), ReLU(), MaxPool2d(2),
-                      Conv2d(c1, c2, 3, padding=1, rng=rng, dtype=dtype), ReLU(), MaxPool2d(2),
-                      Flatten(), Linear(c2 * 4, 8, rng=rng, dtype=dtype), ReLU(), Linear(8, 3, rng=rng, dtype=dtype))
+    return Sequential(
+        Conv2d(1, c1, 3, padding=1, rng=rng, dtype=dtype),
+        ReLU(),
+        MaxPool2d(2),
+        Conv2d(c1, c2, 3, padding=1, rng=rng, dtype=dtype),
+        ReLU(),
+        MaxPool2d(2),
+        Flatten(),
+        Linear(c2 * 4, 8, rng=rng, dtype=dtype),
+        ReLU(),
+        Linear(8, 3, rng=rng, dtype=dtype),
+    )
 
 
-@given(structure=st.sampled_from(["weights", "channels"]), sparsity=st.sampled_from([0.0, 0.3, 0.6]), seed=seeds)
+@given(
+    structure=st.sampled_from(["weights", "channels"]), sparsity=st.sampled_from([0.0, 0.3, 0.6]), seed=seeds
+)
 def test_masked_conv_gradcheck_and_zero_gradient(structure, sparsity, seed):
     rng = np.random.default_rng(seed)
     layer = Masked(Conv2d(3, 4, 3, padding=1, rng=rng, dtype=np.float64), structure)
@@ -137,8 +166,13 @@ def test_shrink_keeps_optimizer_running_and_cuts_its_state():
     x, y = rng.standard_normal((4, 1, 8, 8)), rng.integers(0, 3, 4)
     loss = CrossEntropyLoss()
     for _ in range(2):
-        optimizer.zero_grad(); loss.forward(model(x), y); model.backward(loss.backward()); optimizer.step()
-    model[0].weight.data[1] = 0; model[0].bias.data[1] = 0   # channel 1 of conv 1 produces zeros
+        optimizer.zero_grad()
+        loss.forward(model(x), y)
+        model.backward(loss.backward())
+        optimizer.step()
+    # channel 1 of conv 1 produces zeros
+    model[0].weight.data[1] = 0
+    model[0].bias.data[1] = 0
     model[7].weight.data[:, 8:12] = 0                       # channel 2 of conv 2 is read by nobody
     kept_m = optimizer.state[0]["exp_avg"][[0, 2, 3]].copy()
     assert [d.tolist() for d in removable_channels(model)][:2] == [[False, True, False, False],
@@ -147,7 +181,10 @@ def test_shrink_keeps_optimizer_running_and_cuts_its_state():
     assert np.array_equal(optimizer.state[0]["exp_avg"], kept_m)
     for p, s in zip(optimizer.params, optimizer.state):
         assert all(a.shape == p.shape for a in s.values()) and p.grad.shape == p.shape
-    optimizer.zero_grad(); loss.forward(model(x), y); model.backward(loss.backward()); optimizer.step()
+    optimizer.zero_grad()
+    loss.forward(model(x), y)
+    model.backward(loss.backward())
+    optimizer.step()
 
 
 def test_group_lasso_prox_gives_exact_zeros_subgradient_does_not():
@@ -164,7 +201,8 @@ def test_group_lasso_prox_gives_exact_zeros_subgradient_does_not():
         for g in range(5):
             w = np.concatenate([sub.weight.data[g], sub.bias.data[g:g + 1]])
             step = 0.01 * strength * w / np.linalg.norm(w)
-            sub.weight.data[g] -= step[:-1]; sub.bias.data[g] -= step[-1]
+            sub.weight.data[g] -= step[:-1]
+            sub.bias.data[g] -= step[-1]
     assert np.all(group_norms(sub) > 0)
 
 
@@ -188,7 +226,8 @@ def test_errors():
     with pytest.raises(TypeError, match="Linear or Conv2d"):
         Masked(ReLU())
     model = small_cnn(rng)
-    model[3].weight.data[...] = 0; model[3].bias.data[...] = 0
+    model[3].weight.data[...] = 0
+    model[3].bias.data[...] = 0
     shapes = [p.shape for p in model.parameters()]
     with pytest.raises(ValueError, match="cut the network in two"):
         shrink_channels(model)

@@ -53,8 +53,12 @@ def test_indices_eat_fine_grained_savings_and_blocks_do_not():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 576)).astype(np.float32)
     dense = dense_nbytes(w)
-    fine = w.copy(); fine[rng.random(w.shape) < 0.4] = 0                     # 40 % of single weights
-    coarse = w.copy(); coarse[rng.permutation(64)[:26]] = 0                  # 26/64 ≈ 40 % of filters
+    # 40 % of single weights
+    fine = w.copy()
+    fine[rng.random(w.shape) < 0.4] = 0
+    # 26/64 ≈ 40 % of filters
+    coarse = w.copy()
+    coarse[rng.permutation(64)[:26]] = 0
     assert CSR.from_dense(fine).nbytes > 0.95 * dense                        # the indices ate the savings
     assert BlockCSR.from_dense(coarse, (1, 576)).nbytes < 0.62 * dense      # ≈ 60 % left, one index a row
     assert COO.from_dense(fine).nbytes > dense
@@ -62,8 +66,15 @@ def test_indices_eat_fine_grained_savings_and_blocks_do_not():
 
 def test_sparsity_measurement():
     rng = np.random.default_rng(1)
-    model = Sequential(Conv2d(1, 3, 3, padding=1, rng=rng), ReLU(), MaxPool2d(2), Flatten(), Linear(48, 5, rng=rng),
-                       ReLU(), Linear(5, 2, rng=rng))
+    model = Sequential(
+        Conv2d(1, 3, 3, padding=1, rng=rng),
+        ReLU(),
+        MaxPool2d(2),
+        Flatten(),
+        Linear(48, 5, rng=rng),
+        ReLU(),
+        Linear(5, 2, rng=rng),
+    )
     model[0].weight.data[0] = 0
     x = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
     y, measured = forward_with_activation_sparsity(model, x)
@@ -86,3 +97,11 @@ def test_errors():
         CSR.from_dense(np.ones((2, 2), dtype=int))
     with pytest.raises(ValueError, match="empty"):
         sparsity(np.zeros(0))
+
+
+def test_a_1d_array_such_as_a_bias_round_trips_as_one_row():
+    bias = np.array([0.0, 1.5, 0.0, -2.0, 3.0], dtype=np.float32)
+    for fmt in (COO.from_dense(bias), CSR.from_dense(bias), BlockCSR.from_dense(bias, (1, 5))):
+        assert np.array_equal(fmt.to_dense(), bias) and fmt.to_dense().shape == (5,)
+    coo = COO.from_dense(bias)
+    assert coo.rows.tolist() == [0, 0, 0] and coo.cols.tolist() == [1, 3, 4]

@@ -1,4 +1,5 @@
-"""What every optimizer shares: state_dict round trips, chunked updates, weight decay, bad hyper-parameters."""
+"""What every optimizer shares: state_dict round trips, chunked updates, weight decay, bad
+hyper-parameters."""
 
 import copy
 
@@ -18,8 +19,12 @@ adam = pytest.mark.exercise("adam")
 
 EVERY_OPTIMIZER = [
     pytest.param(SGD, {"lr": 0.05}, id="sgd"),
-    pytest.param(SGD, {"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01}, id="sgd_momentum",
-                 marks=sgd_momentum),
+    pytest.param(
+        SGD,
+        {"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01},
+        id="sgd_momentum",
+        marks=sgd_momentum,
+    ),
     pytest.param(SGD, {"lr": 0.05, "momentum": 0.9, "nesterov": True}, id="sgd_nesterov", marks=sgd_momentum),
     pytest.param(Adam, {"lr": 0.01, "amsgrad": True, "weight_decay": 0.01}, id="adam_amsgrad", marks=adam),
     pytest.param(AdamW, {"lr": 0.01}, id="adamw", marks=adam),
@@ -85,7 +90,8 @@ COUPLED_DECAY = [
 @pytest.mark.parametrize("cls, options", COUPLED_DECAY)
 @given(weight_decay=st.floats(1e-4, 1.0), seed=st.integers(0, 2**16))
 def test_weight_decay_is_exactly_the_decay_term_in_the_gradient(cls, options, weight_decay, seed):
-    """weight_decay=λ fed g moves the weights exactly (bitwise) as weight_decay=0 fed g + λw, step after step."""
+    """weight_decay=λ fed g moves the weights exactly (bitwise) as weight_decay=0 fed g + λw, step after
+    step."""
     rng = np.random.default_rng(seed)
     values = initial_values(seed)
     decayed = cls(make_params(values), lr=0.01, weight_decay=weight_decay, **options)
@@ -141,7 +147,9 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("cls, kwargs, allowed", BAD, ids=[f"{c.__name__}-{next(iter(k))}" for c, k, _ in BAD])
+@pytest.mark.parametrize(
+    "cls, kwargs, allowed", BAD, ids=[f"{c.__name__}-{next(iter(k))}" for c, k, _ in BAD]
+)
 def test_bad_hyper_parameters_say_what_is_allowed(cls, kwargs, allowed):
     with pytest.raises(ValueError, match=allowed):
         cls([Parameter(np.zeros(2))], **kwargs)

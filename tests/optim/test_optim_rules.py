@@ -68,7 +68,9 @@ def test_rmsprop_by_hand():
 def test_adagrad_by_hand():
     # sum starts at 1; g = 1: s = 2, w1 = 1 − 0.1/√2.  lr_decay 1: step 2 uses 0.1/(1 + 1) = 0.05, s = 3.
     got = scalar_run(Adagrad, [1.0, 1.0], lr=0.1, lr_decay=1.0, initial_accumulator_value=1.0, eps=1e-12)
-    assert got == pytest.approx([1 - 0.1 / math.sqrt(2), 1 - 0.1 / math.sqrt(2) - 0.05 / math.sqrt(3)], abs=1e-11)
+    assert got == pytest.approx(
+        [1 - 0.1 / math.sqrt(2), 1 - 0.1 / math.sqrt(2) - 0.05 / math.sqrt(3)], abs=1e-11
+    )
 
 
 def test_lars_by_hand():

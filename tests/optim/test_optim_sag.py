@@ -61,16 +61,19 @@ def test_state_dict_round_trip():
     w = Parameter(np.zeros(3))
     opt = SAG([w], lr=0.1, num_samples=6)
     for i in range(4):
-        w.grad[...] = sample_grad(a, b, w.data, i); opt.step(i)
+        w.grad[...] = sample_grad(a, b, w.data, i)
+        opt.step(i)
     saved, w_saved = opt.state_dict(), w.data.copy()
     w2 = Parameter(w_saved.copy())
     opt2 = SAG([w2], lr=0.5, num_samples=6)
     opt2.load_state_dict(saved)
     for i in (4, 5, 0):
         for p, o in ((w, opt), (w2, opt2)):
-            p.grad[...] = sample_grad(a, b, p.data, i); o.step(i)
+            p.grad[...] = sample_grad(a, b, p.data, i)
+            o.step(i)
     assert w.data.tobytes() == w2.data.tobytes()
-    bad = opt.state_dict(); bad["state"][0]["gradients"] = np.zeros((5, 3))
+    bad = opt.state_dict()
+    bad["state"][0]["gradients"] = np.zeros((5, 3))
     with pytest.raises(ValueError, match="gradients"):
         opt2.load_state_dict(bad)
 

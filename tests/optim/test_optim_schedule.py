@@ -22,7 +22,9 @@ def test_values_by_hand():
     assert values(Constant(0.1), 3).tolist() == [0.1, 0.1, 0.1]
     assert values(StepDecay(1.0, step_size=2, gamma=0.5), 6).tolist() == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
     cosine = Cosine(1.0, total_steps=4)
-    assert values(cosine, 6) == pytest.approx([1.0, (1 + math.sqrt(0.5)) / 2, 0.5, (1 - math.sqrt(0.5)) / 2, 0, 0])
+    assert values(cosine, 6) == pytest.approx(
+        [1.0, (1 + math.sqrt(0.5)) / 2, 0.5, (1 - math.sqrt(0.5)) / 2, 0, 0]
+    )
     warm = LinearWarmup(Constant(2.0), warmup_steps=4)
     assert values(warm, 6).tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.0]
 

@@ -44,7 +44,9 @@ def test_momentum_by_hand():
 @momentum_exercise
 def test_dampening_by_hand():
     # b1 = g1 = 1 (no dampening on step 1) -> w1 = 0.9; b2 = 0.9·1 + 0.5·2 = 1.9 -> w2 = 0.9 − 0.19 = 0.71
-    assert scalar_run([1.0, 2.0], lr=0.1, momentum=0.9, dampening=0.5) == pytest.approx([0.9, 0.71], abs=1e-14)
+    assert scalar_run([1.0, 2.0], lr=0.1, momentum=0.9, dampening=0.5) == pytest.approx(
+        [0.9, 0.71], abs=1e-14
+    )
 
 
 @momentum_exercise

@@ -53,8 +53,11 @@ def test_matches_torch_over_30_steps_with_lr_change(cls, torch_name, options):
     assert_same_trajectory(ours, theirs)
 
 
-@pytest.mark.parametrize("options", [{"momentum": 0.0}, {"momentum": 0.9}, {"momentum": 0.9, "weight_decay": 0.05}],
-                         ids=["no_momentum", "momentum", "momentum_wd"])
+@pytest.mark.parametrize(
+    "options",
+    [{"momentum": 0.0}, {"momentum": 0.9}, {"momentum": 0.9, "weight_decay": 0.05}],
+    ids=["no_momentum", "momentum", "momentum_wd"],
+)
 def test_lars_matches_torch_sgd_on_trust_scaled_gradients(options):
     """LARS = torch.optim.SGD fed r·(g + βw), with r = η|w| / (|g| + β|w|) computed by torch."""
     torch = pytest.importorskip("torch")

@@ -11,7 +11,9 @@ Y = np.random.default_rng(2).standard_normal((64, 3))
 
 def model():
     rng = np.random.default_rng(0)
-    return Sequential(Linear(5, 4, rng=rng, dtype=np.float64), Tanh(), Linear(4, 3, rng=rng, dtype=np.float64))
+    return Sequential(
+        Linear(5, 4, rng=rng, dtype=np.float64), Tanh(), Linear(4, 3, rng=rng, dtype=np.float64)
+    )
 
 
 def batch(worker, step):

@@ -27,8 +27,10 @@ def make_model(kind: str, seed: int, dtype=np.float64) -> Sequential:
         return Sequential(Linear(6, 8, rng=rng, dtype=dtype), LayerNorm(8, dtype=dtype), Tanh(),
                           Linear(8, 5, rng=rng, dtype=dtype), Tanh(), Linear(5, 4, rng=rng, dtype=dtype))
     if kind == "nested":
-        return Sequential(Sequential(Linear(6, 7, rng=rng, dtype=dtype), ReLU()),
-                          Sequential(Linear(7, 7, rng=rng, dtype=dtype), ReLU(), Linear(7, 4, rng=rng, dtype=dtype)))
+        return Sequential(
+            Sequential(Linear(6, 7, rng=rng, dtype=dtype), ReLU()),
+            Sequential(Linear(7, 7, rng=rng, dtype=dtype), ReLU(), Linear(7, 4, rng=rng, dtype=dtype)),
+        )
     if kind == "conv":
         return Sequential(Conv2d(1, 3, 3, padding=1, rng=rng, dtype=dtype), ReLU(), MaxPool2d(2), Flatten(),
                           Linear(3 * 2 * 3, 4, rng=rng, dtype=dtype))
@@ -51,7 +53,9 @@ def make_optimizer(name: str, params):
             "lars": lambda: LARS(params, lr=1.0, momentum=0.9, weight_decay=1e-4)}[name]()
 
 
-def single_process(kind: str, optimizer: str, seed: int, batches, micro_steps: int = 1) -> list[list[np.ndarray]]:
+def single_process(
+    kind: str, optimizer: str, seed: int, batches, micro_steps: int = 1
+) -> list[list[np.ndarray]]:
     """Full-batch training in one process; parameters after every step. With micro_steps = k, k
     consecutive batches are concatenated into one step."""
     model = make_model(kind, seed)

@@ -1,4 +1,5 @@
-"""Asynchronous EASGD: against the formulas in one process, and against a replay of the schedule's exchanges."""
+"""Asynchronous EASGD: against the formulas in one process, and against a replay of the schedule's
+exchanges."""
 
 import numpy as np
 import pytest
@@ -45,10 +46,10 @@ def test_one_worker_tau_1_is_the_formulas():
     optimizer = SGD(net.parameters(), lr=LR, momentum=0.5)
     center = flat(net)
     for step in range(steps):
+        x = flat(net)                          # Algorithm 1: both steps from the same x
+        elastic = ALPHA * (x - center)         # x_1 ← x − η∇f(x) − α(x − x̃);  x̃ ← x̃ + α(x − x̃)
         sgd_step(net, optimizer, 0, step)
-        x = flat(net)
-        elastic = ALPHA * (x - center)         # x_1 ← x_1 − α(x_1 − x̃);  x̃ ← x̃ + α(x_1 − x̃)
-        load(net, x - elastic)
+        load(net, flat(net) - elastic)
         center = center + elastic
     center_out, worker_out = run(easgd, 2, step_seconds(1, steps, 1e-3), 1, ALPHA)
     np.testing.assert_allclose(center_out["center"], center, rtol=1e-12, atol=1e-14)
@@ -63,12 +64,14 @@ def replay(seconds, every, exchanges):
     optimizers = [SGD(net.parameters(), lr=LR, momentum=0.5) for net in nets]
     done, center = [0] * workers, flat(nets[0])
     for w, k in exchanges:
-        while done[w] <= k:                     # the worker's local steps up to the exchange
+        while done[w] < k:                      # the worker's local steps up to the exchange step k
             sgd_step(nets[w], optimizers[w], w, done[w])
             done[w] += 1
-        x = flat(nets[w])
+        x = flat(nets[w])                       # step k and the pull both start from x
         elastic = ALPHA * (x - center)
-        load(nets[w], x - elastic)
+        sgd_step(nets[w], optimizers[w], w, k)
+        done[w] += 1
+        load(nets[w], flat(nets[w]) - elastic)
         center = center + elastic
     for w in range(workers):
         while done[w] < steps:

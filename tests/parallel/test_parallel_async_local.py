@@ -15,7 +15,9 @@ Y = np.random.default_rng(2).standard_normal((64, 3))
 
 def model():
     rng = np.random.default_rng(0)
-    return Sequential(Linear(5, 4, rng=rng, dtype=np.float64), Tanh(), Linear(4, 3, rng=rng, dtype=np.float64))
+    return Sequential(
+        Linear(5, 4, rng=rng, dtype=np.float64), Tanh(), Linear(4, 3, rng=rng, dtype=np.float64)
+    )
 
 
 def batch(rank, step):
@@ -33,8 +35,16 @@ def gradient(net, x, y):
 
 def local(comm, every):
     net = model()
-    out = train_local_sgd(comm, net, SGD(net.parameters(), lr=LR), MSELoss(), batch,
-                          seconds=step_seconds(comm.world_size, STEPS, 1e-3), every=every, algorithm="recursive_doubling")
+    out = train_local_sgd(
+        comm,
+        net,
+        SGD(net.parameters(), lr=LR),
+        MSELoss(),
+        batch,
+        seconds=step_seconds(comm.world_size, STEPS, 1e-3),
+        every=every,
+        algorithm="recursive_doubling",
+    )
     return np.concatenate([p.data.ravel() for p in net.parameters()]), out
 
 
@@ -71,15 +81,15 @@ def test_elastic_averaging_matches_one_process():
     world_size, every, alpha = 3, 2, 0.2
     nets = [model() for _ in range(world_size)]
     center = np.concatenate([p.data.ravel() for p in nets[0].parameters()])
-    for step in range(STEPS):
+    for step in range(STEPS):      # equations (5)-(6) of Zhang et al.: both steps from the same x_r,t
+        xs = [np.concatenate([p.data.ravel() for p in net.parameters()]) for net in nets]
         for r, net in enumerate(nets):
             for p, g in zip(net.parameters(), gradient(net, *batch(r, step))):
                 p.data -= LR * g
         if (step + 1) % every == 0:
-            xs = [np.concatenate([p.data.ravel() for p in net.parameters()]) for net in nets]
             new_center = center + alpha * sum(x - center for x in xs)
             for net, x in zip(nets, xs):
-                x = x - alpha * (x - center)
+                x = np.concatenate([p.data.ravel() for p in net.parameters()]) - alpha * (x - center)
                 offset = 0
                 for p in net.parameters():
                     p.data[...] = x[offset:offset + p.size].reshape(p.shape)
@@ -87,7 +97,9 @@ def test_elastic_averaging_matches_one_process():
             center = new_center
     results = run(elastic, world_size, every, alpha)
     for r, (got, got_center) in enumerate(results):
-        np.testing.assert_allclose(got, np.concatenate([p.data.ravel() for p in nets[r].parameters()]), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(
+            got, np.concatenate([p.data.ravel() for p in nets[r].parameters()]), rtol=1e-12, atol=1e-14
+        )
         np.testing.assert_allclose(got_center, center, rtol=1e-12, atol=1e-14)
 
 

@@ -1,4 +1,5 @@
-"""The asynchronous parameter server: s = 0 is synchronous SGD per parameter; clocks and staleness follow the schedule."""
+"""The asynchronous parameter server: s = 0 is synchronous SGD per parameter; clocks and staleness follow the
+schedule."""
 
 import numpy as np
 import pytest

@@ -23,7 +23,9 @@ def test_every_push_is_taken_once_in_arrival_order_within_the_bound(workers, ste
     sizes = [800 + 8 * j for j in range(servers)]
     plan = ps_schedule(seconds, sizes, sizes, 5e-6, 4e-11, bound)
     for pushes in plan.pushes:
-        assert sorted((p.worker, p.step) for p in pushes) == [(w, k) for w in range(workers) for k in range(steps)]
+        assert sorted((p.worker, p.step) for p in pushes) == [
+            (w, k) for w in range(workers) for k in range(steps)
+        ]
         received = [p.received for p in pushes]
         assert received == sorted(received)
         done = [0] * workers

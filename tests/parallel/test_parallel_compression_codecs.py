@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from minidist.cluster import run
 from minidist.parallel.compression import DGC, Dense, OneBit, TopK, warmup_density
+from minidist.precision import DynamicLossScaler
 
 shapes_st = st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=2).map(tuple), min_size=1, max_size=3)
 
@@ -19,8 +20,10 @@ def test_one_bit_size_and_group_sums(shapes, per, seed):
     assert message.dtype == np.uint8 and message.nbytes == (codec.n + 7) // 8 + 2 * codec.groups * 8
     decoded = codec.decode(message)
     assert np.array_equal(np.sign(decoded) >= 0, x >= 0) or np.all((decoded >= 0) == (x >= 0))
-    sums = np.bincount(codec.group, weights=x, minlength=codec.groups)      # each group keeps its sum
-    np.testing.assert_allclose(np.bincount(codec.group, weights=decoded, minlength=codec.groups), sums, atol=1e-12)
+    sums = np.bincount(codec.group, weights=x, minlength=codec.groups)  # each group keeps its sum
+    np.testing.assert_allclose(
+        np.bincount(codec.group, weights=decoded, minlength=codec.groups), sums, atol=1e-12
+    )
 
 
 def send_one(comm, shapes, per):
@@ -87,3 +90,27 @@ def test_arguments_are_checked():
         DGC(10, 0.1, momentum=1.0)
     with pytest.raises(ValueError, match="final <= start"):
         warmup_density(0, 3, 0.5, start=0.25)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("codec", [OneBit([(2, 3), (4,)], per="column"), OneBit([(10,)]), TopK(10, k=10)])
+def test_non_finite_gradients_stay_visible_so_a_loss_scaler_skips_the_step(codec, bad):
+    x = np.random.default_rng(0).standard_normal(codec.n).astype(np.float32)
+    x[4] = bad
+    decoded = codec.decode(codec.encode(x))
+    assert not np.isfinite(decoded[4])
+    scaler = DynamicLossScaler(init_scale=8.0)
+    found_inf = scaler.unscale([decoded])
+    scaler.update(found_inf)
+    assert found_inf and scaler.scale == 4.0
+    clean = codec.decode(codec.encode(np.where(np.isfinite(x), x, 1).astype(np.float32)))
+    assert np.isfinite(clean).all()        # an empty side (all one sign) still decodes to finite values
+
+
+@pytest.mark.parametrize("bad", [10, 11, -1])
+def test_topk_decode_refuses_an_index_outside_the_gradient(bad):
+    codec = TopK(10, k=2)
+    message = codec.encode(np.arange(10, dtype=np.float32))
+    message[-4:] = np.array([bad], np.int32).view(np.uint8)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 10\)"):
+        codec.decode(message)

@@ -29,7 +29,9 @@ def test_one_bit_sent_plus_residual_is_the_sum_of_all_gradients(n, steps, seed):
     for g in grads:
         sent += ef.decode(ef.compress(g))
     # exact up to float64 rounding of the means (a one-bit value is not a dyadic fraction)
-    np.testing.assert_allclose(sent + ef.residual, grads.sum(axis=0), rtol=0, atol=1e-12 * steps * (1 + np.abs(grads).max()))
+    np.testing.assert_allclose(
+        sent + ef.residual, grads.sum(axis=0), rtol=0, atol=1e-12 * steps * (1 + np.abs(grads).max())
+    )
 
 
 def test_without_error_feedback_the_error_is_dropped():

@@ -15,7 +15,9 @@ STEPS, BATCH, LR = 4, 10, 0.1
 
 def model():
     rng = np.random.default_rng(0)
-    return Sequential(Linear(5, 4, rng=rng, dtype=np.float64), Tanh(), Linear(4, 3, rng=rng, dtype=np.float64))
+    return Sequential(
+        Linear(5, 4, rng=rng, dtype=np.float64), Tanh(), Linear(4, 3, rng=rng, dtype=np.float64)
+    )
 
 
 def train(comm, kind):
@@ -23,7 +25,9 @@ def train(comm, kind):
     n = sum(p.size for p in net.parameters())
     codec = {"topk_all": TopK(n, k=n, dtype=np.float64), "onebit": OneBit([p.shape for p in net.parameters()],
                                                                            dtype=np.float64)}[kind]
-    dp = CompressedDataParallel(comm, net, SGD(net.parameters(), lr=LR, momentum=0.9), MSELoss(), ErrorFeedback(codec))
+    dp = CompressedDataParallel(
+        comm, net, SGD(net.parameters(), lr=LR, momentum=0.9), MSELoss(), ErrorFeedback(codec)
+    )
     for step in range(STEPS):
         dp.train_step(X[step * BATCH:(step + 1) * BATCH], Y[step * BATCH:(step + 1) * BATCH])
     return np.concatenate([p.data.ravel() for p in net.parameters()]), dp.bytes_per_step, codec.message_bytes

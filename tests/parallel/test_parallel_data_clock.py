@@ -49,7 +49,8 @@ def test_parallel_data_ledger_bytes_per_step_equal_the_formula(world_size):
             assert buckets == [model_bytes]
             formula = allreduce_cost(algorithm, world_size, model_bytes, 0.0, 0.0).bytes_sent[rank]
             assert sent == formula, (algorithm, rank, sent, formula)
-    assert per_rank[0]["ring"][0] == 2 * (world_size - 1) / world_size * model_bytes   # the seed's 2(P-1)/P |W|
+    # the seed's 2(P-1)/P |W|
+    assert per_rank[0]["ring"][0] == 2 * (world_size - 1) / world_size * model_bytes
     # buckets of 64 + 32 weights and 8 + 4 biases (all divisible by P): the formula per bucket, summed
     per_rank = run(_bytes_per_step, world_size, ["ring"], 100, timeout=60)
     sent, buckets = per_rank[0]["ring"]

@@ -3,7 +3,8 @@
 hypothesis draws the world size (1-4), the model, global batch sizes that P need not divide, the
 allreduce algorithm, the bucket size, overlap on/off and the optimizer. One cluster run per example
 trains three variants on every rank: the drawn configuration (gradients copied into the buckets or kept
-as views of them), the same without bucketing (one allreduce per parameter), and gradient accumulation over k micro-steps (no_sync) — and returns the parameters of
+as views of them), the same without bucketing (one allreduce per parameter), and gradient accumulation over k
+micro-steps (no_sync) — and returns the parameters of
 every replica after every step.
 """
 
@@ -61,14 +62,18 @@ def _assert_replicas_identical(histories, what):
     for step, params in enumerate(histories[0]):
         for rank, other in enumerate(histories[1:], start=1):
             for i, (a, b) in enumerate(zip(params, other[step])):
-                assert a.tobytes() == b.tobytes(), f"{what}: rank {rank} differs from rank 0 in parameter {i} after step {step}"
+                assert a.tobytes() == b.tobytes(), (
+                    f"{what}: rank {rank} differs from rank 0 in parameter {i} after step {step}"
+                )
 
 
 def _assert_matches(got, want, what):
     assert len(got) == len(want)
     for step, (g, w) in enumerate(zip(got, want)):
         for i, (a, b) in enumerate(zip(g, w)):
-            np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=f"{what}: parameter {i}, step {step}")
+            np.testing.assert_allclose(
+                a, b, rtol=RTOL, atol=ATOL, err_msg=f"{what}: parameter {i}, step {step}"
+            )
 
 
 @st.composite

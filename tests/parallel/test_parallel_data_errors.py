@@ -6,14 +6,16 @@ import pytest
 from minidist.cluster import ClusterError, run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.data.comm import assign_buckets
 from minidist.parallel.data import DataParallel
+from minidist.parallel.data.comm import assign_buckets
 from minidist.precision import FP16, MixedPrecisionTrainer
 
 
 def _mlp(seed, hidden=5, dtype=np.float64):
     rng = np.random.default_rng(seed)
-    return Sequential(Linear(3, hidden, rng=rng, dtype=dtype), ReLU(), Linear(hidden, 2, rng=rng, dtype=dtype))
+    return Sequential(
+        Linear(3, hidden, rng=rng, dtype=dtype), ReLU(), Linear(hidden, 2, rng=rng, dtype=dtype)
+    )
 
 
 def _dp(comm, model, **kw):
@@ -87,7 +89,9 @@ def _misuse(comm):
     expect(ValueError, lambda: dp.forward_backward(x, y[:3]))
     expect(ValueError, lambda: _dp(comm, model, algorithm="bogus"))
     expect(ValueError, lambda: _dp(comm, model, bucket_bytes=0))
-    expect(TypeError, lambda: DataParallel(comm, "model", SGD(model.parameters(), lr=0.1), CrossEntropyLoss()))
+    expect(
+        TypeError, lambda: DataParallel(comm, "model", SGD(model.parameters(), lr=0.1), CrossEntropyLoss())
+    )
     expect(TypeError, lambda: DataParallel(comm, model, None, CrossEntropyLoss()))
     expect(TypeError, lambda: DataParallel(comm, model, SGD(model.parameters(), lr=0.1), None))
     other = _mlp(1, dtype=np.float32)
@@ -111,7 +115,9 @@ def test_parallel_data_bucket_view_detects_a_replaced_grad():
 def test_parallel_data_misuse_is_a_clear_error():
     errors = run(_misuse, 1, timeout=30)[0]
     assert not any(e.startswith("no ") for e in errors), errors
-    assert "call step()" in errors[1] and "no_sync" in errors[2] and "same first (batch) dimension" in errors[3]
+    assert (
+        "call step()" in errors[1] and "no_sync" in errors[2] and "same first (batch) dimension" in errors[3]
+    )
     assert "algorithm must be one of" in errors[4] and "bucket_bytes must be" in errors[5]
     assert "same model and optimizer" in errors[9]
 
@@ -119,7 +125,8 @@ def test_parallel_data_misuse_is_a_clear_error():
 def test_parallel_data_buckets_fill_in_reverse_order():
     model = _mlp(0)          # W1 (5, 3), b1 (5,), W2 (2, 5), b2 (2,) in float64: 120, 40, 80, 16 bytes
     params = model.parameters()
-    assert [[p.shape for p in b.params] for b in assign_buckets(params, 96)]  # b2 + W2 = 96 closes the first == [[(2,), (2, 5)], [(5,), (5, 3)]]
+    # b2 + W2 = 96 closes the first == [[(2,), (2, 5)], [(5,), (5, 3)]]
+    assert [[p.shape for p in b.params] for b in assign_buckets(params, 96)]
     assert [len(b.params) for b in assign_buckets(params, 10**6)] == [4]
     assert [b.params[0] for b in assign_buckets(params, None)] == params[::-1]
 

@@ -91,7 +91,12 @@ def test_bucketed_allreduce_without_overlap():
 
 
 @settings(max_examples=6)
-@given(world_size=st.integers(2, 4), extra=st.integers(0, 5), seed=st.integers(0, 2**16),
-       algorithm=st.sampled_from(NON_EXERCISE_ALGORITHMS), bucket_bytes=st.sampled_from([None, 40, 100, 10**6]))
+@given(
+    world_size=st.integers(2, 4),
+    extra=st.integers(0, 5),
+    seed=st.integers(0, 2**16),
+    algorithm=st.sampled_from(NON_EXERCISE_ALGORITHMS),
+    bucket_bytes=st.sampled_from([None, 40, 100, 10**6]),
+)
 def test_bucketed_allreduce_hypothesis(world_size, extra, seed, algorithm, bucket_bytes):
     check(world_size, world_size + extra, algorithm, bucket_bytes, seed=seed)

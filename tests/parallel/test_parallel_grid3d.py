@@ -14,8 +14,14 @@ STEPS, BATCH = 3, 10
 def make_blocks():
     rng = np.random.default_rng(1)
     dims = [(6, 8, 5), (5, 8, 4)]
-    return [(Linear(a, h, rng=rng, dtype=np.float64), Tanh() if i else ReLU(), Linear(h, b, rng=rng, dtype=np.float64))
-            for i, (a, h, b) in enumerate(dims)]
+    return [
+        (
+            Linear(a, h, rng=rng, dtype=np.float64),
+            Tanh() if i else ReLU(),
+            Linear(h, b, rng=rng, dtype=np.float64),
+        )
+        for i, (a, h, b) in enumerate(dims)
+    ]
 
 
 def data():

@@ -46,9 +46,16 @@ def train(comm, data, spatial, placement):
     return (grid.d, grid.s), losses, [p.data for p in model.parameters()]
 
 
-@pytest.mark.parametrize("data, spatial, placement",
-                         [(2, (2, 1), "spatial_inside"), (2, (1, 2), "spatial_across"),
-                          (1, (2, 2), "spatial_inside"), (4, (1, 1), "spatial_inside")], ids=["2x(2x1)", "2x(1x2)-across", "1x(2x2)", "4x(1x1)"])
+@pytest.mark.parametrize(
+    "data, spatial, placement",
+    [
+        (2, (2, 1), "spatial_inside"),
+        (2, (1, 2), "spatial_across"),
+        (1, (2, 2), "spatial_inside"),
+        (4, (1, 1), "spatial_inside"),
+    ],
+    ids=["2x(2x1)", "2x(1x2)-across", "1x(2x2)", "4x(1x1)"],
+)
 def test_data_spatial_training_equals_one_process(data, spatial, placement):
     ref_losses, ref_params = single_process()
     initial = [p.data.copy() for p in make_model().parameters()]

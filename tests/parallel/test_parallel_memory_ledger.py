@@ -9,7 +9,8 @@ so Ψ_r = Σ_parameters split_sizes(size, P)[r] and a layer's gradient buckets l
     ZeRO-2         bΨ + (b + K)Ψ_r + b·max Ψ_l   (a layer's full gradient until its reduce-scatter)
     ZeRO-3         (2b + K)Ψ_r + 2b·max Ψ_l       (a layer's gathered parameters and full gradient)
 and the total peak adds the activations held after forward. Mixed precision (fp32 masters, b = 4 for the
-emulated FP16 values, K = 4 + 8; one bucket of 66): ZeRO-1 8Ψ + 12Ψ_r, ZeRO-2 4Ψ + 16Ψ_r, ZeRO-3 20Ψ_r after a step.
+emulated FP16 values, K = 4 + 8; one bucket of 66): ZeRO-1 8Ψ + 12Ψ_r, ZeRO-2 4Ψ + 16Ψ_r, ZeRO-3 20Ψ_r after
+a step.
 """
 
 import numpy as np
@@ -43,8 +44,16 @@ def _ledger(comm, stage, mixed=False):
                                memory=ledger)
     else:
         options = {"mixed": ShardedMixedPrecision(FP16)} if mixed else {}
-        wrapper = zero_data_parallel(comm, model, lambda ps: Adam(ps), CrossEntropyLoss(), stage=stage,
-                                     memory=ledger, **options, **({} if stage == 3 else {"bucket_bytes": 10**6 if mixed else None}))
+        wrapper = zero_data_parallel(
+            comm,
+            model,
+            lambda ps: Adam(ps),
+            CrossEntropyLoss(),
+            stage=stage,
+            memory=ledger,
+            **options,
+            **({} if stage == 3 else {"bucket_bytes": 10**6 if mixed else None}),
+        )
     for _ in range(2):
         wrapper.train_step(x, y)
     return ledger
@@ -59,8 +68,12 @@ def test_parallel_memory_ledger_peaks_equal_the_formulas(world_size, stage):
         assert labels[:2] == ["after forward", "backward layer 2"] or stage == 3
         assert labels.count("after step") == 2 and "after backward" in labels
         psi_r = sum(split_sizes(n, world_size)[r] for n in (SIZES if stage < 3 else LAYERS))
-        states = {0: (2 * b + k) * psi, 1: 2 * b * psi + k * psi_r, 2: b * psi + (b + k) * psi_r + b * max(LAYERS),
-                  3: (2 * b + k) * psi_r + 2 * b * max(LAYERS)}[stage]
+        states = {
+            0: (2 * b + k) * psi,
+            1: 2 * b * psi + k * psi_r,
+            2: b * psi + (b + k) * psi_r + b * max(LAYERS),
+            3: (2 * b + k) * psi_r + 2 * b * max(LAYERS),
+        }[stage]
         assert ledger.peak(MODEL_STATES) == states
         buffers = b * psi if stage == 0 and world_size > 1 else 0
         assert ledger.peak("buffers") == buffers

@@ -40,7 +40,9 @@ def build_model(spec: list[tuple[str, int]], in_features: int, seed: int) -> Seq
 @st.composite
 def cases(draw, num_stages: int):
     kinds = st.sampled_from(["linear", "linear", "relu", "tanh", "gelu", "dropout"])
-    spec = draw(st.lists(st.tuples(kinds, st.integers(1, 5)), min_size=num_stages - 1, max_size=num_stages + 3))
+    spec = draw(
+        st.lists(st.tuples(kinds, st.integers(1, 5)), min_size=num_stages - 1, max_size=num_stages + 3)
+    )
     spec.append(("linear", draw(st.integers(1, 4))))  # the model ends in a Linear: logits / predictions
     num_layers = len(spec)
     cuts = sorted(draw(st.sets(st.integers(1, num_layers - 1), min_size=num_stages - 1,
@@ -89,8 +91,16 @@ def pipelined(comm, case_list):
     for case in case_list:
         model = build_model(case["spec"], case["in_features"], case["seed"])
         sample = np.zeros((case["N"], case["in_features"]))
-        pipe = Pipeline(comm, model, loss_fn=loss_fn(case), num_micro_batches=case["M"], schedule=case["schedule"],
-                        boundaries=case["boundaries"], sample=sample, checkpoint=case["checkpoint"])
+        pipe = Pipeline(
+            comm,
+            model,
+            loss_fn=loss_fn(case),
+            num_micro_batches=case["M"],
+            schedule=case["schedule"],
+            boundaries=case["boundaries"],
+            sample=sample,
+            checkpoint=case["checkpoint"],
+        )
         # a stage of parameter-free layers (ReLU, Dropout...) has nothing to optimize
         optimizer = SGD(pipe.parameters(), lr=0.1, momentum=0.9) if pipe.parameters() else None
         history = []

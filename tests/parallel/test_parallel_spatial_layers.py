@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from minidist.cluster import ClusterError, run
 from minidist.nn import AvgPool2d, Conv2d, MaxPool2d
-from minidist.parallel.spatial.comm import exchange_halo, return_halo_gradient
 from minidist.parallel.spatial import (
     SpatialAvgPool2d,
     SpatialConv2d,
@@ -23,6 +22,7 @@ from minidist.parallel.spatial import (
     gather_from_grid,
     scatter_to_grid,
 )
+from minidist.parallel.spatial.comm import exchange_halo, return_halo_gradient
 from minidist.parallel.spatial.partition import HaloPlan
 
 GRIDS = [(1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (2, 2), (1, 3), (2, 3)]

@@ -58,7 +58,10 @@ def worker(comm, grid, cases):
         y_local = spatial.forward(x_local)
         after = (comm.stats.bytes_sent, comm.stats.bytes_received, comm.stats.messages_sent,
                  comm.stats.messages_received)
-        result = {"y": gather_from_grid(comm, y_local, grid), "traffic": tuple(b - a for a, b in zip(before, after))}
+        result = {
+            "y": gather_from_grid(comm, y_local, grid),
+            "traffic": tuple(b - a for a, b in zip(before, after)),
+        }
         if case["kind"] != "conv":  # a pool's backward is the halo exchange's transpose: no other exercise
             dy = np.random.default_rng([case["seed"], 2]).standard_normal(layer.output_shape(x.shape))
             (r0, r1), (c0, c1) = spatial.plan.out_block(comm.rank)
@@ -77,14 +80,18 @@ def check(grid, cases):
         y = layer.forward(x)
         where = f"{case} on grid {grid}"
         got = per_rank[0][index]
-        np.testing.assert_allclose(got["y"], y, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(y).max()), err_msg=where)
+        np.testing.assert_allclose(
+            got["y"], y, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(y).max()), err_msg=where
+        )
         if case["kind"] != "conv":
             dy = np.random.default_rng([case["seed"], 2]).standard_normal(y.shape)
             np.testing.assert_allclose(got["dx"], layer.backward(dy), rtol=1e-12, atol=1e-13, err_msg=where)
         plan = HaloPlan.build(case["hw"], case["kernel"], case["stride"], case["padding"], grid)
         for rank, results in enumerate(per_rank):
             sent, received = plan.halo_bytes(rank, case["batch"], case["channels"], itemsize=8)
-            assert results[index]["traffic"] == (sent, received, *plan.messages(rank)), f"{where}, rank {rank}"
+            assert results[index]["traffic"] == (sent, received, *plan.messages(rank)), (
+                f"{where}, rank {rank}"
+            )
 
 
 def case(kind, kernel, stride, padding, grid, extra=(0, 0), channels=2, batch=2, seed=0):

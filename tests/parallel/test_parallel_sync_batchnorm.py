@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from minidist.cluster import ClusterError, run
 from minidist.collectives import ALGORITHMS, allreduce
-from minidist.nn import BatchNorm1d, BatchNorm2d, Conv2d, CrossEntropyLoss, Flatten, Linear, MSELoss, ReLU, Sequential
+from minidist.nn import (
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv2d,
+    CrossEntropyLoss,
+    Flatten,
+    Linear,
+    ReLU,
+    Sequential,
+)
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
@@ -26,8 +35,12 @@ STEPS = 3
 def make_model(kind: str, seed: int = 5) -> Sequential:
     rng = np.random.default_rng(seed)
     if kind == "mlp":
-        return Sequential(Linear(5, 7, rng=rng, dtype=np.float64), BatchNorm1d(7, momentum=0.3, dtype=np.float64),
-                          ReLU(), Linear(7, 3, rng=rng, dtype=np.float64))
+        return Sequential(
+            Linear(5, 7, rng=rng, dtype=np.float64),
+            BatchNorm1d(7, momentum=0.3, dtype=np.float64),
+            ReLU(),
+            Linear(7, 3, rng=rng, dtype=np.float64),
+        )
     return Sequential(Conv2d(2, 3, 3, padding=1, rng=rng, dtype=np.float64), BatchNorm2d(3, dtype=np.float64),
                       ReLU(), Flatten(), Linear(3 * 4 * 4, 3, rng=rng, dtype=np.float64))
 
@@ -171,7 +184,9 @@ def test_convert_sync_batchnorm_keeps_parameters_and_statistics():
         model[0][1].running_mean[...] = [1.0, 2.0, 3.0]
         params, before = [id(p) for p in model.parameters()], model.state_dict()
         converted = convert_sync_batchnorm(model, comm)
-        assert converted is model and type(model[0][1]) is SyncBatchNorm and type(model[1][0]) is SyncBatchNorm
+        assert (
+            converted is model and type(model[0][1]) is SyncBatchNorm and type(model[1][0]) is SyncBatchNorm
+        )
         assert [id(p) for p in model.parameters()] == params
         after = model.state_dict()
         assert all(np.array_equal(after[k], before[k]) for k in before)

@@ -1,4 +1,5 @@
-"""Column-, row-parallel Linear and the Megatron MLP block on P = 1..4 ranks, against the single-process layers.
+"""Column-, row-parallel Linear and the Megatron MLP block on P = 1..4 ranks, against the single-process
+layers.
 
 Every shard is cut from the full layer built with the same seed; its output, its input gradient and its
 weight and bias gradients must equal the matching slice of the single-process layer's (float64). One
@@ -34,9 +35,17 @@ def _width(draw, parts):
 
 @st.composite
 def cases(draw, parts):
-    return [{"d_in": _width(draw, parts), "d_out": _width(draw, parts), "hidden": _width(draw, parts),
-             "batch": draw(st.integers(1, 6)), "bias": draw(st.booleans()), "seed": draw(st.integers(0, 2**16))}
-            for _ in range(draw(st.integers(1, 2)))]
+    return [
+        {
+            "d_in": _width(draw, parts),
+            "d_out": _width(draw, parts),
+            "hidden": _width(draw, parts),
+            "batch": draw(st.integers(1, 6)),
+            "bias": draw(st.booleans()),
+            "seed": draw(st.integers(0, 2**16)),
+        }
+        for _ in range(draw(st.integers(1, 2)))
+    ]
 
 
 def _data(c):
@@ -70,7 +79,13 @@ def _linear_shards(comm, case_list):
         first, second = _mlp_layers(c)  # kept sharded: a column layer feeding a row layer, as Modules
         pair = Sequential(ColumnParallelLinear.from_linear(comm, first, gather_output=False), ReLU(),
                           RowParallelLinear.from_linear(comm, second, input_is_parallel=True))
-        res["column_then_row"] = (pair(x), pair.backward(dy), *_grads(pair[0]), *_grads(pair[2]), pair[0].rows)
+        res["column_then_row"] = (
+            pair(x),
+            pair.backward(dy),
+            *_grads(pair[0]),
+            *_grads(pair[2]),
+            pair[0].rows,
+        )
         out.append(res)
     return out
 
@@ -107,7 +122,9 @@ def test_parallel_tensor_linear_shards_equal_slices(parts, data):
     per_rank = run(_linear_shards, parts, case_list, timeout=60.0)
     for i, c in enumerate(case_list):
         x, dy = _data(c)
-        full = Linear(c["d_in"], c["d_out"], c["bias"], rng=np.random.default_rng(c["seed"]), dtype=np.float64)
+        full = Linear(
+            c["d_in"], c["d_out"], c["bias"], rng=np.random.default_rng(c["seed"]), dtype=np.float64
+        )
         y, dx = full(x), full.backward(dy)
         dw, db = full.weight.grad, None if full.bias is None else full.bias.grad
         first, second = _mlp_layers(c)
@@ -118,7 +135,12 @@ def test_parallel_tensor_linear_shards_equal_slices(parts, data):
         for rank in range(parts):
             res = per_rank[rank][i]
             y_g, dx_g, dw_g, db_g, rows = res["column_gather"]
-            _close(y_g, y), _close(dx_g, dx), _close(dw_g, dw[rows]), _close(db_g, None if db is None else db[rows])
+            (
+                _close(y_g, y),
+                _close(dx_g, dx),
+                _close(dw_g, dw[rows]),
+                _close(db_g, None if db is None else db[rows]),
+            )
             y_s, dx_s, dw_s, db_s, rows_s = res["column_sharded"]
             assert rows_s == rows
             _close(y_s, y[:, rows]), _close(dx_s, dx), _close(dw_s, dw[rows])
@@ -170,12 +192,18 @@ def _bad_layer(comm, kind):
     return "no error"
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("too_many_shards", "cannot split 2 features into 3 shards"),
-    ("row_too_many_shards", "cannot split 2 features into 3 shards"),
-    ("mismatched_column", r"ColumnParallelLinear \(in_features, out_features, bias\) differs across the ranks"),
-    ("mismatched_row", r"RowParallelLinear \(in_features, out_features, bias\) differs across the ranks"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("too_many_shards", "cannot split 2 features into 3 shards"),
+        ("row_too_many_shards", "cannot split 2 features into 3 shards"),
+        (
+            "mismatched_column",
+            r"ColumnParallelLinear \(in_features, out_features, bias\) differs across the ranks",
+        ),
+        ("mismatched_row", r"RowParallelLinear \(in_features, out_features, bias\) differs across the ranks"),
+    ],
+)
 def test_parallel_tensor_bad_shards_raise_clear_errors(kind, message):
     with pytest.raises(ClusterError, match=message):
         run(_bad_layer, 3, kind, timeout=30.0)
@@ -200,11 +228,23 @@ def _mismatched_batch(comm, kind):
     return "no error"
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("gather", r"must all see the same batch; their output slices have shapes rank 0: \(3, 2\), rank 1: \(4, 2\)"),
-    ("allreduce", (r"collective mismatch: rank \d called reduce_scatter\(op='sum', size=\d+, dtype=float64\), "
-                   r"but not every rank made the same call")),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        (
+            "gather",
+            r"must all see the same batch; their output slices have shapes "
+            r"rank 0: \(3, 2\), rank 1: \(4, 2\)",
+        ),
+        (
+            "allreduce",
+            (
+                r"collective mismatch: rank \d called reduce_scatter\(op='sum', size=\d+, dtype=float64\), "
+                r"but not every rank made the same call"
+            ),
+        ),
+    ],
+)
 def test_parallel_tensor_mismatched_batches_raise_not_hang(kind, message):
     with pytest.raises(ClusterError, match=message):
         run(_mismatched_batch, 2, kind, timeout=30.0)
@@ -225,6 +265,8 @@ def test_parallel_tensor_one_rank_layers_pass_gradcheck(rng):
 def test_parallel_tensor_one_rank_megatron_passes_gradcheck(rng):
     from minidist.gradcheck import gradcheck
 
-    block = MegatronMLP(OneRank(), Linear(4, 6, rng=rng, dtype=np.float64), Linear(6, 3, rng=rng, dtype=np.float64))
+    block = MegatronMLP(
+        OneRank(), Linear(4, 6, rng=rng, dtype=np.float64), Linear(6, 3, rng=rng, dtype=np.float64)
+    )
     errors = gradcheck(block, rng.standard_normal((5, 4)), rng)
     assert max(errors.values()) < 1e-6, errors

@@ -70,7 +70,7 @@ def check(P, d, h, d_out, n, seed, input_grad):
     x, dz = rng.normal(size=(n, d)), rng.normal(size=(n, d_out))
     z, want = reference(x, dz, first, second)
     results = run(worker, P, d, h, d_out, n, seed, input_grad, timeout=60)
-    for rank, (got_z, got_dx, grads, rows, (forward_bytes, backward_bytes)) in enumerate(results):
+    for rank, (got_z, got_dx, grads, rows, (_forward_bytes, _backward_bytes)) in enumerate(results):
         where = f"rank {rank} of {P}"
         np.testing.assert_allclose(got_z, z, rtol=1e-12, atol=1e-14, err_msg=where)
         if input_grad:

@@ -71,7 +71,9 @@ def _memory(comm, stage, optimizer, widths, bucket_bytes):
     x, y = rng.normal(size=(8, widths[0])), rng.integers(0, widths[-1], size=8)
     ledger = MemoryLedger(comm.rank)
     if stage == 0:
-        dp = DataParallel(comm, model, make(model.parameters()), CrossEntropyLoss(), gradient_as_bucket_view=True)
+        dp = DataParallel(
+            comm, model, make(model.parameters()), CrossEntropyLoss(), gradient_as_bucket_view=True
+        )
         before = comm.stats.bytes_sent
         dp.train_step(x, y)
         from minidist.memory import held_bytes
@@ -92,7 +94,7 @@ def test_parallel_zero_memory_and_bytes_equal_the_formulas(world_size, optimizer
     widths, b = (5, 7, 3), 8                      # Ψ = 42 + 24 = 66 float64 parameters, layers 42 and 24
     psi = 5 * 7 + 7 + 7 * 3 + 3
     dp = run(_memory, world_size, 0, optimizer, widths, 10**6)
-    for held, sent, *_ in dp:
+    for held, _sent, *_ in dp:
         assert (held["parameters"], held["gradients"], held["optimizer"]) == (b * psi, b * psi, k * b * psi)
     for stage in (1, 2, 3):
         for r, (held, sent, psi_r, largest, gathered) in enumerate(
@@ -114,7 +116,9 @@ def test_parallel_zero_memory_and_bytes_equal_the_formulas(world_size, optimizer
                 assert peak_extra == 2 * b * 42
     if world_size == 2:                            # P divides both layers: the textbook forms
         assert dp[0][1] == 2 * (world_size - 1) / world_size * b * psi
-        assert run(_memory, 2, 3, optimizer, widths, 10**6)[0][1] == 3 * (world_size - 1) / world_size * b * psi
+        assert (
+            run(_memory, 2, 3, optimizer, widths, 10**6)[0][1] == 3 * (world_size - 1) / world_size * b * psi
+        )
 
 
 def _errors(comm):
@@ -123,20 +127,30 @@ def _errors(comm):
     shared = Linear(4, 4, rng=rng, dtype=np.float64)
     tied = Sequential(shared, ReLU(), shared)
     messages = []
-    for call in (lambda: zero_data_parallel(comm, tied, make, CrossEntropyLoss(), stage=1),
-                 lambda: zero_data_parallel(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=4),
-                 lambda: zero_data_parallel(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=0),
-                 lambda: zero_data_parallel(comm, make_model("mlp", 0),
-                                            lambda ps: make_optimizer("lars", ps), CrossEntropyLoss(), stage=2),
-                 lambda: zero_data_parallel(comm, make_model("mlp", 0), SGD(make_model("mlp", 0).parameters(), lr=1),
-                                            CrossEntropyLoss(), stage=1)):
+    for call in (
+        lambda: zero_data_parallel(comm, tied, make, CrossEntropyLoss(), stage=1),
+        lambda: zero_data_parallel(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=4),
+        lambda: zero_data_parallel(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=0),
+        lambda: zero_data_parallel(
+            comm, make_model("mlp", 0), lambda ps: make_optimizer("lars", ps), CrossEntropyLoss(), stage=2
+        ),
+        lambda: zero_data_parallel(
+            comm,
+            make_model("mlp", 0),
+            SGD(make_model("mlp", 0).parameters(), lr=1),
+            CrossEntropyLoss(),
+            stage=1,
+        ),
+    ):
         with pytest.raises((ValueError, TypeError)) as info:
             call()
         messages.append(str(info.value))
     model = make_model("mlp", 0)
     for stage in (1, 2, 3):                       # a refused optimizer leaves the model as it was
         with pytest.raises(TypeError, match="LARS"):
-            zero_data_parallel(comm, model, lambda ps: make_optimizer("lars", ps), CrossEntropyLoss(), stage=stage)
+            zero_data_parallel(
+                comm, model, lambda ps: make_optimizer("lars", ps), CrossEntropyLoss(), stage=stage
+            )
         assert all(p.data is not None and p.data.base is None for p in model.parameters())
     return messages
 

@@ -13,12 +13,12 @@ import pytest
 
 from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss
-from minidist.precision import BF16, FP16, quantize
-from minidist.precision.mixed import MixedPrecisionTrainer
-from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.zero import zero_data_parallel
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
+from minidist.precision import BF16, FP16, quantize
+from minidist.precision.mixed import MixedPrecisionTrainer
+from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
 from tests.parallel.data_parallel_helpers import make_data, make_model, make_optimizer
 
 FORMATS = {"fp16": (FP16, FP16), "bf16": (BF16, BF16), "fp16/bf16": (FP16, BF16)}
@@ -35,7 +35,9 @@ def _both(comm, case, batches):
     fmt, grad_fmt = FORMATS[case["formats"]]
     model = make_model(case["model"], case["seed"], dtype=np.float32)
     opt = make_optimizer(case["optimizer"], model.parameters())
-    mixed = MixedPrecisionTrainer(model, opt, CrossEntropyLoss(), fmt, grad_fmt=grad_fmt, scaler=scaler(grad_fmt))
+    mixed = MixedPrecisionTrainer(
+        model, opt, CrossEntropyLoss(), fmt, grad_fmt=grad_fmt, scaler=scaler(grad_fmt)
+    )
     dp = DataParallel(comm, model, opt, CrossEntropyLoss(), mixed=mixed, bucket_bytes=200)
     zero = zero_data_parallel(comm, make_model(case["model"], case["seed"], dtype=np.float32),
                               lambda shards: make_optimizer(case["optimizer"], shards), CrossEntropyLoss(),
@@ -61,8 +63,13 @@ def _both(comm, case, batches):
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_parallel_zero_mixed_equals_data_parallel_mixed_per_parameter(world_size, stage):
     model = ("mlp", "nested", "tanh_layernorm")[(stage + world_size) % 3]
-    case = {"model": model, "seed": 5 + stage, "stage": stage, "optimizer": ("adam", "sgd", "adamw")[stage - 1],
-            "formats": ("fp16", "bf16", "fp16/bf16")[world_size - 1]}
+    case = {
+        "model": model,
+        "seed": 5 + stage,
+        "stage": stage,
+        "optimizer": ("adam", "sgd", "adamw")[stage - 1],
+        "formats": ("fp16", "bf16", "fp16/bf16")[world_size - 1],
+    }
     batches = make_data(model, case["seed"], [7, 8, 9, 6, 8])
     for history, fmt in run(_both, world_size, case, batches, timeout=120):
         assert [h["applied"] for h in history][:2] == [(False, False), (True, True)]   # step 1 overflowed
@@ -82,8 +89,14 @@ def test_parallel_zero_mixed_equals_data_parallel_mixed_per_parameter(world_size
 def _overflow_on_one_rank(comm, stage):
     """Only rank 1's data overflows: every rank must skip the step (the flag is allreduced)."""
     model = make_model("mlp", 1, dtype=np.float32)
-    zero = zero_data_parallel(comm, model, lambda ps: make_optimizer("sgd", ps), CrossEntropyLoss(), stage=stage,
-                              mixed=ShardedMixedPrecision(FP16, scaler=StaticLossScaler(2.0**10)))
+    zero = zero_data_parallel(
+        comm,
+        model,
+        lambda ps: make_optimizer("sgd", ps),
+        CrossEntropyLoss(),
+        stage=stage,
+        mixed=ShardedMixedPrecision(FP16, scaler=StaticLossScaler(2.0**10)),
+    )
     before = [p.copy() for p in zero.master_parameters()]
     x, y = make_data("mlp", 1, [4])[0]
     x = x.astype(np.float32)
@@ -101,21 +114,43 @@ def test_parallel_zero_mixed_skips_the_step_on_every_rank_when_one_finds_inf(sta
 def _errors(comm):
     messages = []
     make = lambda ps: make_optimizer("sgd", ps)  # noqa: E731
-    calls = (lambda: zero_data_parallel(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=1,
-                                        mixed=ShardedMixedPrecision(FP16)),                     # float64 model
-             lambda: zero_data_parallel(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=2,
-                                        mixed=MixedPrecisionTrainer(make_model("mlp", 0, np.float32),
-                                                                    make(make_model("mlp", 0).parameters()),
-                                                                    CrossEntropyLoss(), FP16)),
-             lambda: ShardedMixedPrecision(FP16, scaler=2.0**10))
+    calls = (
+        lambda: zero_data_parallel(
+            comm,
+            make_model("mlp", 0),
+            make,
+            CrossEntropyLoss(),
+            stage=1,
+            # float64 model
+            mixed=ShardedMixedPrecision(FP16),
+        ),
+        lambda: zero_data_parallel(
+            comm,
+            make_model("mlp", 0, np.float32),
+            make,
+            CrossEntropyLoss(),
+            stage=2,
+            mixed=MixedPrecisionTrainer(
+                make_model("mlp", 0, np.float32),
+                make(make_model("mlp", 0).parameters()),
+                CrossEntropyLoss(),
+                FP16,
+            ),
+        ),
+        lambda: ShardedMixedPrecision(FP16, scaler=2.0**10),
+    )
     for call in calls:
         with pytest.raises((TypeError, ValueError)) as info:
             call()
         messages.append(str(info.value))
     shared = ShardedMixedPrecision(FP16)
-    zero_data_parallel(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=3, mixed=shared)
+    zero_data_parallel(
+        comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=3, mixed=shared
+    )
     with pytest.raises(ValueError, match="one per wrapper"):
-        zero_data_parallel(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=1, mixed=shared)
+        zero_data_parallel(
+            comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=1, mixed=shared
+        )
     plain = zero_data_parallel(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=2)
     mixed = zero_data_parallel(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=2,
                                mixed=ShardedMixedPrecision(FP16))

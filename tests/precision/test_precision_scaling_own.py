@@ -73,7 +73,7 @@ def test_a_training_loop_skips_overflowing_steps_and_recovers():
     """The loop of a mixed-precision trainer: unscale, skip on overflow, update the scale."""
     scaler = DynamicLossScaler(2.0**4, growth_interval=2)
     w, applied = np.zeros(3), 0
-    for step, g in enumerate([np.ones(3), np.full(3, np.inf), np.ones(3), np.ones(3), np.ones(3)]):
+    for _step, g in enumerate([np.ones(3), np.full(3, np.inf), np.ones(3), np.ones(3), np.ones(3)]):
         grads = [g * scaler.scale]
         found_inf = scaler.unscale(grads)
         if not found_inf:

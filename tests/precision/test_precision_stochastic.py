@@ -208,8 +208,11 @@ def test_fast_path_picks_the_readable_neighbours(fmt, monkeypatch):
                 noise = (lambda r, n, nbits, uint: np.zeros(n, uint)) if direction == "down" else \
                     (lambda r, n, nbits, uint: np.full(n, (1 << nbits) - 1, dtype=uint))
                 m.setattr(fast_rounding, "_random_integers", noise)
-                m.setattr(fast_rounding, "_uniform_below",
-                          lambda rest, k, r, d=direction: (rest > 0) if d == "up" else np.zeros(rest.size, bool))
+                m.setattr(
+                    fast_rounding,
+                    "_uniform_below",
+                    lambda rest, k, r, d=direction: (rest > 0) if d == "up" else np.zeros(rest.size, bool),
+                )
                 results["fast", direction] = fast(x, fmt, rng)
         negative = np.signbit(x)
         toward_zero = np.where(negative, results["readable", "up"], results["readable", "down"])

@@ -21,7 +21,25 @@ from .schedule import PSSchedule, Push, ps_schedule
 from .staleness import check_bound, may_start
 from .stragglers import step_seconds
 
-__all__ = ["Exchange", "PSSchedule", "Push", "SparseProblem", "best_momentum", "check_bound", "easgd_schedule",
-           "hogwild", "implicit_momentum", "least_squares", "may_start", "ps_schedule", "replay_parameter_server",
-           "sparse_problem", "step_seconds", "sweep_momentum", "train_elastic", "train_elastic_async",
-           "train_local_sgd", "train_parameter_server"]
+__all__ = [
+    "Exchange",
+    "PSSchedule",
+    "Push",
+    "SparseProblem",
+    "best_momentum",
+    "check_bound",
+    "easgd_schedule",
+    "hogwild",
+    "implicit_momentum",
+    "least_squares",
+    "may_start",
+    "ps_schedule",
+    "replay_parameter_server",
+    "sparse_problem",
+    "step_seconds",
+    "sweep_momentum",
+    "train_elastic",
+    "train_elastic_async",
+    "train_local_sgd",
+    "train_parameter_server",
+]

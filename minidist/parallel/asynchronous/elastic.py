@@ -1,15 +1,18 @@
 """Elastic averaging SGD: workers explore on their own, tied to a center variable by an elastic force.
 
 Zhang, Choromanska, LeCun, "Deep learning with elastic averaging SGD" (the "Scaling Deep Learning"
-slides: "Elastic Averaging SGD [Zhang, NIPS 2015]: communicate periodically"). Every τ steps, with the
-moving rate α and β = P·α (synchronous EASGD, equations (5)-(6) of the paper):
+slides: "Elastic Averaging SGD [Zhang, NIPS 2015]: communicate periodically"). Synchronous EASGD,
+equations (5)-(6) of the paper, with the moving rate α = ηρ and β = P·α: at an exchange step t the
+gradient step and the elastic step are both taken from the same point x_r,t (and the same x̃_t),
 
-    x_r ← x_r − α (x_r − x̃)                       each worker is pulled towards the center
-    x̃  ← x̃ + α Σ_r (x_r − x̃) = (1 − β) x̃ + β · mean_r x_r     the center moves towards the workers
+    x_r,t+1 = x_r,t − η ∇f_r(x_r,t) − α (x_r,t − x̃_t)       each worker steps and is pulled to the center
+    x̃_t+1  = x̃_t + α Σ_r (x_r,t − x̃_t) = (1 − β) x̃_t + β · mean_r x_r,t   the center moves to the workers
 
-(both with the old x_r and x̃), and between exchanges each worker takes plain local SGD steps. Every rank
-keeps its copy of x̃; the sum Σ_r x_r is one allreduce, so the copies stay bitwise equal. β = 1 and τ = 1
-would reset every worker to the average: the elastic force (α < 1/P) lets them keep exploring.
+(with another optimizer, "− η ∇f" is its update at x_r,t). Between exchanges each worker takes plain
+local SGD steps. Exchanges come with every τ-th local step (steps τ−1, 2τ−1, … counting from 0; the
+paper's periodic form, "τ divides t", counts from t = 0, where the pull is zero since every x_r = x̃).
+Every rank keeps its copy of x̃; the sum Σ_r x_r,t is one allreduce, so the copies stay bitwise equal.
+β = 1 and τ = 1 would reset every worker to the average: the elastic force (α < 1/P) lets them explore.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
     """
     seconds = check_common(comm, seconds, every, "train_elastic")
     if not (alpha > 0 and comm.world_size * alpha <= 1):
-        raise ValueError(f"train_elastic: the moving rate needs 0 < alpha and beta = P·alpha <= 1, got alpha={alpha} "
-                         f"with P = {comm.world_size}")
+        raise ValueError(
+            f"train_elastic: the moving rate needs 0 < alpha and beta = P·alpha <= 1, got alpha={alpha} "
+            f"with P = {comm.world_size}"
+        )
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     params, steps = model.parameters(), seconds.shape[1]
@@ -38,11 +43,14 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
     losses, centers = [], [(comm.clock, center.copy())]
     for step in range(steps):
         x, y = batch(comm.rank, step)
-        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step])))
-        if (step + 1) % every == 0:
-            local = np.concatenate([p.data.ravel() for p in params])
-            total = allreduce(comm, local, algorithm=algorithm)
-            local -= alpha * (local - center)
+        exchange = (step + 1) % every == 0
+        before = np.concatenate([p.data.ravel() for p in params]) if exchange else None  # x_r,t
+        losses.append(
+            (comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step]))
+        )
+        if exchange:
+            total = allreduce(comm, before, algorithm=algorithm)
+            local = np.concatenate([p.data.ravel() for p in params]) - alpha * (before - center)
             center = center + alpha * (total - comm.world_size * center)
             offset = 0
             for p in params:

@@ -2,10 +2,16 @@
 
 Zhang, Choromanska, LeCun, "Deep learning with elastic averaging SGD" (asynchronous EASGD, their
 Algorithm 1; the "Scaling Deep Learning" slides: "Elastic Averaging SGD ... communicate periodically").
-Rank 0 holds the center variable x̃; ranks 1..P are workers taking plain local SGD steps. After every τ
-local steps worker i sends x_i to the center, which at once (both with the old x_i and x̃)
+Rank 0 holds the center variable x̃; ranks 1..P are workers taking plain local SGD steps. As in
+Algorithm 1, the elastic step and the gradient step of an exchange step start from the same point x
+(the worker's x_i before that step): with every τ-th local step, worker i keeps x, takes its step
+x_i ← x − η ∇f_i(x), sends x to the center, which at once (with x and its current x̃)
 
-    e = α (x_i − x̃);   x̃ ← x̃ + e;   replies e;   the worker sets x_i ← x_i − e
+    e = α (x − x̃);   x̃ ← x̃ + e;   replies e;   the worker sets x_i ← x_i − e
+
+so x_i ends at x − η ∇f_i(x) − α (x − x̃), Algorithm 1's lines a), b) and its gradient step. Exchanges
+come with local steps τ−1, 2τ−1, … counting from 0 (Algorithm 1's "τ divides t" counts from t = 0,
+where the pull is zero: x_i = x̃).
 
 and the worker goes on; the others never wait for it. The center serves workers in order of arrival on
 the simulated clock (ties: lower worker first), which ``easgd_schedule`` computes from the straggler
@@ -127,17 +133,18 @@ def _center(comm, center: np.ndarray, plan: list[Exchange], alpha: float) -> dic
 
 
 def _worker(comm, model, optimizer, loss_fn, batch, params, seconds, every) -> dict:
-    """Local SGD steps; after every τ-th, send x_i, receive e, x_i ← x_i − e."""
+    """Local SGD steps; with every τ-th, send the x_i it started from, receive e, x_i ← x_i − e."""
     elastic = np.empty(sum(p.size for p in params), dtype=params[0].data.dtype)
     losses = []
     for step, duration in enumerate(seconds):
         x, y = batch(comm.rank - 1, step)
+        exchange = (step + 1) % every == 0
+        before = np.concatenate([p.data.ravel() for p in params]) if exchange else None   # Algorithm 1's x
         losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, duration)))
-        if (step + 1) % every == 0:
-            local = np.concatenate([p.data.ravel() for p in params])
-            comm.send(local, 0)
+        if exchange:
+            comm.send(before, 0)
             comm.recv(0, out=elastic)
-            local -= elastic
+            local = np.concatenate([p.data.ravel() for p in params]) - elastic
             offset = 0
             for p in params:
                 p.data[...] = local[offset:offset + p.size].reshape(p.shape)

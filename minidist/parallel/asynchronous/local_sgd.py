@@ -22,7 +22,9 @@ def check_common(comm, seconds, every: int, what: str) -> np.ndarray:
         raise ValueError(f"{what}: the averaging period must be an integer >= 1, got {every!r}")
     seconds = np.asarray(seconds, dtype=np.float64)
     if seconds.ndim != 2 or seconds.shape[0] != comm.world_size or seconds.shape[1] < 1:
-        raise ValueError(f"{what}: seconds must have shape (world size = {comm.world_size}, steps), got {seconds.shape}")
+        raise ValueError(
+            f"{what}: seconds must have shape (world size = {comm.world_size}, steps), got {seconds.shape}"
+        )
     return seconds
 
 
@@ -50,7 +52,9 @@ def train_local_sgd(comm, model, optimizer, loss_fn, batch, *, seconds, every: i
     losses, averages = [], []
     for step in range(steps):
         x, y = batch(comm.rank, step)
-        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step])))
+        losses.append(
+            (comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step]))
+        )
         if (step + 1) % every == 0 or step + 1 == steps:
             flat = np.concatenate([p.data.ravel() for p in params])
             flat = allreduce(comm, flat, algorithm=algorithm) / comm.world_size

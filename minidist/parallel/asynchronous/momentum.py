@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import is_count
 from minidist.cluster import LinkModel
 from minidist.nn import Parameter
 from minidist.optim import SGD
@@ -42,8 +43,7 @@ def least_squares(samples: int, features: int, condition: float, rng: np.random.
     x = U diag(s) Vᵀ with orthonormal U, V and s from √samples down to √samples/√condition, so the
     MSE Hessian (2/samples) xᵀx has eigenvalues from 2 down to 2/condition; y = x w* exactly (minimum 0).
     """
-    if not (isinstance(samples, (int, np.integer)) and isinstance(features, (int, np.integer))
-            and 1 <= features <= samples):
+    if not (is_count(samples) and is_count(features) and features <= samples):
         raise ValueError(f"least_squares: needs integers 1 <= features <= samples, got {features}, {samples}")
     if not condition >= 1:
         raise ValueError(f"least_squares: condition must be >= 1, got {condition}")

@@ -39,7 +39,11 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     every record_every updates};
     workers return {"losses": [(clock, loss)], "clock"}.
     """
-    if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or not 1 <= servers < comm.world_size:
+    if (
+        isinstance(servers, bool)
+        or not isinstance(servers, (int, np.integer))
+        or not 1 <= servers < comm.world_size
+    ):
         raise ValueError(f"servers must be an integer with 1 <= servers < world size = {comm.world_size} "
                          f"(at least one worker), got {servers!r}")
     if not lr > 0:
@@ -57,7 +61,9 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     nbytes = [(hi - lo) * flat.itemsize for lo, hi in pieces]
     plan = ps_schedule(seconds, nbytes, nbytes, link.alpha, link.beta, bound)
     if comm.rank < servers:
-        return _serve(comm, flat, pieces[comm.rank], plan.pushes[comm.rank], servers, lr, momentum, record_every)
+        return _serve(
+            comm, flat, pieces[comm.rank], plan.pushes[comm.rank], servers, lr, momentum, record_every
+        )
     return _work(comm, model, loss_fn, batch, params, pieces, seconds[comm.rank - servers], servers)
 
 
@@ -70,8 +76,10 @@ def _serve(comm, flat, piece, pushes, servers, lr, momentum, record_every) -> di
     for push in pushes:
         comm.recv(servers + push.worker, out=shard.grad)
         if comm.clock != push.received:
-            raise RuntimeError(f"server {comm.rank}: the clock ({comm.clock}) left the schedule ({push.received}); "
-                               f"pass train_parameter_server the LinkModel the run uses")
+            raise RuntimeError(
+                f"server {comm.rank}: the clock ({comm.clock}) left the schedule ({push.received}); "
+                f"pass train_parameter_server the LinkModel the run uses"
+            )
         staleness.append(version - sent.get(push.worker, 0))
         times.append(comm.clock)
         optimizer.step()

@@ -26,14 +26,20 @@ class ErrorFeedback:
 
     def __init__(self, codec, enabled: bool = True):
         if not (callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))):
-            raise TypeError(f"ErrorFeedback needs a codec with encode() and decode(), got {type(codec).__name__}")
+            raise TypeError(
+                f"ErrorFeedback needs a codec with encode() and decode(), got {type(codec).__name__}"
+            )
         self.codec, self.enabled = codec, bool(enabled)
         self.n, self.dtype = codec.n, codec.dtype
         self.residual = np.zeros(codec.n, dtype=codec.dtype)
 
     def compress(self, grad: np.ndarray) -> np.ndarray:
         """grad: flat gradient, shape (n,) -> the uint8 message; updates ``residual``."""
-        if not (isinstance(grad, np.ndarray) and grad.shape == self.residual.shape and grad.dtype == self.residual.dtype):
+        if not (
+            isinstance(grad, np.ndarray)
+            and grad.shape == self.residual.shape
+            and grad.dtype == self.residual.dtype
+        ):
             raise ValueError(f"ErrorFeedback.compress expects a flat {self.residual.dtype} gradient of shape "
                              f"{self.residual.shape}, got {getattr(grad, 'dtype', type(grad).__name__)} "
                              f"{getattr(grad, 'shape', '')}")

@@ -39,7 +39,11 @@ class Dense:
         return x.view(np.uint8).copy()
 
     def decode(self, message: np.ndarray) -> np.ndarray:
-        if not (isinstance(message, np.ndarray) and message.dtype == np.uint8 and message.shape == (self.message_bytes,)):
+        if not (
+            isinstance(message, np.ndarray)
+            and message.dtype == np.uint8
+            and message.shape == (self.message_bytes,)
+        ):
             raise ValueError(f"Dense.decode expects a uint8 message of {self.message_bytes} bytes")
         return message.view(self.dtype).copy()
 
@@ -65,11 +69,19 @@ class CompressedDataParallel:
         if compressor is None:
             from .error_feedback import ErrorFeedback
             compressor = ErrorFeedback(Dense(self.n, self.dtype), enabled=False)
-        if not (callable(getattr(compressor, "compress", None)) and callable(getattr(compressor, "decode", None))):
+        if not (
+            callable(getattr(compressor, "compress", None)) and callable(getattr(compressor, "decode", None))
+        ):
             raise TypeError(f"compressor needs compress() and decode(), got {type(compressor).__name__}")
         if getattr(compressor, "n", self.n) != self.n:
             raise ValueError(f"the compressor is built for {compressor.n} entries, the model has {self.n}")
-        self.comm, self.model, self.optimizer, self.loss_fn, self.compressor = comm, model, optimizer, loss_fn, compressor
+        self.comm, self.model, self.optimizer, self.loss_fn, self.compressor = (
+            comm,
+            model,
+            optimizer,
+            loss_fn,
+            compressor,
+        )
         self.bytes_per_step: list[int] = []
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:

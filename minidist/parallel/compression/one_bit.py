@@ -11,11 +11,17 @@ so the decoded group has the same sum as the original. The wire format is one ui
 all n entries packed 8 to a byte (ceil(n / 8) bytes), then the 2·groups reconstruction values in the
 value dtype — 32x fewer bytes than float32, plus the scales. What is lost (x − decoded) is what error
 feedback (error_feedback.py) carries to the next step.
+
+Non-finite input propagates, it is never masked: a NaN or ±Inf entry makes its group's mean on its side
+NaN or ±Inf, so every decoded entry of that side is non-finite and a loss scaler's overflow check
+(``DynamicLossScaler.unscale``) sees it and skips the step, as with an uncompressed gradient.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from minidist.checks import check_count
 
 from .topk import check_dtype
 
@@ -33,7 +39,7 @@ class OneBit:
     def __init__(self, shapes: list[tuple[int, ...]], per: str = "tensor", dtype=np.float32):
         if per not in ("tensor", "column"):
             raise ValueError(f"OneBit: per must be 'tensor' or 'column', got {per!r}")
-        shapes = [tuple(int(d) for d in s) for s in shapes]
+        shapes = [tuple(check_count(d, "OneBit: a shape entry", 0) for d in s) for s in shapes]
         if not shapes or any(int(np.prod(s)) == 0 for s in shapes):
             raise ValueError(f"OneBit needs at least one non-empty tensor shape, got {shapes}")
         self.shapes, self.per, self.dtype = shapes, per, check_dtype(dtype)
@@ -60,17 +66,25 @@ class OneBit:
         count = np.diff(np.append(self.starts, self.n))
         ones = np.add.reduceat(bs.astype(np.int64), self.starts)
         plus = np.add.reduceat(np.where(bs, xs, 0.0), self.starts)
-        minus = np.add.reduceat(xs, self.starts) - plus
-        with np.errstate(invalid="ignore", divide="ignore"):      # an empty side: its mean is never used
-            scales = np.stack([plus / ones, minus / (count - ones)])
-        scales = np.nan_to_num(scales).astype(self.dtype)
+        minus = np.add.reduceat(np.where(bs, 0.0, xs), self.starts)     # a NaN lands here (NaN >= 0 is False)
+        sides = np.stack([ones, count - ones])
+        # An empty side's mean is never decoded: 0 there. Nothing else is masked, so a NaN or Inf entry
+        # makes its side's mean non-finite and the decoded gradient carries it to the overflow check.
+        scales = np.divide(np.stack([plus, minus]), sides, out=np.zeros(sides.shape), where=sides > 0)
+        scales = scales.astype(self.dtype)
         return np.concatenate([np.packbits(bits), scales.ravel().view(np.uint8)])
 
     def decode(self, message: np.ndarray) -> np.ndarray:
         """message: uint8 (message_bytes,) -> the decoded flat gradient, shape (n,), in the value dtype."""
-        if not (isinstance(message, np.ndarray) and message.dtype == np.uint8 and message.shape == (self.message_bytes,)):
-            raise ValueError(f"OneBit.decode expects a uint8 message of {self.message_bytes} bytes, got "
-                             f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}")
+        if not (
+            isinstance(message, np.ndarray)
+            and message.dtype == np.uint8
+            and message.shape == (self.message_bytes,)
+        ):
+            raise ValueError(
+                f"OneBit.decode expects a uint8 message of {self.message_bytes} bytes, got "
+                f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}"
+            )
         packed = (self.n + 7) // 8
         bits = np.unpackbits(message[:packed], count=self.n).astype(bool)
         scales = message[packed:].view(self.dtype).reshape(2, self.groups)

@@ -78,11 +78,16 @@ class TopK:
         width = self.dtype.itemsize + 4
         if not (isinstance(message, np.ndarray) and message.dtype == np.uint8 and message.ndim == 1
                 and message.size % width == 0 and 0 < message.size // width <= self.n):
-            raise ValueError(f"TopK.decode expects a uint8 message of k·{width} bytes with 0 < k <= {self.n}, got "
-                             f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}")
+            raise ValueError(
+                f"TopK.decode expects a uint8 message of k·{width} bytes with 0 < k <= {self.n}, got "
+                f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}"
+            )
         k = message.size // width
         values = message[:k * self.dtype.itemsize].view(self.dtype)
         index = message[k * self.dtype.itemsize:].view(np.int32)
+        if index.min() < 0 or index.max() >= self.n:      # (a negative index would wrap around silently)
+            raise ValueError(f"TopK.decode: the message's indices must lie in [0, {self.n}), got "
+                             f"{index.min()}..{index.max()}")
         dense = np.zeros(self.n, dtype=self.dtype)
         dense[index] = values
         return dense

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.checks import is_count
 from minidist.collectives import allreduce
 from minidist.nn.module import Parameter
 
@@ -47,7 +48,7 @@ class Bucket:
 
 def assign_buckets(params: list[Parameter], bucket_bytes: int | None) -> list[Bucket]:
     """Pack ``params`` (in forward order) into buckets, filled in reverse order; see the module docstring."""
-    if bucket_bytes is not None and (not isinstance(bucket_bytes, (int, np.integer)) or bucket_bytes < 1):
+    if bucket_bytes is not None and not is_count(bucket_bytes):
         raise ValueError(f"bucket_bytes must be a positive int (bytes) or None (no bucketing), got {bucket_bytes!r}")
     buckets: list[Bucket] = []
     current: list[Parameter] = []

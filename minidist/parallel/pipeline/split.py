@@ -13,6 +13,7 @@ import copy
 
 import numpy as np
 
+from minidist.checks import is_count
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.module import Sequential
 from minidist.split import split_offsets
@@ -21,7 +22,7 @@ from minidist.split import split_offsets
 def check_boundaries(boundaries, num_layers: int, num_stages: int) -> list[int]:
     """Return boundaries as a list of ints, or raise ValueError saying what a valid split looks like."""
     b = list(boundaries)
-    valid = (len(b) == num_stages + 1 and all(isinstance(v, (int, np.integer)) for v in b)
+    valid = (len(b) == num_stages + 1 and all(is_count(v, 0) for v in b)
              and b[0] == 0 and b[-1] == num_layers and all(b[i] < b[i + 1] for i in range(num_stages)))
     if not valid:
         raise ValueError(f"stage boundaries {b} do not split {num_layers} layers into {num_stages} stages: "
@@ -30,7 +31,7 @@ def check_boundaries(boundaries, num_layers: int, num_stages: int) -> list[int]:
 
 
 def _check_count(num_layers: int, num_stages: int) -> None:
-    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
+    if not is_count(num_stages):
         raise ValueError(f"number of stages must be an integer >= 1, got {num_stages!r}")
     if num_stages > num_layers:
         raise ValueError(f"cannot split {num_layers} layers into {num_stages} stages: every stage needs a layer")

@@ -15,8 +15,6 @@ layer is element-wise once (μ, σ²) are known. ``spatialize`` maps every Batch
 
 from __future__ import annotations
 
-import numpy as np
-
 from minidist.nn.norm import BatchNorm2d
 from minidist.parallel.data.sync_batchnorm import SyncBatchNorm, _adopt
 

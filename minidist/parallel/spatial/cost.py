@@ -25,6 +25,7 @@ import numpy as np
 
 from minidist.collectives import allreduce
 from minidist.nn import Conv2d
+
 from .comm import shift_step
 from .partition import HaloPlan, length
 

@@ -24,7 +24,20 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, allreduce, gather, scatter
-from minidist.nn import GELU, AvgPool2d, BatchNorm2d, Conv2d, Flatten, MaxPool2d, Module, ReLU, Sequential, Sigmoid, Tanh
+from minidist.nn import (
+    GELU,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Flatten,
+    MaxPool2d,
+    Module,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    Tanh,
+)
+
 from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
 from .partition import HaloPlan, length, split_bounds
@@ -202,7 +215,8 @@ SPATIAL = {Conv2d: SpatialConv2d, MaxPool2d: SpatialMaxPool2d, AvgPool2d: Spatia
 def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[int, int]) -> Sequential:
     """The spatially parallel twin of ``model``, sharing its Parameters (so one optimizer serves both).
 
-    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / BatchNorm2d / ReLU / Tanh / Sigmoid / GELU layers, then
+    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / BatchNorm2d / ReLU / Tanh / Sigmoid / GELU layers,
+    then
     Flatten and anything after it (the head). Convs and pools become their Spatial versions; element-wise
     layers work on the blocks as they are; a GridAllgather goes before the Flatten and the head runs
     replicated on every rank. forward takes this rank's block of the input, returns the full output.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import is_count
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn import Module
 from minidist.split import split_bounds, split_range
@@ -43,8 +44,8 @@ def feature_slice(n: int, parts: int, index: int) -> slice:
 
 
 def _check_not_empty(n: int, parts: int) -> None:
-    if int(parts) < 1:
-        raise ValueError(f"need at least one shard, got {parts}")
+    if not is_count(parts):
+        raise ValueError(f"need at least one shard (an integer >= 1), got {parts!r}")
     if int(n) < int(parts):
         raise ValueError(f"cannot split {n} features into {parts} shards: each shard needs at least one "
                          f"feature (use at most {n} ranks for this layer)")

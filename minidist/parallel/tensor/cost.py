@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from minidist.checks import is_count
+
 
 def _check(widths: Sequence[int], batch: int, parts: int) -> list[int]:
-    widths = [int(d) for d in widths]
-    if len(widths) < 2 or min(widths) < 1:
-        raise ValueError(f"widths must be [d_0, ..., d_L] with L >= 1 and every d_i >= 1, got {widths}")
-    if int(batch) < 1 or int(parts) < 1:
-        raise ValueError(f"batch and the number of ranks must be >= 1, got batch={batch}, P={parts}")
-    return widths
+    if len(widths) < 2 or not all(is_count(d) for d in [*widths, batch, parts]):
+        raise ValueError(f"widths must be [d_0, ..., d_L] (L >= 1); widths, batch and P integers >= 1, got "
+                         f"{widths}, batch={batch}, P={parts}")
+    return [int(d) for d in widths]
 
 
 def seed_t_comm_model(widths: Sequence[int], batch: int, parts: int, beta: float = 1.0) -> float:

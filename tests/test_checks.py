@@ -1,0 +1,67 @@
+"""A size or count is an integer, never a bool (True == 1 in Python): every size argument refuses True
+through minidist.checks, with a ValueError that says what was expected."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from minidist import nn
+from minidist.checks import check_count, check_real, is_count
+from minidist.collectives.schedule import schedule
+from minidist.parallel.asynchronous.momentum import least_squares
+from minidist.parallel.compression import OneBit
+from minidist.parallel.data.comm import assign_buckets
+from minidist.parallel.grid3d import Grid3D
+from minidist.parallel.hybrid import Grid
+from minidist.parallel.pipeline.split import check_boundaries, split_by_layers
+from minidist.parallel.tensor.comm import feature_bounds
+from minidist.parallel.tensor.cost import megatron_words
+from minidist.roofline import communication_intensity, layer_cost
+
+RNG = np.random.default_rng(0)
+COMM4 = SimpleNamespace(rank=0, world_size=4)
+
+BOOL_AS_SIZE = {
+    "Grid3D": lambda: Grid3D(COMM4, True, 2, 2),
+    "Grid (hybrid)": lambda: Grid(SimpleNamespace(rank=0, world_size=1), True),
+    "Linear": lambda: nn.Linear(True, 3, rng=RNG),
+    "Conv2d kernel": lambda: nn.Conv2d(1, 2, True, rng=RNG),
+    "MaxPool2d": lambda: nn.MaxPool2d(True),
+    "BatchNorm1d": lambda: nn.BatchNorm1d(True),
+    "LayerNorm": lambda: nn.LayerNorm(True),
+    "GroupNorm": lambda: nn.GroupNorm(True, 2),
+    "OnlineNorm": lambda: nn.OnlineNorm(True),
+    "OneBit shape": lambda: OneBit([(True, 3)]),
+    "schedule": lambda: schedule("ring", True),
+    "bucket_bytes": lambda: assign_buckets(nn.Linear(2, 2, rng=RNG).parameters(), True),
+    "pipeline boundaries": lambda: check_boundaries([0, True, 2], 2, 2),
+    "pipeline stages": lambda: split_by_layers(2, True),
+    "tensor shards": lambda: feature_bounds(4, True),
+    "tensor cost": lambda: megatron_words([4, 4, 4], True, 2),
+    "roofline shape": lambda: layer_cost(nn.ReLU(), (True, 3)),
+    "roofline batch": lambda: communication_intensity([4, 4], True, "data", 2),
+    "least_squares": lambda: least_squares(True, 1, 2.0, rng=RNG),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BOOL_AS_SIZE))
+def test_a_bool_is_not_a_size(case):
+    with pytest.raises(ValueError, match="int"):
+        BOOL_AS_SIZE[case]()
+
+
+def test_the_shared_checks():
+    assert is_count(3) and is_count(np.int64(0), 0) and not is_count(True) and not is_count(2.0)
+    assert check_count(np.int32(5), "n") == 5 and type(check_count(np.int32(5), "n")) is int
+    with pytest.raises(ValueError, match=r"n must be an integer >= 1, got True \(a bool is not a count\)"):
+        check_count(True, "n")
+    with pytest.raises(ValueError, match="n must be an integer >= 0, got -1"):
+        check_count(-1, "n", 0)
+    assert check_real(np.float32(2), "x", 0.0) == 2.0
+    with pytest.raises(TypeError, match="x must be a real number, got str"):
+        check_real("1", "x")
+    with pytest.raises(ValueError, match="x must be a finite number > 0"):
+        check_real(0.0, "x", 0.0, strict=True)
+    with pytest.raises(ValueError, match="finite"):
+        check_real(float("nan"), "x")
