@@ -26,13 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, allreduce
-from minidist.nn.module import Sequential
 from minidist.precision import FP32, quantize
 from minidist.precision.formats import check_format
+from minidist.precision.mixed import boundaries
 from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
 
 from .flat import send_bytes
-from .shards import leaf_layers
 
 
 class ShardedMixedPrecision:
@@ -67,13 +66,7 @@ class ShardedMixedPrecision:
         if dtypes != {np.dtype(np.float32)}:
             raise TypeError(f"mixed precision keeps fp32 masters: the model's parameters must be float32, got "
                             f"{sorted(str(d) for d in dtypes)}")
-        top = list(model) if isinstance(model, Sequential) else [model]
-        first = 0
-        for layer in top:
-            count = len(leaf_layers(layer))
-            self.starts.add(first)
-            self.ends.add(first + count - 1)
-            first += count
+        self.starts, self.ends = boundaries(model)
         self.bound = True
 
     # -- forward and backward in low precision (leaf layer i of the wrapper) -------------------------------
