@@ -133,6 +133,15 @@ class MixedPrecisionTrainer(Attachment):
         """Divide every .grad by the loss scale in place; True if any gradient is Inf/NaN (this rank)."""
         return self.scaler.unscale([p.grad for p in self.params])
 
+    def agree(self, reduce_max) -> bool:
+        """After the scaled gradients were summed over ranks: round the sums to grad_fmt (as an allreduce
+        in that format delivers them), unscale, and return found_inf of any rank, through
+        ``reduce_max(flag)`` (e.g. an allreduce with max of a 1-element array), so every rank skips alike."""
+        for p in self.params:
+            p.grad[...] = quantize(p.grad, self.grad_fmt)
+        found_inf = self.unscale()                # elementwise: the clock treats it as free
+        return bool(reduce_max(np.array([float(found_inf)]))[0])
+
     def step(self, found_inf: bool) -> bool:
         """Skip the update if found_inf, else optimizer.step() and round the masters; update the scaler.
 
@@ -157,6 +166,21 @@ class MixedPrecisionTrainer(Attachment):
         self.optimizer.zero_grad()
         loss = self.forward_backward(x, target)
         return loss, self.step(self.unscale())
+
+
+class FullPrecision(Attachment):
+    """The plain-precision counterpart of MixedPrecisionTrainer for a strategy: nothing is cast or
+    scaled, no gradient overflows, step() is the optimizer's."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def agree(self, reduce_max) -> bool:
+        return False
+
+    def step(self, found_inf: bool) -> bool:
+        self.optimizer.step()
+        return True
 
 
 def boundaries(model: Module) -> tuple[set[int], set[int]]:
