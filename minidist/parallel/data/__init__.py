@@ -1,4 +1,5 @@
-"""Data parallelism: data_parallel.py (DataParallel), comm.py (gradient buckets and their allreduce),
+"""Data parallelism: naive.py (NaiveDataParallel, one allreduce per parameter: read it first),
+data_parallel.py (DataParallel), comm.py (gradient buckets and their allreduce),
 replicas.py (the replicas-are-identical checks), shards.py (batch shards, loss weights, the forward's
 clock), overlap.py (communication overlapping backward, in closed form), sync_batchnorm.py (batch
 statistics over the global batch); ZeRO: flat.py (shards of flat parameter groups), zero.py (stages 1-2),
@@ -9,6 +10,7 @@ from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept
 from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
 from .data_parallel import DataParallel
 from .fsdp import FSDP
+from .naive import NaiveDataParallel
 from .overlap import allreduce_seconds, comm_spans, save_overlap_chrome, step_time
 from .replicas import check_same_layout, check_same_values, parameter_digest, parameter_signature
 from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers
@@ -27,6 +29,7 @@ __all__ = [
     "DEFAULT_BUCKET_BYTES",
     "Bucket",
     "DataParallel",
+    "NaiveDataParallel",
     "ShardWeightedLoss",
     "allreduce_bucket",
     "allreduce_seconds",
