@@ -15,8 +15,10 @@ reduce-scatter); ``before_forward`` and ``before_backward`` are where FSDP gathe
 ``begin()`` and ``end()`` bracket a whole pass (``end`` runs even when a layer raises).
 
 An *attachment* is any object with some of these methods (subclass ``Attachment``, whose methods do
-nothing); events that take a value return it, possibly replaced (mixed precision quantizes it). They fire
-in the order the attachments were given.
+nothing); events that take a value return it, possibly replaced (mixed precision quantizes it). Like
+wrappers around the layer, ``begin`` and ``before_*`` events fire in the order the attachments were given,
+``after_*`` and ``end*`` events in reverse: with [strategy, clock, precision], FSDP gathers a layer before
+the clock charges it, and mixed precision rounds a gradient before the strategy sends it.
 
 The layers are the model's *units*: a Sequential's layers, nested Sequentials flattened; any other
 module (a transformer block with its residual, a GPT) is one unit whose parameters become ready
@@ -74,21 +76,22 @@ def units(model: Module) -> list[Module]:
     return [model]
 
 
-def backward_through(layers: list[Module], dy: np.ndarray, attachments=(), input_grad: bool = True):
+def backward_through(layers: list[Module], dy: np.ndarray, attachments: list = (), input_grad: bool = True):
     """The library's one layer-by-layer backward loop: dy (shape of the last layer's output) -> dx.
 
     Each layer adds its parameters' gradients; with input_grad=False the layers below the first one
     with parameters are skipped, that one computes no dx (if it can), and None is returned.
     """
     first = 0 if input_grad else next((i for i, m in enumerate(layers) if m.parameters()), len(layers))
+    inner_first = attachments[::-1]
     for i in reversed(range(first, len(layers))):
         layer = layers[i]
         for a in attachments:
             dy = a.before_backward(i, layer, dy)
         dy = layer.backward(dy) if input_grad or i > first else backward_without_dx(layer, dy)
-        for a in attachments:
+        for a in inner_first:
             dy = a.after_backward(i, layer, dy)
-    for a in attachments:
+    for a in inner_first:
         a.end_backward()
     return dy if input_grad else None
 
@@ -152,7 +155,7 @@ class StepRunner:
         try:
             loss = self.loss_fn.forward(self._forward(x), target)
             dy = self.loss_fn.backward()
-            for a in self.attachments:
+            for a in reversed(self.attachments):
                 dy = a.after_loss(dy)
             backward_through(self.layers, dy, self.attachments, self.input_grad)
         finally:
@@ -169,7 +172,7 @@ class StepRunner:
             for a in self.attachments:
                 x = a.before_forward(i, layer, x)
             x = layer.forward(x)
-            for a in self.attachments:
+            for a in reversed(self.attachments):
                 x = a.after_forward(i, layer, x)
         return x
 

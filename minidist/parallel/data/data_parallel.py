@@ -109,7 +109,7 @@ class DataParallel(Attachment):
                     p.grad, offset = view, offset + p.size
         self.precision = mixed if mixed is not None else FullPrecision(optimizer)
         self.clock = ComputeClock(comm)               # the compute stream on the simulated clock
-        self.runner = StepRunner(model, loss_fn, [self.precision, self.clock, self])
+        self.runner = StepRunner(model, loss_fn, [self, self.clock, self.precision])
         self._syncing, self._synced, self._micro_steps, self._found_inf = True, False, 0, False
         self._check_start(broadcast_parameters)
 
