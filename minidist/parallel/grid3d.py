@@ -28,7 +28,7 @@ from minidist.collectives import allreduce
 from minidist.nn import Linear, Sequential
 from minidist.split import split_range
 
-from minidist.parallel import ColumnParallelLinear, RowParallelLinear
+from .tensor import ColumnParallelLinear, RowParallelLinear
 
 PLACEMENTS = ("tensor_inside", "tensor_across")
 
