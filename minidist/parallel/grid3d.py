@@ -24,10 +24,10 @@ import copy
 import numpy as np
 
 from minidist.cluster.topology import topology_of, world_ranks
-from minidist.collectives import allreduce
 from minidist.nn import Linear, Sequential
 from minidist.split import split_range
 
+from .data.comm import allreduce_gradients
 from .tensor import ColumnParallelLinear, RowParallelLinear
 
 PLACEMENTS = ("tensor_inside", "tensor_across")
@@ -114,13 +114,6 @@ class Grid3D:
         dx = stage.backward(dy)
         if self.p > 0:
             self.pipe_comm.send(dx, self.p - 1)
-        params = stage.parameters()
-        if self.data_comm.world_size > 1 and params:
-            bucket = allreduce(self.data_comm, np.concatenate([q.grad.ravel() for q in params]),
-                               algorithm="recursive_doubling")
-            offset = 0
-            for q in params:
-                q.grad[...] = bucket[offset:offset + q.size].reshape(q.shape)
-                offset += q.size
+        allreduce_gradients(self.data_comm, stage.parameters(), algorithm="recursive_doubling")
         optimizer.step()
         return loss

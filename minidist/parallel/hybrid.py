@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.nn import Parameter
 from minidist.split import split_range
 
-from .tensor.comm import allreduce_sum
+from .data.comm import allreduce_gradients
+
+__all__ = ["Grid", "allreduce_gradients", "hybrid_train_step"]
 
 
 class Grid:
@@ -59,24 +60,6 @@ class Grid:
     def __repr__(self) -> str:
         return (f"Grid(D={self.data_parallel} × M={self.model_parallel}, rank {self.comm.rank} at "
                 f"row {self.row}, column {self.column})")
-
-
-def allreduce_gradients(data_comm, params: list[Parameter]) -> None:
-    """Sum every parameter's gradient over the data-parallel group, in place.
-
-    All gradients travel in one bucket (one flat array, one all-reduce): the same bytes as one all-reduce
-    per parameter, 2(D−1)/D·|W| per rank, but far fewer messages (gradient bucketing, as in data/comm.py).
-    """
-    if data_comm.world_size == 1 or not params:
-        return
-    dtypes = {p.grad.dtype for p in params}
-    if len(dtypes) > 1:
-        raise TypeError(f"allreduce_gradients: the parameters must share one dtype, got {sorted(map(str, dtypes))}")
-    bucket = allreduce_sum(data_comm, np.concatenate([p.grad.ravel() for p in params]))
-    offset = 0
-    for p in params:
-        p.grad[...] = bucket[offset:offset + p.size].reshape(p.shape)
-        offset += p.size
 
 
 def hybrid_train_step(grid: Grid, model, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:

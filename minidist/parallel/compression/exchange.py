@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather
+from minidist.nn.flat import flatten, unflatten
 from minidist.split import split_range
 
 from .topk import check_dtype
@@ -81,16 +82,13 @@ class CompressedDataParallel:
         self.model.zero_grad()
         loss = self.loss_fn.forward(self.model.forward(x[lo:hi]), y[lo:hi])
         self.model.backward(self.loss_fn.backward())
-        flat = np.concatenate([q.grad.ravel() for q in self.params]) * self.dtype.type((hi - lo) / batch)
+        flat = flatten([q.grad for q in self.params]) * self.dtype.type((hi - lo) / batch)
         sent = self.comm.stats.bytes_sent
         messages = allgather(self.comm, self.compressor.compress(flat))
         total = self.compressor.decode(messages[0])
         for message in messages[1:]:
             total += self.compressor.decode(message)
         self.bytes_per_step.append(self.comm.stats.bytes_sent - sent)
-        offset = 0
-        for q in self.params:
-            q.grad[...] = total[offset:offset + q.size].reshape(q.shape)
-            offset += q.size
+        unflatten(total, [q.grad for q in self.params])
         self.optimizer.step()
         return float(loss)
