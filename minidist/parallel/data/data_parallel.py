@@ -31,6 +31,7 @@ from minidist.cluster import Span
 from minidist.collectives import ALGORITHMS, allreduce, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
 from minidist.memory import record
+from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
 from minidist.nn.runner import Attachment, StepRunner, units
 from minidist.parallel.clock import ComputeClock
@@ -101,12 +102,9 @@ class DataParallel(Attachment):
         self.gradient_as_bucket_view = bool(gradient_as_bucket_view) and comm.world_size > 1
         if self.gradient_as_bucket_view:
             for bucket in self.buckets:
-                bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
-                offset = 0
-                for p in bucket.params:
-                    view = bucket.buffer[offset:offset + p.size].reshape(p.shape)
-                    view[...] = p.grad
-                    p.grad, offset = view, offset + p.size
+                bucket.buffer = flatten([p.grad for p in bucket.params])
+                for p, view in zip(bucket.params, views(bucket.buffer, [p.shape for p in bucket.params])):
+                    p.grad = view
         self.precision = mixed if mixed is not None else FullPrecision(optimizer)
         self.clock = ComputeClock(comm)               # the compute stream on the simulated clock
         self.runner = StepRunner(model, loss_fn, [self, self.clock, self.precision])
