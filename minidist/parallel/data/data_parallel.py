@@ -36,11 +36,10 @@ from minidist.nn.module import Module
 from minidist.nn.runner import Attachment, StepRunner, units
 from minidist.parallel.clock import ComputeClock
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
-from minidist.split import split_range
 
 from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
 from .replicas import check_same_layout, check_same_values
-from .shards import ShardWeightedLoss, leaf_layers
+from .shards import ShardWeightedLoss, leaf_layers, shard_range
 
 __all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers"]
 
@@ -128,15 +127,8 @@ class DataParallel(Attachment):
     def shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns this rank's contiguous
         slice x_r (n_r, ...), y_r (n_r, ...) and its weight n_r / B."""
-        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
-            raise ValueError(f"expected arrays x and y with the same first (batch) dimension, got "
-                             f"{getattr(x, 'shape', type(x).__name__)} and {getattr(y, 'shape', type(y).__name__)}")
-        batch, p = len(x), self.comm.world_size
-        if batch < p:
-            raise ValueError(f"a global batch of {batch} examples cannot be split over {p} ranks: data "
-                             f"parallelism needs P <= B (at least one example per rank)")
-        lo, hi = split_range(batch, p, self.comm.rank)
-        return x[lo:hi], y[lo:hi], (hi - lo) / batch
+        lo, hi = shard_range(self.comm, x, y)
+        return x[lo:hi], y[lo:hi], (hi - lo) / len(x)
 
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch; gradients are *added*.

@@ -24,9 +24,8 @@ import numpy as np
 from minidist.collectives import allreduce
 from minidist.nn.module import Module
 from minidist.nn.runner import Attachment, StepRunner
-from minidist.split import split_range
 
-from .shards import ShardWeightedLoss
+from .shards import ShardWeightedLoss, shard_range
 
 
 class NaiveDataParallel(Attachment):
@@ -47,10 +46,7 @@ class NaiveDataParallel(Attachment):
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """x: the global batch (B, ...), P <= B; y: its targets (B, ...). Returns this rank's mean loss."""
-        if len(x) < self.comm.world_size or len(x) != len(y):
-            raise ValueError(f"expected x and y of one batch size B >= P = {self.comm.world_size}, got "
-                             f"{len(x)} and {len(y)}")
-        lo, hi = split_range(len(x), self.comm.world_size, self.comm.rank)
+        lo, hi = shard_range(self.comm, x, y)
         self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
         self.optimizer.zero_grad()
         loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])     # end_backward allreduces

@@ -12,10 +12,9 @@ import numpy as np
 from minidist.memory import held_bytes, record
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.parallel.clock import ComputeClock
-from minidist.split import split_range
 
 from . import flat
-from .shards import ShardWeightedLoss
+from .shards import ShardWeightedLoss, shard_range
 from .zero_mixed import gather_masters, held_arguments
 
 
@@ -45,12 +44,7 @@ class ShardedWrapper(Attachment):
 
     def _my_shard(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int, ShardWeightedLoss]:
         """[lo, hi) of this rank's shard of the global batch (x, y) and the loss weighted by (hi − lo)/B."""
-        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
-            raise ValueError("expected arrays x and y with the same first (batch) dimension")
-        if len(x) < self.comm.world_size:
-            raise ValueError(f"a global batch of {len(x)} examples cannot be split over "
-                             f"{self.comm.world_size} ranks")
-        lo, hi = split_range(len(x), self.comm.world_size, self.comm.rank)
+        lo, hi = shard_range(self.comm, x, y)
         return lo, hi, ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
 
     def held(self) -> dict[str, int]:
