@@ -20,14 +20,20 @@ wrappers around the layer, ``begin`` and ``before_*`` events fire in the order t
 ``after_*`` and ``end*`` events in reverse: with [strategy, clock, precision], FSDP gathers a layer before
 the clock charges it, and mixed precision rounds a gradient before the strategy sends it.
 
-The layers are the model's *units*: a Sequential's layers, nested Sequentials flattened; any other
-module (a transformer block with its residual, a GPT) is one unit whose parameters become ready
-together. The batch never needs a gradient, so the first unit with parameters skips dx (the layers
+The layers are the model's *units*: a Sequential's layers, nested Sequentials flattened; a module that
+defines ``units()`` (sub-modules whose chain is its forward, e.g. a GPT's embedding, blocks, head) is
+stepped through those; any other module (a transformer block with its residual) is one unit whose
+parameters become ready together. The batch never needs a gradient, so the first unit with parameters skips dx (the layers
 before it are not run backward at all), as autograd skips the gradient of an input without
 requires_grad: in an MLP that is one of the step's six large matrix products.
 
-    runner = StepRunner(model, CrossEntropyLoss(), [Printer()])   # Printer(Attachment): after_backward prints i
-    loss = runner.forward_backward(x, y)                          # gradients added into each .grad
+    class Ready(Attachment):                            # say when each layer's gradients are ready
+        def after_backward(self, i, layer, dx):
+            print(f"layer {i} ({type(layer).__name__}): gradients ready")
+            return dx
+
+    runner = StepRunner(model, CrossEntropyLoss(), [Ready()])
+    loss = runner.forward_backward(x, y)                # every .grad += its gradient; then
     optimizer.step()
 """
 
@@ -69,10 +75,12 @@ class Attachment:
 
 
 def units(model: Module) -> list[Module]:
-    """The layers the runner steps through: a Sequential's layers (nested Sequentials flattened), or
-    the model itself as one unit."""
+    """The layers the runner steps through: a Sequential's layers, or what a module's own ``units()``
+    returns (flattened the same way), or the model itself as one unit."""
     if isinstance(model, Sequential):
         return [unit for layer in model for unit in units(layer)]
+    if callable(getattr(model, "units", None)):
+        return [unit for layer in model.units() for unit in units(layer)]
     return [model]
 
 

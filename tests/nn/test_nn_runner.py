@@ -147,3 +147,36 @@ def test_backward_through_with_input_grad_returns_dx_and_runner_refuses_bad_inpu
         StepRunner(lambda x: x)
     with pytest.raises(ValueError, match="needs a loss"):
         StepRunner(Sequential(*layers)).forward_backward(np.zeros((2, 3)), np.zeros(2, dtype=int))
+
+
+class TwoLayer(Module):
+    """A composite that exposes its chain of sub-layers to the runner (as a GPT can)."""
+
+    def __init__(self, rng):
+        self.first, self.act, self.second = Linear(4, 5, rng=rng, dtype=np.float64), Tanh(), Linear(5, 3, rng=rng, dtype=np.float64)
+
+    def units(self):
+        return [self.first, self.act, self.second]
+
+    def forward(self, x):
+        return self.second.forward(self.act.forward(self.first.forward(x)))
+
+    def backward(self, dy):
+        return self.first.backward(self.act.backward(self.second.backward(dy)))
+
+
+def test_a_composite_exposing_units_is_stepped_through_them_with_the_same_gradients():
+    rng = np.random.default_rng(5)
+    model = TwoLayer(rng)
+    assert units(model) == [model.first, model.act, model.second]
+    x, y = rng.standard_normal((3, 4)), rng.integers(0, 3, 3)
+    loss_fn = CrossEntropyLoss()
+    loss_fn.forward(model.forward(x), y)
+    model.backward(loss_fn.backward())
+    expected = [p.grad.copy() for p in model.parameters()]
+    model.zero_grad()
+    recorder = Recorder()
+    StepRunner(model, CrossEntropyLoss(), [recorder]).forward_backward(x, y)
+    assert [e[1] for e in recorder.events if e[0] == "after_backward"] == [2, 1, 0]
+    for p, g in zip(model.parameters(), expected):
+        np.testing.assert_allclose(p.grad, g, rtol=1e-12, atol=1e-12)
