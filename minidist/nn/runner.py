@@ -138,6 +138,7 @@ class StepRunner:
         self.model, self.loss_fn, self.input_grad = model, loss_fn, bool(input_grad)
         self.layers = units(model)
         self.attachments = list(attachments)
+        self.dx: np.ndarray | None = None
 
     def attach(self, *attachments) -> StepRunner:
         """Add attachments after the ones already there; returns the runner."""
@@ -155,7 +156,8 @@ class StepRunner:
     def forward_backward(self, x: np.ndarray, target: np.ndarray) -> float:
         """Forward, loss, backward; adds every parameter's gradient into its .grad; returns the loss.
 
-        x: the batch (B, ...); target: what loss_fn compares the output with (B, ...).
+        x: the batch (B, ...); target: what loss_fn compares the output with (B, ...). With input_grad,
+        the gradient of x (B, ...) is left in ``self.dx`` (a pipeline's last stage sends it back).
         """
         if self.loss_fn is None:
             raise ValueError("forward_backward needs a loss: StepRunner(model, loss_fn)")
@@ -165,7 +167,7 @@ class StepRunner:
             dy = self.loss_fn.backward()
             for a in reversed(self.attachments):
                 dy = a.after_loss(dy)
-            backward_through(self.layers, dy, self.attachments, self.input_grad)
+            self.dx = backward_through(self.layers, dy, self.attachments, self.input_grad)
         finally:
             self._end()
         return loss
