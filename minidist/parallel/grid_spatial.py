@@ -26,9 +26,11 @@ import numpy as np
 from minidist.cluster.topology import topology_of, world_ranks
 from minidist.collectives import ALGORITHMS
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
+from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
+from .data.shards import ShardWeightedLoss
 from .spatial import grid_blocks, spatialize
 
 PLACEMENTS = ("spatial_inside", "spatial_across")
@@ -119,8 +121,8 @@ class GridSpatial:
         lo, hi = self._rows(len(x))
         share = (hi - lo) / len(x)
         optimizer.zero_grad()
-        loss = loss_fn.forward(net.forward(local), target[lo:hi])
-        net.backward(loss_fn.backward() * share)         # spatial layers sum their gradients over S here
+        # spatial layers sum their gradients over S during backward
+        loss = StepRunner(net, ShardWeightedLoss(loss_fn, share)).forward_backward(local, target[lo:hi])
         allreduce_gradients(self.data_comm, net.parameters(), self.algorithm)   # the weighted sums over D
         optimizer.step()
         return loss * share

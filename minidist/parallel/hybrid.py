@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
+from .data.shards import ShardWeightedLoss
 
 __all__ = ["Grid", "allreduce_gradients", "hybrid_train_step"]
 
@@ -71,8 +73,7 @@ def hybrid_train_step(grid: Grid, model, loss_fn, optimizer, x: np.ndarray, targ
     rows = grid.batch_slice(len(x))
     share = (rows.stop - rows.start) / len(x)
     optimizer.zero_grad()
-    loss = loss_fn.forward(model.forward(x[rows]), target[rows])
-    model.backward(loss_fn.backward() * share)
+    loss = StepRunner(model, ShardWeightedLoss(loss_fn, share)).forward_backward(x[rows], target[rows])
     allreduce_gradients(grid.data_comm, model.parameters())
     optimizer.step()
     return loss * share
