@@ -19,6 +19,7 @@ import numpy as np
 
 from minidist.collectives import allgather
 from minidist.nn.flat import flatten, unflatten
+from minidist.nn.runner import Attachment, StepRunner
 from minidist.split import split_range
 
 from .topk import check_dtype
@@ -45,7 +46,7 @@ class Dense:
         return message.view(self.dtype).copy()
 
 
-class CompressedDataParallel:
+class CompressedDataParallel(Attachment):
     """Synchronous data parallelism whose gradients travel compressed.
 
     Args:
@@ -72,6 +73,7 @@ class CompressedDataParallel:
             raise ValueError(f"the compressor is built for {compressor.n} entries, the model has {self.n}")
         self.comm, self.model, self.optimizer, self.loss_fn, self.compressor = comm, model, optimizer, loss_fn, compressor
         self.bytes_per_step: list[int] = []
+        self.runner = StepRunner(model, loss_fn, [self])
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One step on the global batch (x, y), the same on every rank; returns this rank's shard loss."""
@@ -80,9 +82,15 @@ class CompressedDataParallel:
             raise ValueError(f"a global batch of {batch} examples cannot be split over {p} ranks (P <= B)")
         lo, hi = split_range(batch, p, self.comm.rank)
         self.model.zero_grad()
-        loss = self.loss_fn.forward(self.model.forward(x[lo:hi]), y[lo:hi])
-        self.model.backward(self.loss_fn.backward())
-        flat = flatten([q.grad for q in self.params]) * self.dtype.type((hi - lo) / batch)
+        self._weight = self.dtype.type((hi - lo) / batch)
+        loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])      # end_backward: the exchange
+        self.optimizer.step()
+        return float(loss)
+
+    def end_backward(self) -> None:
+        """Every gradient is ready: compress this rank's weighted gradient, allgather the messages, sum
+        what they decode to into .grad."""
+        flat = flatten([q.grad for q in self.params]) * self._weight
         sent = self.comm.stats.bytes_sent
         messages = allgather(self.comm, self.compressor.compress(flat))
         total = self.compressor.decode(messages[0])
@@ -90,5 +98,3 @@ class CompressedDataParallel:
             total += self.compressor.decode(message)
         self.bytes_per_step.append(self.comm.stats.bytes_sent - sent)
         unflatten(total, [q.grad for q in self.params])
-        self.optimizer.step()
-        return float(loss)
