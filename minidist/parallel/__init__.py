@@ -1,7 +1,7 @@
 """Parallel training strategies on the simulated cluster, each checked against one process.
 
-One folder per strategy, the strategy beside its own communication and cost model. Every strategy is an
-attachment of the step runner (minidist/nn/runner.py: layer-by-layer forward, loss, backward with events);
+One folder per strategy, the strategy beside its own communication and cost model. The synchronous ones are
+attachments of the step runner (minidist/nn/runner.py: layer-by-layer forward, loss, backward, events);
 clock.py is the attachment that charges compute to the simulated clock. lessons/ONE_GRADIENT.md follows one
 gradient through the runner, a strategy, allreduce and the ring.
 
