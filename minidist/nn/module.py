@@ -192,10 +192,10 @@ class Sequential(Module):
         """dy: upstream gradient, shape of y; returns dx, shape of x; each layer adds its gradients.
 
         The last layer checks dy first, so a wrong dy is refused before any layer changes anything.
+        The loop is the step runner's (runner.py), the library's one layer-by-layer backward.
         """
-        for layer in reversed(self.layers):
-            dy = layer.backward(dy)
-        return dy
+        from .runner import backward_through  # runner.py builds on this file
+        return backward_through(self.layers, dy)
 
     def __len__(self) -> int:
         return len(self.layers)

@@ -1,8 +1,12 @@
 """Parallel training strategies on the simulated cluster, each checked against one process.
 
-One folder per strategy, the strategy beside its own communication and cost model:
+One folder per strategy, the strategy beside its own communication and cost model. The synchronous ones are
+attachments of the step runner (minidist/nn/runner.py: layer-by-layer forward, loss, backward, events);
+clock.py is the attachment that charges compute to the simulated clock. lessons/ONE_GRADIENT.md follows one
+gradient through the runner, a strategy, allreduce and the ring.
 
-data/       data parallelism: data_parallel.py (DataParallel), comm.py (gradient buckets), replicas.py,
+data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
+            bucketed), comm.py (gradient buckets), replicas.py,
             shards.py, overlap.py (communication overlapping backward on the simulated clock),
             sync_batchnorm.py; ZeRO: zero.py (stages 1-2), fsdp.py (stage 3), zero_mixed.py, flat.py
 pipeline/   pipeline parallelism: pipeline.py (stages, executor), schedule.py (naive, GPipe, 1F1B as

@@ -14,6 +14,8 @@ A step: the data group's batch slice B_d enters pipeline stage 0; each stage run
 parallel (column- then row-parallel Linear, one allreduce forward, one backward), sends its activation
 to the next stage, the last stage computes the loss (scaled by B_d/B, as in hybrid.py), the gradients
 come back stage by stage, and each data group sums its gradients (recursive doubling) before the step.
+Nothing is rewritten here: the stage is tensor/'s layers run by the step runner, the messages are the
+pipeline's point-to-point (pipeline/comm.py), the gradient sum is data/comm.py's one-bucket allreduce.
 Source: the "Scaling Up Training" slides (hybrid data × model parallelism) and Megatron-LM's 3-D grid.
 """
 
@@ -25,11 +27,14 @@ import numpy as np
 
 from minidist.checks import is_count
 from minidist.cluster.topology import topology_of, world_ranks
-from minidist.collectives import allreduce
 from minidist.nn import Linear, Sequential
+from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
-from minidist.parallel import ColumnParallelLinear, RowParallelLinear
+from .data.comm import allreduce_gradients
+from .data.shards import ShardWeightedLoss
+from .pipeline.comm import recv_activation, recv_gradient, send_activation, send_gradient
+from .tensor import ColumnParallelLinear, RowParallelLinear
 
 PLACEMENTS = ("tensor_inside", "tensor_across")
 
@@ -103,25 +108,16 @@ class Grid3D:
             raise ValueError(f"a batch of {len(x)} cannot feed {self.sizes[0]} data-parallel groups")
         share, last = (hi - lo) / len(x), self.p == self.sizes[1] - 1
         optimizer.zero_grad()
-        h = x[lo:hi] if self.p == 0 else self.pipe_comm.recv(self.p - 1)
-        out = stage.forward(h)
+        runner = StepRunner(stage, ShardWeightedLoss(loss_fn, share), input_grad=self.p > 0)
+        h = x[lo:hi] if self.p == 0 else recv_activation(self.pipe_comm, 0)   # the pipeline's p2p, M = 1
         loss = None
         if last:
-            loss = loss_fn.forward(out, target[lo:hi]) * share
-            dy = loss_fn.backward() * share
+            loss = runner.forward_backward(h, target[lo:hi]) * share
         else:
-            self.pipe_comm.send(out, self.p + 1)
-            dy = self.pipe_comm.recv(self.p + 1)
-        dx = stage.backward(dy)
+            send_activation(self.pipe_comm, runner.forward(h), 0)
+            runner.dx = runner.backward(recv_gradient(self.pipe_comm, 0))
         if self.p > 0:
-            self.pipe_comm.send(dx, self.p - 1)
-        params = stage.parameters()
-        if self.data_comm.world_size > 1 and params:
-            bucket = allreduce(self.data_comm, np.concatenate([q.grad.ravel() for q in params]),
-                               algorithm="recursive_doubling")
-            offset = 0
-            for q in params:
-                q.grad[...] = bucket[offset:offset + q.size].reshape(q.shape)
-                offset += q.size
+            send_gradient(self.pipe_comm, runner.dx, 0)
+        allreduce_gradients(self.data_comm, stage.parameters(), algorithm="recursive_doubling")
         optimizer.step()
         return loss

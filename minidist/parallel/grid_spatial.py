@@ -24,10 +24,13 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster.topology import topology_of, world_ranks
-from minidist.collectives import ALGORITHMS, allreduce
+from minidist.collectives import ALGORITHMS
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
+from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
+from .data.comm import allreduce_gradients
+from .data.shards import ShardWeightedLoss
 from .spatial import grid_blocks, spatialize
 
 PLACEMENTS = ("spatial_inside", "spatial_across")
@@ -118,15 +121,8 @@ class GridSpatial:
         lo, hi = self._rows(len(x))
         share = (hi - lo) / len(x)
         optimizer.zero_grad()
-        loss = loss_fn.forward(net.forward(local), target[lo:hi])
-        net.backward(loss_fn.backward() * share)         # spatial layers sum their gradients over S here
-        params = net.parameters()
-        if self.data_comm.world_size > 1 and params:      # sum the weighted gradients over the D groups
-            bucket = allreduce(self.data_comm, np.concatenate([p.grad.ravel() for p in params]),
-                               algorithm=self.algorithm)
-            offset = 0
-            for p in params:
-                p.grad[...] = bucket[offset:offset + p.size].reshape(p.shape)
-                offset += p.size
+        # spatial layers sum their gradients over S during backward
+        loss = StepRunner(net, ShardWeightedLoss(loss_fn, share)).forward_backward(local, target[lo:hi])
+        allreduce_gradients(self.data_comm, net.parameters(), self.algorithm)   # the weighted sums over D
         optimizer.step()
         return loss * share

@@ -22,10 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import check_count
-from minidist.nn import Parameter
+from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
-from .tensor.comm import allreduce_sum
+from .data.comm import allreduce_gradients
+from .data.shards import ShardWeightedLoss
+
+__all__ = ["Grid", "allreduce_gradients", "hybrid_train_step"]
 
 
 class Grid:
@@ -62,24 +65,6 @@ class Grid:
                 f"row {self.row}, column {self.column})")
 
 
-def allreduce_gradients(data_comm, params: list[Parameter]) -> None:
-    """Sum every parameter's gradient over the data-parallel group, in place.
-
-    All gradients travel in one bucket (one flat array, one all-reduce): the same bytes as one all-reduce
-    per parameter, 2(D−1)/D·|W| per rank, but far fewer messages (gradient bucketing, as in data/comm.py).
-    """
-    if data_comm.world_size == 1 or not params:
-        return
-    dtypes = {p.grad.dtype for p in params}
-    if len(dtypes) > 1:
-        raise TypeError(f"allreduce_gradients: the parameters must share one dtype, got {sorted(map(str, dtypes))}")
-    bucket = allreduce_sum(data_comm, np.concatenate([p.grad.ravel() for p in params]))
-    offset = 0
-    for p in params:
-        p.grad[...] = bucket[offset:offset + p.size].reshape(p.shape)
-        offset += p.size
-
-
 def hybrid_train_step(grid: Grid, model, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:
     """One step of hybrid training on the whole batch (x, target), identical on every rank.
 
@@ -89,8 +74,7 @@ def hybrid_train_step(grid: Grid, model, loss_fn, optimizer, x: np.ndarray, targ
     rows = grid.batch_slice(len(x))
     share = (rows.stop - rows.start) / len(x)
     optimizer.zero_grad()
-    loss = loss_fn.forward(model.forward(x[rows]), target[rows])
-    model.backward(loss_fn.backward() * share)
+    loss = StepRunner(model, ShardWeightedLoss(loss_fn, share)).forward_backward(x[rows], target[rows])
     allreduce_gradients(grid.data_comm, model.parameters())
     optimizer.step()
     return loss * share

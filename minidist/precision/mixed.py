@@ -16,8 +16,10 @@ paper (Mellempudi et al. 2019) keeps 16-bit masters and rounds the update *stoch
 updates survive on average: ``master_fmt=FP16, update_rounding="stochastic"``.
 
 The model's own Parameters hold the masters (any optimizer on ``model.parameters()`` works unchanged);
-during forward_backward their ``.data`` is swapped for the low-precision copies. Layer boundaries: between
-a Sequential's top-level layers, else at the model's input and output; inside a layer, float32.
+during forward_backward their ``.data`` is swapped for the low-precision copies. The trainer is an
+attachment of the step runner (minidist/nn/runner.py), so any strategy can attach it to its own runner.
+Layer boundaries: between a Sequential's top-level layers, else at the model's input and output; inside a
+layer, float32.
 A step is split in three so data parallelism can act in between:
 
     loss = trainer.forward_backward(x, y)    # gradients (scaled by s) added into each master's .grad
@@ -30,13 +32,14 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.nn.module import Module, Sequential
+from minidist.nn.runner import Attachment, StepRunner, units
 
 from .formats import FP32, FloatFormat, check_flag, check_format
 from .rounding import ROUNDINGS, quantize
 from .scaling import DynamicLossScaler, StaticLossScaler
 
 
-class MixedPrecisionTrainer:
+class MixedPrecisionTrainer(Attachment):
     """Train ``model`` with ``optimizer`` (built on model.parameters()) in low precision.
 
     Args:
@@ -75,51 +78,69 @@ class MixedPrecisionTrainer:
         for p in self.params:
             if p.data.dtype != np.float32:
                 raise TypeError(f"master weights must be float32, got {p.data.dtype}")
-        self.layers = list(model) if isinstance(model, Sequential) else [model]
+        self.runner = StepRunner(model, loss_fn, [self])
+        self.starts, self.ends = boundaries(model)
         self.steps_taken = 0
         self.steps_skipped = 0
 
-    # -- forward and backward in low precision ---------------------------------------------------------
+    # -- forward and backward in low precision: attached to the step runner -----------------------------
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Low-precision forward pass (weights and activations in fmt); returns the float32 logits."""
-        masters = self._swap_in_working_copy()
-        try:
-            return self._forward(x)
-        finally:
-            self._restore(masters)
-
-    def _forward(self, x: np.ndarray) -> np.ndarray:
-        h = quantize(np.asarray(x, dtype=np.float32), self.fmt)
-        for layer in self.layers:
-            h = quantize(layer.forward(h), self.fmt)
-        return h
+        return self.runner.forward(x)
 
     def forward_backward(self, x: np.ndarray, target: np.ndarray) -> float:
         """Forward, loss, backward of the loss scaled by s; adds s·dW (in grad_fmt) into each .grad.
 
         Returns the (unscaled) loss. Gradients accumulate, as in backward(): call zero_grad first.
         """
-        masters = self._swap_in_working_copy()
-        earlier = [p.grad.copy() for p in self.params]
-        # overflow to Inf (and Inf − Inf = NaN) is expected here: unscale() reports it, step() skips
-        with np.errstate(over="ignore", invalid="ignore"):
-            try:
-                for p in self.params:
-                    p.grad[...] = 0
-                logits = self._forward(x)
-                loss = self.loss_fn.forward(logits, target)
-                grad = quantize(self.loss_fn.backward() * np.float32(self.scaler.scale), self.grad_fmt)
-                for layer in reversed(self.layers):
-                    grad = quantize(layer.backward(grad), self.grad_fmt)
-            finally:
-                self._restore(masters)
-            for p, before in zip(self.params, earlier):
-                p.grad[...] = before + quantize(p.grad, self.grad_fmt)   # dW leaves the layer in grad_fmt
-        return loss
+        self.runner.loss_fn = self.loss_fn
+        return self.runner.forward_backward(x, target)
+
+    # the runner's events (see minidist/nn/runner.py)
+    def begin(self, runner) -> None:
+        """Swap in the low-precision working copy; keep the gradients accumulated so far aside."""
+        self._masters = [p.data for p in self.params]
+        for p in self.params:
+            p.data = quantize(p.data, self.fmt, saturate=True)
+        # overflow to Inf (and Inf − Inf = NaN) is expected: unscale() reports it, step() skips
+        self._errors = np.seterr(over="ignore", invalid="ignore")
+
+    def before_forward(self, i, layer, x):
+        return quantize(np.asarray(x, dtype=np.float32), self.fmt) if i == 0 else x
+
+    def after_forward(self, i, layer, y):
+        return quantize(y, self.fmt) if i in self.ends else y
+
+    def after_loss(self, dy):
+        self._earlier = {}                    # this pass's dW is rounded alone, then added to the earlier
+        for p in self.params:
+            self._earlier[id(p)] = p.grad.copy()
+            p.grad[...] = 0
+        return quantize(dy * np.float32(self.scaler.scale), self.grad_fmt)
+
+    def after_backward(self, i, layer, dx):
+        for p in layer.parameters():          # dW leaves the layer in grad_fmt
+            p.grad[...] = self._earlier[id(p)] + quantize(p.grad, self.grad_fmt)
+        return quantize(dx, self.grad_fmt) if dx is not None and i in self.starts else dx
+
+    def end(self) -> None:
+        """Put the masters back, also when a layer raised."""
+        for p, master in zip(self.params, self._masters):
+            p.data = master
+        np.seterr(**self._errors)
 
     def unscale(self) -> bool:
         """Divide every .grad by the loss scale in place; True if any gradient is Inf/NaN (this rank)."""
         return self.scaler.unscale([p.grad for p in self.params])
+
+    def agree(self, reduce_max) -> bool:
+        """After the scaled gradients were summed over ranks: round the sums to grad_fmt (as an allreduce
+        in that format delivers them), unscale, and return found_inf of any rank, through
+        ``reduce_max(flag)`` (e.g. an allreduce with max of a 1-element array), so every rank skips alike."""
+        for p in self.params:
+            p.grad[...] = quantize(p.grad, self.grad_fmt)
+        found_inf = self.unscale()                # elementwise: the clock treats it as free
+        return bool(reduce_max(np.array([float(found_inf)]))[0])
 
     def step(self, found_inf: bool) -> bool:
         """Skip the update if found_inf, else optimizer.step() and round the masters; update the scaler.
@@ -146,13 +167,28 @@ class MixedPrecisionTrainer:
         loss = self.forward_backward(x, target)
         return loss, self.step(self.unscale())
 
-    # -- the working copy ---------------------------------------------------------------------------------
-    def _swap_in_working_copy(self) -> list[np.ndarray]:
-        masters = [p.data for p in self.params]
-        for p in self.params:
-            p.data = quantize(p.data, self.fmt, saturate=True)
-        return masters
 
-    def _restore(self, masters: list[np.ndarray]) -> None:
-        for p, master in zip(self.params, masters):
-            p.data = master
+class FullPrecision(Attachment):
+    """The plain-precision counterpart of MixedPrecisionTrainer for a strategy: nothing is cast or
+    scaled, no gradient overflows, step() is the optimizer's."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def agree(self, reduce_max) -> bool:
+        return False
+
+    def step(self, found_inf: bool) -> bool:
+        self.optimizer.step()
+        return True
+
+
+def boundaries(model: Module) -> tuple[set[int], set[int]]:
+    """Where activations are rounded: the runner's unit indices that start and end a top-level layer
+    of a Sequential (nested Sequentials stay float32 inside), else the model's input and output."""
+    starts, ends, first = set(), set(), 0
+    for layer in (list(model) if isinstance(model, Sequential) else [model]):
+        starts.add(first)
+        first += len(units(layer))
+        ends.add(first - 1)
+    return starts, ends

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather
+from minidist.nn.flat import flatten, unflatten
+from minidist.nn.runner import Attachment, StepRunner
 from minidist.split import split_range
 
 from .topk import check_dtype
@@ -48,7 +50,7 @@ class Dense:
         return message.view(self.dtype).copy()
 
 
-class CompressedDataParallel:
+class CompressedDataParallel(Attachment):
     """Synchronous data parallelism whose gradients travel compressed.
 
     Args:
@@ -83,6 +85,7 @@ class CompressedDataParallel:
             compressor,
         )
         self.bytes_per_step: list[int] = []
+        self.runner = StepRunner(model, loss_fn, [self])
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One step on the global batch (x, y), the same on every rank; returns this rank's shard loss."""
@@ -91,18 +94,19 @@ class CompressedDataParallel:
             raise ValueError(f"a global batch of {batch} examples cannot be split over {p} ranks (P <= B)")
         lo, hi = split_range(batch, p, self.comm.rank)
         self.model.zero_grad()
-        loss = self.loss_fn.forward(self.model.forward(x[lo:hi]), y[lo:hi])
-        self.model.backward(self.loss_fn.backward())
-        flat = np.concatenate([q.grad.ravel() for q in self.params]) * self.dtype.type((hi - lo) / batch)
+        self._weight = self.dtype.type((hi - lo) / batch)
+        loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])      # end_backward: the exchange
+        self.optimizer.step()
+        return float(loss)
+
+    def end_backward(self) -> None:
+        """Every gradient is ready: compress this rank's weighted gradient, allgather the messages, sum
+        what they decode to into .grad."""
+        flat = flatten([q.grad for q in self.params]) * self._weight
         sent = self.comm.stats.bytes_sent
         messages = allgather(self.comm, self.compressor.compress(flat))
         total = self.compressor.decode(messages[0])
         for message in messages[1:]:
             total += self.compressor.decode(message)
         self.bytes_per_step.append(self.comm.stats.bytes_sent - sent)
-        offset = 0
-        for q in self.params:
-            q.grad[...] = total[offset:offset + q.size].reshape(q.shape)
-            offset += q.size
-        self.optimizer.step()
-        return float(loss)
+        unflatten(total, [q.grad for q in self.params])

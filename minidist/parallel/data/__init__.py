@@ -1,7 +1,8 @@
-"""Data parallelism: data_parallel.py (DataParallel), comm.py (gradient buckets and their allreduce),
-replicas.py (the replicas-are-identical checks), shards.py (batch shards, loss weights, the forward's
-clock), overlap.py (communication overlapping backward, in closed form), sync_batchnorm.py (batch
-statistics over the global batch); ZeRO: flat.py (shards of flat parameter groups), zero.py (stages 1-2),
+"""Data parallelism: naive.py (NaiveDataParallel, one allreduce per parameter: read it first),
+data_parallel.py (DataParallel), comm.py (gradient buckets and their allreduce), replicas.py (the
+replicas-are-identical checks), shards.py (a rank's slice of the batch, loss weights), overlap.py
+(communication overlapping backward, in closed form), sync_batchnorm.py (batch statistics over the global
+batch); ZeRO: flat.py (shards of flat parameter groups), zero.py (stages 1-2),
 fsdp.py (stage 3), zero_mixed.py (fp32 master shards for mixed precision)."""
 
 from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept here by its old name
@@ -9,9 +10,10 @@ from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept
 from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
 from .data_parallel import DataParallel
 from .fsdp import FSDP
+from .naive import NaiveDataParallel
 from .overlap import allreduce_seconds, comm_spans, save_overlap_chrome, step_time
 from .replicas import check_same_layout, check_same_values, parameter_digest, parameter_signature
-from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers
+from .shards import ShardWeightedLoss, leaf_layers
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .zero import ZeRO, zero1_shard_update, zero_data_parallel
 from .zero_mixed import ShardedMixedPrecision
@@ -27,15 +29,14 @@ __all__ = [
     "DEFAULT_BUCKET_BYTES",
     "Bucket",
     "DataParallel",
+    "NaiveDataParallel",
     "ShardWeightedLoss",
     "allreduce_bucket",
     "allreduce_seconds",
     "assign_buckets",
-    "charge_forward",
     "check_same_layout",
     "check_same_values",
     "comm_spans",
-    "input_shapes",
     "leaf_layers",
     "parameter_digest",
     "parameter_signature",

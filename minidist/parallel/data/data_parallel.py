@@ -28,21 +28,23 @@ from contextlib import contextmanager
 import numpy as np
 
 from minidist.cluster import Span
-from minidist.memory import record
 from minidist.collectives import ALGORITHMS, allreduce, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
+from minidist.memory import record
+from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
+from minidist.nn.runner import Attachment, StepRunner, units
+from minidist.parallel.clock import ComputeClock
+from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
+
 from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
 from .replicas import check_same_layout, check_same_values
-from .shards import ShardWeightedLoss, charge_forward, input_shapes, leaf_layers
-from minidist.precision import quantize
-from minidist.precision.mixed import MixedPrecisionTrainer
-from minidist.split import split_range
+from .shards import ShardWeightedLoss, leaf_layers, shard_range
 
 __all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers"]
 
 
-class DataParallel:
+class DataParallel(Attachment):
     """Data-parallel training of ``model`` with ``optimizer`` and ``loss_fn`` on the ranks of ``comm``.
 
     Args:
@@ -91,7 +93,7 @@ class DataParallel:
             raise ValueError("model has no parameters: nothing to train data-parallel")
         if len({p.data.dtype for p in self.params}) > 1:
             raise TypeError(f"all parameters must share one dtype, got {sorted({str(p.data.dtype) for p in self.params})}")
-        self.layers = leaf_layers(model)
+        self.layers = units(model)
         self.buckets = assign_buckets(self.params, bucket_bytes)
         self.ready_at: list[list] = [[] for _ in self.layers]   # buckets completed by layer i's backward
         for bucket, layer in zip(self.buckets, ready_layers(self.layers, self.buckets)):
@@ -99,15 +101,13 @@ class DataParallel:
         self.gradient_as_bucket_view = bool(gradient_as_bucket_view) and comm.world_size > 1
         if self.gradient_as_bucket_view:
             for bucket in self.buckets:
-                bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
-                offset = 0
-                for p in bucket.params:
-                    view = bucket.buffer[offset:offset + p.size].reshape(p.shape)
-                    view[...] = p.grad
-                    p.grad, offset = view, offset + p.size
-        self.compute_spans: list[Span] = []   # the compute stream on the simulated clock
+                bucket.buffer = flatten([p.grad for p in bucket.params])
+                for p, view in zip(bucket.params, views(bucket.buffer, [p.shape for p in bucket.params])):
+                    p.grad = view
+        self.precision = mixed if mixed is not None else FullPrecision(optimizer)
+        self.clock = ComputeClock(comm)               # the compute stream on the simulated clock
+        self.runner = StepRunner(model, loss_fn, [self, self.clock, self.precision])
         self._syncing, self._synced, self._micro_steps, self._found_inf = True, False, 0, False
-        self._probed: dict[tuple, list[tuple]] = {}
         self._check_start(broadcast_parameters)
 
     # -- replicas -------------------------------------------------------------------------------------------
@@ -127,15 +127,8 @@ class DataParallel:
     def shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns this rank's contiguous
         slice x_r (n_r, ...), y_r (n_r, ...) and its weight n_r / B."""
-        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
-            raise ValueError(f"expected arrays x and y with the same first (batch) dimension, got "
-                             f"{getattr(x, 'shape', type(x).__name__)} and {getattr(y, 'shape', type(y).__name__)}")
-        batch, p = len(x), self.comm.world_size
-        if batch < p:
-            raise ValueError(f"a global batch of {batch} examples cannot be split over {p} ranks: data "
-                             f"parallelism needs P <= B (at least one example per rank)")
-        lo, hi = split_range(batch, p, self.comm.rank)
-        return x[lo:hi], y[lo:hi], (hi - lo) / batch
+        lo, hi = shard_range(self.comm, x, y)
+        return x[lo:hi], y[lo:hi], (hi - lo) / len(x)
 
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch; gradients are *added*.
@@ -148,12 +141,9 @@ class DataParallel:
             raise RuntimeError("the gradients were already averaged: call step() (or zero_grad()) before "
                                "the next forward_backward")
         x_r, y_r, weight = self.shard(x, y)
-        loss_fn = ShardWeightedLoss(self.loss_fn, weight)
+        self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, weight)
         self._micro_steps += 1
-        if self.mixed is None:
-            loss = self._plain_forward_backward(x_r, y_r, loss_fn)
-        else:
-            loss = self._mixed_forward_backward(x_r, y_r, loss_fn)
+        loss = self.runner.forward_backward(x_r, y_r)
         self._synced = self._syncing
         self._record("after backward")
         return loss
@@ -166,11 +156,7 @@ class DataParallel:
         if self._micro_steps > 1:
             for p in self.params:
                 p.grad /= self._micro_steps
-        if self.mixed is None:
-            self.optimizer.step()
-            applied = True
-        else:
-            applied = self.mixed.step(self._found_inf)
+        applied = self.precision.step(self._found_inf)
         self._synced, self._micro_steps = False, 0
         self._record("after step")
         if self.check_every_step:
@@ -191,6 +177,15 @@ class DataParallel:
         self.step()
         return loss
 
+    @property
+    def compute_spans(self) -> list[Span]:
+        """The compute stream's spans (forward and backward of each layer) on the simulated clock."""
+        return self.clock.spans
+
+    @compute_spans.setter
+    def compute_spans(self, spans: list[Span]) -> None:
+        self.clock.spans = spans
+
     @contextmanager
     def no_sync(self):
         """Inside: forward_backward only accumulates gradients locally (no communication)."""
@@ -200,80 +195,39 @@ class DataParallel:
         finally:
             self._syncing = True
 
-    # -- the two paths ------------------------------------------------------------------------------------------
-    def _plain_forward_backward(self, x: np.ndarray, y: np.ndarray, loss_fn: ShardWeightedLoss) -> float:
-        h, shapes = x, []
-        for layer in self.layers:
-            shapes.append(h.shape)
-            h = layer.forward(h)
-        forward_times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
-        loss = loss_fn.forward(h, y)
+    # -- the runner's events: the buckets go out as backward makes them ---------------------------------------
+    def after_loss(self, dy: np.ndarray) -> np.ndarray:
         self._record("after forward")
-        grad = [loss_fn.backward()]
+        return dy
 
-        def backward_layer(i: int) -> None:
-            grad[0] = self.layers[i].backward(grad[0])
+    def after_backward(self, i: int, layer, dx):
+        """Layer i's gradients are ready: the buckets it completes are allreduced (on the communication
+        stream, from the compute stream's time on: see clock.py)."""
+        if self._syncing and self.overlap:
+            for bucket in self.ready_at[i]:
+                self._issue(bucket)
+        if self.ready_at[i]:
+            self._record(f"backward layer {i}")
+        return dx
 
-        self._backward(forward_times, backward_layer)
-        return loss
-
-    def _mixed_forward_backward(self, x: np.ndarray, y: np.ndarray, loss_fn: ShardWeightedLoss) -> float:
-        shapes = input_shapes(self.model, self.layers, x.shape, self._probed)
-        original = self.mixed.loss_fn
-        self.mixed.loss_fn = loss_fn
-        try:
-            loss = self.mixed.forward_backward(x, y)
-        finally:
-            self.mixed.loss_fn = original
-        forward_times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
-        with np.errstate(over="ignore", invalid="ignore"):   # Inf/NaN is expected: the step is skipped
-            self._backward(forward_times, None)               # the buckets' allreduces (scaled gradients)
-            if self._syncing:
-                for p in self.params:                         # the sum arrives in grad_fmt, as from an
-                    p.grad[...] = quantize(p.grad, self.mixed.grad_fmt)   # allreduce in that format
-                found_inf = self.mixed.unscale()              # elementwise: the clock treats it as free
-                flag = allreduce(self.comm, np.array([float(found_inf)]), op="max", algorithm=self.algorithm)
-                self._found_inf = bool(flag[0])
-        return loss
-
-    # -- the simulated clock --------------------------------------------------------------------------------------
-    def _backward(self, forward_times: list[float], backward_layer) -> None:
-        """Backward from the last layer to the first; buckets go out when ready, on two clocks.
-
-        A GPU runs backward kernels and allreduces on two streams at once; one rank here is one process,
-        so the compute stream is a number t (each layer's backward costs 2x its forward, recorded in
-        compute_spans) and the communication stream is comm.clock itself. When layer i's backward
-        completes a bucket at time t, the bucket is issued right there: the communication stream first
-        waits until t, then pays the allreduce's α-β time. The step ends at max(t, end of the last
-        allreduce). overlap=False issues every bucket after the whole backward.
-        """
-        t = self.comm.clock                          # the compute stream starts where the forward ended
-        communicate = self._syncing
-        for i in reversed(range(len(self.layers))):
-            if backward_layer is not None:
-                backward_layer(i)
-            start, t = t, t + 2 * forward_times[i]
-            self.compute_spans.append(Span(self.comm.rank, start, t, "compute",
-                                           f"backward {type(self.layers[i]).__name__}"))
-            if communicate and self.overlap:
-                for bucket in self.ready_at[i]:
-                    self._issue(bucket, t)
-            if self.ready_at[i]:
-                self._record(f"backward layer {i}")
-        if communicate and not self.overlap:
+    def end_backward(self) -> None:
+        """overlap=False: every bucket after the whole backward. Then the ranks agree on an overflow
+        (mixed precision; plain precision has none and sends nothing)."""
+        if not self._syncing:
+            return
+        if not self.overlap:
             for bucket in self.buckets:
-                self._issue(bucket, t)
-        if self.comm.clock < t:                      # the compute stream finished last
-            self.comm.elapse(t - self.comm.clock, label="backward")
+                self._issue(bucket)
+        self._found_inf = self.precision.agree(
+            lambda flag: allreduce(self.comm, flag, op="max", algorithm=self.algorithm))
 
     def _record(self, label: str) -> None:
         """Append this rank's held bytes to the ledger (if any); bucket buffers count as buffers."""
         record(self.memory, label, self.model, self.optimizer, buffers=[b.buffer for b in self.buckets],
                time=self.comm.clock)
 
-    def _issue(self, bucket, ready: float) -> None:
-        if self.comm.clock < ready:                  # the communication stream waits for the gradients
-            self.comm.elapse(ready - self.comm.clock, label=f"backward until bucket {bucket.index} is ready")
+    def _issue(self, bucket) -> None:
+        self.clock.wait_until(self.clock.ready(), f"backward until bucket {bucket.index} is ready")
         if self.comm.world_size == 1:                # a sum over one rank changes nothing: skip the copies
             return
         if self.gradient_as_bucket_view:             # the gradients already lie in the buffer, in order

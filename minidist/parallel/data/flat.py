@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import ALGORITHMS
+from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module, Parameter
 from minidist.optim import LARS
 from minidist.split import split_range, split_sizes
@@ -36,14 +37,13 @@ class ShardGroup:
         self.n = sum(self.sizes)
         self.dtype = self.params[0].data.dtype
         self.lo, self.hi = split_range(self.n, world_size, rank)
-        self.data = np.concatenate([p.data.ravel() for p in self.params])
+        self.data = flatten([p.data for p in self.params])
         self.grad: np.ndarray | None = None
         self.shard: Parameter | None = None
 
     def views(self, flat: np.ndarray) -> list[np.ndarray]:
         """flat (n,) cut into views of the parameters' shapes, in order."""
-        offsets = np.cumsum([0, *self.sizes])
-        return [flat[a:b].reshape(shape) for a, b, shape in zip(offsets[:-1], offsets[1:], self.shapes)]
+        return views(flat, self.shapes)
 
     def bind_data(self, flat: np.ndarray) -> None:
         """Make every parameter's .data a view of ``flat`` (n,) and keep it as ``data``."""

@@ -27,7 +27,6 @@ from minidist.nn.module import Parameter
 
 from . import flat
 from .sharded import ShardedWrapper
-from .shards import charge_forward
 from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes
 
 
@@ -63,7 +62,7 @@ class FSDP(ShardedWrapper):
             g.free_data()
             g.free_grad()
         self.share_masters()
-        self.compute_spans: list = []
+        self._attach()
         self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     def share_masters(self) -> None:
@@ -82,45 +81,43 @@ class FSDP(ShardedWrapper):
         x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
         Returns this rank's mean loss over its shard.
         """
-        lo, hi, loss_fn = self._my_shard(x, y)
-        mp = self.mixed
-        # with mixed precision Inf/NaN is expected (the step is then skipped)
-        with np.errstate(**({} if mp is None else {"over": "ignore", "invalid": "ignore"})):
-            h, times = x[lo:hi] if mp is None else mp.input(x[lo:hi]), []
-            for i, (layer, g) in enumerate(zip(self.layers, self.group_of)):
-                if g is not None:
-                    self._gather(g)
-                shape, h = h.shape, layer.forward(h) if mp is None else mp.output(i, layer.forward(h))
-                times += charge_forward(self.comm, [layer], [shape], self.compute_spans)
-                if g is not None:
-                    self._record(f"forward layer {i} (gathered)")
-                    g.free_data()
-            loss = loss_fn.forward(h, y[lo:hi])
-            self._record("after forward")
-            dy = loss_fn.backward() if mp is None else mp.loss_gradient(loss_fn)
-            for i in reversed(range(len(self.layers))):
-                g = self.group_of[i]
-                if g is not None:
-                    self._gather(g)
-                    g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-                dy = self.layers[i].backward(dy)
-                if mp is not None:
-                    dy = mp.backward_output(i, dy, self.layers[i].parameters())
-                self.comm.elapse(2 * times[i], label=f"backward {type(self.layers[i]).__name__}")
-                if g is not None:
-                    self._record(f"backward layer {i} (gathered)")
-                    g.free_data()
-                    g.shard.grad = reduce_scatter(self.comm, g.grad)   # piece r of Σ_ranks dW_l
-                    g.free_grad()
-            self._record("after backward")
-            if mp is None:
-                self.optimizer.step()
-            else:
-                self.applied = mp.step(self.comm, [g.shard for g in self.groups], self.optimizer)
-                if self.applied:
-                    self.share_masters()
+        loss = self._forward_backward(x, y)
+        if self.mixed is None:
+            self.optimizer.step()
+        else:
+            self.applied = self.mixed.step(self.comm, [g.shard for g in self.groups], self.optimizer)
+            if self.applied:
+                self.share_masters()
         self._record("after step")
         return loss
+
+    # -- the runner's events: gather a layer before it runs, free it after ------------------------------------
+    def before_forward(self, i, layer, x):
+        if self.group_of[i] is not None:
+            self._gather(self.group_of[i])
+        return x
+
+    def after_forward(self, i, layer, y):
+        if self.group_of[i] is not None:
+            self._record(f"forward layer {i} (gathered)")
+            self.group_of[i].free_data()
+        return y
+
+    def before_backward(self, i, layer, dy):
+        g = self.group_of[i]
+        if g is not None:
+            self._gather(g)
+            g.bind_grad(np.zeros(g.n, dtype=g.dtype))
+        return dy
+
+    def after_backward(self, i, layer, dx):
+        g = self.group_of[i]
+        if g is not None:
+            self._record(f"backward layer {i} (gathered)")
+            g.free_data()
+            g.shard.grad = reduce_scatter(self.comm, g.grad)   # piece r of Σ_ranks dW_l
+            g.free_grad()
+        return dx
 
     # -- what a rank holds ------------------------------------------------------------------------------------
     def full_parameters(self) -> list[np.ndarray]:

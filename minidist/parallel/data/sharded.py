@@ -10,25 +10,41 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.memory import held_bytes, record
-
-from minidist.split import split_range
+from minidist.nn.runner import Attachment, StepRunner
+from minidist.parallel.clock import ComputeClock
 
 from . import flat
-from .shards import ShardWeightedLoss
+from .shards import ShardWeightedLoss, shard_range
 from .zero_mixed import gather_masters, held_arguments
 
 
-class ShardedWrapper:
-    """The bookkeeping common to every ZeRO stage (not a wrapper on its own: see ZeRO and FSDP)."""
+class ShardedWrapper(Attachment):
+    """The bookkeeping common to every ZeRO stage (not a wrapper on its own: see ZeRO and FSDP), and the
+    step runner they attach to: [the wrapper, the compute clock (no overlap), mixed precision if any]."""
+
+    def _attach(self) -> None:
+        self.clock = ComputeClock(self.comm, overlap=False)
+        self.runner = StepRunner(self.model, self.loss_fn, [self, self.clock, self.mixed or Attachment()])
+
+    def _forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Forward and backward of this rank's shard of the global batch (x, y) through the runner."""
+        lo, hi, self.runner.loss_fn = self._my_shard(x, y)
+        loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])
+        self._record("after backward")
+        return loss
+
+    def after_loss(self, dy: np.ndarray) -> np.ndarray:
+        self._record("after forward")
+        return dy
+
+    @property
+    def compute_spans(self) -> list:
+        """The compute stream's spans on the simulated clock (forward and backward of each layer)."""
+        return self.clock.spans
 
     def _my_shard(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int, ShardWeightedLoss]:
         """[lo, hi) of this rank's shard of the global batch (x, y) and the loss weighted by (hi − lo)/B."""
-        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
-            raise ValueError("expected arrays x and y with the same first (batch) dimension")
-        if len(x) < self.comm.world_size:
-            raise ValueError(f"a global batch of {len(x)} examples cannot be split over "
-                             f"{self.comm.world_size} ranks")
-        lo, hi = split_range(len(x), self.comm.world_size, self.comm.rank)
+        lo, hi = shard_range(self.comm, x, y)
         return lo, hi, ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
 
     def held(self) -> dict[str, int]:

@@ -1,54 +1,27 @@
-"""Pieces of data parallelism that need no communication: which layers backward runs one by one and
-their input shapes, the forward's charge to the simulated clock, and the loss weight that makes the
-shards' gradients add up to the full-batch gradient (see data_parallel.py). Which slice of the global
-batch a rank takes is minidist.split's rule: split_range(B, P, rank)."""
+"""The loss weight that makes the shards' gradients add up to the full-batch gradient (see
+data_parallel.py). Which slice of the global batch a rank takes is minidist.split's rule:
+split_range(B, P, rank); the layers backward runs one by one are the step runner's units
+(``leaf_layers``, minidist.nn.runner.units); the clock's charges are parallel/clock.py's."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from minidist.cluster import Span
-from minidist.nn.module import Module, Sequential
+from minidist.nn.runner import units as leaf_layers
+from minidist.split import split_range
+
+__all__ = ["ShardWeightedLoss", "leaf_layers", "shard_range"]
 
 
-def leaf_layers(model: Module) -> list[Module]:
-    """The layers backward runs one by one: a Sequential's layers (nested Sequentials flattened), or
-    the model itself."""
-    if isinstance(model, Sequential):
-        return [leaf for layer in model for leaf in leaf_layers(layer)]
-    return [model]
-
-
-def input_shapes(model: Module, layers: list[Module], x_shape: tuple, cache: dict) -> list[tuple]:
-    """Each layer's input shape for a batch of shape x_shape (B, ...), found once per feature shape by a
-    one-example forward in eval mode (kept in ``cache``); the model's modes are restored."""
-    key = tuple(x_shape[1:])
-    if key not in cache:
-        modes = [(m, m.training) for m in model.modules()]
-        model.eval()
-        h, shapes = np.zeros((1, *key), dtype=model.parameters()[0].data.dtype), []
-        try:
-            for layer in layers:
-                shapes.append(h.shape[1:])
-                h = layer.forward(h)
-        finally:
-            for m, mode in modes:
-                m.training = mode
-        cache[key] = shapes
-    return [(x_shape[0], *shape) for shape in cache[key]]
-
-
-def charge_forward(comm, layers: list[Module], shapes: list[tuple], spans: list[Span]) -> list[float]:
-    """Charge every layer's forward FLOPs (for its input shape) to comm's simulated clock, record a
-    compute span for each in ``spans``, and return each layer's forward time in seconds."""
-    times = []
-    for layer, shape in zip(layers, shapes):
-        start = comm.clock
-        flops = layer.flops(shape) if callable(getattr(layer, "flops", None)) else 0
-        comm.compute(flops, label=f"forward {type(layer).__name__}")
-        spans.append(Span(comm.rank, start, comm.clock, "compute", f"forward {type(layer).__name__}"))
-        times.append(comm.clock - start)
-    return times
+def shard_range(comm, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """[lo, hi) of this rank's contiguous slice of the global batch x (B, ...), y (B, ...); P <= B."""
+    if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
+        raise ValueError(f"expected arrays x and y with the same first (batch) dimension, got "
+                         f"{getattr(x, 'shape', type(x).__name__)} and {getattr(y, 'shape', type(y).__name__)}")
+    if len(x) < comm.world_size:
+        raise ValueError(f"a global batch of {len(x)} examples cannot be split over {comm.world_size} ranks: "
+                         f"data parallelism needs P <= B (at least one example per rank)")
+    return split_range(len(x), comm.world_size, comm.rank)
 
 
 class ShardWeightedLoss:

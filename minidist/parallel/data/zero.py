@@ -27,7 +27,6 @@ from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
 from .fsdp import FSDP
 from .sharded import ShardedWrapper
-from .shards import charge_forward
 from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes
 
 
@@ -101,7 +100,7 @@ class ZeRO(ShardedWrapper):
                 g.shard.grad = g.grad[g.lo:g.hi]
             else:
                 g.free_grad()                          # allocated bucket by bucket during backward
-        self.compute_spans: list = []
+        self._attach()
         self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     # -- one global batch --------------------------------------------------------------------------------
@@ -111,52 +110,42 @@ class ZeRO(ShardedWrapper):
         x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
         Returns this rank's mean loss over its shard.
         """
-        lo, hi, loss_fn = self._my_shard(x, y)
-        mp = self.mixed
         if self.stage == 1:
             for g in self.groups:
                 g.grad[...] = 0
-        # with mixed precision Inf/NaN is expected (the step is then skipped)
-        with np.errstate(**({} if mp is None else {"over": "ignore", "invalid": "ignore"})):
-            h, shapes = x[lo:hi] if mp is None else mp.input(x[lo:hi]), []
-            for i, layer in enumerate(self.layers):
-                shapes.append(h.shape)
-                h = layer.forward(h) if mp is None else mp.output(i, layer.forward(h))
-            times = charge_forward(self.comm, self.layers, shapes, self.compute_spans)
-            loss = loss_fn.forward(h, y[lo:hi])
-            self._record("after forward")
-            dy = loss_fn.backward() if mp is None else mp.loss_gradient(loss_fn)
-            for i in reversed(range(len(self.layers))):
-                if self.stage == 2:
-                    for g in self.groups:
-                        if g.grad is None and self.first_layer[id(g)] == i:
-                            g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-                dy = self.layers[i].backward(dy)
-                if mp is not None:
-                    dy = mp.backward_output(i, dy, self.layers[i].parameters())
-                self.comm.elapse(2 * times[i], label=f"backward {type(self.layers[i]).__name__}")
-                if self.ready_at[i]:
-                    self._record(f"backward layer {i}")
-                if self.stage == 2:
-                    for g in self.ready_at[i]:         # the bucket is complete: reduce-scatter it, free it
-                        g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
-                        g.free_grad()
-            self._record("after backward")
-            if mp is None and self.stage == 1:
-                zero1_shard_update(self.comm, self.groups, self.optimizer)
-            elif mp is None:
-                self.optimizer.step()
+        loss = self._forward_backward(x, y)
+        if self.mixed is None and self.stage == 1:
+            zero1_shard_update(self.comm, self.groups, self.optimizer)
+        elif self.mixed is None:
+            self.optimizer.step()
+            for g in self.groups:
+                g.data[...] = np.concatenate(allgather(self.comm, g.shard.data))
+        else:
+            if self.stage == 1:
                 for g in self.groups:
-                    g.data[...] = np.concatenate(allgather(self.comm, g.shard.data))
-            else:
-                if self.stage == 1:
-                    for g in self.groups:
-                        g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
-                self.applied = mp.step(self.comm, [g.shard for g in self.groups], self.optimizer)
-                if self.applied:
-                    self.share_masters()
+                    g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
+            self.applied = self.mixed.step(self.comm, [g.shard for g in self.groups], self.optimizer)
+            if self.applied:
+                self.share_masters()
         self._record("after step")
         return loss
+
+    # -- the runner's events: ZeRO-2 reduce-scatters each bucket as soon as backward completes it ----------
+    def before_backward(self, i, layer, dy):
+        if self.stage == 2:
+            for g in self.groups:
+                if g.grad is None and self.first_layer[id(g)] == i:
+                    g.bind_grad(np.zeros(g.n, dtype=g.dtype))
+        return dy
+
+    def after_backward(self, i, layer, dx):
+        if self.ready_at[i]:
+            self._record(f"backward layer {i}")
+        if self.stage == 2:
+            for g in self.ready_at[i]:                 # the bucket is complete: reduce-scatter it, free it
+                g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
+                g.free_grad()
+        return dx
 
     def share_masters(self) -> None:
         """Mixed precision: quantize(master shard, fmt), allgathered into the low-precision parameters."""

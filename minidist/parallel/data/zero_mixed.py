@@ -26,16 +26,16 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, allreduce
-from minidist.nn.module import Sequential
+from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
 from minidist.precision.formats import check_format
+from minidist.precision.mixed import boundaries
 from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
 
 from .flat import send_bytes
-from .shards import leaf_layers
 
 
-class ShardedMixedPrecision:
+class ShardedMixedPrecision(Attachment):
     """The mixed-precision recipe of a sharded wrapper (ZeRO stages 1-2, FSDP).
 
     Args:
@@ -67,46 +67,47 @@ class ShardedMixedPrecision:
         if dtypes != {np.dtype(np.float32)}:
             raise TypeError(f"mixed precision keeps fp32 masters: the model's parameters must be float32, got "
                             f"{sorted(str(d) for d in dtypes)}")
-        top = list(model) if isinstance(model, Sequential) else [model]
-        first = 0
-        for layer in top:
-            count = len(leaf_layers(layer))
-            self.starts.add(first)
-            self.ends.add(first + count - 1)
-            first += count
+        self.starts, self.ends = boundaries(model)
         self.bound = True
 
-    # -- forward and backward in low precision (leaf layer i of the wrapper) -------------------------------
+    # -- forward and backward in low precision: the step runner's events (unit i of the wrapper) -------------
     def working(self, master: np.ndarray) -> np.ndarray:
         """The low-precision copy of fp32 values: quantize(master, fmt, saturate=True), float32."""
         return quantize(master, self.fmt, saturate=True)
 
-    def input(self, x: np.ndarray) -> np.ndarray:
+    def begin(self, runner) -> None:
+        self._errors = np.seterr(over="ignore", invalid="ignore")   # Inf/NaN expected: the step is skipped
+
+    def before_forward(self, i, layer, x):
         """x (B, ...) as float32 in fmt."""
-        return quantize(np.asarray(x, dtype=np.float32), self.fmt)
+        return quantize(np.asarray(x, dtype=np.float32), self.fmt) if i == 0 else x
 
-    def output(self, i: int, h: np.ndarray) -> np.ndarray:
+    def after_forward(self, i, layer, y):
         """Layer i's output, quantized to fmt if it ends a top-level layer."""
-        return quantize(h, self.fmt) if i in self.ends else h
+        return quantize(y, self.fmt) if i in self.ends else y
 
-    def loss_gradient(self, loss_fn) -> np.ndarray:
+    def after_loss(self, dy):
         """dL/dlogits · s in grad_fmt."""
-        return quantize(loss_fn.backward() * np.float32(self.scaler.scale), self.grad_fmt)
+        return quantize(dy * np.float32(self.scaler.scale), self.grad_fmt)
 
-    def backward_output(self, i: int, dx: np.ndarray, params) -> np.ndarray:
-        """After layer i's backward: its dW leave in grad_fmt (in place); dx too if i starts a top layer."""
-        for p in params:
+    def after_backward(self, i, layer, dx):
+        """Layer i's dW leave in grad_fmt (in place); dx too if i starts a top-level layer."""
+        for p in layer.parameters():
             p.grad[...] = quantize(p.grad, self.grad_fmt)
-        return quantize(dx, self.grad_fmt) if i in self.starts else dx
+        return quantize(dx, self.grad_fmt) if dx is not None and i in self.starts else dx
+
+    def end(self) -> None:
+        np.seterr(**self._errors)
 
     # -- the sharded update ------------------------------------------------------------------------------------
     def step(self, comm, masters, optimizer) -> bool:
         """masters: the fp32 master shards, whose .grad holds this rank's piece of the summed scaled gradient.
         Rounds the pieces to grad_fmt, unscales, agrees on found_inf (a one-element allreduce, max), then
         steps the optimizer unless any rank found Inf/NaN. Returns True if the update was applied."""
-        for m in masters:
-            m.grad[...] = quantize(m.grad, self.grad_fmt)
-        found_inf = self.scaler.unscale([m.grad for m in masters])
+        with np.errstate(over="ignore", invalid="ignore"):
+            for m in masters:
+                m.grad[...] = quantize(m.grad, self.grad_fmt)
+            found_inf = self.scaler.unscale([m.grad for m in masters])
         flag = allreduce(comm, np.array([float(found_inf)]), op="max", algorithm="ring")
         found_inf = bool(flag[0])
         if found_inf:

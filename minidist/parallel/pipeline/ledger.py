@@ -14,6 +14,9 @@ Training" slides).
 
 from __future__ import annotations
 
+from minidist.nn.checkpoint import Checkpoint, forward_flops
+from minidist.nn.runner import Attachment
+
 from .schedule import Op
 
 
@@ -47,3 +50,29 @@ class StageLedger:
         segment recomputed), held_after: bytes still held once its activations were let go."""
         self.timeline.append((Op(self.stage, "B", micro_batch), self._start, self.comm.clock))
         self.memory += [(self._start, held_during), (self.comm.clock, held_after)]
+
+
+class StageCharges(Attachment):
+    """The step runner's attachment that charges each unit of a stage to the ledger as it runs: forward
+    its FLOPs, backward twice that (+1× to recompute a checkpointed segment). ``flops`` holds the last
+    forward's per-unit FLOPs; ``recomputed`` the largest activation a recompute held (bytes)."""
+
+    def __init__(self, ledger: StageLedger):
+        self.ledger, self.label, self.flops, self.recomputed, self.shape = ledger, "", [], 0, ()
+
+    def before_forward(self, i, unit, x):
+        if i == 0:
+            self.flops = []
+        self.shape = x.shape
+        return x
+
+    def after_forward(self, i, unit, y):
+        self.flops.append(forward_flops(unit, self.shape))     # a Checkpoint knows its FLOPs after forward
+        self.ledger.charge(self.flops[i], self.label)
+        return y
+
+    def after_backward(self, i, unit, dx):
+        recompute = self.flops[i] if isinstance(unit, Checkpoint) else 0
+        self.recomputed = max(self.recomputed, getattr(unit, "recompute_nbytes", 0))
+        self.ledger.charge(2 * self.flops[i] + recompute, self.label)
+        return dx

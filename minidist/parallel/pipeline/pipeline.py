@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_flops, forward_saving, nbytes_of
+from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_saving, nbytes_of
 from minidist.nn.module import Sequential
+from minidist.nn.runner import StepRunner
 from minidist.split import split_offsets
 
 from .comm import StageLinks
-from .ledger import StageLedger
+from .ledger import StageCharges, StageLedger
 from .schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
 
@@ -75,6 +76,8 @@ class Pipeline:
         self.units = [Checkpoint(self.module)] if self.checkpointed else list(self.module.layers)
         self._runner = Sequential(*self.units)  # what forward_saving watches for saved activations
         self.ledger = StageLedger(comm, self.stage)  # clock, timeline, memory: kept to the side
+        self.charges = StageCharges(self.ledger)
+        self.stage_runner = StepRunner(self._runner, None, [self.charges], input_grad=True)
         self.loss: float | None = None
         self.output: np.ndarray | None = None
 
@@ -189,32 +192,18 @@ class Pipeline:
         if not self.is_first:
             self.links.send_gradient(dx, m)
 
-    # -- the stage's layers, each charged to the clock as it runs -------------------------------------
+    # -- the stage's layers through the step runner, each charged to the clock as it runs (ledger.py) --------
     def _run_forward(self, x: np.ndarray, label: str) -> tuple[np.ndarray, SavedActivations, list[int]]:
         """y = stage(x) and what it saved for backward; also each unit's forward FLOPs."""
-        unit_flops: list[int] = []
-
-        def run_units(h: np.ndarray) -> np.ndarray:
-            for unit in self.units:
-                out = unit.forward(h)
-                unit_flops.append(forward_flops(unit, h.shape))
-                self.ledger.charge(unit_flops[-1], label)
-                h = out
-            return h
-
-        y, saved = forward_saving(self._runner, x, run_units)
-        return y, saved, unit_flops
+        self.charges.label = label
+        y, saved = forward_saving(self._runner, x, self.stage_runner.forward)
+        return y, saved, self.charges.flops
 
     def _run_backward(self, dy: np.ndarray, unit_flops: list[int], label: str) -> tuple[np.ndarray, int]:
         """dx from dy through the units in reverse (2× forward FLOPs, +1× to recompute a checkpointed
         segment); also the largest activation a recompute held for a moment (bytes)."""
-        recomputed = 0
-        for unit, flops in zip(reversed(self.units), reversed(unit_flops)):
-            dy = unit.backward(dy)
-            recompute = flops if isinstance(unit, Checkpoint) else 0
-            recomputed = max(recomputed, getattr(unit, "recompute_nbytes", 0))
-            self.ledger.charge(2 * flops + recompute, label)
-        return dy, recomputed
+        self.charges.label, self.charges.flops, self.charges.recomputed = label, unit_flops, 0
+        return self.stage_runner.backward(dy), self.charges.recomputed
 
     def _held_bytes(self) -> int:
         """Bytes of the activations (and the last stage's loss gradients) kept between F(m) and B(m)."""

@@ -37,6 +37,7 @@ from minidist.nn import (
     Sigmoid,
     Tanh,
 )
+from minidist.nn.flat import flatten, views
 
 from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
@@ -117,12 +118,9 @@ class SpatialConv2d(_SpatialLayer):
         for p in params:
             p.grad[...] = 0
         dx_local = super().backward(dy_local)          # local backward, then the halo gradients go home
-        flat = np.concatenate([p.grad.ravel() for p in params])
-        total = allreduce(self.comm, flat, op="sum")  # one allreduce for weight and bias together
-        offset = 0
-        for p, before in zip(params, kept):
-            p.grad[...] = before + total[offset:offset + p.size].reshape(p.shape)
-            offset += p.size
+        total = allreduce(self.comm, flatten([p.grad for p in params]), op="sum")   # weight and bias together
+        for p, before, piece in zip(params, kept, views(total, [p.shape for p in params])):
+            p.grad[...] = before + piece
         return dx_local
 
 
