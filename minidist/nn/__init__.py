@@ -9,10 +9,11 @@ from .module import Module, Parameter, Sequential
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .online_norm import OnlineNorm
 from .pruning import Masked, channel_mask, cubic_sparsity, magnitude_mask, prune, unwrap
+from .rnn import LSTM, RNN
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Checkpoint", "Conv2d", "CrossEntropyLoss", "Dropout",
-    "Flatten", "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "Module",
-    "OnlineNorm", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "channel_mask", "cubic_sparsity",
+    "Flatten", "GELU", "GroupNorm", "LSTM", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "Module",
+    "OnlineNorm", "Parameter", "RNN", "ReLU", "Sequential", "Sigmoid", "Tanh", "channel_mask", "cubic_sparsity",
     "magnitude_mask", "prune", "unwrap",
 ]

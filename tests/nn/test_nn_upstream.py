@@ -44,6 +44,11 @@ def _cases():
         "Sequential": (lambda rng: nn.Sequential(nn.Linear(4, 6, rng=rng, dtype=np.float64), nn.ReLU(),
                                                  nn.Linear(6, 4, rng=rng, dtype=np.float64)), (4, 4)),
         "Masked": (lambda rng: _pruned(nn.Masked(nn.Linear(4, 5, rng=rng, dtype=np.float64))), (3, 4)),
+        "RNN": (lambda rng: nn.RNN(3, 4, rng=rng, dtype=np.float64), (5, 2, 3)),
+        "RNN-relu-batch_first": (lambda rng: nn.RNN(3, 4, nonlinearity="relu", batch_first=True, rng=rng,
+                                                    dtype=np.float64), (2, 5, 3)),
+        "LSTM": (lambda rng: nn.LSTM(3, 4, rng=rng, dtype=np.float64), (5, 2, 3)),
+        "LSTM-batch_first": (lambda rng: nn.LSTM(3, 4, batch_first=True, rng=rng, dtype=np.float64), (2, 5, 3)),
         "Checkpoint": (lambda rng: nn.Checkpoint(nn.Sequential(
             nn.Linear(4, 4, rng=rng, dtype=np.float64), nn.Dropout(0.3, rng=rng), nn.Tanh())), (5, 4)),
     }
