@@ -17,6 +17,7 @@ grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × s
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
             averaging, Hogwild!
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
+rnn/        the distributed persistent RNN: hidden units split over ranks, one exchange per timestep
 """
 
 from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, train_parameter_server
@@ -24,6 +25,7 @@ from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, Top
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
+from .rnn import PersistentRNN
 from .spatial import (
     GridAllgather,
     HaloPlan,
@@ -58,6 +60,7 @@ __all__ = [
     "GridAllgather",
     "HaloPlan",
     "MegatronMLP",
+    "PersistentRNN",
     "OneBit",
     "Pipeline",
     "RowParallelLinear",
