@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from threadpoolctl import threadpool_limits  # comes with scikit-learn
 
 from minidist.cluster import run
 from minidist.data import load_digits
@@ -40,6 +41,8 @@ from minidist.precision import FP16, FP32
 from minidist.precision.int8 import Int8Layer, quantize_model, weight_bytes
 from minidist.roofline import layer_cost
 from minidist.split import split_range
+
+threadpool_limits(limits=1, user_api="blas")   # small matrices: one BLAS thread is faster
 
 # %% [markdown]
 # ## 1. The systolic array
