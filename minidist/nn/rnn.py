@@ -11,9 +11,9 @@ LSTM:  [i, f, g, o] = x_t·W_ihᵀ + b_ih + h_(t−1)·W_hhᵀ + b_hh,  i, f, o 
 
 Backward (BPTT) runs t = T−1 … 0 carrying dh (and dc) into the step before: the gate pre-activations'
 gradient da_t of every step is collected, then dW_ih = Σ_t da_tᵀ·x_t, dW_hh = Σ_t da_tᵀ·h_(t−1),
-dx_t = da_t·W_ih, dh_(t−1) = da_t·W_hh. Cost: forward and backward each 2·T·N·G·H·(I + H) FLOPs of
-matrix products per direction of the data — and W_hh is read T times, once per step (the "Scaling Deep
-Learning" slides' reason for persistent RNNs, see minidist.hardware.devices).
+dx_t = da_t·W_ih, dh_(t−1) = da_t·W_hh. Cost: forward 2·T·N·G·H·(I + H) FLOPs of matrix products,
+backward twice that — and W_hh is read T times, once per step (the "Scaling Deep Learning" slides'
+reason for persistent RNNs, see minidist.hardware.devices).
 
 Unlike torch, ``forward`` returns only the output (every module here has one output); the final state is
 kept as ``h_n`` (and ``c_n``), shape (1, N, H), and backward leaves the initial state's gradient in
