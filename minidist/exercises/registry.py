@@ -119,6 +119,14 @@ EXERCISES = (
              "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
              "add gate · expert output back into the token's row (dropped tokens stay 0).",
              "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
+    Exercise("systolic_tile_schedule", "lessons/21_inside_the_accelerator.py",
+             "The order in which a k × k systolic array runs the weight tiles of a K × M matrix: one (rows, "
+             "columns) pair of slices per tile, each at most k × k, covering every weight exactly once.",
+             "Two ranges with step k, the last slice clipped at K or M: ⌈K/k⌉·⌈M/k⌉ tiles."),
+    Exercise("lstm_cell_backward", "lessons/21_inside_the_accelerator.py",
+             "The LSTM cell's backward: from dh and dc at step t, the gradients of the four gate "
+             "pre-activations (i, f, g, o) and of c_(t−1).",
+             "h = o·tanh(c) adds dh·o·(1 − tanh²c) to dc; c = f·c_prev + i·g; σ' = σ(1 − σ), tanh' = 1 − tanh²."),
 )
 
 

@@ -14,15 +14,14 @@ from .moe import MoE
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .online_norm import OnlineNorm
 from .pruning import Masked, channel_mask, cubic_sparsity, magnitude_mask, prune, unwrap
+from .rnn import LSTM, RNN
 from .softmax import Softmax, log_softmax, softmax, softmax_backward
 from .switch import SwitchTransformer
 
 __all__ = [
-    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Checkpoint", "Conv2d", "CrossEntropyLoss", "Dropout",
-    "Flatten", "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "MoE", "Module",
-    "OnlineNorm", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "channel_mask", "cubic_sparsity",
-    "magnitude_mask", "prune", "unwrap",
-    "CausalSelfAttention", "Embedding", "GPT", "Softmax", "TransformerBlock", "log_softmax", "softmax",
-    "softmax_backward",
-    "SwitchTransformer",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "CausalSelfAttention", "Checkpoint", "Conv2d",
+    "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "GPT", "GroupNorm", "LSTM", "LayerNorm",
+    "Linear", "MSELoss", "Masked", "MaxPool2d", "MoE", "Module", "OnlineNorm", "Parameter", "RNN", "ReLU",
+    "Sequential", "Sigmoid", "Softmax", "SwitchTransformer", "Tanh", "TransformerBlock", "channel_mask",
+    "cubic_sparsity", "log_softmax", "magnitude_mask", "prune", "softmax", "softmax_backward", "unwrap",
 ]

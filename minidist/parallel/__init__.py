@@ -23,6 +23,7 @@ grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × s
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
             averaging, Hogwild!
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
+rnn/        the distributed persistent RNN: hidden units split over ranks, one exchange per timestep
 """
 
 from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, train_parameter_server
@@ -31,6 +32,7 @@ from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnor
 from .hybrid import Grid, hybrid_train_step
 from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
+from .rnn import PersistentRNN
 from .spatial import (
     GridAllgather,
     HaloPlan,
@@ -68,6 +70,7 @@ __all__ = [
     "GridAllgather",
     "HaloPlan",
     "MegatronMLP",
+    "PersistentRNN",
     "OneBit",
     "Pipeline",
     "RowParallelLinear",

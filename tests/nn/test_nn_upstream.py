@@ -59,6 +59,11 @@ def _cases():
                         (2, 3, 4)),
         "SwitchTransformer": (lambda rng: nn.SwitchTransformer(6, 4, 1, 4, 2, 2, d_ff=5, capacity_factor=0.75,
                                                                rng=rng, dtype=np.float64), _tokens((2, 3), 6)),
+        "RNN": (lambda rng: nn.RNN(3, 4, rng=rng, dtype=np.float64), (5, 2, 3)),
+        "RNN-relu-batch_first": (lambda rng: nn.RNN(3, 4, nonlinearity="relu", batch_first=True, rng=rng,
+                                                    dtype=np.float64), (2, 5, 3)),
+        "LSTM": (lambda rng: nn.LSTM(3, 4, rng=rng, dtype=np.float64), (5, 2, 3)),
+        "LSTM-batch_first": (lambda rng: nn.LSTM(3, 4, batch_first=True, rng=rng, dtype=np.float64), (2, 5, 3)),
         "Checkpoint": (lambda rng: nn.Checkpoint(nn.Sequential(
             nn.Linear(4, 4, rng=rng, dtype=np.float64), nn.Dropout(0.3, rng=rng), nn.Tanh())), (5, 4)),
         "Softmax": (lambda rng: nn.Softmax(), (3, 5)),

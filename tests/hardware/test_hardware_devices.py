@@ -1,0 +1,59 @@
+"""The seeds' devices: peaks from their parts, ridge points, the Linear crossing batch, persistent RNNs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidist.hardware.devices import (
+    DEVICES,
+    TITAN_X_REGISTERS,
+    largest_persistent_rnn,
+    linear_crossing_batch,
+    rnn_step_cost,
+)
+from minidist.nn import Linear
+from minidist.roofline import Machine, layer_cost
+
+
+def test_the_seeds_numbers():
+    assert DEVICES["TPU v1 (int8)"].peak == 65536 * 2 * 700e6 and round(DEVICES["TPU v1 (int8)"].peak / 1e12) == 92
+    assert round(DEVICES["TPU v1 (int8)"].memory_bw / 1e9, 1) == 34.1
+    assert DEVICES["GP100 (FP16)"].peak == pytest.approx(2 * DEVICES["GP100 (FP32)"].peak, rel=0.01)
+    assert round(DEVICES["V100 (FP32)"].peak / 1e12, 1) == 15.7 == Machine().peak / 1e12   # roofline default
+    assert round(DEVICES["V100 (tensor cores)"].peak / 1e12) == 125
+    assert DEVICES["TPU v2"].ridge == 75
+    assert TITAN_X_REGISTERS == 6 * 2**20                          # "up to 6 MB on Maxwell Titan X"
+
+
+@given(i=st.integers(1, 4096), o=st.integers(1, 4096), itemsize=st.sampled_from([1, 2, 4]),
+       device=st.sampled_from(sorted(DEVICES)))
+def test_linear_crossing_batch_is_where_layer_cost_crosses_the_ridge(i, o, itemsize, device):
+    machine = DEVICES[device]
+    b = linear_crossing_batch(machine, i, o, itemsize)
+    layer = Linear(i, o, rng=np.random.default_rng(0))
+
+    def intensity(batch):
+        return layer_cost(layer, (batch, i), itemsize).forward_intensity
+
+    if math.isinf(b):
+        assert 2 * i * o / (itemsize * (i + o)) <= machine.ridge
+    else:
+        assert intensity(b) >= machine.ridge and (b == 1 or intensity(b - 1) < machine.ridge)
+
+
+def test_persistent_rnn_turns_memory_bound_into_compute_bound():
+    """1152 hidden units, FP32: 1152² · 4 B = 5.06 MiB fits the 6 MiB register file; reloading W makes a
+    step of 4 sequences memory-bound, keeping it there makes it compute-bound."""
+    titan = DEVICES["Titan X (Maxwell, FP32)"]
+    assert 1152**2 * 4 <= TITAN_X_REGISTERS and largest_persistent_rnn(TITAN_X_REGISTERS) == 1254
+    assert titan.bound(*rnn_step_cost(1152, 4, persistent=False)) == "memory"
+    assert titan.bound(*rnn_step_cost(1152, 4, persistent=True)) == "compute"
+    flops, nbytes = rnn_step_cost(1152, 4, persistent=True)
+    assert flops / nbytes == 1152 / 4
+    with pytest.raises(ValueError):
+        rnn_step_cost(0, 4, True)
