@@ -1,0 +1,28 @@
+"""Context parallelism: the sequence split over c ranks inside attention (ring attention).
+
+blocks.py (one key/value block's partial attention, the online-softmax merge, the block's backward),
+layout.py (which tokens a rank holds: naive or zigzag split), ring.py (RingAttention on a
+communicator), cost.py (bytes, messages and time in closed form)."""
+
+from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge
+from .cost import causal_work, crossover_seq_len, forward_seconds, ring_traffic
+from .layout import LAYOUTS, causal_pairs, positions, shard, unshard
+from .ring import RingAttention
+
+__all__ = [
+    "LAYOUTS",
+    "RingAttention",
+    "block_attention",
+    "block_attention_backward",
+    "block_flops",
+    "causal_mask",
+    "causal_pairs",
+    "causal_work",
+    "crossover_seq_len",
+    "forward_seconds",
+    "merge",
+    "positions",
+    "ring_traffic",
+    "shard",
+    "unshard",
+]
