@@ -23,6 +23,7 @@ from .cost import (
 )
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
+from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 __all__ = [
     "ColumnParallelLinear",
@@ -31,6 +32,8 @@ __all__ = [
     "MegatronMLP",
     "ReduceFromTensorParallel",
     "RowParallelLinear",
+    "VocabParallelCrossEntropy",
+    "VocabParallelEmbedding",
     "allgather_features",
     "allreduce_sum",
     "check_same_on_all_ranks",
