@@ -1,6 +1,8 @@
 """Layers with hand-written backward passes (names and shapes follow torch.nn)."""
 
 from .activation import GELU, Dropout, ReLU, Sigmoid, Tanh
+from .attention import CausalSelfAttention
+from .block import TransformerBlock
 from .checkpoint import Checkpoint
 from .conv import AvgPool2d, Conv2d, Flatten, MaxPool2d
 from .embedding import Embedding
@@ -17,5 +19,6 @@ __all__ = [
     "Flatten", "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "Module",
     "OnlineNorm", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "channel_mask", "cubic_sparsity",
     "magnitude_mask", "prune", "unwrap",
-    "Embedding", "Softmax", "log_softmax", "softmax", "softmax_backward",
+    "CausalSelfAttention", "Embedding", "Softmax", "TransformerBlock", "log_softmax", "softmax",
+    "softmax_backward",
 ]

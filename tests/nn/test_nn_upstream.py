@@ -59,6 +59,11 @@ def _cases():
         "Softmax": (lambda rng: nn.Softmax(), (3, 5)),
         "Softmax-dim0": (lambda rng: nn.Softmax(dim=0), (3, 2, 4)),
         "Embedding": (lambda rng: nn.Embedding(7, 3, rng=rng, dtype=np.float64), _tokens((2, 5), 7)),
+        "CausalSelfAttention": (lambda rng: nn.CausalSelfAttention(4, 2, rng=rng, dtype=np.float64), (2, 3, 4)),
+        "CausalSelfAttention-dropout": (lambda rng: nn.CausalSelfAttention(4, 2, dropout=0.2, rng=rng,
+                                                                           dtype=np.float64), (2, 3, 4)),
+        "TransformerBlock": (lambda rng: nn.TransformerBlock(4, 2, dropout=0.1, rng=rng, dtype=np.float64),
+                             (2, 3, 4)),
     }
 
 
