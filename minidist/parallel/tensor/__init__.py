@@ -2,6 +2,8 @@
 Megatron MLP block, whole-MLP conversions), comm.py (Megatron's f and g, feature shards), cost.py (words
 moved per step, memory per device)."""
 
+from .attention import TensorParallelAttention
+from .block import TensorParallelBlock, TensorParallelMLP
 from .comm import (
     CopyToTensorParallel,
     GatherFromTensorParallel,
@@ -23,6 +25,7 @@ from .cost import (
 )
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
+from .sequence import sequence_shard
 from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 __all__ = [
@@ -32,6 +35,9 @@ __all__ = [
     "MegatronMLP",
     "ReduceFromTensorParallel",
     "RowParallelLinear",
+    "TensorParallelAttention",
+    "TensorParallelBlock",
+    "TensorParallelMLP",
     "VocabParallelCrossEntropy",
     "VocabParallelEmbedding",
     "allgather_features",
@@ -48,4 +54,5 @@ __all__ = [
     "memory_words_per_device",
     "seed_t_comm_data",
     "seed_t_comm_model",
+    "sequence_shard",
 ]
