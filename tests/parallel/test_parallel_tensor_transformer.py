@@ -10,9 +10,16 @@ import numpy as np
 import pytest
 
 from minidist.cluster import ClusterError, run
+from minidist.memory import held_bytes
 from minidist.nn import TransformerBlock
 from minidist.optim import AdamW
-from minidist.parallel.tensor import TensorParallelBlock, feature_slice, sequence_shard
+from minidist.parallel.tensor import (
+    TensorParallelBlock,
+    block_activation_bytes,
+    block_bytes_sent,
+    feature_slice,
+    sequence_shard,
+)
 
 B, T, D, STEPS = 2, 8, 12, 3
 
@@ -76,10 +83,7 @@ def test_tensor_parallel_blocks_train_like_one_process(t, heads, sequence_parall
         assert len(params) == len(expected)
         for got, want in zip(params, expected):
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
-        words = B * T * D
-        per_block = 4 * 2 * (t - 1) * words // t + (2 * (t - 1) * 6 * D // t if sequence_parallel else 0)
-        if t == 1 or (6 * D) % t == 0:
-            assert sent == STEPS * 2 * per_block * 8                # 2 blocks, float64
+        assert sent == STEPS * 2 * block_bytes_sent(B, T, D, t, 8, sequence_parallel)   # 2 blocks, float64
 
 
 def test_sequence_parallel_needs_t_to_divide_the_sequence():
@@ -91,3 +95,26 @@ def test_sequence_parallel_needs_t_to_divide_the_sequence():
         run(uneven, 2)
     with pytest.raises(ClusterError, match="at least one head"):
         run(lambda comm: TensorParallelBlock(comm, _blocks(2)[0]), 4)
+
+
+def _activations(comm, heads, sequence_parallel):
+    block = TensorParallelBlock(comm, _blocks(heads)[0], sequence_parallel=sequence_parallel)
+    x = np.random.default_rng(2).standard_normal((B, T, D))
+    block.forward(sequence_shard(x, comm.world_size, comm.rank) if sequence_parallel else x)
+    parts = {"layernorm": [block.ln1, block.ln2], "attention": [block.attn], "mlp": [block.mlp]}
+    measured = {k: sum(held_bytes(model=m)["activations"] for m in ms) for k, ms in parts.items()}
+    return measured, held_bytes(model=block)["activations"]
+
+
+@pytest.mark.parametrize("t,heads", [(1, 4), (2, 4), (4, 4), (2, 3)])
+def test_activation_bytes_equal_the_formula_and_sequence_parallelism_divides_the_layernorm_regions(t, heads):
+    d_ff = 4 * D
+    for sequence_parallel in (False, True):
+        for rank, (measured, total) in enumerate(run(_activations, t, heads, sequence_parallel)):
+            formula = block_activation_bytes(B, T, D, heads, d_ff, t, rank, 8, sequence_parallel)
+            assert measured == {k: formula[k] for k in measured}
+            assert total == formula["total"]
+    tp = block_activation_bytes(B, T, D, heads, d_ff, t, 0, 8, False)
+    sp = block_activation_bytes(B, T, D, heads, d_ff, t, 0, 8, True)
+    assert sp["layernorm"] * t == tp["layernorm"]
+    assert (sp["attention"], sp["mlp"]) == (tp["attention"], tp["mlp"])

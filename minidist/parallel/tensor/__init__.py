@@ -26,6 +26,7 @@ from .cost import (
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
 from .sequence import sequence_shard
+from .transformer_cost import block_activation_bytes, block_bytes_sent, korthikanti_bytes
 from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "VocabParallelEmbedding",
     "allgather_features",
     "allreduce_sum",
+    "block_activation_bytes",
+    "block_bytes_sent",
     "check_same_on_all_ranks",
     "column_parallel_mlp",
     "column_parallel_words",
@@ -49,6 +52,7 @@ __all__ = [
     "feature_bounds",
     "feature_slice",
     "hybrid_words",
+    "korthikanti_bytes",
     "megatron_parallel_mlp",
     "megatron_words",
     "memory_words_per_device",
