@@ -2,8 +2,10 @@
 
 blocks.py (one key/value block's partial attention, the online-softmax merge, the block's backward),
 layout.py (which tokens a rank holds: naive or zigzag split), ring.py (RingAttention on a
-communicator), cost.py (bytes, messages and time in closed form)."""
+communicator), block.py (a transformer block on a slice of the sequence), cost.py (bytes, messages and
+time in closed form)."""
 
+from .block import ContextParallelAttention, ContextParallelBlock
 from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge
 from .cost import causal_work, crossover_seq_len, forward_seconds, ring_traffic
 from .layout import LAYOUTS, causal_pairs, positions, shard, unshard
@@ -11,6 +13,8 @@ from .ring import RingAttention
 
 __all__ = [
     "LAYOUTS",
+    "ContextParallelAttention",
+    "ContextParallelBlock",
     "RingAttention",
     "block_attention",
     "block_attention_backward",
