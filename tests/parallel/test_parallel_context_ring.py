@@ -16,10 +16,10 @@ from minidist.gradcheck import numerical_gradient, relative_error
 from minidist.parallel.context import (
     RingAttention,
     causal_work,
-    forward_seconds,
     positions,
     ring_traffic,
     shard,
+    step_seconds,
     unshard,
 )
 
@@ -42,7 +42,7 @@ def _ring(comm, q, k, v, d_out, causal, layout, overlap=True, link=None):
     out = attn.forward(*(shard(a, c, r, layout) for a in (q, k, v)))
     after_forward = (comm.stats.bytes_sent, comm.stats.messages_sent, comm.clock)
     grads = attn.backward(shard(d_out, c, r, layout))
-    return out, grads, after_forward, comm.stats, attn.flops
+    return out, grads, after_forward, comm.stats, attn.flops, comm.clock
 
 
 def _data(seed, shape):
@@ -72,7 +72,7 @@ def test_ring_attention_equals_full_attention(case):
         got = unshard([r[1][i] for r in results], layout)
         assert relative_error(got, expected[name]) < 1e-9, name
     batch, heads, seq_len, d_k = case["shape"]
-    for rank, (_, _, forward, stats, _) in enumerate(results):
+    for rank, (_, _, forward, stats, _, _) in enumerate(results):
         traffic = ring_traffic(seq_len, c, rank, batch, heads, d_k, 8, layout)
         assert forward[:2] == (traffic["forward_bytes"], traffic["forward_messages"])
         assert stats.bytes_sent == traffic["forward_bytes"] + traffic["backward_bytes"]
@@ -134,17 +134,18 @@ def test_zigzag_balances_causal_work_and_the_clock(c):
 
 
 @pytest.mark.parametrize("overlap", [True, False])
-@pytest.mark.parametrize("c,seq_len", [(1, 8), (2, 8), (4, 16), (4, 64)])
-def test_forward_clock_equals_the_closed_form(c, seq_len, overlap):
+@pytest.mark.parametrize("c,seq_len", [(1, 8), (2, 8), (3, 12), (4, 16), (4, 64)])
+def test_clock_equals_the_closed_form(c, seq_len, overlap):
     batch, heads, d_k = 1, 2, 4
     data = _data(6, (batch, heads, seq_len, d_k))
     results = run(_ring, c, *data, False, "naive", overlap)
-    expected = forward_seconds(seq_len, c, batch, heads, d_k, 8, overlap=overlap, link=LinkModel())
+    forward, backward = step_seconds(seq_len, c, batch, heads, d_k, 8, overlap=overlap, link=LinkModel())
     for r in results:
-        assert r[2][2] == pytest.approx(expected, rel=1e-12)
+        assert r[2][2] == pytest.approx(forward, rel=1e-12)
+        assert r[5] == pytest.approx(forward + backward, rel=1e-12)
     if c > 1:
-        other = forward_seconds(seq_len, c, batch, heads, d_k, 8, overlap=not overlap)
-        assert (expected < other) == overlap
+        other = step_seconds(seq_len, c, batch, heads, d_k, 8, overlap=not overlap)
+        assert (forward < other[0]) == overlap
 
 
 def test_bad_input_is_refused():

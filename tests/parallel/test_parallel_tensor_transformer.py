@@ -17,6 +17,7 @@ from minidist.parallel.tensor import (
     TensorParallelBlock,
     block_activation_bytes,
     block_bytes_sent,
+    block_comm_seconds,
     feature_slice,
     sequence_shard,
 )
@@ -118,3 +119,17 @@ def test_activation_bytes_equal_the_formula_and_sequence_parallelism_divides_the
     sp = block_activation_bytes(B, T, D, heads, d_ff, t, 0, 8, True)
     assert sp["layernorm"] * t == tp["layernorm"]
     assert (sp["attention"], sp["mlp"]) == (tp["attention"], tp["mlp"])
+
+
+def _clock_of_one_step(comm):
+    block = TensorParallelBlock(comm, _blocks(4)[0])
+    x = np.random.default_rng(3).standard_normal((B, T, D))
+    start = comm.clock
+    block.backward(np.ones_like(block.forward(x)))
+    return comm.clock - start
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_the_block_clock_equals_the_closed_form(t):
+    for seconds in run(_clock_of_one_step, t):
+        assert seconds == pytest.approx(block_comm_seconds(B, T, D, t, 8), rel=1e-12, abs=1e-15)

@@ -7,7 +7,7 @@ time in closed form)."""
 
 from .block import ContextParallelAttention, ContextParallelBlock
 from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge
-from .cost import causal_work, crossover_seq_len, forward_seconds, ring_traffic
+from .cost import causal_work, crossover_seq_len, ring_traffic, step_seconds
 from .layout import LAYOUTS, causal_pairs, positions, shard, unshard
 from .ring import RingAttention
 
@@ -23,10 +23,10 @@ __all__ = [
     "causal_pairs",
     "causal_work",
     "crossover_seq_len",
-    "forward_seconds",
     "merge",
     "positions",
     "ring_traffic",
     "shard",
+    "step_seconds",
     "unshard",
 ]

@@ -7,10 +7,10 @@ Per rank r of c, with n_j = B·h·T_j·d_k·itemsize the bytes of rank j's K (or
 
 When c divides T every n_j = n and these are 2(c−1)·n and (4c−2)·n (ring.py's docstring).
 
-Time of one forward on the α-β link, a device of R FLOP/s, F_r(s) the FLOPs of rank r's block at step s:
+Time of one forward on the α-β link, a device of R FLOP/s, F(s) the FLOPs of a block at step s:
 
-    overlapped    Σ_s max(F(s)/R, α + β·2n)    (every rank waits for the slowest neighbour: the ring
-    sequential    Σ_s (F(s)/R + α + β·2n)       moves in lock step, so the busiest rank sets the pace)
+    overlapped    Σ_s max(F(s)/R, α + β·2n)    (the ring moves in lock step, so with the causal mask
+    sequential    Σ_s (F(s)/R + α + β·2n)       the busiest rank sets the pace; step_seconds: both passes)
 
 Against tensor parallelism of attention (Megatron: 2 all-reduces of B·T·d words per layer forward and
 backward, each 2(t−1)/t of its bytes per rank), ring attention sends K and V, 2·B·T·d·(c−1)/c words per
@@ -42,25 +42,32 @@ def causal_work(seq_len: int, parts: int, layout: str) -> list[int]:
     return [causal_pairs(seq_len, parts, r, layout) for r in range(parts)]
 
 
-def forward_seconds(seq_len: int, parts: int, batch: int, heads: int, d_k: int, itemsize: int,
-                    causal: bool = False, overlap: bool = True, link: LinkModel | None = None,
-                    device: Device | None = None) -> float:
-    """Simulated forward time of non-causal ring attention when c divides T (every step alike):
-    c·max(F/R, α + β·2n) overlapped, c·F/R + (c−1)(α + β·2n) sequential; F = 4·B·h·d_k·(T/c)²."""
-    if causal:
-        raise ValueError("forward_seconds has the closed form for causal=False only; the causal ring's time "
-                         "depends on the split's per-step work (measure it on the clock)")
+def step_seconds(seq_len: int, parts: int, batch: int, heads: int, d_k: int, itemsize: int,
+                 overlap: bool = True, link: LinkModel | None = None,
+                 device: Device | None = None) -> tuple[float, float]:
+    """Simulated (forward, backward) seconds of non-causal ring attention when c divides T, as ring.py
+    charges them. With x = α + β·2n (one K/V or dK/dV message), F = 4·B·h·d_k·(T/c)²/R, F_b = 2.5·F:
+
+        forward    (c−1)·max(x, F) + F                                  (overlap=False: c·F + (c−1)·x)
+        backward   2·max(x, F_b) + (c−2)·max(2x, F_b) + x                (overlap=False: c·F_b + (2c−1)·x)
+
+    (backward: the first step sends K, V; the middle ones K, V and the previous block's dK, dV; the last
+    dK, dV; then the finished dK, dV go home.) c = 1: (F, F_b).
+    """
     if seq_len % parts:
-        raise ValueError(f"forward_seconds assumes c divides T, got T={seq_len}, c={parts}")
+        raise ValueError(f"step_seconds assumes c divides T, got T={seq_len}, c={parts}")
     link, device = link or LinkModel(), device or Device()
     tokens = seq_len // parts
-    compute = 4 * batch * heads * d_k * tokens * tokens / device.flops
-    transfer = link.alpha + link.beta * 2 * batch * heads * tokens * d_k * itemsize
+    f = 4 * batch * heads * d_k * tokens * tokens / device.flops
+    f_b = 2.5 * f
+    x = link.alpha + link.beta * 2 * batch * heads * tokens * d_k * itemsize
     if parts == 1:
-        return compute
-    if overlap:
-        return (parts - 1) * max(compute, transfer) + compute
-    return parts * compute + (parts - 1) * transfer
+        return f, f_b
+    if not overlap:
+        return parts * f + (parts - 1) * x, parts * f_b + (2 * parts - 1) * x
+    forward = (parts - 1) * max(x, f) + f
+    backward = 2 * max(x, f_b) + (parts - 2) * max(2 * x, f_b) + x
+    return forward, backward
 
 
 def crossover_seq_len(parts: int, batch: int, heads: int, d_k: int, itemsize: int,

@@ -26,7 +26,7 @@ from .cost import (
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
 from .sequence import sequence_shard
-from .transformer_cost import block_activation_bytes, block_bytes_sent, korthikanti_bytes
+from .transformer_cost import block_activation_bytes, block_bytes_sent, block_comm_seconds, korthikanti_bytes
 from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "allreduce_sum",
     "block_activation_bytes",
     "block_bytes_sent",
+    "block_comm_seconds",
     "check_same_on_all_ranks",
     "column_parallel_mlp",
     "column_parallel_words",

@@ -25,6 +25,8 @@ sequence parallelism divides by t is the same: the LayerNorm (and, in the paper,
 
 from __future__ import annotations
 
+from minidist.cluster import LinkModel
+
 from .comm import feature_slice
 
 
@@ -52,6 +54,16 @@ def block_bytes_sent(batch: int, seq_len: int, d_model: int, parts: int, itemsiz
     if sequence_parallel:
         words += 2 * (parts - 1) * 6 * d_model // parts
     return words * itemsize
+
+
+def block_comm_seconds(batch: int, seq_len: int, d_model: int, parts: int, itemsize: int,
+                       link: LinkModel | None = None) -> float:
+    """Simulated seconds of one block's communication (forward + backward) on the α-β link: 4 ring
+    all-reduces of n = B·T·d·b bytes, each 2(t−1)·(α + β·n/t), none hidden behind compute (the next
+    layer needs the sum). The token-wise gradients' all-reduce of sequence parallelism is not included."""
+    link = link or LinkModel()
+    nbytes = batch * seq_len * d_model * itemsize
+    return 4 * 2 * (parts - 1) * (link.alpha + link.beta * nbytes / parts)
 
 
 def korthikanti_bytes(seq_len: int, batch: int, d_model: int, n_heads: int, parts: int,
