@@ -1,5 +1,6 @@
 """Tensor-parallel transformer blocks (heads and hidden units split; optionally sequence parallel) on
-t = 1, 2, 4 ranks against nn.TransformerBlock in one process.
+t = 1, 2, 4 ranks, and on t × c grids with the sequence also split by ring attention, against
+nn.TransformerBlock in one process.
 
 Two blocks trained with AdamW for several steps end with every parameter shard equal to the matching
 slice of the single-process parameters (float64, relative 1e-9); bytes per rank equal the formulas of
@@ -13,6 +14,7 @@ from minidist.cluster import ClusterError, run
 from minidist.memory import held_bytes
 from minidist.nn import TransformerBlock
 from minidist.optim import AdamW
+from minidist.parallel.context import positions, ring_traffic, shard
 from minidist.parallel.tensor import (
     TensorParallelBlock,
     block_activation_bytes,
@@ -133,3 +135,42 @@ def _clock_of_one_step(comm):
 def test_the_block_clock_equals_the_closed_form(t):
     for seconds in run(_clock_of_one_step, t):
         assert seconds == pytest.approx(block_comm_seconds(B, T, D, t, 8), rel=1e-12, abs=1e-15)
+
+
+def _grid(comm, t, heads, sequence_parallel, layout, batches):
+    """t × c ranks: rank = ci·t + ti; tensor groups share a piece of the sequence, context groups the heads."""
+    c, ci, ti = comm.world_size // t, comm.rank // t, comm.rank % t
+    tp, cp = comm.split(ci, key=ti), comm.split(ti, key=ci)
+    blocks = [TensorParallelBlock(tp, b, sequence_parallel=sequence_parallel, context=cp, seq_len=T, layout=layout)
+              for b in _blocks(heads)]
+    params = [p for b in blocks for p in b.parameters()]
+
+    def cut(a):
+        mine = shard(a, c, ci, layout, axis=1)
+        return sequence_shard(mine, t, ti) if sequence_parallel else mine
+    before = tp.stats.bytes_sent, cp.stats.bytes_sent
+    _train(blocks, params, batches, cut)
+    return [p.data for p in params], (tp.stats.bytes_sent - before[0], cp.stats.bytes_sent - before[1])
+
+
+@pytest.mark.parametrize("t,c,heads,sequence_parallel,layout", [
+    (2, 2, 4, False, "zigzag"), (2, 2, 4, True, "zigzag"), (2, 2, 3, False, "naive"), (1, 4, 4, False, "zigzag"),
+    (4, 1, 4, True, "naive")])
+def test_tensor_times_context_parallel_blocks_train_like_one_process(t, c, heads, sequence_parallel, layout):
+    batches = _batches()
+    reference = _blocks(heads)
+    _train(reference, [p for b in reference for p in b.parameters()], batches)
+    for rank, (params, (tp_sent, cp_sent)) in enumerate(run(_grid, t * c, t, heads, sequence_parallel, layout,
+                                                            batches)):
+        ci, ti = rank // t, rank % t
+        expected = [a for b in reference for a in _expected_shards(b, t, ti)]
+        for got, want in zip(params, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+        tokens = len(positions(T, c, ci, layout))
+        assert tp_sent == STEPS * 2 * block_bytes_sent(B, tokens, D, t, 8, sequence_parallel)
+        heads_p = len(range(heads)[feature_slice(heads, t, ti)])
+        ring = ring_traffic(T, c, ci, B, heads_p, D // heads, 8, layout)
+        psi_p = sum(p.size for p in params) // 2
+        if psi_p % c == 0:
+            grads = 2 * (c - 1) * psi_p // c * 8
+            assert cp_sent == STEPS * 2 * (ring["forward_bytes"] + ring["backward_bytes"] + grads)

@@ -20,7 +20,7 @@ import numpy as np
 from minidist.nn import CausalSelfAttention, Module, TransformerBlock
 from minidist.nn.attention import merge_heads, split_heads
 from minidist.nn.module import check_float_array
-from minidist.parallel.tensor.comm import allreduce_sum
+from minidist.parallel.tensor.sequence import add_other_tokens
 
 from .ring import RingAttention
 
@@ -76,10 +76,5 @@ class ContextParallelBlock(Module):
         before = [p.grad.copy() for p in params]
         dh = dy + self.ln2.backward(self.mlp.backward(dy))
         dx = dh + self.ln1.backward(self.attn.backward(dh))
-        if self.comm.world_size > 1:                   # add the other ranks' tokens' terms
-            total = allreduce_sum(self.comm, np.concatenate([(p.grad - b).ravel() for p, b in zip(params, before)]))
-            offset = 0
-            for p, b in zip(params, before):
-                p.grad[...] = b + total[offset:offset + p.grad.size].reshape(p.grad.shape)
-                offset += p.grad.size
+        add_other_tokens(self.comm, params, before)            # add the other ranks' tokens' terms
         return dx

@@ -14,6 +14,10 @@ Each all-reduce sends 2(t−1)/t·B·T·d·itemsize bytes per rank. With sequenc
 f and g become an all-gather and a reduce-scatter along T: the same bytes.
 The core keeps (q, k, v, O, lse) and recomputes the probabilities in backward, as FlashAttention does
 (minidist.parallel.context.blocks). Dropout is not supported (p must be 0).
+
+Combined with context parallelism (t × c ranks): given ``context``, the communicator of the c ranks that
+hold the other parts of the sequence for the same heads, the core is ring attention over it
+(minidist.parallel.context.RingAttention) on this rank's heads and tokens; the rest is unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from minidist.nn import CausalSelfAttention, Linear, Module, Parameter
 from minidist.nn.attention import merge_heads, split_heads
 from minidist.nn.module import check_float_array
 from minidist.parallel.context.blocks import block_attention, block_attention_backward
+from minidist.parallel.context.ring import RingAttention
 
 from .comm import check_same_on_all_ranks, feature_slice
 from .sequence import region_operators
@@ -44,9 +49,12 @@ class TensorParallelAttention(Module):
 
     Sub-layers: ``qkv`` Linear(d, 3·d_p), ``proj`` Linear(d_p, d) without bias, ``bias`` (d,) whole.
     sequence_parallel: the input and output are this rank's tokens (B, T/t, d) (sequence.py).
+    context: a communicator over which the sequence is also split (ring attention); then seq_len (the
+    whole T) and layout ("naive" | "zigzag") say which tokens this rank's context group holds.
     """
 
-    def __init__(self, comm, attn: CausalSelfAttention, *, sequence_parallel: bool = False):
+    def __init__(self, comm, attn: CausalSelfAttention, *, sequence_parallel: bool = False, context=None,
+                 seq_len: int | None = None, layout: str = "zigzag"):
         if attn.attn_drop.p or attn.resid_drop.p:
             raise ValueError(f"TensorParallelAttention supports dropout = 0 only, got {attn.attn_drop.p}")
         check_same_on_all_ranks(comm, "TensorParallelAttention (d_model, n_heads)", (attn.d_model, attn.n_heads))
@@ -63,6 +71,11 @@ class TensorParallelAttention(Module):
         self.proj = local_linear(attn.proj.weight.data[:, cols], None)
         self.bias = Parameter(attn.proj.bias.data.copy())
         self.enter, self.leave = region_operators(comm, self.sequence_parallel)
+        self.ring = None
+        if context is not None:
+            if seq_len is None:
+                raise ValueError("TensorParallelAttention with context= needs seq_len, the whole sequence's T")
+            self.ring = RingAttention(context, seq_len, causal=self.causal, layout=layout)
         self._saved: tuple | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -72,20 +85,26 @@ class TensorParallelAttention(Module):
         x_all = self.enter.forward(x)                                      # f (identity) or all-gather
         q, k, v = (split_heads(a, self.heads.stop - self.heads.start)
                    for a in np.split(self.qkv.forward(x_all), 3, axis=-1))  # (B, h_p, T, d_k) each
-        mask = np.tri(x_all.shape[1], dtype=bool) if self.causal else None
-        out, lse = block_attention(q, k, v, mask)
-        self._saved = (q, k, v, mask, out, lse)
+        if self.ring is not None:                                          # the sequence is split too
+            out = self.ring.forward(q, k, v)
+        else:
+            mask = np.tri(x_all.shape[1], dtype=bool) if self.causal else None
+            out, lse = block_attention(q, k, v, mask)
+            self._saved = (q, k, v, mask, out, lse)
         y = self.leave.forward(self.proj.forward(merge_heads(out)))        # g (all-reduce) or reduce-scatter
         return y + self.bias.data
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: gradient of the output (x's shape). Adds into qkv's, proj's and bias's gradients; returns dx."""
-        if self._saved is None:
+        if self._saved is None and self.ring is None:
             raise RuntimeError("TensorParallelAttention.backward called before forward")
-        q, k, v, mask, out, lse = self._saved
         self.bias.grad += dy.sum(axis=(0, 1))
-        d_out = split_heads(self.proj.backward(self.leave.backward(dy)), q.shape[1])
-        dq, dk, dv = block_attention_backward(q, k, v, mask, lse, d_out, (d_out * out).sum(axis=-1))
+        d_out = split_heads(self.proj.backward(self.leave.backward(dy)), self.heads.stop - self.heads.start)
+        if self.ring is not None:
+            dq, dk, dv = self.ring.backward(d_out)
+        else:
+            q, k, v, mask, out, lse = self._saved
+            dq, dk, dv = block_attention_backward(q, k, v, mask, lse, d_out, (d_out * out).sum(axis=-1))
         dx_partial = self.qkv.backward(np.concatenate([merge_heads(a) for a in (dq, dk, dv)], axis=-1))
         return self.enter.backward(dx_partial)                             # all-reduce or reduce-scatter
 

@@ -12,6 +12,10 @@ parallelism). Per block and step, n = B·T·d words, each rank sends
 
 plus, with sequence parallelism, one all-reduce of the 6d words whose gradients are partial sums over
 the tokens (the LayerNorms' γ, β and the two biases added after the reduce-scatter): 2(t−1)/t·6d.
+
+With ``context`` (t × c ranks; minidist.parallel.context) the sequence is also split over c ranks:
+attention's core becomes ring attention over ``context``, everything else runs on this group's tokens,
+and backward ends with one all-reduce over ``context`` of all Ψ_p parameters this rank holds.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from minidist.nn import Linear, Module, Parameter, TransformerBlock
 from minidist.nn.module import check_float_array
 
 from .attention import TensorParallelAttention, local_linear
-from .comm import allreduce_sum, feature_slice
-from .sequence import region_operators
+from .comm import feature_slice
+from .sequence import add_other_tokens, region_operators
 
 
 class TensorParallelMLP(Module):
@@ -64,12 +68,14 @@ class TensorParallelBlock(Module):
     returns this rank's tokens (B, T/t, d) (sequence.sequence_shard), t must divide T.
     """
 
-    def __init__(self, comm, block: TransformerBlock, *, sequence_parallel: bool = False):
+    def __init__(self, comm, block: TransformerBlock, *, sequence_parallel: bool = False, context=None,
+                 seq_len: int | None = None, layout: str = "zigzag"):
         if block.mlp_drop.p:
             raise ValueError(f"TensorParallelBlock supports dropout = 0 only, got {block.mlp_drop.p}")
-        self.comm, self.sequence_parallel = comm, bool(sequence_parallel)
+        self.comm, self.sequence_parallel, self.context = comm, bool(sequence_parallel), context
         self.ln1 = copy.deepcopy(block.ln1)
-        self.attn = TensorParallelAttention(comm, block.attn, sequence_parallel=self.sequence_parallel)
+        self.attn = TensorParallelAttention(comm, block.attn, sequence_parallel=self.sequence_parallel,
+                                            context=context, seq_len=seq_len, layout=layout)
         self.ln2 = copy.deepcopy(block.ln2)
         self.mlp = TensorParallelMLP(comm, block.mlp, sequence_parallel=self.sequence_parallel)
 
@@ -82,17 +88,15 @@ class TensorParallelBlock(Module):
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: gradient of the output (x's shape). Adds every parameter's gradient; returns dx."""
         token_params = self.token_parameters() if self.sequence_parallel else []
-        before = [p.grad.copy() for p in token_params]
+        params = self.parameters() if self.context is not None else token_params
+        before = {id(p): p.grad.copy() for p in params}
         dh = dy + self.ln2.backward(self.mlp.backward(dy))
         dx = dh + self.ln1.backward(self.attn.backward(dh))
-        if token_params and self.comm.world_size > 1:
-            # these gradients summed over this rank's tokens only: add the other ranks' terms (one all-reduce)
-            mine = np.concatenate([(p.grad - b).ravel() for p, b in zip(token_params, before)])
-            total = allreduce_sum(self.comm, mine)
-            offset = 0
-            for p, b in zip(token_params, before):
-                p.grad[...] = b + total[offset:offset + p.grad.size].reshape(p.grad.shape)
-                offset += p.grad.size
+        # gradients summed over this rank's tokens only: add the other ranks' terms (one all-reduce each)
+        if token_params:
+            add_other_tokens(self.comm, token_params, [before[id(p)] for p in token_params])
+        if self.context is not None:
+            add_other_tokens(self.context, params, [before[id(p)] for p in params])
         return dx
 
     def token_parameters(self) -> list[Parameter]:

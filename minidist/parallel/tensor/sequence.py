@@ -23,7 +23,7 @@ import numpy as np
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn import Module
 
-from .comm import CopyToTensorParallel, ReduceFromTensorParallel
+from .comm import CopyToTensorParallel, ReduceFromTensorParallel, allreduce_sum
 
 
 def check_sequence_split(seq_len: int, parts: int) -> None:
@@ -94,3 +94,14 @@ def region_operators(comm, sequence_parallel: bool) -> tuple[Module, Module]:
     if sequence_parallel:
         return GatherFromSequenceParallel(comm), ReduceScatterToSequenceParallel(comm)
     return CopyToTensorParallel(comm), ReduceFromTensorParallel(comm)
+
+
+def add_other_tokens(comm, params: list, before: list[np.ndarray]) -> None:
+    """grad = before + Σ over comm's ranks of (grad − before): one all-reduce of the new terms, flattened."""
+    if comm.world_size == 1 or not params:
+        return
+    total = allreduce_sum(comm, np.concatenate([(p.grad - b).ravel() for p, b in zip(params, before)]))
+    offset = 0
+    for p, b in zip(params, before):
+        p.grad[...] = b + total[offset:offset + p.grad.size].reshape(p.grad.shape)
+        offset += p.grad.size
