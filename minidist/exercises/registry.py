@@ -111,6 +111,10 @@ EXERCISES = (
              "reduce_scatter(comm, g.grad) returns piece r of the sum: write it into g.shard.grad; one "
              "optimizer.step() updates the shards in place; allgather(comm, g.shard.data) returns the P "
              "pieces in rank order: write their concatenation into g.data."),
+    Exercise("softmax_backward", "lessons/16_transformers.py",
+             "The backward pass of softmax along an axis (attention's probabilities): dx = y ⊙ (dy − Σ dy ⊙ y), "
+             "the Jacobian diag(y) − y·yᵀ applied to dy without forming it.",
+             "One product, one sum along the axis with keepdims=True, one subtraction, one product."),
     Exercise("online_softmax_merge", "lessons/17_splitting_transformers.py",
              "Merge two partial attention results over disjoint key sets, (O₁, lse₁) and (O₂, lse₂), into the "
              "result over their union: lse = log(e^lse₁ + e^lse₂), O = e^(lse₁−lse)·O₁ + e^(lse₂−lse)·O₂. A row "

@@ -6,6 +6,7 @@ from .block import TransformerBlock
 from .checkpoint import Checkpoint
 from .conv import AvgPool2d, Conv2d, Flatten, MaxPool2d
 from .embedding import Embedding
+from .gpt import GPT
 from .linear import Linear
 from .loss import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter, Sequential
@@ -19,6 +20,6 @@ __all__ = [
     "Flatten", "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "Module",
     "OnlineNorm", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "channel_mask", "cubic_sparsity",
     "magnitude_mask", "prune", "unwrap",
-    "CausalSelfAttention", "Embedding", "Softmax", "TransformerBlock", "log_softmax", "softmax",
+    "CausalSelfAttention", "Embedding", "GPT", "Softmax", "TransformerBlock", "log_softmax", "softmax",
     "softmax_backward",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .module import check_float_array
+from .softmax import log_softmax
 
 
 class CrossEntropyLoss:
@@ -43,9 +44,7 @@ class CrossEntropyLoss:
                              f"got range [{target.min()}, {target.max()}]")
         if n == 0:
             raise ValueError("CrossEntropyLoss: empty batch")
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        log_sum = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        log_probs = shifted - log_sum
+        log_probs = log_softmax(logits, axis=1)  # z − max − log Σ e^(z − max): no overflow, no log 0
         self._probs = np.exp(log_probs)
         self._target, self._logits_shape = target, logits_shape
         return float(-log_probs[np.arange(n), target].mean())

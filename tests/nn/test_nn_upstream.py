@@ -62,6 +62,9 @@ def _cases():
         "CausalSelfAttention": (lambda rng: nn.CausalSelfAttention(4, 2, rng=rng, dtype=np.float64), (2, 3, 4)),
         "CausalSelfAttention-dropout": (lambda rng: nn.CausalSelfAttention(4, 2, dropout=0.2, rng=rng,
                                                                            dtype=np.float64), (2, 3, 4)),
+        "GPT": (lambda rng: nn.GPT(6, 4, 1, 4, 2, dropout=0.1, rng=rng, dtype=np.float64), _tokens((2, 3), 6)),
+        "GPT-tied": (lambda rng: nn.GPT(6, 4, 1, 4, 2, tie_weights=True, rng=rng, dtype=np.float64),
+                     _tokens((2, 4), 6)),
         "TransformerBlock": (lambda rng: nn.TransformerBlock(4, 2, dropout=0.1, rng=rng, dtype=np.float64),
                              (2, 3, 4)),
     }
