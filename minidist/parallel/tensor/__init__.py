@@ -23,6 +23,7 @@ from .cost import (
     seed_t_comm_data,
     seed_t_comm_model,
 )
+from .gpt import TensorParallelGPT
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
 from .sequence import sequence_shard
@@ -38,6 +39,7 @@ __all__ = [
     "RowParallelLinear",
     "TensorParallelAttention",
     "TensorParallelBlock",
+    "TensorParallelGPT",
     "TensorParallelMLP",
     "VocabParallelCrossEntropy",
     "VocabParallelEmbedding",

@@ -5,6 +5,7 @@ Model Parallelism", section 3): rank p holds rows V_p of the (V, d) table (minid
 need not divide V; every rank needs at least one row).
 
 Embedding     y = Σ_p [t ∈ V_p]·W_p[t]             one all-reduce of N·d words (the operator g); backward local
+              (with sequence parallelism a reduce-scatter along T instead, and an all-gather backward)
 Cross-entropy with rank p holding the logits z[:, V_p] (a column-parallel head, gather_output=False):
 
     m  = max_p max_{v∈V_p} z_v          all-reduce (max) of N words
@@ -26,7 +27,8 @@ from minidist.nn import Embedding, Module, Parameter
 from minidist.nn.embedding import check_tokens
 from minidist.nn.module import check_float_array
 
-from .comm import allreduce_sum, check_same_on_all_ranks, feature_slice
+from .comm import check_same_on_all_ranks, feature_slice
+from .sequence import region_operators
 
 
 def allreduce(comm, x: np.ndarray, op: str) -> np.ndarray:
@@ -38,21 +40,25 @@ def allreduce(comm, x: np.ndarray, op: str) -> np.ndarray:
 
 
 class VocabParallelEmbedding(Module):
-    """Embedding(V, d) with its rows (token ids) split over the ranks of ``comm``: weight (|V_p|, d)."""
+    """Embedding(V, d) with its rows (token ids) split over the ranks of ``comm``: weight (|V_p|, d).
+
+    sequence_parallel: forward returns this rank's T/t tokens (B, T/t, d) of the (B, T) tokens it is given.
+    """
 
     def __init__(self, comm, num_embeddings: int, embedding_dim: int, *,
-                 rng: np.random.Generator | None = None, dtype=np.float32):
-        self._take_rows(comm, Embedding(num_embeddings, embedding_dim, rng=rng, dtype=dtype))
+                 rng: np.random.Generator | None = None, dtype=np.float32, sequence_parallel: bool = False):
+        self._take_rows(comm, Embedding(num_embeddings, embedding_dim, rng=rng, dtype=dtype), sequence_parallel)
 
     @classmethod
-    def from_embedding(cls, comm, full: Embedding) -> VocabParallelEmbedding:
+    def from_embedding(cls, comm, full: Embedding, *, sequence_parallel: bool = False) -> VocabParallelEmbedding:
         """This rank's rows of ``full`` (the same full table on every rank)."""
         layer = cls.__new__(cls)
-        layer._take_rows(comm, full)
+        layer._take_rows(comm, full, sequence_parallel)
         return layer
 
-    def _take_rows(self, comm, full: Embedding) -> None:
+    def _take_rows(self, comm, full: Embedding, sequence_parallel: bool) -> None:
         self.comm = comm
+        self.leave = region_operators(comm, sequence_parallel)[1]        # g, or r̄ (reduce-scatter along T)
         self.num_embeddings, self.embedding_dim = full.num_embeddings, full.embedding_dim
         check_same_on_all_ranks(comm, "VocabParallelEmbedding (num_embeddings, embedding_dim)",
                                 (full.num_embeddings, full.embedding_dim))
@@ -68,12 +74,14 @@ class VocabParallelEmbedding(Module):
         y = np.zeros((*tokens.shape, self.embedding_dim), dtype=self.weight.data.dtype)
         y[mine] = self.weight.data[local[mine]]
         self._local, self._mine = local, mine
-        return allreduce_sum(self.comm, y)              # every row comes from exactly one rank
+        return self.leave.forward(y)                    # every row comes from exactly one rank
 
     def backward(self, dy: np.ndarray) -> None:
-        """dy: upstream gradient (*S, d), whole on every rank; scatter-adds this rank's rows. Returns None."""
+        """dy: upstream gradient (*S, d), whole on every rank (sequence parallel: this rank's tokens, gathered
+        here); scatter-adds this rank's rows. Returns None."""
         if self._local is None:
             raise RuntimeError("VocabParallelEmbedding.backward called before forward")
+        dy = self.leave.backward(dy)
         if dy.shape != (*self._local.shape, self.embedding_dim):
             raise ValueError(f"VocabParallelEmbedding.backward expects dy of shape "
                              f"{(*self._local.shape, self.embedding_dim)}, got {dy.shape}")
