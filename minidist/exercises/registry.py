@@ -127,6 +127,18 @@ EXERCISES = (
              "The LSTM cell's backward: from dh and dc at step t, the gradients of the four gate "
              "pre-activations (i, f, g, o) and of c_(t−1).",
              "h = o·tanh(c) adds dh·o·(1 − tanh²c) to dc; c = f·c_prev + i·g; σ' = σ(1 − σ), tanh' = 1 − tanh²."),
+    Exercise("online_softmax_merge", "lessons/17_splitting_transformers.py",
+             "Merge two partial attention results over disjoint key sets, (O₁, lse₁) and (O₂, lse₂), into the "
+             "result over their union: lse = log(e^lse₁ + e^lse₂), O = e^(lse₁−lse)·O₁ + e^(lse₂−lse)·O₂. A row "
+             "that saw no key on either side (lse = −∞) must stay (0, −∞), never NaN.",
+             "np.logaddexp handles −∞; replace a −∞ total by 0 before subtracting it, so the weights are "
+             "exp(−∞) = 0."),
+    Exercise("vocab_parallel_cross_entropy", "lessons/17_splitting_transformers.py",
+             "The forward of the vocabulary-parallel cross-entropy: each rank holds the logits of its ids only; "
+             "compute every token's loss log S + m − z_target without gathering the logits, with three "
+             "all-reduces of one number per token (max, sum of exponentials, target logit).",
+             "allreduce(self.comm, x, op) in the same file; keep e = exp(z − m) and the total S for backward; "
+             "the target's logit is on the one rank whose slice holds it, 0 elsewhere."),
 )
 
 
