@@ -111,6 +111,12 @@ EXERCISES = (
              "reduce_scatter(comm, g.grad) returns piece r of the sum: write it into g.shard.grad; one "
              "optimizer.step() updates the shards in place; allgather(comm, g.shard.data) returns the P "
              "pieces in rank order: write their concatenation into g.data."),
+    Exercise("distributed_sampler", "lessons/20_input_pipeline.py",
+             "Rank r's indices for one epoch, as torch's DistributedSampler: a permutation of range(N) from "
+             "(seed, epoch), cut to P·floor(N/P) with drop_last or padded by wrapping around to P·ceil(N/P), "
+             "then every P-th index from r.",
+             "np.random.default_rng((seed, epoch)).permutation(n); np.resize pads by repeating; "
+             "order[rank:total:P]."),
 )
 
 
