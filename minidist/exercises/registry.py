@@ -117,6 +117,10 @@ EXERCISES = (
              "then every P-th index from r.",
              "np.random.default_rng((seed, epoch)).permutation(n); np.resize pads by repeating; "
              "order[rank:total:P]."),
+    Exercise("lamb_trust_ratio", "lessons/22_large_batch_theory.py",
+             "LAMB's trust ratio: |w| / |u| for a layer w and its Adam-plus-weight-decay update u (1 when "
+             "either norm is zero), so that every layer moves by lr·|w| per step.",
+             "Euclidean norms of the whole arrays (minidist.optim.lars.norm)."),
 )
 
 

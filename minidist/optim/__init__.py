@@ -6,6 +6,7 @@ Every optimizer takes ``model.parameters()``, reads each ``Parameter.grad`` in `
 
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .lamb import LAMB
 from .lars import LARS
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
@@ -14,6 +15,6 @@ from .sgd import SGD
 from .masked import MaskedOptimizer
 from .sag import SAG
 
-__all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule", "LinearWarmup",
+__all__ = ["LAMB", "LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule", "LinearWarmup",
            "Optimizer", "RMSprop", "Schedule", "StepDecay", "scaled_lr",
            "MaskedOptimizer", "SAG"]
