@@ -76,6 +76,12 @@ def test_an_epoch_cut_short_stops_every_worker():
     fds = open_fds()
     loader = Loader(fetch, batched(np.arange(100), 5), num_workers=3, prefetch=2)
     for i, _ in enumerate(loader):
+        if i == 1:                                  # mid-epoch: the workers hold nothing in /dev/shm
+            for pid in loader.worker_pids:
+                opened = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+                assert any(link.startswith("pipe:") for link in opened)
+                assert not any("/dev/shm" in link for link in opened)
+                assert "/dev/shm" not in Path(f"/proc/{pid}/maps").read_text()
         if i == 2:
             break
     assert len(loader.worker_pids) == 3
