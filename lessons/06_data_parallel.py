@@ -50,6 +50,60 @@ def mlp(widths, seed=0, dtype=np.float32):
 
 
 # %% [markdown]
+# ## 0. Why distribute at all: the motivation arithmetic
+#
+# The seeds open with three numbers. The HOT CHIPS write-up: language models "have grown from 'only' 340
+# million to 75 billion parameters" in two years, and GPT-3 has 175B; "it would take 355 years and cost
+# $4.6M to naively train (on the lowest priced GPU cloud server on the market)" (also in the "Scaling Up
+# Training" slides). Training a transformer of N parameters on D tokens costs about **6·N·D** FLOPs
+# (2·N per token forward, 4·N backward; Kaplan et al., "Scaling Laws for Neural Language Models", which
+# the slides credit). The 355 years assume, as the estimate they come from (Lambda Labs, 2020) did, one
+# V100 sustaining 28 TFLOP/s at $1.50 per GPU-hour, and GPT-3's 300B training tokens.
+
+# %%
+N_PARAMS, TOKENS = 175e9, 300e9
+THROUGHPUT, PRICE = 28e12, 1.50           # FLOP/s of one V100 (stated assumption), dollars per GPU-hour
+flops = 6 * N_PARAMS * TOKENS
+seconds = flops / THROUGHPUT
+years, dollars = seconds / (365.25 * 86400), seconds / 3600 * PRICE
+print(f"6·N·D = {flops:.3g} FLOPs -> {years:.0f} GPU-years, ${dollars / 1e6:.2f}M at ${PRICE}/GPU-hour")
+assert abs(flops - 3.15e23) < 1e21 and round(years) == 356 and abs(dollars / 1e6 - 4.6) < 0.1
+# The GPT-3 paper reports 3.14e23 FLOPs (it rounds 6·N·D down); with that number: 355 years, as quoted
+assert round(3.14e23 / THROUGHPUT / (365.25 * 86400)) == 355
+print(f"on 1,024 such GPUs at perfect scaling: {seconds / 1024 / 86400:.0f} days")
+growth = 75e9 / 340e6
+print(f"340M -> 75B parameters in two years: x{growth:.0f}, x{growth ** 0.5:.1f} per year")
+assert growth > 200 and growth ** 0.5 > 10                       # "an order of magnitude or more every year"
+
+# %% [markdown]
+# 355 GPU-years and $4.7M: the quoted $4.6M is the same arithmetic, rounded down. The data side, from the
+# "Scaling Up Training" slides (GPT-3's training mix). A source of T tokens that
+# makes up a fraction w of 300B training tokens is seen w·300B / T times ("epochs elapsed"):
+
+# %%
+MIX = [  # (source, tokens in billions, weight in the mix, epochs as printed on the slide)
+    ("Common Crawl (filtered)", 410, 0.60, 0.44), ("WebText2", 19, 0.22, 2.9), ("Books1", 12, 0.08, 1.9),
+    ("Books2", 55, 0.08, 0.43), ("Wikipedia", 3, 0.03, 3.4),
+]
+inconsistent = []
+for source, tokens, weight, printed in MIX:
+    epochs = weight * 300 / tokens
+    # the table rounds weights to 1% and tokens to 1B: the widest range its inputs allow
+    low, high = (weight - 0.005) * 300 / (tokens + 0.5), (weight + 0.005) * 300 / (tokens - 0.5)
+    follows = low <= printed <= high
+    inconsistent += [] if follows else [source]
+    print(f"{source:>24}: {weight:.0%} x 300B / {tokens}B = {epochs:.2f} epochs (range {low:.2f}-{high:.2f}); "
+          f"slide {printed}{'' if follows else '  <- does not follow'}")
+assert inconsistent == ["WebText2"]
+assert round(sum(w for _, _, w, _ in MIX), 2) == 1.01           # the rounded weights add up to 101%
+
+# %% [markdown]
+# Every row follows from its columns within their rounding except **WebText2**: 22% of 300B tokens is 66B
+# tokens, 3.5 passes over 19B, not 2.9 (2.9 epochs would need about 23B tokens or a weight of 18%). The
+# same number is in the GPT-3 paper's table, which the slide copies. The lesson for us: 3·10²³ FLOPs is
+# centuries on one accelerator, so training must be spread over many — the rest of this lesson.
+
+# %% [markdown]
 # ## 1. The same computation as one process
 #
 # Four ranks train the digits MLP (64-64-64-10) for 10 steps of a global batch of 50 examples (shards of

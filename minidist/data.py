@@ -7,6 +7,9 @@
 * ``iterate_batches`` — mini-batches in an order drawn from an explicit rng.
 * ``shard`` — the slice of a batch that rank r of P works on (data parallelism).
 * ``load_text()`` — CPython's bundled help() text as a character-level corpus (minidist.text).
+
+The input pipeline lives beside this file and is re-exported here: ``DistributedSampler`` and
+``batched`` (sampler.py), ``Loader`` with k worker processes (loader.py); Parquet columns in columnar.py.
 """
 
 from __future__ import annotations
@@ -127,3 +130,7 @@ def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
         raise ValueError(f"shard needs 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     lo, hi = split_range(len(indices), world_size, rank)
     return np.asarray(indices)[lo:hi]
+
+
+from minidist.loader import Loader, LoaderError  # noqa: F401 - the input pipeline, re-exported
+from minidist.sampler import DistributedSampler, batched  # noqa: F401

@@ -139,6 +139,16 @@ EXERCISES = (
              "all-reduces of one number per token (max, sum of exponentials, target logit).",
              "allreduce(self.comm, x, op) in the same file; keep e = exp(z − m) and the total S for backward; "
              "the target's logit is on the one rank whose slice holds it, 0 elsewhere."),
+    Exercise("distributed_sampler", "lessons/20_input_pipeline.py",
+             "Rank r's indices for one epoch, as torch's DistributedSampler: a permutation of range(N) from "
+             "(seed, epoch), cut to P·floor(N/P) with drop_last or padded by wrapping around to P·ceil(N/P), "
+             "then every P-th index from r.",
+             "np.random.default_rng((seed, epoch)).permutation(n); np.resize pads by repeating; "
+             "order[rank:total:P]."),
+    Exercise("lamb_trust_ratio", "lessons/22_large_batch_theory.py",
+             "LAMB's trust ratio: |w| / |u| for a layer w and its Adam-plus-weight-decay update u (1 when "
+             "either norm is zero), so that every layer moves by lr·|w| per step.",
+             "Euclidean norms of the whole arrays (minidist.optim.lars.norm)."),
 )
 
 

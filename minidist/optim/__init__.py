@@ -6,6 +6,7 @@ Every optimizer takes ``model.parameters()``, reads each ``Parameter.grad`` in `
 
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .lamb import LAMB
 from .lars import LARS
 from .masked import MaskedOptimizer
 from .optimizer import Optimizer
@@ -14,6 +15,6 @@ from .sag import SAG
 from .schedule import Constant, Cosine, LinearScalingRule, LinearWarmup, Schedule, StepDecay, scaled_lr
 from .sgd import SGD
 
-__all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule",
+__all__ = ["LAMB", "LARS", "SGD", "Adagrad", "Adam", "AdamW", "Constant", "Cosine", "LinearScalingRule",
            "LinearWarmup", "Optimizer", "RMSprop", "Schedule", "StepDecay", "scaled_lr",
            "MaskedOptimizer", "SAG"]

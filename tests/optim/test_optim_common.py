@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import minidist.optim.optimizer as optimizer_module
 from minidist.nn import Parameter
-from minidist.optim import LARS, SGD, Adagrad, Adam, AdamW, RMSprop
+from minidist.optim import LAMB, LARS, SGD, Adagrad, Adam, AdamW, RMSprop
 
 from .optim_helpers import initial_values, lr_with_change, make_params, run_minidist
 
@@ -31,6 +31,7 @@ EVERY_OPTIMIZER = [
     pytest.param(RMSprop, {"lr": 0.01, "momentum": 0.5, "centered": True}, id="rmsprop"),
     pytest.param(Adagrad, {"lr": 0.05, "lr_decay": 0.01, "initial_accumulator_value": 0.1}, id="adagrad"),
     pytest.param(LARS, {"lr": 1.0, "weight_decay": 0.01}, id="lars"),
+    pytest.param(LAMB, {"lr": 0.01, "weight_decay": 0.01}, id="lamb", marks=pytest.mark.exercise("lamb_trust_ratio")),
 ]
 
 
