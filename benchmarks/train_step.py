@@ -48,7 +48,8 @@ def minidist_cnn(rng):
 
 def torch_models(torch):
     nn = torch.nn
-    mlp = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    mlp = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                        nn.Linear(1024, 10))
     cnn = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
@@ -112,14 +113,16 @@ def torch_step(torch, model, x, y, input_grad: bool):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     cases = {
         "MLP 1024-1024-1024-10, batch 256": (minidist_mlp(rng), rng.standard_normal((256, 1024)), 256),
-        "CNN 2x(conv3x3+pool) on 1x28x28, batch 64": (minidist_cnn(rng), rng.standard_normal((64, 1, 28, 28)), 64),
+        "CNN 2x(conv3x3+pool) on 1x28x28, batch 64":
+            (minidist_cnn(rng), rng.standard_normal((64, 1, 28, 28)), 64),
     }
     try:
         import torch
@@ -132,7 +135,8 @@ def main() -> None:
 
     print("samples/s; ratios against torch. 'backward': model.backward (computes the batch's gradient);\n"
           "'runner': StepRunner (skips it, as torch does); 'torch+dx' also computes the input's gradient\n")
-    print(f"{'model':43s} {'backward':>9s} {'runner':>9s} {'torch':>9s} {'ratio':>6s} {'torch+dx':>9s} {'ratio':>6s}")
+    print(f"{'model':43s} {'backward':>9s} {'runner':>9s} {'torch':>9s} {'ratio':>6s} "
+          f"{'torch+dx':>9s} {'ratio':>6s}")
     torch_cases = (torch_mlp, torch_cnn) if torch else (None, None)
     for (name, (model, x, batch)), torch_model in zip(cases.items(), torch_cases):
         x = x.astype(np.float32)

@@ -75,7 +75,8 @@ def torch_gpt(torch, sdpa: bool):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--sdpa", action="store_true", help="torch uses its fused attention kernel")
@@ -122,8 +123,8 @@ def main() -> None:
             for _ in range(args.steps):
                 step()
             best[name] = min(best[name], (time.perf_counter() - start) / args.steps)
-    print(f"GPT step: vocab {VOCAB}, d {D}, {HEADS} heads, {LAYERS} blocks, T {T}, B {B}, float32, one thread; "
-          f"{model.num_parameters():,} parameters; load {os.getloadavg()[0]:.1f}")
+    print(f"GPT step: vocab {VOCAB}, d {D}, {HEADS} heads, {LAYERS} blocks, T {T}, B {B}, float32, "
+          f"one thread; {model.num_parameters():,} parameters; load {os.getloadavg()[0]:.1f}")
     for name, seconds in best.items():
         print(f"  {name:9s} {seconds * 1e3:8.1f} ms/step  {B * T / seconds:9.0f} tokens/s")
     if torch is not None:

@@ -109,7 +109,8 @@ model.backward(loss_fn.backward())
 counted_per_token = Counted.flops / (2 * (T_CTX - 1))
 formula = model.flops_per_token(T_CTX - 1)
 print(f"GPT d={D}, L={LAYERS}, T={T_CTX - 1}: N (matmul weights) = {formula['6N'] // 6:,}")
-print(f"  formula 6N + 12·L·T·d = {formula['6N']:,} + {formula['attention']:,} = {formula['total']:,} FLOPs/token")
+print(f"  formula 6N + 12·L·T·d = {formula['6N']:,} + {formula['attention']:,} = "
+      f"{formula['total']:,} FLOPs/token")
 print(f"  counted (forward + backward matmuls) = {counted_per_token:,.0f} FLOPs/token")
 assert counted_per_token == formula["total"]
 print(f"  attention's share at T = {T_CTX - 1}: {formula['attention'] / formula['total']:.1%}; "
@@ -173,7 +174,7 @@ gpt = nn.GPT(corpus.vocab_size, T_TRAIN, 2, 64, 4, rng=rng)
 optimizer = AdamW(gpt.parameters(), lr=3e-3, weight_decay=0.01)
 losses = []
 t0 = time.perf_counter()
-for step in range(STEPS):
+for _step in range(STEPS):
     inputs, targets = corpus.windows("train", B_TRAIN, T_TRAIN, rng)
     optimizer.zero_grad()
     losses.append(loss_fn(gpt.forward(inputs), targets))
@@ -184,12 +185,14 @@ gpt.eval()
 val_rng = np.random.default_rng(5)
 val_batches = [corpus.windows("val", 64, T_TRAIN, val_rng) for _ in range(4)]
 val_loss = float(np.mean([loss_fn(gpt.forward(vx), vy) for vx, vy in val_batches]))
-print(f"{gpt.num_parameters():,} parameters, {STEPS} steps of {B_TRAIN}×{T_TRAIN} tokens in {train_seconds:.1f} s")
+print(f"{gpt.num_parameters():,} parameters, {STEPS} steps of {B_TRAIN}×{T_TRAIN} tokens "
+      f"in {train_seconds:.1f} s")
 print(f"training loss {np.mean(losses[:10]):.3f} -> {np.mean(losses[-10:]):.3f}; validation {val_loss:.3f} "
       f"(unigram {unigram:.3f})")
 assert val_loss < unigram - 0.5
 
-sample = gpt.generate(corpus.encode("The ")[None], 160, temperature=0.8, top_k=10, rng=np.random.default_rng(6))
+sample = gpt.generate(corpus.encode("The ")[None], 160, temperature=0.8, top_k=10,
+                      rng=np.random.default_rng(6))
 print("sample (temperature 0.8, top-k 10):\n" + corpus.decode(sample[0]))
 
 fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
@@ -218,7 +221,8 @@ reference = gpt.forward(vx)
 largest_score = 0.0
 for blk in gpt.blocks:  # the scores q·kᵀ/√d_k each block computed, masked entries excluded
     scores = blk.attn._q @ blk.attn._k.transpose(0, 1, 3, 2) / np.sqrt(blk.attn.d_head)
-    largest_score = max(largest_score, float(scores[..., ~np.triu(np.ones((T_TRAIN, T_TRAIN), bool), 1)].max()))
+    largest_score = max(largest_score,
+                        float(scores[..., ~np.triu(np.ones((T_TRAIN, T_TRAIN), bool), 1)].max()))
 print(f"largest attention score of the trained model on a validation batch: {largest_score:.1f} "
       f"(e^x overflows FP16 past {np.log(FP16.max_normal):.2f})")
 fp32_loss = loss_fn(reference, vy)
@@ -245,7 +249,8 @@ assert results["rule"][0] == 0 and results["rule"][1] < 5e-3 and abs(results["ru
 # ## Exercises
 #
 # * `softmax_backward` (minidist/nn/softmax.py): the backward pass of softmax, dx = y ⊙ (dy − Σ dy ⊙ y).
-#   Check it with `python -m pytest --exercise softmax_backward` (or `python -m pytest tests/nn/test_nn_softmax.py`).
+#   Check it with `python -m pytest --exercise softmax_backward`
+#   (or `python -m pytest tests/nn/test_nn_softmax.py`).
 # * Try: tie the head to the token embedding (`tie_weights=True`) and compare parameters and validation loss.
 # * Try: train with `T_TRAIN = 8` and `64` and compare the validation loss (how much does context buy?).
 

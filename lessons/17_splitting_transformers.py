@@ -188,14 +188,16 @@ assert np.allclose(halves[0], whole[0], rtol=1e-13) and np.allclose(halves[1], w
 print("online-softmax merge of two key blocks == attention over all keys")
 
 N, V = 64, 1000
-logits, target = 5 * np.random.default_rng(5).standard_normal((N, V)), np.random.default_rng(6).integers(0, V, N)
+logits = 5 * np.random.default_rng(5).standard_normal((N, V))
+target = np.random.default_rng(6).integers(0, V, N)
 shifted = logits - logits.max(axis=1, keepdims=True)
 one_process = float(np.mean(np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(N), target]))
 
 
 def vocab_loss(comm):
     loss_fn = VocabParallelCrossEntropy(comm, V)
-    return loss_fn.forward(logits[:, feature_slice(V, comm.world_size, comm.rank)], target), comm.stats.bytes_sent
+    return (loss_fn.forward(logits[:, feature_slice(V, comm.world_size, comm.rank)], target),
+            comm.stats.bytes_sent)
 
 
 for t in (2, 4, 8):
@@ -239,7 +241,8 @@ for i, p in enumerate(sizes):
     assert table["tensor"][i][0] == block_bytes_sent(B, T, D, p, 8, False)
     assert table["sequence"][i][0] == block_bytes_sent(B, T, D, p, 8, True)
     ring = ring_traffic(T, p, 0, B, HEADS, D // HEADS, 8, "zigzag")
-    assert table["context"][i][0] == ring["forward_bytes"] + ring["backward_bytes"] + 2 * (p - 1) * psi // p * 8
+    assert table["context"][i][0] == (ring["forward_bytes"] + ring["backward_bytes"]
+                                      + 2 * (p - 1) * psi // p * 8)
     assert table["sequence"][i][2] * p == table["tensor"][0][2]          # LayerNorm regions: ÷ t
     print(f"{p} ranks: bytes sent per block {table['tensor'][i][0]:>6} (tensor) {table['sequence'][i][0]:>6} "
           f"(+sequence) {table['context'][i][0]:>6} (context); activations kept {table['tensor'][i][1]:>6} "
@@ -325,7 +328,8 @@ cp_time = []
 for n in lengths:
     forward, backward = step_seconds(n, ranks, 1, heads, d // heads, b)
     compute = 3.5 * 4 * d * (n // ranks) ** 2 / Device().flops * ranks      # F + F_b per step, c steps
-    cp_time.append(forward + backward - compute + 2 * (ranks - 1) * (link.alpha + link.beta * psi * b / ranks))
+    cp_time.append(forward + backward - compute
+                   + 2 * (ranks - 1) * (link.alpha + link.beta * psi * b / ranks))
 bytes_cross = next(n for n, x, y in zip(lengths, tp_bytes, cp_bytes) if y < x)
 time_cross = next(n for n, x, y in zip(lengths, tp_time, cp_time) if y < x)
 hidden = crossover_seq_len(ranks, 1, heads, d // heads, b)
@@ -358,4 +362,5 @@ plt.close(fig)
 # * `online_softmax_merge` — `minidist/parallel/context/blocks.py: merge`. Check:
 #   `python -m pytest --exercise online_softmax_merge`.
 # * `vocab_parallel_cross_entropy` — the forward of `VocabParallelCrossEntropy` in
-#   `minidist/parallel/tensor/vocab_parallel.py`. Check: `python -m pytest --exercise vocab_parallel_cross_entropy`.
+#   `minidist/parallel/tensor/vocab_parallel.py`. Check:
+#   `python -m pytest --exercise vocab_parallel_cross_entropy`.

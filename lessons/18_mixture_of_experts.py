@@ -56,8 +56,10 @@ rows = []
 for num_experts in (1, 2, 4, 8, 16, 32):
     moe = MoE(D, D_FF, num_experts, k=1, rng=np.random.default_rng(0))
     rows.append((num_experts, moe.num_parameters(), moe.flops_per_token()))
-    print(f"E = {num_experts:2d}: {moe.num_parameters():8d} parameters, {moe.flops_per_token():7d} FLOPs/token")
-dense = Sequential(Linear(D, D_FF, rng=np.random.default_rng(0)), GELU(), Linear(D_FF, D, rng=np.random.default_rng(0)))
+    print(f"E = {num_experts:2d}: {moe.num_parameters():8d} parameters, "
+          f"{moe.flops_per_token():7d} FLOPs/token")
+dense = Sequential(Linear(D, D_FF, rng=np.random.default_rng(0)), GELU(),
+                   Linear(D_FF, D, rng=np.random.default_rng(0)))
 assert rows[-1][1] > 31 * dense.num_parameters()              # 32 experts: 32× the MLP's weights ...
 assert rows[-1][2] < 1.1 * 4 * D * D_FF                         # ... at 1.06× its FLOPs (the router)
 
@@ -93,7 +95,8 @@ def train_balance(aux_coef: float, steps: int = 150) -> list[float]:
 
 free, balanced = train_balance(0.0), train_balance(0.1)
 late_free, late_balanced = np.mean(free[-20:]), np.mean(balanced[-20:])
-print(f"imbalance over the last 20 steps: {late_free:.2f} without the auxiliary loss, {late_balanced:.2f} with it")
+print(f"imbalance over the last 20 steps: {late_free:.2f} without the auxiliary loss, "
+      f"{late_balanced:.2f} with it")
 assert late_balanced < balanced[0] and late_balanced < 0.5 * late_free
 
 # %% [markdown]
@@ -110,7 +113,8 @@ for factor in factors:
     skewed.capacity_factor = factor
     skewed.forward(x)
     dropped[factor] = skewed.routing.dropped_tokens / len(x)
-    print(f"capacity factor {factor:4.2f}: C = {skewed.routing.capacity:3d}, dropped {100 * dropped[factor]:5.1f}%")
+    print(f"capacity factor {factor:4.2f}: C = {skewed.routing.capacity:3d}, "
+          f"dropped {100 * dropped[factor]:5.1f}%")
 assert all(dropped[a] >= dropped[b] for a, b in itertools.pairwise(factors)) and dropped[0.5] >= 0.5
 
 # %% [markdown]
@@ -160,7 +164,8 @@ axes[2].plot(factors, [100 * dropped[f] for f in factors], "o-")
 axes[2].set(xlabel="capacity factor", ylabel="tokens dropped (%)", title="capacity", ylim=(0, None))
 ranks = sorted(measured)
 axes[3].plot(ranks, [measured[e] for e in ranks], "o-", label="measured (mean per rank)")
-axes[3].plot(ranks, [uniform_alltoall_bytes(TOKENS, 1, e, WIDTH, 4) for e in ranks], "k--", label="even routing")
+axes[3].plot(ranks, [uniform_alltoall_bytes(TOKENS, 1, e, WIDTH, 4) for e in ranks], "k--",
+             label="even routing")
 axes[3].set(xlabel="expert-parallel ranks e", ylabel="bytes sent per rank", title="the all-to-alls, one step")
 axes[3].set_xticks(ranks)
 for ax in (axes[0], axes[1], axes[3]):
@@ -195,7 +200,8 @@ def layout_worker(comm, layout):
 layouts = slide_layouts(4)
 runs = {layout.name: run(layout_worker, layout.world_size, layout) for layout in layouts}
 for name, results in runs.items():
-    print(f"{name:18s}", "  ".join(f"r{r}: experts {sorted(h)} tokens {t}" for r, (h, t, _) in enumerate(results)))
+    print(f"{name:18s}", "  ".join(f"r{r}: experts {sorted(h)} tokens {t}"
+                                   for r, (h, t, _) in enumerate(results)))
 
 # %%
 colors = plt.get_cmap("tab10").colors

@@ -56,7 +56,8 @@ for k in range(7):
         formula = C + L if k == 0 or q == 0 else max(C, L / k)
         assert abs(steady - formula) < 1e-12
         step_times[k, q] = steady
-        print(f"{k:>9} {q:>10} {steady * 1e3:>9.1f} {formula * 1e3:>8.1f} {t.stall[-12:].mean() * 1e3:>15.1f}")
+        print(f"{k:>9} {q:>10} {steady * 1e3:>9.1f} {formula * 1e3:>8.1f} "
+              f"{t.stall[-12:].mean() * 1e3:>15.1f}")
 
 # The stall when nothing is prefetched: every step waits the whole L, however many workers there are.
 assert all(abs(step_times[k, 0] - (C + L)) < 1e-12 for k in (0, 1, 2, 3, 4, 6))
@@ -156,7 +157,8 @@ batches = batched(sampler.indices(), 32)
 reference = list(Loader(augmented, batches, num_workers=0))
 for k in (1, 3):
     got = list(Loader(augmented, batches, num_workers=k, prefetch=2))
-    assert all(a[0].tobytes() == b[0].tobytes() and np.array_equal(a[1], b[1]) for a, b in zip(reference, got))
+    assert all(a[0].tobytes() == b[0].tobytes() and np.array_equal(a[1], b[1])
+               for a, b in zip(reference, got))
 print(f"{len(batches)} batches of rank 0's half of the epoch: bitwise equal for k = 0, 1, 3")
 
 # %% [markdown]
@@ -222,7 +224,8 @@ if pyarrow is not None:
             measured[name] = (f.bytes_read, column_chunk_bytes(path, columns), len(data))
         file_bytes = os.path.getsize(path)
     for name, (read, chunks, n) in measured.items():
-        print(f"{name:>7} columns: read {read:>9,} bytes, their column chunks {chunks:>9,} bytes ({n} columns)")
+        print(f"{name:>7} columns: read {read:>9,} bytes, "
+              f"their column chunks {chunks:>9,} bytes ({n} columns)")
     (two, chunks_two, _), (everything, chunks_all, _) = measured["2 of 20"], measured["all 20"]
     print(f"the file: {file_bytes:,} bytes, of which {file_bytes - chunks_all:,} footer and magic numbers")
     assert chunks_two * 10 == chunks_all                      # equal columns: exactly a tenth
@@ -232,7 +235,8 @@ if pyarrow is not None:
     # becomes about 3.5 ms for 2, below C — one worker keeps up.
     small_load = L * two / everything
     fast = simulate_input_pipeline(STEPS, C, small_load, workers=1, prefetch=1)
-    print(f"L = {small_load * 1e3:.1f} ms with 2 columns: one worker, step {fast.steady_step_time(12) * 1e3:.1f} ms")
+    print(f"L = {small_load * 1e3:.1f} ms with 2 columns: one worker, "
+          f"step {fast.steady_step_time(12) * 1e3:.1f} ms")
     assert abs(fast.steady_step_time(12) - C) < 1e-12
 
 # %% [markdown]

@@ -72,7 +72,8 @@ for c, ax in enumerate(axes.flat[:tile_cycles]):
     shown = np.ma.masked_less(frames[c], 0)
     ax.imshow(shown, cmap="viridis", vmin=0, vmax=n - 1)
     for (i, j), r in np.ndenumerate(frames[c]):
-        ax.text(j, i, "" if r < 0 else str(r), ha="center", va="center", color="w" if r < n / 2 else "k", fontsize=9)
+        ax.text(j, i, "" if r < 0 else str(r), ha="center", va="center",
+                color="w" if r < n / 2 else "k", fontsize=9)
     ax.set(title=f"cycle {c}", xticks=[], yticks=[])
 for ax in axes.flat[tile_cycles:]:
     ax.axis("off")
@@ -97,7 +98,8 @@ shapes = {"256 x 256 weights": (256, 256), "257 x 256 (one row too many)": (257,
           "64 x 64 (small layer)": (64, 64)}
 fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
 for label, (kk, mm) in shapes.items():
-    ax.semilogx(batches, [systolic.utilisation(int(b), kk, mm, 256) for b in batches], "o-", ms=3, label=label)
+    ax.semilogx(batches, [systolic.utilisation(int(b), kk, mm, 256) for b in batches], "o-", ms=3,
+                label=label)
 ax.set(xlabel="rows streamed per tile (batch)", ylabel="utilisation of a 256x256 array", ylim=(0, 1),
        title="fill + drain cost 2(k−1) cycles per tile; ragged shapes waste PEs")
 ax.legend()
@@ -153,7 +155,8 @@ layers = {"digits MLP Linear 64→64, B=32": layer_cost(Linear(64, 64, rng=r), (
           "Linear 4096→4096, B=512": layer_cost(Linear(4096, 4096, rng=r), (512, 4096))}
 v100 = DEVICES["V100 (FP32)"]
 points = {name: c.forward_intensity for name, c in layers.items()}
-for label, persistent in (("RNN step H=1152, N=4, W reloaded", False), ("same, W on chip (persistent)", True)):
+for label, persistent in (("RNN step H=1152, N=4, W reloaded", False),
+                          ("same, W on chip (persistent)", True)):
     f, b = rnn_step_cost(1152, 4, persistent)
     points[label] = f / b
 for name, i in points.items():

@@ -209,7 +209,8 @@ small_batch_adam = train_phases([(10, 32, 0.003)], make_optimizer=lambda p, lr: 
 adam_test, _ = train_full_batch(lambda p: Adam(p, lr=0.003 * N / 32))
 lamb_test, lamb = train_full_batch(lambda p: LAMB(p, lr=0.05, weight_decay=0.01))
 print(f"B = 32: Adam at lr 0.003, 10 epochs: test {small_batch_adam:.1%}")
-print(f"B = {N}: Adam at the scaled lr {0.003 * N / 32:.3f}: test {adam_test:.1%}; LAMB (lr 0.05): {lamb_test:.1%}")
+print(f"B = {N}: Adam at the scaled lr {0.003 * N / 32:.3f}: test {adam_test:.1%}; "
+      f"LAMB (lr 0.05): {lamb_test:.1%}")
 print("LAMB's last trust ratios, layer by layer:", " ".join(f"{r:.3g}" for r in lamb.last_trust_ratios))
 assert small_batch_adam > 0.95 and lamb_test > 0.85 and lamb_test > adam_test + 0.1
 assert max(lamb.last_trust_ratios) > 2 * min(lamb.last_trust_ratios)   # the layers get different rates
@@ -225,7 +226,8 @@ ax1.set(xlabel="batch size B", ylabel="squared error of the batch gradient",
         title=f"gradient noise falls as 1/B (slope {slope:.2f})")
 ax1.legend(fontsize="small")
 for name, (losses, _, _), batches in (("decay the lr (B = 32)", decay, [32] * 30),
-                                      ("grow the batch (32 → 160 → 800)", grow, [32] * 10 + [160] * 10 + [800] * 10)):
+                                      ("grow the batch (32 → 160 → 800)", grow,
+                                       [32] * 10 + [160] * 10 + [800] * 10)):
     steps = np.cumsum([-(-N // b) for b in batches])
     ax2.semilogy(steps, losses, "o-", ms=3, label=name)
 ax2.set(xlabel="optimizer steps", ylabel="training loss (full training set)",

@@ -72,7 +72,8 @@ class Loader:
             raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
         method = start_method or ("fork" if sys.platform.startswith("linux") else "spawn")
         if method not in ("fork", "spawn") or method not in multiprocess.get_all_start_methods():
-            raise ValueError(f"start_method must be 'fork' or 'spawn' (where available), got {start_method!r}")
+            raise ValueError("start_method must be 'fork' or 'spawn' (where available), "
+                             f"got {start_method!r}")
         if method == "spawn" and num_workers > 0:
             check_picklable(fetch, ())
         self.fetch, self.batches = fetch, list(batches)
@@ -97,7 +98,8 @@ class Loader:
                     task_out, task_in = ctx.Pipe(duplex=False)
                     result_out, result_in = ctx.Pipe(duplex=False)
                     proc = ctx.Process(target=_worker, name=f"minidist-loader-{w}", daemon=True,
-                                       args=(self.fetch, task_out, result_in, multiprocess.current_process().pid))
+                                       args=(self.fetch, task_out, result_in,
+                                             multiprocess.current_process().pid))
                     tasks.append(task_in)
                     results.append(result_out)
                     procs.append(proc)                 # recorded before it starts: the finally finds it
@@ -166,7 +168,8 @@ def _stop(procs, tasks, results) -> None:
             wait([p.sentinel for p in alive], timeout=GRACE)
     for p in started:
         p.join()
-        p.close()                                      # frees its sentinel pipe now, not at garbage collection
+        # frees its sentinel pipe now, not at garbage collection
+        p.close()
 
 
 def _worker(fetch, tasks, results, launcher: int) -> None:

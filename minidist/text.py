@@ -47,9 +47,11 @@ class TextCorpus:
         """ids: integer ids in [0, vocab_size), any 1-D sequence; returns the string."""
         ids = np.asarray(ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-            raise TypeError(f"decode expects a 1-D sequence of integer ids, got shape {ids.shape}, dtype {ids.dtype}")
+            raise TypeError("decode expects a 1-D sequence of integer ids, "
+                            f"got shape {ids.shape}, dtype {ids.dtype}")
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"decode: ids must lie in [0, {self.vocab_size}), got [{ids.min()}, {ids.max()}]")
+            raise ValueError(f"decode: ids must lie in [0, {self.vocab_size}), "
+                             f"got [{ids.min()}, {ids.max()}]")
         return "".join(self.chars[i] for i in ids)
 
     def windows(self, split: str, batch_size: int, block_size: int,
@@ -77,8 +79,8 @@ class TextCorpus:
         return float(-log_p[self.val].mean())
 
     def __repr__(self) -> str:
-        return f"TextCorpus({len(self.text)} characters, vocab {self.vocab_size}, {len(self.train)} train / " \
-               f"{len(self.val)} val)"
+        return f"TextCorpus({len(self.text)} characters, vocab {self.vocab_size}, " \
+               f"{len(self.train)} train / {len(self.val)} val)"
 
 
 def load_text(val_fraction: float = 0.1) -> TextCorpus:

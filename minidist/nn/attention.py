@@ -73,7 +73,8 @@ class CausalSelfAttention(Module):
         Per head, q, k, v are (B, h, T, d_k) and the probabilities P (B, h, T, T)."""
         check_float_array(x, "CausalSelfAttention input", ndim=3)
         if x.shape[-1] != self.d_model:
-            raise ValueError(f"CausalSelfAttention expects input of shape (B, T, {self.d_model}), got {x.shape}")
+            raise ValueError(f"CausalSelfAttention expects input of shape (B, T, {self.d_model}), "
+                             f"got {x.shape}")
         self.remember_output_shape(x.shape)
         q, k, v = np.split(self.qkv.forward(x), 3, axis=-1)               # (B, T, d) each
         q, k, v = (split_heads(a, self.n_heads) for a in (q, k, v))        # (B, h, T, d_k) each

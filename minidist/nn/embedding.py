@@ -25,7 +25,8 @@ def check_tokens(tokens, high: int, what: str) -> np.ndarray:
     if not np.issubdtype(tokens.dtype, np.integer):
         raise TypeError(f"{what}: expected integer token ids, got dtype {tokens.dtype}")
     if tokens.size and (tokens.min() < 0 or tokens.max() >= high):
-        raise ValueError(f"{what}: token ids must lie in [0, {high}), got range [{tokens.min()}, {tokens.max()}]")
+        raise ValueError(f"{what}: token ids must lie in [0, {high}), "
+                         f"got range [{tokens.min()}, {tokens.max()}]")
     return tokens
 
 

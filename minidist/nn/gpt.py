@@ -35,8 +35,8 @@ class GPT(Module):
                  tie_weights: bool = False, dropout: float = 0.0, rng: np.random.Generator | None = None,
                  dtype=np.float32):
         if min(int(vocab_size), int(block_size), int(n_layers)) < 1:
-            raise ValueError(f"GPT needs vocab_size, block_size, n_layers >= 1, got {vocab_size}, {block_size}, "
-                             f"{n_layers}")
+            raise ValueError(f"GPT needs vocab_size, block_size, n_layers >= 1, got {vocab_size}, "
+                             f"{block_size}, {n_layers}")
         rng = resolve_rng(rng)
         self.vocab_size, self.block_size, self.n_layers = int(vocab_size), int(block_size), int(n_layers)
         self.d_model, self.n_heads = int(d_model), int(n_heads)
@@ -67,8 +67,8 @@ class GPT(Module):
         1 <= T <= block_size."""
         check_tokens(tokens, self.vocab_size, "GPT tokens")
         if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.block_size:
-            raise ValueError(f"GPT tokens: expected shape (B, T) with 1 <= T <= block_size = {self.block_size}, "
-                             f"got {tokens.shape}")
+            raise ValueError("GPT tokens: expected shape (B, T) with 1 <= T <= block_size = "
+                             f"{self.block_size}, got {tokens.shape}")
 
     def forward(self, tokens: np.ndarray) -> np.ndarray:
         """tokens: integer ids in [0, vocab_size), shape (B, T) with 1 <= T <= block_size;
@@ -107,8 +107,8 @@ class GPT(Module):
         if tokens.ndim != 2 or tokens.shape[1] < 1:
             raise ValueError(f"GPT.generate tokens: expected shape (B, T0) with T0 >= 1, got {tokens.shape}")
         if not temperature > 0 or int(max_new_tokens) < 0:
-            raise ValueError(f"GPT.generate needs temperature > 0 and max_new_tokens >= 0, got {temperature}, "
-                             f"{max_new_tokens}")
+            raise ValueError("GPT.generate needs temperature > 0 and max_new_tokens >= 0, "
+                             f"got {temperature}, {max_new_tokens}")
         if top_k is not None and not 1 <= int(top_k) <= self.vocab_size:
             raise ValueError(f"GPT.generate top_k must lie in [1, {self.vocab_size}], got {top_k}")
         was_training = self.training
@@ -131,8 +131,9 @@ class GPT(Module):
     def flops_per_token(self, t: int) -> dict[str, int]:
         """Training FLOPs per token at context length t: {"6N": 6 × the weights that multiply activations
         (the blocks' Linear weights and the head), "attention": 12·L·t·d, "total": their sum}."""
-        n_matmul = sum(p.size for block in self.blocks for p in (block.attn.qkv.weight, block.attn.proj.weight,
-                                                                 block.mlp[0].weight, block.mlp[2].weight))
+        n_matmul = sum(p.size for block in self.blocks
+                       for p in (block.attn.qkv.weight, block.attn.proj.weight,
+                                 block.mlp[0].weight, block.mlp[2].weight))
         n_matmul += self.head.weight.size
         counts = {"6N": 6 * n_matmul, "attention": 12 * self.n_layers * int(t) * self.d_model}
         counts["total"] = counts["6N"] + counts["attention"]

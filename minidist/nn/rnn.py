@@ -69,7 +69,8 @@ class _Recurrent(Module):
             raise ValueError(f"{type(self).__name__}: only num_layers=1 is implemented (stack layers in a "
                              f"Sequential), got {num_layers}")
         rng = resolve_rng(rng)
-        self.input_size, self.hidden_size, self.batch_first = int(input_size), int(hidden_size), bool(batch_first)
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.batch_first = bool(batch_first)
         gh, bound = self.gates * self.hidden_size, 1.0 / np.sqrt(hidden_size)      # torch: U(−1/√H, 1/√H)
         self.weight_ih_l0 = Parameter(rng.uniform(-bound, bound, (gh, self.input_size)).astype(dtype))
         self.weight_hh_l0 = Parameter(rng.uniform(-bound, bound, (gh, self.hidden_size)).astype(dtype))
@@ -133,8 +134,8 @@ class _Recurrent(Module):
         return 2 * t * n * self.gates * self.hidden_size * (self.input_size + self.hidden_size)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.input_size}, {self.hidden_size}, bias={self.bias_ih_l0 is not None}"
-                f", batch_first={self.batch_first})")
+        return (f"{type(self).__name__}({self.input_size}, {self.hidden_size}, "
+                f"bias={self.bias_ih_l0 is not None}, batch_first={self.batch_first})")
 
 
 class RNN(_Recurrent):

@@ -23,8 +23,8 @@ the clock charges it, and mixed precision rounds a gradient before the strategy 
 The layers are the model's *units*: a Sequential's layers, nested Sequentials flattened; a module that
 defines ``units()`` (sub-modules whose chain is its forward, e.g. a GPT's embedding, blocks, head) is
 stepped through those; any other module (a transformer block with its residual) is one unit whose
-parameters become ready together. The batch never needs a gradient, so the first unit with parameters skips dx (the layers
-before it are not run backward at all), as autograd skips the gradient of an input without
+parameters become ready together. The batch never needs a gradient, so the first unit with parameters skips dx
+(the layers before it are not run backward at all), as autograd skips the gradient of an input without
 requires_grad: in an MLP that is one of the step's six large matrix products.
 
     class Ready(Attachment):                            # say when each layer's gradients are ready

@@ -29,8 +29,8 @@ class SwitchTransformer(GPT):
         super().__init__(vocab_size, block_size, n_layers, d_model, n_heads, rng=rng, dtype=dtype)
         d_ff = 4 * int(d_model) if d_ff is None else int(d_ff)
         for block in self.blocks:
-            block.mlp = MoE(d_model, d_ff, num_experts, k, capacity_factor, aux_loss_coef, z_loss_coef, groups,
-                            rng=rng, dtype=dtype)  # the Switch layer in place of the dense MLP
+            block.mlp = MoE(d_model, d_ff, num_experts, k, capacity_factor, aux_loss_coef, z_loss_coef,
+                            groups, rng=rng, dtype=dtype)  # the Switch layer in place of the dense MLP
             block.d_ff = d_ff
 
     @property
@@ -52,5 +52,5 @@ class SwitchTransformer(GPT):
 
     def __repr__(self) -> str:
         moe = self.blocks[0].mlp
-        return (f"SwitchTransformer(layers={self.n_layers}, d_model={self.d_model}, experts={moe.num_experts}, "
-                f"k={moe.k})")
+        return (f"SwitchTransformer(layers={self.n_layers}, d_model={self.d_model}, "
+                f"experts={moe.num_experts}, k={moe.k})")

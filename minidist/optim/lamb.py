@@ -58,8 +58,15 @@ class LAMB(Optimizer):
     hyper_parameters = ("betas", "eps", "weight_decay", "max_trust")
     state_names = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, params: Iterable[Parameter], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01, max_trust: float | None = None):
+    def __init__(
+        self,
+        params: Iterable[Parameter],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        max_trust: float | None = None,
+    ):
         self.betas, self.eps, self.weight_decay, self.max_trust = betas, eps, weight_decay, max_trust
         self.check_hyper_parameters()
         super().__init__(params, lr)

@@ -73,7 +73,8 @@ class MixedPrecisionTrainer(Attachment):
         self.update_rounding, self.rng = update_rounding, rng
         self.scaler = scaler if scaler is not None else DynamicLossScaler()
         if not isinstance(self.scaler, (StaticLossScaler, DynamicLossScaler)):
-            raise TypeError(f"scaler must be a StaticLossScaler or DynamicLossScaler, got {type(scaler).__name__}")
+            raise TypeError("scaler must be a StaticLossScaler or DynamicLossScaler, "
+                            f"got {type(scaler).__name__}")
         self.params = model.parameters()
         for p in self.params:
             if p.data.dtype != np.float32:

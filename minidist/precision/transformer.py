@@ -94,14 +94,16 @@ def mixed_forward(model: GPT, tokens: np.ndarray, fmt: FloatFormat, policy: str 
         x = _q(x + _attention(policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, fmt, policy),
                               block.attn, fmt, policy), fmt)
         ln = block.ln2
-        h = _linear(policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, fmt, policy), block.mlp[0], fmt)
+        h = _linear(policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, fmt, policy),
+                    block.mlp[0], fmt)
         h = _q(h * 0.5 * (1 + erf(h / math.sqrt(2))), fmt)  # GELU: pointwise, safe in fmt
         x = _q(x + _linear(h, block.mlp[2], fmt), fmt)
     ln = model.ln_f
     return _linear(policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, fmt, policy), model.head, fmt)
 
 
-def mixed_cross_entropy(logits: np.ndarray, targets: np.ndarray, fmt: FloatFormat, policy: str = "rule") -> float:
+def mixed_cross_entropy(logits: np.ndarray, targets: np.ndarray, fmt: FloatFormat,
+                        policy: str = "rule") -> float:
     """Mean cross-entropy of logits (..., V) against integer targets (...): in FP32 with the stable
     log-softmax ("rule"), or through policy_softmax in fmt and a log ("lowp", "lowp-nomax")."""
     if policy not in POLICIES:

@@ -21,7 +21,8 @@ Y = np.arange(103, dtype=np.int64)
 
 
 def fetch(idx):
-    """A batch with an 'augmentation' drawn from the batch's own indices: the same whichever worker runs it."""
+    """A batch with an 'augmentation' drawn from the batch's own indices: the same whichever worker
+    runs it."""
     noise = np.random.default_rng(int(idx[0])).normal(size=(len(idx), 5)).astype(np.float32)
     return X[idx] + noise, Y[idx]
 
@@ -66,7 +67,8 @@ def test_a_worker_that_raises_ends_the_epoch_with_its_traceback():
     with pytest.raises(LoaderError, match="worker 1 raised ValueError: bad record 40") as info:
         for batch in loader:
             firsts.append(float(batch[0, 0]))
-    assert firsts == [float(X[i, 0]) for i in (0, 10, 20, 30)]                         # batches 0..3 arrive, in order, before the bad one
+    # batches 0..3 arrive, in order, before the bad one
+    assert firsts == [float(X[i, 0]) for i in (0, 10, 20, 30)]
     assert info.value.worker == 1 and info.value.batch == 4
     assert "failing_fetch" in info.value.details and 'raise ValueError("bad record 40")' in str(info.value)
     assert_nothing_left(loader, fds)

@@ -68,7 +68,8 @@ def test_padding_wraps_around_and_strides():
     assert [s.tolist() for s in shards] == [[0, 4, 8], [1, 5, 9], [2, 6, 0], [3, 7, 1]]
     # N = 2, P = 5: the padding wraps around more than once
     assert [s.tolist() for s in all_ranks(2, 5, shuffle=False)] == [[0], [1], [0], [1], [0]]
-    assert [s.tolist() for s in all_ranks(10, 4, shuffle=False, drop_last=True)] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert ([s.tolist() for s in all_ranks(10, 4, shuffle=False, drop_last=True)]
+            == [[0, 4], [1, 5], [2, 6], [3, 7]])
 
 
 @sampler_exercise

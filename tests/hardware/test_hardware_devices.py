@@ -21,7 +21,8 @@ from minidist.roofline import Machine, layer_cost
 
 
 def test_the_seeds_numbers():
-    assert DEVICES["TPU v1 (int8)"].peak == 65536 * 2 * 700e6 and round(DEVICES["TPU v1 (int8)"].peak / 1e12) == 92
+    assert DEVICES["TPU v1 (int8)"].peak == 65536 * 2 * 700e6
+    assert round(DEVICES["TPU v1 (int8)"].peak / 1e12) == 92
     assert round(DEVICES["TPU v1 (int8)"].memory_bw / 1e9, 1) == 34.1
     assert DEVICES["GP100 (FP16)"].peak == pytest.approx(2 * DEVICES["GP100 (FP32)"].peak, rel=0.01)
     assert round(DEVICES["V100 (FP32)"].peak / 1e12, 1) == 15.7 == Machine().peak / 1e12   # roofline default

@@ -14,7 +14,8 @@ seeds = st.integers(0, 2**32 - 1)
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@given(b=st.integers(1, 3), t=st.integers(1, 6), heads=st.integers(1, 4), d_head=st.integers(1, 4), seed=seeds)
+@given(b=st.integers(1, 3), t=st.integers(1, 6), heads=st.integers(1, 4), d_head=st.integers(1, 4),
+       seed=seeds)
 def test_attention_matches_torch(causal, b, t, heads, d_head, seed):
     pytest.importorskip("torch")
     from tests.nn import torch_transformer as tt
@@ -55,11 +56,13 @@ def test_attention_dropout_finite_differences_with_a_replayed_mask():
     def same_masks():
         layer.attn_drop.rng, layer.resid_drop.rng = np.random.default_rng(1), np.random.default_rng(2)
 
-    assert max(gradcheck(layer, rng.standard_normal((2, 3, 4)), rng, before_forward=same_masks).values()) < 1e-6
+    assert max(gradcheck(layer, rng.standard_normal((2, 3, 4)), rng,
+                         before_forward=same_masks).values()) < 1e-6
     assert np.any(layer.attn_drop._scaled_mask == 0)  # the mask did drop something
 
 
-@given(b=st.integers(1, 2), t=st.integers(1, 5), heads=st.integers(1, 3), d_head=st.integers(2, 3), seed=seeds)
+@given(b=st.integers(1, 2), t=st.integers(1, 5), heads=st.integers(1, 3), d_head=st.integers(2, 3),
+       seed=seeds)
 def test_block_matches_torch(b, t, heads, d_head, seed):
     """d >= 2: LayerNorm over a single channel outputs exactly its bias (x̂ = 0), nothing to compare."""
     pytest.importorskip("torch")
@@ -82,7 +85,8 @@ def test_block_exposes_its_sub_layers_in_order():
     block = nn.TransformerBlock(8, 2, rng=np.random.default_rng(0))
     assert [type(m).__name__ for m in block.mlp] == ["Linear", "GELU", "Linear"]
     assert block.mlp[0].out_features == 32 and block.attn.qkv.out_features == 24
-    expected = [*block.ln1.parameters(), *block.attn.parameters(), *block.ln2.parameters(), *block.mlp.parameters()]
+    expected = [*block.ln1.parameters(), *block.attn.parameters(),
+                *block.ln2.parameters(), *block.mlp.parameters()]
     assert [id(p) for p in block.parameters()] == [id(p) for p in expected]
 
 

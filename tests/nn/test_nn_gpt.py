@@ -18,7 +18,8 @@ def tiny(rng, tie=False, **kw):
 
 
 @pytest.mark.parametrize("tie", [False, True])
-@given(b=st.integers(1, 3), t=st.integers(1, 5), heads=st.integers(1, 3), d_head=st.integers(2, 3), seed=seeds)
+@given(b=st.integers(1, 3), t=st.integers(1, 5), heads=st.integers(1, 3), d_head=st.integers(2, 3),
+       seed=seeds)
 def test_gpt_matches_torch(tie, b, t, heads, d_head, seed):
     pytest.importorskip("torch")
     from tests.nn import torch_transformer as tt

@@ -88,7 +88,8 @@ def test_cross_entropy_sequence_logits_match_torch_and_differences(b, t, classes
     dlogits = loss_fn.backward()
     assert dlogits.shape == logits.shape
     tl = torch.tensor(logits, requires_grad=True)
-    expected = torch.nn.functional.cross_entropy(tl.reshape(-1, classes), torch.from_numpy(target).reshape(-1))
+    expected = torch.nn.functional.cross_entropy(tl.reshape(-1, classes),
+                                                 torch.from_numpy(target).reshape(-1))
     expected.backward()
     assert loss == pytest.approx(expected.item(), rel=1e-12, abs=1e-14)
     np.testing.assert_allclose(dlogits, tl.grad.numpy(), rtol=1e-10, atol=1e-14)

@@ -57,8 +57,9 @@ def torch_loss(torch, moe, x, dy):
     z = (torch.logsumexp(logits, dim=1) ** 2).mean()
     loss = (y.reshape(x.shape) * torch.from_numpy(dy)).sum() + moe.aux_loss_coef * aux + moe.z_loss_coef * z
     loss.backward()
-    return y.reshape(x.shape).detach().numpy(), tx.grad.numpy(), {k_: v.grad.numpy() for k_, v in params.items()}, \
-        float(aux.detach()), float(z.detach()), kept.numpy()
+    return (y.reshape(x.shape).detach().numpy(), tx.grad.numpy(),
+            {k_: v.grad.numpy() for k_, v in params.items()}, float(aux.detach()), float(z.detach()),
+            kept.numpy())
 
 
 @pytest.mark.parametrize("k,capacity_factor,groups,z,shape", [

@@ -46,7 +46,8 @@ def test_lstm_cell_backward_matches_finite_differences():
 @given(kind=st.sampled_from(["RNN", "LSTM"]), steps=st.integers(1, 5), batch=st.integers(1, 3),
        input_size=st.integers(1, 4), hidden=st.integers(1, 5), batch_first=st.booleans(),
        with_state=st.booleans(), seed=st.integers(0, 2**16))
-def test_rnn_equals_torch_autograd_float64(kind, steps, batch, input_size, hidden, batch_first, with_state, seed):
+def test_rnn_equals_torch_autograd_float64(kind, steps, batch, input_size, hidden, batch_first, with_state,
+                                           seed):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(seed)
     ours = _layer(kind, input_size, hidden, rng, batch_first=batch_first)

@@ -98,7 +98,8 @@ def test_runner_gradients_equal_the_models_backward_and_the_first_linear_skips_d
 def test_runner_matches_torch_autograd():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(2)
-    model = Sequential(Linear(5, 7, rng=rng, dtype=np.float64), ReLU(), Linear(7, 3, rng=rng, dtype=np.float64))
+    model = Sequential(Linear(5, 7, rng=rng, dtype=np.float64), ReLU(),
+                       Linear(7, 3, rng=rng, dtype=np.float64))
     x, y = rng.standard_normal((6, 5)), rng.integers(0, 3, 6)
     loss = StepRunner(model, CrossEntropyLoss()).forward_backward(x, y)
     tm = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3)).double()
@@ -153,7 +154,8 @@ class TwoLayer(Module):
     """A composite that exposes its chain of sub-layers to the runner (as a GPT can)."""
 
     def __init__(self, rng):
-        self.first, self.act, self.second = Linear(4, 5, rng=rng, dtype=np.float64), Tanh(), Linear(5, 3, rng=rng, dtype=np.float64)
+        self.first, self.act, self.second = (Linear(4, 5, rng=rng, dtype=np.float64), Tanh(),
+                                             Linear(5, 3, rng=rng, dtype=np.float64))
 
     def units(self):
         return [self.first, self.act, self.second]

@@ -31,7 +31,8 @@ EVERY_OPTIMIZER = [
     pytest.param(RMSprop, {"lr": 0.01, "momentum": 0.5, "centered": True}, id="rmsprop"),
     pytest.param(Adagrad, {"lr": 0.05, "lr_decay": 0.01, "initial_accumulator_value": 0.1}, id="adagrad"),
     pytest.param(LARS, {"lr": 1.0, "weight_decay": 0.01}, id="lars"),
-    pytest.param(LAMB, {"lr": 0.01, "weight_decay": 0.01}, id="lamb", marks=pytest.mark.exercise("lamb_trust_ratio")),
+    pytest.param(LAMB, {"lr": 0.01, "weight_decay": 0.01}, id="lamb",
+                 marks=pytest.mark.exercise("lamb_trust_ratio")),
 ]
 
 

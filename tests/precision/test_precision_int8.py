@@ -64,11 +64,13 @@ def test_int8_linear_is_the_integer_accumulator_rescaled(out, inp, n, seed):
     xq = quantize_symmetric(x, q.input_scale).astype(np.int64)
     acc = xq @ q.weight_q.astype(np.int64).T                         # the int32 accumulator, in integers
     assert np.array_equal(q.accumulate(x), acc)
-    expected = (acc * (q.input_scale * q.weight_scale.astype(np.float64)) + layer.bias.data).astype(np.float32)
+    expected = (acc * (q.input_scale * q.weight_scale.astype(np.float64))
+                + layer.bias.data).astype(np.float32)
     np.testing.assert_array_equal(q.forward(x), expected)
     # each weight is within half a step of its channel's scale
     w_back = q.weight_q * per_channel_scales(layer.weight.data)[:, None]
-    assert np.all(np.abs(w_back - layer.weight.data) <= 0.5 * per_channel_scales(layer.weight.data)[:, None] + 1e-7)
+    assert np.all(np.abs(w_back - layer.weight.data)
+                  <= 0.5 * per_channel_scales(layer.weight.data)[:, None] + 1e-7)
 
 
 def test_int8_bad_input_is_refused():
