@@ -6,6 +6,7 @@
 * ``spirals``, ``blobs`` — tiny 2-D classification sets for tests and figures.
 * ``iterate_batches`` — mini-batches in an order drawn from an explicit rng.
 * ``shard`` — the slice of a batch that rank r of P works on (data parallelism).
+* ``load_text()`` — CPython's bundled help() text as a character-level corpus (minidist.text).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from minidist.split import split_range
+from minidist.text import TextCorpus, load_text  # noqa: F401  (re-exported: minidist.data.load_text())
 
 DIGITS_TEST_SIZE = 360
 DIGITS_SPLIT_SEED = 1797

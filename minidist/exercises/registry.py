@@ -111,6 +111,10 @@ EXERCISES = (
              "reduce_scatter(comm, g.grad) returns piece r of the sum: write it into g.shard.grad; one "
              "optimizer.step() updates the shards in place; allgather(comm, g.shard.data) returns the P "
              "pieces in rank order: write their concatenation into g.data."),
+    Exercise("softmax_backward", "lessons/16_transformers.py",
+             "The backward pass of softmax along an axis (attention's probabilities): dx = y ⊙ (dy − Σ dy ⊙ y), "
+             "the Jacobian diag(y) − y·yᵀ applied to dy without forming it.",
+             "One product, one sum along the axis with keepdims=True, one subtraction, one product."),
 )
 
 

@@ -1,6 +1,7 @@
 """Losses: ``loss = L.forward(prediction, target)`` (mean over the batch), ``dpred = L.backward()``.
 
-CrossEntropyLoss, logits z (N, C), integer labels t (N,) in [0, C):
+CrossEntropyLoss, logits z (N, C), integer labels t (N,) in [0, C) — or, as torch.nn.CrossEntropyLoss
+accepts for sequences, z (B, T, C) with t (B, T), averaged over all N = B·T positions:
     log p = z − logsumexp(z)                   (stable: subtract max z before exp, so ±1000 stays finite)
     loss  = −(1/N) Σ_n log p[n, t_n]
     dz    = (softmax(z) − onehot(t)) / N
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .module import check_float_array
+from .softmax import log_softmax
 
 
 class CrossEntropyLoss:
@@ -25,28 +27,31 @@ class CrossEntropyLoss:
         self._target: np.ndarray | None = None
 
     def forward(self, logits: np.ndarray, target: np.ndarray) -> float:
-        """logits: shape (N, C); target: integer labels, shape (N,); returns the mean loss (a float)."""
-        check_float_array(logits, "CrossEntropyLoss logits", ndim=2)
+        """logits: shape (N, C) or (B, T, C); target: integer labels, shape (N,) or (B, T); returns the
+        mean loss over all N (or B·T) positions (a float)."""
+        check_float_array(logits, "CrossEntropyLoss logits", ndim=(2, 3))
         target = np.asarray(target)
         if not np.issubdtype(target.dtype, np.integer):
             raise TypeError(f"CrossEntropyLoss target: expected integer class labels, got dtype {target.dtype}")
+        if target.shape != logits.shape[:-1]:
+            raise ValueError(f"CrossEntropyLoss target: expected shape {logits.shape[:-1]} (logits' shape "
+                             f"without C), got {target.shape}")
+        logits_shape = logits.shape
+        logits, target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1)  # (B, T, C) -> (N, C)
         n, c = logits.shape
-        if target.shape != (n,):
-            raise ValueError(f"CrossEntropyLoss target: expected shape ({n},), got {target.shape}")
         if n and (target.min() < 0 or target.max() >= c):
             raise ValueError(f"CrossEntropyLoss target: labels must lie in [0, {c}), "
                              f"got range [{target.min()}, {target.max()}]")
         if n == 0:
             raise ValueError("CrossEntropyLoss: empty batch")
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        log_sum = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        log_probs = shifted - log_sum
+        log_probs = log_softmax(logits, axis=1)  # z − max − log Σ e^(z − max): no overflow, no log 0
         self._probs = np.exp(log_probs)
-        self._target = target
+        self._target, self._logits_shape = target, logits_shape
         return float(-log_probs[np.arange(n), target].mean())
 
     def backward(self) -> np.ndarray:
-        """Returns dlogits = (softmax(z) − onehot(t)) / N, shape (N, C) (the loss is the end: no dy)."""
+        """Returns dlogits = (softmax(z) − onehot(t)) / N, shape of the logits, (N, C) or (B, T, C)
+        (the loss is the end: no dy)."""
         if self._probs is None:
             raise RuntimeError("CrossEntropyLoss.backward called before forward")
         # BEGIN SOLUTION cross_entropy_backward
@@ -54,8 +59,8 @@ class CrossEntropyLoss:
         dlogits = self._probs.copy()
         dlogits[np.arange(n), self._target] -= 1
         dlogits /= n
-        return dlogits
         # END SOLUTION
+        return dlogits.reshape(self._logits_shape)  # (N, C) back to (B, T, C) when the logits had it
 
     __call__ = forward
 

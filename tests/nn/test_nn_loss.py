@@ -65,12 +65,34 @@ def test_cross_entropy_errors():
         loss_fn(logits, np.array([0.0, 1.0, 2.0]))
     with pytest.raises(ValueError, match=r"expected shape \(3,\)"):
         loss_fn(logits, np.array([0, 1]))
-    with pytest.raises(ValueError, match="2 dimensions"):
+    with pytest.raises(ValueError, match="2 or 3 dimensions"):
         loss_fn(np.zeros(4, np.float32), np.array([0]))
     with pytest.raises(TypeError, match="float"):
         loss_fn(np.zeros((3, 4), np.int64), np.array([0, 1, 2]))
     with pytest.raises(RuntimeError, match="before forward"):
         CrossEntropyLoss().backward()
+    with pytest.raises(ValueError, match=r"expected shape \(2, 3\)"):
+        loss_fn(np.zeros((2, 3, 4)), np.zeros((3, 2), np.int64))
+
+
+@pytest.mark.exercise("cross_entropy_backward")
+@given(b=st.integers(1, 3), t=st.integers(1, 4), classes=st.integers(1, 5), seed=seeds)
+def test_cross_entropy_sequence_logits_match_torch_and_differences(b, t, classes, seed):
+    """(B, T, C) logits with (B, T) targets: the mean over all B·T positions, as torch computes it."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    logits = 3 * rng.standard_normal((b, t, classes))
+    target = rng.integers(0, classes, (b, t))
+    loss_fn = CrossEntropyLoss()
+    loss = loss_fn(logits, target)
+    dlogits = loss_fn.backward()
+    assert dlogits.shape == logits.shape
+    tl = torch.tensor(logits, requires_grad=True)
+    expected = torch.nn.functional.cross_entropy(tl.reshape(-1, classes), torch.from_numpy(target).reshape(-1))
+    expected.backward()
+    assert loss == pytest.approx(expected.item(), rel=1e-12, abs=1e-14)
+    np.testing.assert_allclose(dlogits, tl.grad.numpy(), rtol=1e-10, atol=1e-14)
+    assert gradcheck_loss(CrossEntropyLoss(), logits, target) < 1e-6
 
 
 @given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple), seed=seeds)

@@ -16,8 +16,18 @@ import pytest
 from minidist import nn
 
 
+def _tokens(shape, high):
+    """An input maker for layers that take integer token ids instead of floats."""
+    return lambda rng: rng.integers(0, high, shape)
+
+
+def _input(spec, rng: np.random.Generator) -> np.ndarray:
+    """spec is an input shape (a standard normal float64 input) or a maker rng -> input."""
+    return spec(rng) if callable(spec) else rng.standard_normal(spec)
+
+
 def _cases():
-    """name -> (factory(rng) -> layer, input shape)."""
+    """name -> (factory(rng) -> layer, input shape or input maker)."""
     return {
         "Linear": (lambda rng: nn.Linear(4, 5, rng=rng, dtype=np.float64), (3, 4)),
         "Linear-no-bias": (lambda rng: nn.Linear(4, 5, bias=False, rng=rng, dtype=np.float64), (3, 4)),
@@ -46,6 +56,17 @@ def _cases():
         "Masked": (lambda rng: _pruned(nn.Masked(nn.Linear(4, 5, rng=rng, dtype=np.float64))), (3, 4)),
         "Checkpoint": (lambda rng: nn.Checkpoint(nn.Sequential(
             nn.Linear(4, 4, rng=rng, dtype=np.float64), nn.Dropout(0.3, rng=rng), nn.Tanh())), (5, 4)),
+        "Softmax": (lambda rng: nn.Softmax(), (3, 5)),
+        "Softmax-dim0": (lambda rng: nn.Softmax(dim=0), (3, 2, 4)),
+        "Embedding": (lambda rng: nn.Embedding(7, 3, rng=rng, dtype=np.float64), _tokens((2, 5), 7)),
+        "CausalSelfAttention": (lambda rng: nn.CausalSelfAttention(4, 2, rng=rng, dtype=np.float64), (2, 3, 4)),
+        "CausalSelfAttention-dropout": (lambda rng: nn.CausalSelfAttention(4, 2, dropout=0.2, rng=rng,
+                                                                           dtype=np.float64), (2, 3, 4)),
+        "GPT": (lambda rng: nn.GPT(6, 4, 1, 4, 2, dropout=0.1, rng=rng, dtype=np.float64), _tokens((2, 3), 6)),
+        "GPT-tied": (lambda rng: nn.GPT(6, 4, 1, 4, 2, tie_weights=True, rng=rng, dtype=np.float64),
+                     _tokens((2, 4), 6)),
+        "TransformerBlock": (lambda rng: nn.TransformerBlock(4, 2, dropout=0.1, rng=rng, dtype=np.float64),
+                             (2, 3, 4)),
     }
 
 
@@ -96,7 +117,7 @@ def test_nn_backward_refuses_wrong_dy_before_changing_anything(case):
     layer = factory(rng)
     for p in layer.parameters():
         p.grad[...] = rng.standard_normal(p.shape)  # non-zero, so that any addition would show
-    y = layer.forward(rng.standard_normal(x_shape))
+    y = layer.forward(_input(x_shape, rng))
     twin = copy.deepcopy(layer)
     before = _snapshot(layer)
     for shape in _wrong_shapes(y.shape):
@@ -122,7 +143,7 @@ def test_nn_backward_before_forward_is_a_clear_runtime_error(case):
     factory, x_shape = CASES[case]
     layer = factory(rng)
     with pytest.raises(RuntimeError, match="backward called before forward"):
-        layer.backward(np.ones(x_shape))
+        layer.backward(np.ones(_input(x_shape, rng).shape))
     assert all(not p.grad.any() for p in layer.parameters())
 
 

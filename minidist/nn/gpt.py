@@ -1,0 +1,144 @@
+"""A small GPT: token + position embeddings, N pre-LayerNorm blocks, a final LayerNorm, a linear head.
+
+    x0     = tok_emb(tokens) + pos_emb(0 … T−1)    tokens (B, T) int -> (B, T, d)
+    x_l    = blocks[l](x_{l−1})                    l = 1 … N
+    logits = head(ln_f(x_N))                       (B, T, V); head = Linear d -> V, no bias
+Backward runs the same chain in reverse; the position table gets the gradient summed over the batch
+(every sample uses the same rows), the token table a scatter-add. With ``tie_weights=True`` the head's
+weight *is* the token table (one Parameter, listed once), so both paths add into one gradient.
+
+Parameters N_params = V·d (+ V·d untied) + T_max·d + L·(12d² + 13d) + 2d. Training FLOPs per token
+≈ 6·N + 12·L·T·d, N = the weights that multiply activations (blocks and head, not the embedding tables):
+2N forward and 4N backward (Kaplan et al., "Scaling Laws for Neural Language Models"), plus attention's
+q·kᵀ and P·v, 2·T·d each per token and layer forward, three times that with backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .activation import Dropout
+from .block import TransformerBlock
+from .embedding import Embedding, check_tokens
+from .linear import Linear
+from .module import Module, resolve_rng
+from .norm import LayerNorm
+from .softmax import softmax
+
+
+class GPT(Module):
+    """Decoder-only language model; sub-layers ``tok_emb``, ``pos_emb``, ``drop``, ``blocks`` (a list),
+    ``ln_f``, ``head`` — parameters() lists them in that order (a tied head weight once, as tok_emb's).
+    Embeddings start N(0, 0.02²), as in GPT-2; the Linear layers keep torch's default initialisation."""
+
+    def __init__(self, vocab_size: int, block_size: int, n_layers: int, d_model: int, n_heads: int, *,
+                 tie_weights: bool = False, dropout: float = 0.0, rng: np.random.Generator | None = None,
+                 dtype=np.float32):
+        if min(int(vocab_size), int(block_size), int(n_layers)) < 1:
+            raise ValueError(f"GPT needs vocab_size, block_size, n_layers >= 1, got {vocab_size}, {block_size}, "
+                             f"{n_layers}")
+        rng = resolve_rng(rng)
+        self.vocab_size, self.block_size, self.n_layers = int(vocab_size), int(block_size), int(n_layers)
+        self.d_model, self.n_heads = int(d_model), int(n_heads)
+        blocks = [TransformerBlock(d_model, n_heads, dropout=dropout, rng=rng, dtype=dtype)
+                  for _ in range(self.n_layers)]  # first: it validates d_model and n_heads
+        self.tok_emb = Embedding(vocab_size, d_model, rng=rng, dtype=dtype)
+        self.pos_emb = Embedding(block_size, d_model, rng=rng, dtype=dtype)
+        for emb in (self.tok_emb, self.pos_emb):
+            emb.weight.data *= emb.weight.data.dtype.type(0.02)
+        self.drop = Dropout(dropout, rng=rng)
+        self.blocks = blocks
+        self.ln_f = LayerNorm(d_model, dtype=dtype)
+        self.head = Linear(d_model, vocab_size, bias=False, rng=rng, dtype=dtype)
+        self.tie_weights = bool(tie_weights)
+        if self.tie_weights:
+            self.head.weight = self.tok_emb.weight  # (V, d) is both the table and the head's (out, in)
+
+    def named_parameters(self, prefix: str = ""):
+        """As Module's, but a Parameter shared by two layers (the tied head) is listed once."""
+        seen: set[int] = set()
+        for name, p in super().named_parameters(prefix):
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield name, p
+
+    def check_tokens(self, tokens) -> None:
+        """Raise TypeError/ValueError unless tokens is an integer array (B, T), ids in [0, vocab_size),
+        1 <= T <= block_size."""
+        check_tokens(tokens, self.vocab_size, "GPT tokens")
+        if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.block_size:
+            raise ValueError(f"GPT tokens: expected shape (B, T) with 1 <= T <= block_size = {self.block_size}, "
+                             f"got {tokens.shape}")
+
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens: integer ids in [0, vocab_size), shape (B, T) with 1 <= T <= block_size;
+        returns logits, shape (B, T, vocab_size)."""
+        self.check_tokens(tokens)
+        self.remember_output_shape((*tokens.shape, self.vocab_size))
+        x = self.tok_emb.forward(tokens) + self.pos_emb.forward(np.arange(tokens.shape[1]))
+        x = self.drop.forward(x)
+        for block in self.blocks:
+            x = block.forward(x)
+        return self.head.forward(self.ln_f.forward(x))
+
+    def backward(self, dlogits: np.ndarray) -> None:
+        """dlogits: upstream gradient, shape (B, T, vocab_size); adds every parameter's gradient.
+        Returns None: the integer tokens have no gradient."""
+        self.check_upstream(dlogits)
+        dx = self.ln_f.backward(self.head.backward(dlogits))
+        for block in reversed(self.blocks):
+            dx = block.backward(dx)
+        dx = self.drop.backward(dx)
+        self.tok_emb.backward(dx)
+        self.pos_emb.backward(dx.sum(axis=0))  # every sample used rows 0 … T−1 of the position table
+
+    def generate(self, tokens: np.ndarray, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Sample max_new_tokens more tokens after ``tokens`` (B, T0) int; returns (B, T0 + max_new_tokens).
+
+        Each step looks at the last block_size tokens, divides the last position's logits by temperature,
+        keeps the top_k largest (all if None), and draws from their softmax with ``rng`` (required).
+        Dropout is off while sampling; the training mode is restored afterwards. Each step is a forward
+        pass, so what the last forward kept for backward is replaced: sample between training steps.
+        """
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"GPT.generate needs rng=numpy.random.Generator, got {type(rng).__name__}")
+        check_tokens(tokens, self.vocab_size, "GPT.generate tokens")
+        if tokens.ndim != 2 or tokens.shape[1] < 1:
+            raise ValueError(f"GPT.generate tokens: expected shape (B, T0) with T0 >= 1, got {tokens.shape}")
+        if not temperature > 0 or int(max_new_tokens) < 0:
+            raise ValueError(f"GPT.generate needs temperature > 0 and max_new_tokens >= 0, got {temperature}, "
+                             f"{max_new_tokens}")
+        if top_k is not None and not 1 <= int(top_k) <= self.vocab_size:
+            raise ValueError(f"GPT.generate top_k must lie in [1, {self.vocab_size}], got {top_k}")
+        was_training = self.training
+        self.eval()
+        try:
+            out = tokens
+            for _ in range(int(max_new_tokens)):
+                logits = self.forward(out[:, -self.block_size:])[:, -1, :].astype(np.float64) / temperature
+                if top_k is not None:
+                    kth = np.sort(logits, axis=-1)[:, -int(top_k)][:, None]
+                    logits = np.where(logits < kth, -np.inf, logits)
+                probs = softmax(logits, axis=-1)                               # (B, V)
+                u = rng.random((probs.shape[0], 1))                            # inverse-CDF sampling
+                nxt = np.minimum((probs.cumsum(axis=-1) < u).sum(axis=-1), self.vocab_size - 1)
+                out = np.concatenate([out, nxt[:, None].astype(tokens.dtype)], axis=1)
+        finally:
+            self.train(was_training)
+        return out
+
+    def flops_per_token(self, t: int) -> dict[str, int]:
+        """Training FLOPs per token at context length t: {"6N": 6 × the weights that multiply activations
+        (the blocks' Linear weights and the head), "attention": 12·L·t·d, "total": their sum}."""
+        n_matmul = sum(p.size for block in self.blocks for p in (block.attn.qkv.weight, block.attn.proj.weight,
+                                                                 block.mlp[0].weight, block.mlp[2].weight))
+        n_matmul += self.head.weight.size
+        counts = {"6N": 6 * n_matmul, "attention": 12 * self.n_layers * int(t) * self.d_model}
+        counts["total"] = counts["6N"] + counts["attention"]
+        return counts
+
+    def __repr__(self) -> str:
+        return (f"GPT(vocab_size={self.vocab_size}, block_size={self.block_size}, n_layers={self.n_layers}, "
+                f"d_model={self.d_model}, n_heads={self.n_heads}, tie_weights={self.tie_weights})")
+
