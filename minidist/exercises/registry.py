@@ -115,6 +115,18 @@ EXERCISES = (
              "The backward pass of softmax along an axis (attention's probabilities): dx = y ⊙ (dy − Σ dy ⊙ y), "
              "the Jacobian diag(y) − y·yᵀ applied to dy without forming it.",
              "One product, one sum along the axis with keepdims=True, one subtraction, one product."),
+    Exercise("online_softmax_merge", "lessons/17_splitting_transformers.py",
+             "Merge two partial attention results over disjoint key sets, (O₁, lse₁) and (O₂, lse₂), into the "
+             "result over their union: lse = log(e^lse₁ + e^lse₂), O = e^(lse₁−lse)·O₁ + e^(lse₂−lse)·O₂. A row "
+             "that saw no key on either side (lse = −∞) must stay (0, −∞), never NaN.",
+             "np.logaddexp handles −∞; replace a −∞ total by 0 before subtracting it, so the weights are "
+             "exp(−∞) = 0."),
+    Exercise("vocab_parallel_cross_entropy", "lessons/17_splitting_transformers.py",
+             "The forward of the vocabulary-parallel cross-entropy: each rank holds the logits of its ids only; "
+             "compute every token's loss log S + m − z_target without gathering the logits, with three "
+             "all-reduces of one number per token (max, sum of exponentials, target logit).",
+             "allreduce(self.comm, x, op) in the same file; keep e = exp(z − m) and the total S for backward; "
+             "the target's logit is on the one rank whose slice holds it, 0 elsewhere."),
 )
 
 

@@ -2,6 +2,8 @@
 Megatron MLP block, whole-MLP conversions), comm.py (Megatron's f and g, feature shards), cost.py (words
 moved per step, memory per device)."""
 
+from .attention import TensorParallelAttention
+from .block import TensorParallelBlock, TensorParallelMLP
 from .comm import (
     CopyToTensorParallel,
     GatherFromTensorParallel,
@@ -21,8 +23,12 @@ from .cost import (
     seed_t_comm_data,
     seed_t_comm_model,
 )
+from .gpt import TensorParallelGPT
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
+from .sequence import sequence_shard
+from .transformer_cost import block_activation_bytes, block_bytes_sent, block_comm_seconds, korthikanti_bytes
+from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 __all__ = [
     "ColumnParallelLinear",
@@ -31,8 +37,17 @@ __all__ = [
     "MegatronMLP",
     "ReduceFromTensorParallel",
     "RowParallelLinear",
+    "TensorParallelAttention",
+    "TensorParallelBlock",
+    "TensorParallelGPT",
+    "TensorParallelMLP",
+    "VocabParallelCrossEntropy",
+    "VocabParallelEmbedding",
     "allgather_features",
     "allreduce_sum",
+    "block_activation_bytes",
+    "block_bytes_sent",
+    "block_comm_seconds",
     "check_same_on_all_ranks",
     "column_parallel_mlp",
     "column_parallel_words",
@@ -40,9 +55,11 @@ __all__ = [
     "feature_bounds",
     "feature_slice",
     "hybrid_words",
+    "korthikanti_bytes",
     "megatron_parallel_mlp",
     "megatron_words",
     "memory_words_per_device",
     "seed_t_comm_data",
     "seed_t_comm_model",
+    "sequence_shard",
 ]

@@ -1,0 +1,131 @@
+"""Ring attention: the sequence split over the c ranks of ``comm``; key/value blocks travel round the ring.
+
+Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for Near-Infinite Context". Rank r
+holds the queries, keys and values of its own tokens (layout.py: naive or zigzag). In c steps every
+rank sees every key/value block: at step s it attends its queries to the block of rank (r − s) mod c,
+merges the partial result with the online softmax (blocks.py), and meanwhile passes the block it holds
+to rank r+1 and receives the next from rank r−1. Backward runs the same ring; the gradients dk, dv of
+a block travel with it (one step behind) and arrive home complete after the last step.
+
+Communication per rank, with n = B·h·(T/c)·d_k·itemsize the bytes of one rank's K (or V) when c divides
+T (cost.py has the exact sums for uneven splits), for c ≥ 2 (nothing for c = 1):
+
+    forward    c − 1 messages, 2(c − 1)·n bytes      (K and V, one message per step)
+    backward   2c − 1 messages, (4c − 2)·n bytes     (K, V for c − 1 steps; dK, dV for c steps)
+
+The simulated clock keeps two streams per step, as a GPU runs a transfer beside a kernel: the step's
+transfers start at its start (comm.clock moves through them), the block's compute takes its FLOPs /
+device.flops from the same start, and the step ends when both are done (``overlap=False``: one after
+the other). Under the causal mask a block charges only its unmasked pairs and a block with none is
+skipped, so the naive split leaves early ranks idle while the last works (lesson 17 shows it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.cluster import Device
+from minidist.nn.module import check_float_array
+
+from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge
+from .layout import positions
+
+TAG = 133
+
+
+class RingAttention:
+    """Attention of this rank's queries to the whole sequence, on the c ranks of ``comm``.
+
+    seq_len: T, the whole sequence; this rank holds the tokens ``layout.positions(T, c, rank, layout)``.
+    causal: mask keys after the query (by global position). overlap: transfers beside compute on the clock.
+    device: the simulated accelerator of the run (default Device(), run's default): it turns a block's
+    FLOPs into seconds of the compute stream. ``flops`` and ``compute_seconds`` add up what was charged.
+    """
+
+    def __init__(self, comm, seq_len: int, *, causal: bool = True, layout: str = "zigzag",
+                 overlap: bool = True, device: Device | None = None):
+        c, rank = comm.world_size, comm.rank
+        self.comm, self.causal, self.layout, self.overlap = comm, bool(causal), layout, bool(overlap)
+        self.device = device or Device()
+        self.positions = [positions(seq_len, c, r, layout) for r in range(c)]
+        self.mine = self.positions[rank]
+        self.left, self.right = (rank - 1) % c, (rank + 1) % c
+        self.flops, self.compute_seconds = 0, 0.0
+        self._saved: tuple | None = None
+
+    def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """q, k, v: this rank's tokens, each (B, h, T_r, d_k). Returns this rank's output (B, h, T_r, d_k)."""
+        self._check(q, k, v)
+        out = np.zeros_like(q)
+        lse = np.full(q.shape[:-1], -np.inf, dtype=q.dtype)
+        kv = np.stack([k, v])
+        for step in range(self.comm.world_size):
+            owner = (self.comm.rank - step) % self.comm.world_size
+            mask, flops = self._block(q, owner, backward=False)
+            last = step == self.comm.world_size - 1
+            arrived = self._ring_step([] if last else [kv], flops, f"attention forward, block of rank {owner}")
+            if flops:
+                out, lse = merge(out, lse, *block_attention(q, kv[0], kv[1], mask))
+            if not last:
+                kv = arrived[0]
+        self._saved = (q, k, v, out, lse)
+        return out
+
+    def backward(self, d_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """d_out: dL/d(output) of this rank's tokens (B, h, T_r, d_k). Returns (dq, dk, dv), each like q."""
+        if self._saved is None:
+            raise RuntimeError("RingAttention.backward called before forward")
+        q, k, v, out, lse = self._saved
+        if d_out.shape != out.shape:
+            raise ValueError(f"RingAttention.backward expects d_out of shape {out.shape}, got {d_out.shape}")
+        delta = (d_out * out).sum(axis=-1)
+        dq = np.zeros_like(q)
+        kv, dkv = np.stack([k, v]), None
+        c = self.comm.world_size
+        for step in range(c):
+            owner = (self.comm.rank - step) % c
+            mask, flops = self._block(q, owner, backward=True)
+            outgoing = ([kv] if step < c - 1 else []) + ([dkv] if step > 0 else [])
+            arrived = self._ring_step(outgoing, flops, f"attention backward, block of rank {owner}")
+            mine = np.zeros_like(kv)                     # this rank's share of the block's dK, dV
+            if flops:
+                dq_block, mine[0], mine[1] = block_attention_backward(q, kv[0], kv[1], mask, lse, d_out, delta)
+                dq += dq_block
+            dkv = mine if step == 0 else arrived[-1] + mine    # add to what the ranks before added
+            if step < c - 1:
+                kv = arrived[0]
+        if c > 1:                                        # the block of rank+1 goes home; ours comes back
+            dkv = self._ring_step([dkv], 0, "attention backward, dK and dV home")[0]
+        return dq, dkv[0], dkv[1]
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def _block(self, q: np.ndarray, owner: int, backward: bool) -> tuple[np.ndarray | None, int]:
+        """The mask of this rank's queries against ``owner``'s keys (None: all visible) and its FLOPs."""
+        keys = self.positions[owner]
+        mask = causal_mask(self.mine, keys) if self.causal else None
+        if mask is not None and mask.all():
+            mask = None
+        return mask, block_flops(q, mask, len(keys), backward)
+
+    def _ring_step(self, outgoing: list[np.ndarray], flops: int, label: str) -> list[np.ndarray]:
+        """Pass each array right and receive the left neighbour's, beside ``flops`` of compute (the clock)."""
+        comm, seconds = self.comm, flops / self.device.flops
+        self.flops += flops
+        self.compute_seconds += seconds
+        start = comm.clock
+        if not self.overlap and seconds:
+            comm.elapse(seconds, label)
+        arrived = [comm.sendrecv(a, self.right, self.left, sendtag=TAG, recvtag=TAG) for a in outgoing]
+        if self.overlap and comm.clock < start + seconds:   # the compute stream finishes last
+            comm.elapse(start + seconds - comm.clock, label)
+        return arrived
+
+    def _check(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            check_float_array(a, f"RingAttention {name}")
+        if not (q.ndim == 4 and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype):
+            raise ValueError(f"RingAttention expects q, k, v of one shape (B, h, T_r, d_k) and dtype; got "
+                             f"{q.shape} {q.dtype}, {k.shape} {k.dtype}, {v.shape} {v.dtype}")
+        if q.shape[2] != len(self.mine):
+            raise ValueError(f"rank {self.comm.rank} holds {len(self.mine)} tokens of the {self.layout} split "
+                             f"(layout.shard), got q with T_r = {q.shape[2]}")

@@ -1,0 +1,107 @@
+"""Sequence parallelism: the regions outside the tensor-parallel layers run on T/t tokens per rank.
+
+Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022). In tensor
+parallelism alone every rank runs the LayerNorms, residual adds and dropouts on the whole (B, T, d)
+activation and keeps all of it for backward. Split those regions along the sequence instead: rank p holds
+tokens [p·T/t, (p+1)·T/t). Megatron's f and g (comm.py) become
+
+    ḡ: forward all-gather along T, backward reduce-scatter      (in front of a tensor-parallel region)
+    r̄: forward reduce-scatter along T, backward all-gather      (behind it, instead of g's all-reduce)
+
+An all-reduce is a reduce-scatter followed by an all-gather, so with n = B·T·d words each rank sends
+(t−1)/t·n in each operator: 2(t−1)/t·n per sub-layer forward and the same backward — the same bytes as
+tensor parallelism alone. What falls by t is the activation memory of the regions between them.
+
+The pieces are whole tokens, so t must divide T (a ValueError otherwise): the ring's reduce-scatter cuts
+a (T, B, d) array into t equal runs of tokens (np.array_split's rule on T·B·d words).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.collectives import allgather, reduce_scatter
+from minidist.nn import Module
+
+from .comm import CopyToTensorParallel, ReduceFromTensorParallel, allreduce_sum
+
+
+def check_sequence_split(seq_len: int, parts: int) -> None:
+    """Raise ValueError unless ``parts`` divides ``seq_len`` (sequence parallelism cuts whole tokens)."""
+    if seq_len % parts:
+        raise ValueError(f"sequence parallelism over {parts} ranks needs a sequence length divisible by {parts}, "
+                         f"got T = {seq_len} (pad the sequence or use tensor parallelism alone)")
+
+
+def sequence_shard(x: np.ndarray, parts: int, rank: int) -> np.ndarray:
+    """Rank's tokens of x (B, T, ...): x[:, rank·T/t : (rank+1)·T/t], a copy."""
+    check_sequence_split(x.shape[1], parts)
+    n = x.shape[1] // parts
+    return x[:, rank * n:(rank + 1) * n].copy()
+
+
+def gather_sequence(comm, x_part: np.ndarray) -> np.ndarray:
+    """(B, T/t, d) on every rank → (B, T, d), the pieces in rank order. (t−1)/t·n words sent per rank."""
+    if comm.world_size == 1:
+        return x_part.copy()
+    return np.concatenate(allgather(comm, x_part), axis=1)
+
+
+def reduce_scatter_sequence(comm, x: np.ndarray) -> np.ndarray:
+    """(B, T, d) partial sums on every rank → (B, T/t, d): this rank's tokens of Σ_p x_p."""
+    batch, seq_len = x.shape[:2]
+    check_sequence_split(seq_len, comm.world_size)
+    if comm.world_size == 1:
+        return x.copy()
+    tokens_first = np.ascontiguousarray(np.swapaxes(x, 0, 1))        # (T, B, d): a piece is whole tokens
+    piece = reduce_scatter(comm, tokens_first, op="sum")
+    return np.swapaxes(piece.reshape(seq_len // comm.world_size, batch, *x.shape[2:]), 0, 1).copy()
+
+
+class GatherFromSequenceParallel(Module):
+    """ḡ: forward all-gathers the tokens along T; backward reduce-scatters the gradient."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def forward(self, x_part: np.ndarray) -> np.ndarray:
+        """x_part: this rank's tokens (B, T/t, d). Returns the whole sequence (B, T, d)."""
+        return gather_sequence(self.comm, x_part)
+
+    def backward(self, dx_partial: np.ndarray) -> np.ndarray:
+        """dx_partial: this rank's term of dx (B, T, d). Returns this rank's tokens of Σ_p, (B, T/t, d)."""
+        return reduce_scatter_sequence(self.comm, dx_partial)
+
+
+class ReduceScatterToSequenceParallel(Module):
+    """r̄: forward reduce-scatters the partial outputs along T; backward all-gathers the gradient."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def forward(self, z_partial: np.ndarray) -> np.ndarray:
+        """z_partial: this rank's partial product (B, T, d). Returns this rank's tokens of Σ_p, (B, T/t, d)."""
+        return reduce_scatter_sequence(self.comm, z_partial)
+
+    def backward(self, dz_part: np.ndarray) -> np.ndarray:
+        """dz_part: the gradient of this rank's tokens (B, T/t, d). Returns the whole (B, T, d)."""
+        return gather_sequence(self.comm, dz_part)
+
+
+def region_operators(comm, sequence_parallel: bool) -> tuple[Module, Module]:
+    """The operators in front of and behind a tensor-parallel region: (f, g), or (ḡ, r̄) with sequence
+    parallelism."""
+    if sequence_parallel:
+        return GatherFromSequenceParallel(comm), ReduceScatterToSequenceParallel(comm)
+    return CopyToTensorParallel(comm), ReduceFromTensorParallel(comm)
+
+
+def add_other_tokens(comm, params: list, before: list[np.ndarray]) -> None:
+    """grad = before + Σ over comm's ranks of (grad − before): one all-reduce of the new terms, flattened."""
+    if comm.world_size == 1 or not params:
+        return
+    total = allreduce_sum(comm, np.concatenate([(p.grad - b).ravel() for p, b in zip(params, before)]))
+    offset = 0
+    for p, b in zip(params, before):
+        p.grad[...] = b + total[offset:offset + p.grad.size].reshape(p.grad.shape)
+        offset += p.grad.size
