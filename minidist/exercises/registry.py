@@ -127,6 +127,10 @@ EXERCISES = (
              "all-reduces of one number per token (max, sum of exponentials, target logit).",
              "allreduce(self.comm, x, op) in the same file; keep e = exp(z − m) and the total S for backward; "
              "the target's logit is on the one rank whose slice holds it, 0 elsewhere."),
+    Exercise("moe_dispatch", "lessons/18_mixture_of_experts.py",
+             "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
+             "add gate · expert output back into the token's row (dropped tokens stay 0).",
+             "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
 )
 
 

@@ -16,6 +16,8 @@ spatial/    spatial parallelism: spatial.py (convolutions over H / H×W blocks),
             (halo exchange), cost.py
 tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear), mlp.py (the Megatron
             MLP block), comm.py (Megatron's f and g), cost.py
+expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-all dispatch/combine),
+            replicas.py (averaging the replicated parameters), layouts.py (the Switch slide's five), cost.py
 hybrid.py   data × model parallelism on a 2-D grid of ranks
 grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × spatial
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
@@ -27,6 +29,7 @@ from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, t
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
+from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .spatial import (
     GridAllgather,
@@ -56,6 +59,7 @@ __all__ = [
     "DataParallel",
     "FSDP",
     "ErrorFeedback",
+    "ExpertParallelMoE",
     "Grid",
     "Grid3D",
     "GridSpatial",

@@ -54,6 +54,11 @@ def _cases():
         "Sequential": (lambda rng: nn.Sequential(nn.Linear(4, 6, rng=rng, dtype=np.float64), nn.ReLU(),
                                                  nn.Linear(6, 4, rng=rng, dtype=np.float64)), (4, 4)),
         "Masked": (lambda rng: _pruned(nn.Masked(nn.Linear(4, 5, rng=rng, dtype=np.float64))), (3, 4)),
+        "MoE": (lambda rng: nn.MoE(4, 6, 3, k=1, capacity_factor=0.75, rng=rng, dtype=np.float64), (8, 4)),
+        "MoE-top2-3d": (lambda rng: nn.MoE(4, 5, 3, k=2, z_loss_coef=0.1, groups=2, rng=rng, dtype=np.float64),
+                        (2, 3, 4)),
+        "SwitchTransformer": (lambda rng: nn.SwitchTransformer(6, 4, 1, 4, 2, 2, d_ff=5, capacity_factor=0.75,
+                                                               rng=rng, dtype=np.float64), _tokens((2, 3), 6)),
         "Checkpoint": (lambda rng: nn.Checkpoint(nn.Sequential(
             nn.Linear(4, 4, rng=rng, dtype=np.float64), nn.Dropout(0.3, rng=rng), nn.Tanh())), (5, 4)),
         "Softmax": (lambda rng: nn.Softmax(), (3, 5)),

@@ -1,0 +1,8 @@
+"""Expert parallelism: expert_parallel.py (experts spread over ranks, all-to-all dispatch and combine),
+replicas.py (the data-parallel average of the replicated parameters), cost.py (all-to-all bytes, the
+slowest expert's time)."""
+
+from .expert_parallel import ExpertParallelMoE
+from .replicas import average_gradients, expert_parameters, replicated_parameters
+
+__all__ = ["ExpertParallelMoE", "average_gradients", "expert_parameters", "replicated_parameters"]

@@ -1,0 +1,126 @@
+"""The Switch Transformer slide's layouts ("how the model weights / the data are split over cores",
+Fedus et al., figure 9) for a SwitchTransformer on W = D·E·M ranks.
+
+Rank r sits at (data i, expert j, model m) = (r // (E·M), (r // M) % E, r % M) and belongs to
+    model_comm    the M ranks (i, j, ·): the same tokens, each a slice of every expert's d_ff (Megatron MLP)
+    expert_comm   the E ranks (i, ·, m): different tokens, different experts, all-to-all between them
+    replica_comm  the D ranks (·, j, m): the same weights, different tokens (data parallel)
+Ranks (i, j, ·) train token set i·E + j of D·E (``token_set``); everything outside the experts
+(embeddings, attention, norms, routers, head) is replicated on every rank.
+
+    data               D = W        every rank all weights, its own tokens
+    model              M = W        every rank the same tokens, a 1/M slice of every expert
+    expert             E = W        every rank its own experts and its own tokens
+    expert+data        D·E = W      expert groups of E ranks, replicated D times
+    expert+model+data  D·E·M = W    each expert split over M ranks as well
+
+The model layout here splits the experts (the bulk of the weights) only; attention stays replicated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minidist.nn import GELU, Sequential, SwitchTransformer
+from minidist.parallel.tensor import MegatronMLP
+
+from .expert_parallel import ExpertParallelMoE
+from .replicas import average_gradients
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    data: int = 1
+    expert: int = 1
+    model: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.data * self.expert * self.model
+
+    @property
+    def token_sets(self) -> int:
+        return self.data * self.expert
+
+
+def slide_layouts(world_size: int = 4) -> list[Layout]:
+    """The slide's five layouts: the first four on ``world_size`` (even) ranks, expert+model+data on 2·2·2."""
+    half = world_size // 2
+    return [Layout("data", data=world_size), Layout("model", model=world_size),
+            Layout("expert", expert=world_size), Layout("expert+data", data=half, expert=2),
+            Layout("expert+model+data", data=2, expert=2, model=2)]
+
+
+class LayoutGroups:
+    """This rank's place in ``layout`` and its three communicators (every rank splits, in one order)."""
+
+    def __init__(self, comm, layout: Layout):
+        if comm.world_size != layout.world_size:
+            raise ValueError(f"layout {layout.name} needs {layout.world_size} ranks "
+                             f"(D·E·M = {layout.data}·{layout.expert}·{layout.model}), got {comm.world_size}")
+        e, m = layout.expert, layout.model
+        r = comm.rank
+        self.comm, self.layout = comm, layout
+        self.coords = (r // (e * m), (r // m) % e, r % m)
+        i, j, k = self.coords
+        self.model_comm = comm.split(color=i * e + j, key=k)
+        self.expert_comm = comm.split(color=i * m + k, key=j)
+        self.replica_comm = comm.split(color=j * m + k, key=i)
+        self.token_set = i * e + j
+
+
+def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransformer:
+    """Split ``model`` (built the same on every rank) in place for this rank; returns it."""
+    layout = groups.layout
+    for block in model.blocks:
+        moe = block.mlp
+        if moe.num_experts % layout.expert:
+            raise ValueError(f"{moe.num_experts} experts cannot be spread evenly over {layout.expert} ranks")
+        if layout.model > 1:
+            moe.experts = [MegatronMLP(groups.model_comm, ex.layers[0], ex.layers[2], GELU()) for ex in moe.experts]
+        if layout.expert > 1:
+            block.mlp = ExpertParallelMoE(groups.expert_comm, moe)
+    return model
+
+
+def train_step(groups: LayoutGroups, model, loss_fn, optimizer, tokens, targets) -> float:
+    """One step on this rank's token set: forward, loss (+ router losses), backward, averaging, update."""
+    optimizer.zero_grad()
+    loss = loss_fn.forward(model.forward(tokens), targets) + model.router_loss
+    model.backward(loss_fn.backward())
+    average_gradients(groups.comm, model, groups.replica_comm, groups.layout.token_sets)
+    optimizer.step()
+    return loss
+
+
+def held_weights(model: SwitchTransformer) -> dict[str, tuple]:
+    """{full parameter name: (the array this rank holds, the index that cuts it from the full array)}."""
+    out = {name: (p.data, ()) for name, p in model.named_parameters() if ".mlp.experts." not in name}
+    for l, block in enumerate(model.blocks):
+        first = getattr(block.mlp, "first_expert", 0)
+        for j, ex in enumerate(block.mlp.experts):
+            base = f"blocks.{l}.mlp.experts.{first + j}.layers."
+            if isinstance(ex, Sequential):
+                for name, p in ex.named_parameters():
+                    out[base + name.removeprefix("layers.")] = (p.data, ())
+            else:  # a Megatron MLP: rows of the first layer, columns of the second
+                out[base + "0.weight"] = (ex.up.weight.data, (ex.up.rows,))
+                out[base + "0.bias"] = (ex.up.bias.data, (ex.up.rows,))
+                out[base + "2.weight"] = (ex.down.weight.data, (slice(None), ex.down.cols))
+                out[base + "2.bias"] = (ex.down.bias.data, ())
+    return out
+
+
+def expert_holdings(model: SwitchTransformer) -> dict[int, tuple[float, float]]:
+    """{expert index: (start, stop) fraction of its d_ff this rank holds} for the first MoE layer."""
+    mlp = model.blocks[0].mlp
+    first = getattr(mlp, "first_expert", 0)
+    out = {}
+    for j, ex in enumerate(mlp.experts):
+        if isinstance(ex, Sequential):
+            out[first + j] = (0.0, 1.0)
+        else:
+            d_ff = ex.down.in_features
+            out[first + j] = (ex.up.rows.start / d_ff, ex.up.rows.stop / d_ff)
+    return out
