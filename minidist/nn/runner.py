@@ -120,14 +120,14 @@ def backward_without_dx(layer: Module, dy: np.ndarray) -> None:
         layer.input_grad = wanted
 
 
-
 class StepRunner:
     """Runs ``model`` layer by layer with ``loss_fn`` and fires the events of ``attachments``.
 
     Args:
         model: a minidist Module (a Sequential is stepped through layer by layer, see ``units``).
         loss_fn: e.g. CrossEntropyLoss(); only forward_backward needs it.
-        attachments: objects with some of Attachment's methods, fired in this order.
+        attachments: objects with some of Attachment's methods; begin and before_* events fire in this
+            order, after_* and end* events in reverse (see the module docstring).
         input_grad: compute the gradient of the model's input (a pipeline stage that is not the first
             needs it; the batch does not).
     """
@@ -139,11 +139,6 @@ class StepRunner:
         self.layers = units(model)
         self.attachments = list(attachments)
         self.dx: np.ndarray | None = None
-
-    def attach(self, *attachments) -> StepRunner:
-        """Add attachments after the ones already there; returns the runner."""
-        self.attachments.extend(attachments)
-        return self
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """x: the batch, shape (B, ...); returns the model's output (B, ...). Fires begin ... end."""

@@ -29,6 +29,18 @@ def _batches():
     return [(rng.standard_normal((BATCH, 6)), rng.integers(0, 4, BATCH)) for _ in range(STEPS)]
 
 
+def _one_process(make_optimizer) -> dict:
+    """The whole model trained on the whole batches in one process (float64): its parameters by name."""
+    model = _model()
+    optimizer, loss_fn = make_optimizer(model.parameters()), CrossEntropyLoss()
+    for x, y in _batches():
+        optimizer.zero_grad()
+        loss_fn.forward(model.forward(x), y)
+        model.backward(loss_fn.backward())
+        optimizer.step()
+    return dict(model.named_parameters())
+
+
 def _grid_train(comm, stage):
     grid = Grid(comm, model_parallel=2)                            # 2 data groups × 2 tensor ranks
     model = megatron_parallel_mlp(grid.model_comm, _model())
@@ -43,14 +55,7 @@ def _grid_train(comm, stage):
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_parallel_zero_over_the_data_group_of_a_data_by_tensor_grid_equals_one_process(stage):
-    model = _model()
-    optimizer, loss_fn = Adam(model.parameters(), lr=0.05), CrossEntropyLoss()
-    for x, y in _batches():
-        optimizer.zero_grad()
-        loss_fn.forward(model.forward(x), y)
-        model.backward(loss_fn.backward())
-        optimizer.step()
-    full = dict(model.named_parameters())
+    full = _one_process(lambda params: Adam(params, lr=0.05))
     results = run(_grid_train, 4, stage)
     for shards in results:
         assert len(shards) == len(full)
@@ -74,14 +79,7 @@ def test_parallel_mixed_precision_under_zero2_over_the_data_group_of_a_grid():
     """bf16 forward/backward with fp32 master shards, attached under ZeRO-2 over the data group of the
     2 × 2 grid: the data replicas of each tensor shard agree bitwise, and the masters follow one
     process's float64 training to within bf16's rounding (measured 5e-4; the parameters move 7e-2)."""
-    model = _model()
-    optimizer, loss_fn = SGD(model.parameters(), lr=0.1), CrossEntropyLoss()
-    for x, y in _batches():
-        optimizer.zero_grad()
-        loss_fn.forward(model.forward(x), y)
-        model.backward(loss_fn.backward())
-        optimizer.step()
-    full = dict(model.named_parameters())
+    full = _one_process(lambda params: SGD(params, lr=0.1))
     results = run(_mixed_grid_train, 4)
     for a, b in ((0, 2), (1, 3)):                # ranks (row 0, column c) and (row 1, column c)
         for name in results[a]:

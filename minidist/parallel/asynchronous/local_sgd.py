@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import ALGORITHMS, allreduce
+from minidist.nn.flat import flatten, unflatten
 
 
 def check_common(comm, seconds, every: int, what: str) -> np.ndarray:
@@ -52,11 +53,7 @@ def train_local_sgd(comm, model, optimizer, loss_fn, batch, *, seconds, every: i
         x, y = batch(comm.rank, step)
         losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step])))
         if (step + 1) % every == 0 or step + 1 == steps:
-            flat = np.concatenate([p.data.ravel() for p in params])
-            flat = allreduce(comm, flat, algorithm=algorithm) / comm.world_size
-            offset = 0
-            for p in params:
-                p.data[...] = flat[offset:offset + p.size].reshape(p.shape)
-                offset += p.size
+            flat = allreduce(comm, flatten([p.data for p in params]), algorithm=algorithm) / comm.world_size
+            unflatten(flat, [p.data for p in params])
             averages.append((comm.clock, flat))
     return {"losses": losses, "averages": averages}

@@ -23,6 +23,7 @@ import numpy as np
 
 from minidist.cluster import LinkModel
 from minidist.nn import Parameter
+from minidist.nn.flat import flatten, unflatten
 from minidist.optim import SGD
 
 from .schedule import ps_schedule
@@ -57,14 +58,11 @@ def least_squares(samples: int, features: int, condition: float, rng: np.random.
 
 
 def _flat(params, attr: str) -> np.ndarray:
-    return np.concatenate([getattr(p, attr).ravel() for p in params])
+    return flatten([getattr(p, attr) for p in params])
 
 
 def _load(params, flat: np.ndarray) -> None:
-    offset = 0
-    for p in params:
-        p.data[...] = flat[offset:offset + p.size].reshape(p.shape)
-        offset += p.size
+    unflatten(flat, [p.data for p in params])
 
 
 def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.ndarray, momentum: float = 0.0,

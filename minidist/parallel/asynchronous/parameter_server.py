@@ -20,6 +20,7 @@ import numpy as np
 
 from minidist.cluster import LinkModel
 from minidist.nn import Parameter
+from minidist.nn.flat import flatten, unflatten
 from minidist.optim import SGD
 from minidist.split import split_bounds
 
@@ -50,7 +51,7 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     if seconds.ndim != 2 or seconds.shape[0] != workers:
         raise ValueError(f"seconds must have shape (workers = {workers}, steps), got {seconds.shape}")
     params = model.parameters()
-    flat = np.concatenate([p.data.ravel() for p in params])
+    flat = flatten([p.data for p in params])
     pieces = split_bounds(flat.size, servers)
     if any(lo == hi for lo, hi in pieces):
         raise ValueError(f"{servers} servers for {flat.size} parameters: a server would hold nothing")
@@ -96,14 +97,11 @@ def _work(comm, model, loss_fn, batch, params, pieces, seconds, servers) -> dict
         model.backward(loss_fn.backward())
         comm.elapse(float(duration), label=f"step {step}")
         losses.append((comm.clock, float(loss)))
-        np.concatenate([p.grad.ravel() for p in params], out=flat_grad)
+        flatten([p.grad for p in params], out=flat_grad)
         for j, (lo, hi) in enumerate(pieces):
             comm.send(flat_grad[lo:hi], j)
         if step + 1 < len(seconds):
             for j, (lo, hi) in enumerate(pieces):
                 comm.recv(j, out=flat_data[lo:hi])
-            offset = 0
-            for p in params:
-                p.data[...] = flat_data[offset:offset + p.size].reshape(p.shape)
-                offset += p.size
+            unflatten(flat_data, [p.data for p in params])
     return {"losses": losses, "clock": comm.clock}

@@ -7,8 +7,9 @@ the same update:
     w¹ = w⁰ − α/B · Σ_{i=1..B} ∂J_i(w⁰)/∂w          rank r backpropagates Σ_{i∈r} ℓ_i / B, so the
                                                      allreduce *sum* over ranks is the full-batch gradient
 
-The whole strategy is one event of the step runner (minidist/nn/runner.py): at ``end_backward`` every
-gradient is ready and is allreduced, parameter by parameter. Cost per step: one allreduce per parameter
+The whole strategy is two events of the step runner (minidist/nn/runner.py): ``after_loss`` weights the
+loss gradient by n_r / B; at ``end_backward`` every gradient is ready and is allreduced, parameter by
+parameter. Cost per step: one allreduce per parameter
 tensor, α·(steps of the algorithm) each, and no overlap with backward. data_parallel.py's DataParallel
 packs the gradients into buckets and sends each as soon as backward has made it (PyTorch's DDP);
 picotron keeps the same pair (DataParallelNaive beside the bucketed one).
@@ -25,7 +26,7 @@ from minidist.collectives import allreduce
 from minidist.nn.module import Module
 from minidist.nn.runner import Attachment, StepRunner
 
-from .shards import ShardWeightedLoss, shard_range
+from .shards import shard_range
 
 
 class NaiveDataParallel(Attachment):
@@ -36,8 +37,13 @@ class NaiveDataParallel(Attachment):
 
     def __init__(self, comm, model: Module, optimizer, loss_fn, *, algorithm: str = "ring"):
         self.comm, self.optimizer, self.algorithm = comm, optimizer, algorithm
-        self.loss_fn, self.params = loss_fn, model.parameters()
+        self.params, self.weight = model.parameters(), 1.0
         self.runner = StepRunner(model, loss_fn, [self])
+
+    def after_loss(self, dy: np.ndarray) -> np.ndarray:
+        """dL/dy of this rank's mean loss, weighted by n_r / B: the ranks' gradients then *sum* to the
+        gradient of the batch mean."""
+        return dy * self.weight
 
     def end_backward(self) -> None:
         """Every gradient is ready: sum each over the ranks (in place)."""
@@ -47,7 +53,7 @@ class NaiveDataParallel(Attachment):
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """x: the global batch (B, ...), P <= B; y: its targets (B, ...). Returns this rank's mean loss."""
         lo, hi = shard_range(self.comm, x, y)
-        self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
+        self.weight = (hi - lo) / len(x)
         self.optimizer.zero_grad()
         loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])     # end_backward allreduces
         self.optimizer.step()
