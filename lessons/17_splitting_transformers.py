@@ -148,6 +148,30 @@ for how in ("tensor", "sequence", "context"):
         assert worst < 1e-9
 
 # %% [markdown]
+# The splits compose. On a 2 × 2 grid of ranks, each *tensor* group of 2 shares a piece of the sequence
+# and splits the heads; each *context* group of 2 holds the same heads and passes K/V blocks round its
+# ring (`TensorParallelBlock(..., context=cp, seq_len=T)`). `TensorParallelGPT` and `ContextParallelGPT`
+# split a whole `nn.GPT` the same ways (tests/parallel/test_parallel_*_gpt*.py).
+
+
+# %%
+def grid_train(comm, t):
+    ci, ti = comm.rank // t, comm.rank % t
+    tp, cp = comm.split(ci, key=ti), comm.split(ti, key=ci)           # tensor groups, context groups
+    blocks = [TensorParallelBlock(tp, b, context=cp, seq_len=T) for b in make_blocks()]
+    train(blocks, lambda a: shard(a, comm.world_size // t, ci, "zigzag", axis=1))
+    heads = feature_slice(HEADS, t, ti)
+    cols = np.arange(heads.start * 3, heads.stop * 3)
+    rows = np.concatenate([cols, D + cols, 2 * D + cols])
+    return max(float(np.max(np.abs(b.attn.qkv.weight.data - ref.attn.qkv.weight.data[rows])))
+               for b, ref in zip(blocks, reference))
+
+
+worst = max(run(grid_train, 4, 2))
+print(f"tensor × context, 2 × 2 ranks: largest difference of a qkv weight from one process {worst:.1e}")
+assert worst < 1e-12
+
+# %% [markdown]
 # ## 3. The online softmax and the vocabulary-parallel loss
 #
 # Attention to a block of keys gives a partial output O and the log of its softmax denominator, lse.
