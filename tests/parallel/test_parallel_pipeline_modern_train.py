@@ -9,14 +9,16 @@ after the steps, the loss per step, and the B/W split's products against the pla
 import numpy as np
 import pytest
 
-from minidist.cluster import run
+from minidist.cluster import LinkModel, run
+from minidist.cluster.ledger import Device
 from minidist.nn import Linear, MSELoss, Sequential, Tanh
 from minidist.optim import SGD
 from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
+from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.split_backward import DeferredWeightGrad
-from minidist.parallel.pipeline.tasks import from_ops
+from minidist.parallel.pipeline.tasks import from_ops, replay
 from minidist.parallel.pipeline.tasks_executor import TaskPipeline
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
 
@@ -103,3 +105,33 @@ def test_parallel_pipeline_split_backward_adds_up_to_the_plain_one():
     np.testing.assert_array_equal(split.linear.bias.grad, plain.bias.grad)
     with pytest.raises(TypeError, match="only a Linear"):
         DeferredWeightGrad(Tanh())
+
+
+def _step_time(comm, schedule, num_stages, num_micro_batches):
+    model, (x, t) = build(), data()
+    pipe = TaskPipeline(comm, model, loss_fn=MSELoss(), schedule=schedule, num_stages=num_stages,
+                        num_micro_batches=num_micro_batches)
+    start = comm.clock
+    pipe.train_step(x, t)
+    return comm.clock - start
+
+
+@pytest.mark.parametrize("name", ["interleaved P=2 v=2", "zb-h1 P=3", "chimera P=4"])
+def test_parallel_pipeline_modern_clock_equals_the_tables_replay(name):
+    """With free links, the step's simulated time = the table replayed with each task's FLOPs / device speed
+    (F: the stage's forward FLOPs, B: 2× — 1× for a split Linear's B —, W: 1× the Linears')."""
+    P, schedule, S, M = CASES[name]
+    linear = 2 * (N // M) * WIDTH * WIDTH              # a Linear's forward FLOPs on a micro-batch
+    tanh = (N // M) * WIDTH                            # a Tanh's: one per element
+    split = any(t.kind == "W" for tick in schedule for t in tick)
+    bounds, cost = split_by_layers(8, S), {}
+    for k in range(S):
+        kinds = ["linear" if i % 2 == 0 else "tanh" for i in range(bounds[k], bounds[k + 1])]
+        lin, th = kinds.count("linear") * linear, kinds.count("tanh") * tanh
+        cost["F", k], cost["W", k] = lin + th, lin
+        cost["B", k] = lin + 2 * th if split else 2 * (lin + th)
+    speed = Device().flops
+    times = replay(schedule, lambda task: cost[task.kind, task.stage] / speed)
+    predicted = max(end for _, end in times.values())
+    measured = run(_step_time, P, schedule, S, M, link=LinkModel(0.0, 0.0))
+    assert max(measured) == pytest.approx(predicted, rel=1e-12)

@@ -200,3 +200,19 @@ def format_tasks(schedule: TaskSchedule, num_ranks: int) -> str:
                     cells[t] = cell(task)
         rows.append(f"rank {r}: " + "".join(c.ljust(width) for c in cells))
     return "\n".join(rows)
+
+
+def replay(schedule: TaskSchedule, duration: Callable[[Task], float]) -> dict[Task, tuple[float, float]]:
+    """(start, end) of every task when each takes duration(task) seconds and starts as soon as its rank's
+    previous task and the tasks it depends on have ended (messages free): the timeline a cluster with free
+    links measures, which the unit-tick table only approximates when F, B and W take different times."""
+    num_stages = 1 + max(task.stage for tick in schedule for task in tick)
+    ended: dict[tuple[str, int, int], float] = {}
+    rank_free: dict[int, float] = {}
+    times = {}
+    for tick in schedule:   # tick order: a task's dependencies and its rank's earlier tasks come first
+        for task in tick:
+            start = max([rank_free.get(task.rank, 0.0)] + [ended[d] for d in dependencies(task, num_stages)])
+            times[task] = (start, start + duration(task))
+            ended[_key(task)] = rank_free[task.rank] = times[task][1]
+    return times
