@@ -131,6 +131,12 @@ EXERCISES = (
              "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
              "add gate · expert output back into the token's row (dropped tokens stay 0).",
              "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
+    Exercise("interleaved_orders", "lessons/19_putting_it_together.py",
+             "Each rank's task order under Megatron's interleaved 1F1B with v chunks: min(v·M, 2(P − r − 1) + "
+             "(v − 1)·P) warm-up forwards, then one forward and one backward, then the remaining backwards. The "
+             "k-th forward runs chunk (k mod P·v) // P (stage chunk·P + r) on micro-batch (k // P·v)·P + k mod P; "
+             "the k-th backward the same with the chunks reversed.",
+             "Write a helper task(r, kind, k) -> Task; the total per rank is v·M forwards and v·M backwards."),
 )
 
 

@@ -36,6 +36,7 @@ from minidist.parallel.pipeline.tasks import (
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 
 
+@pytest.mark.exercise("interleaved_orders")
 @given(P=st.integers(1, 5), groups=st.integers(1, 3), v=st.integers(1, 4))
 def test_parallel_pipeline_interleaved_bubble_and_memory_are_megatrons(P, groups, v):
     M = groups * P
@@ -48,6 +49,7 @@ def test_parallel_pipeline_interleaved_bubble_and_memory_are_megatrons(P, groups
         assert {t.stage for t in rank_tasks(schedule, r)} == set(range(r, P * v, P))
 
 
+@pytest.mark.exercise("interleaved_orders")
 def test_parallel_pipeline_interleaved_orders_follow_megatron():
     orders = interleaved_orders(2, 2, 2)
     # rank 0: warm-up 2(P − 1) + (v − 1)P = 4 forwards: chunk 0 for micro-batches 0, 1, then chunk 1 (stage 2)
@@ -57,6 +59,7 @@ def test_parallel_pipeline_interleaved_orders_follow_megatron():
     assert orders[1][3] == Task(1, "B", 0, 3)
 
 
+@pytest.mark.exercise("interleaved_orders")
 def test_parallel_pipeline_interleaved_with_one_chunk_has_1f1bs_ticks():
     for P, M in ((1, 3), (2, 4), (4, 8)):   # v = 1 warms up with more forwards than 1F1B, same length
         one_f_one_b = from_ops(one_f_one_b_schedule(P, M))
@@ -119,6 +122,7 @@ def test_parallel_pipeline_chimera_bad_sizes():
         chimera_schedule(4, 6)
 
 
+@pytest.mark.exercise("interleaved_orders")
 def test_parallel_pipeline_tasks_check_catches_broken_tables():
     good = interleaved_schedule(2, 2, 2)
     check_tasks(good, 2, 4, 2)

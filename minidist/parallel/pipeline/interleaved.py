@@ -26,6 +26,7 @@ def interleaved_orders(num_ranks: int, num_micro_batches: int, num_chunks: int) 
     stage c·P + r; the k-th backward the same with chunk v − 1 − c.
     """
     P, M, v = num_ranks, num_micro_batches, num_chunks
+    # BEGIN SOLUTION interleaved_orders
     def task(r: int, kind: str, k: int) -> Task:
         chunk = (k % (P * v)) // P
         if kind == "B":
@@ -42,6 +43,7 @@ def interleaved_orders(num_ranks: int, num_micro_batches: int, num_chunks: int) 
         order += [task(r, "B", k) for k in range(total - warmup, total)]   # drain
         orders.append(order)
     return orders
+    # END SOLUTION
 
 
 def interleaved_schedule(num_ranks: int, num_micro_batches: int, num_chunks: int) -> TaskSchedule:
