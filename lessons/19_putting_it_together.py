@@ -9,7 +9,8 @@
 #    bidirectional Chimera (Li and Hoefler 2021; the "Distributed Deep Learning (Part II)" slides);
 # 2. runs the tables on the cluster: each trains like one process, and the simulated clock equals the
 #    table replayed with each task's FLOPs;
-# 3. asks the planner (`python -m minidist plan`) for a laptop-sized model and for 7B and 70B models on
+# 3. composes data × pipeline × tensor on one grid of 8 ranks, training a tiny GPT;
+# 4. asks the planner (`python -m minidist plan`) for a laptop-sized model and for 7B and 70B models on
 #    64–1024 devices: per rank memory (ZeRO's 16 bytes per parameter, Korthikanti's activations) and step
 #    time (roofline compute, the schedule's bubble, α-β communication per link level).
 
@@ -20,10 +21,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minidist.cluster import LinkModel, run
+from minidist.cluster import LinkModel, run, run_traced
 from minidist.cluster.ledger import Device
-from minidist.nn import Linear, MSELoss, Sequential, Tanh
-from minidist.optim import SGD
+from minidist.nn import GPT, CrossEntropyLoss, Linear, MSELoss, Sequential, Tanh
+from minidist.optim import SGD, AdamW
+from minidist.parallel.grid_pipeline import DataPipelineGrid, tensor_gpt_units
 from minidist.parallel.pipeline.chimera import chimera_bubble, chimera_in_flight, chimera_schedule
 from minidist.parallel.pipeline.interleaved import (
     interleaved_bubble,
@@ -35,7 +37,7 @@ from minidist.parallel.pipeline.tasks import bubble, format_tasks, from_ops, in_
 from minidist.parallel.pipeline.tasks_executor import TaskPipeline
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 from minidist.plan import Layout, ModelSpec, format_plan, hardware, plan, predict_memory
-from minidist.plots import save_figure
+from minidist.plots import figures_dir, plot_timeline, save_figure
 
 # %% [markdown]
 # ## 1. Four schedules as tables
@@ -167,7 +169,45 @@ for name, (table, stages) in runs.items():
     assert worst < 1e-12 and abs(measured - predicted) <= 1e-12 * predicted
 
 # %% [markdown]
-# ## 3. The planner
+# ## 3. One grid: data × pipeline × tensor
+#
+# `DataPipelineGrid` places rank w = (d·P + p)·t + q on a grid with `comm.split`: the t ranks of a tensor
+# group run each block Megatron-style (heads and hidden units split, f/g all-reduces), the P ranks of a
+# pipeline group run the task table, the D ranks of a data group all-reduce their gradients. A tiny GPT
+# on 2 × 2 × 2 = 8 ranks (1F1B) must again equal one process. In the trace, ranks 0–3 are replica 0:
+# stage 0 on ranks 0, 1 (a tensor pair), stage 1 on ranks 2, 3; the data all-reduce closes the step.
+# The stages are cut by unit count, so stage 0 (embeddings and both blocks) does most of the work while
+# stage 1 (final LayerNorm and head) waits: balancing stages by cost is the next thing a planner fixes.
+
+# %%
+gpt_args = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "d_model": 8, "n_heads": 2}
+tokens = np.random.default_rng(2).integers(0, 11, size=(2, 8, 8))
+
+
+def gpt_step(comm):
+    gpt = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
+    grid = DataPipelineGrid(comm, lambda c: tensor_gpt_units(c, gpt), loss_fn=CrossEntropyLoss(),
+                            schedule=from_ops(one_f_one_b_schedule(2, 2)), num_stages=2, num_micro_batches=2,
+                            data=2, tensor=2)
+    loss = grid.train_step(tokens[0], tokens[1], AdamW(grid.parameters(), lr=0.01))
+    return loss if grid.tensor_rank == 0 else None
+
+
+one = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
+expected_loss = CrossEntropyLoss().forward(one.forward(tokens[0]), tokens[1])
+# a slow device and a fast link, so that compute and the three kinds of traffic are all visible
+losses, trace = run_traced(gpt_step, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=1 / 5e9))
+grid_loss = sum(loss for loss in losses if loss is not None)
+print(f"2 data × 2 pipeline × 2 tensor: loss {grid_loss:.12f}, one process {expected_loss:.12f}")
+assert abs(grid_loss - expected_loss) < 1e-12
+ax = plot_timeline(trace, title="one step of a GPT on data 2 × pipeline 2 × tensor 2 (ranks (d·2 + p)·2 + q)")
+ax.figure.tight_layout()
+save_figure(ax.figure, "19_grid_timeline.png")
+plt.close(ax.figure)
+print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_grid_trace.json"))
+
+# %% [markdown]
+# ## 4. The planner
 #
 # `minidist.plan` enumerates every layout dp · ep · pp · tp · cp = D (with ZeRO-1 and full recomputation
 # as options), sets aside what does not divide (heads by tp, layers by pp, ...) and what does not fit, and
