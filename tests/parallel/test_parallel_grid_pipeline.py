@@ -1,8 +1,9 @@
-"""Data × pipeline grids (minidist/parallel/grid_pipeline.py) train a tiny GPT like one process.
+"""Data × pipeline × context × tensor grids (minidist/parallel/grid_pipeline.py) train a tiny GPT like one process.
 
 A float64 GPT (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads) pipelined as its units, trained 3 AdamW
-steps by D data replicas of a P-rank pipeline under 1F1B, ZB-H1, interleaved (v = 2) and Chimera; every
-parameter and each step's loss must equal one process's."""
+steps by D data replicas of a P-rank pipeline under 1F1B, ZB-H1, interleaved (v = 2) and Chimera, and with
+tensor-parallel blocks (t = 2) and ring attention over a context group (c = 2); every parameter (shard) and each
+step's loss must equal one process's."""
 
 import numpy as np
 import pytest
@@ -99,11 +100,11 @@ def _expected_shards(block, t, q):
             down.bias.data, up.weight.data[hidden], up.bias.data[hidden], down.weight.data[:, hidden]]
 
 
-def _train_tensor(comm, data, tensor, schedule, stages, micro_batches):
+def _train_tensor(comm, data, tensor, schedule, stages, micro_batches, context=1):
     gpt, (x, y) = build(), batch()
-    grid = DataPipelineGrid(comm, lambda c: tensor_gpt_units(c, gpt), loss_fn=CrossEntropyLoss(),
-                            schedule=schedule, num_stages=stages, num_micro_batches=micro_batches, data=data,
-                            tensor=tensor)
+    grid = DataPipelineGrid(comm, lambda *groups: tensor_gpt_units(*groups[:1], gpt, *groups[1:], seq_len=T),
+                            loss_fn=CrossEntropyLoss(), schedule=schedule, num_stages=stages,
+                            num_micro_batches=micro_batches, data=data, tensor=tensor, context=context, seq_len=T)
     opt = AdamW(grid.parameters(), lr=0.01)
     losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
     mine = {id(p) for p in grid.parameters()}
@@ -112,11 +113,13 @@ def _train_tensor(comm, data, tensor, schedule, stages, micro_batches):
     return held, losses, grid.tensor_rank
 
 
-@pytest.mark.parametrize("data,tensor,schedule,stages,micro_batches", [
-    (2, 2, from_ops(one_f_one_b_schedule(2, 2)), 2, 2),          # 8 ranks: 2 × 2 × 2
-    (1, 2, zero_bubble_schedule(2, 2), 2, 2),                     # 4 ranks: tensor × ZB-H1 pipeline
+@pytest.mark.parametrize("data,tensor,context,schedule,stages,micro_batches", [
+    (2, 2, 1, from_ops(one_f_one_b_schedule(2, 2)), 2, 2),       # 8 ranks: data × pipeline × tensor
+    (1, 2, 1, zero_bubble_schedule(2, 2), 2, 2),                  # 4 ranks: tensor × ZB-H1 pipeline
+    (1, 2, 2, from_ops(one_f_one_b_schedule(2, 2)), 2, 2),       # 8 ranks: pipeline × context × tensor
+    (2, 1, 2, from_ops(one_f_one_b_schedule(1, 2)), 1, 2),       # 4 ranks: data × context
 ])
-def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, tensor, schedule, stages,
+def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, tensor, context, schedule, stages,
                                                                           micro_batches):
     reference_gpt, (x, y) = build(), batch()
     loss_fn, opt, expected_losses = CrossEntropyLoss(), AdamW(reference_gpt.parameters(), lr=0.01), []
@@ -126,8 +129,8 @@ def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, 
         reference_gpt.backward(loss_fn.backward())
         opt.step()
     units = gpt_units(reference_gpt).layers
-    world = data * tensor * (1 + max(t.rank for tick in schedule for t in tick))
-    results = run(_train_tensor, world, data, tensor, schedule, stages, micro_batches, timeout=120)
+    world = data * tensor * context * (1 + max(t.rank for tick in schedule for t in tick))
+    results = run(_train_tensor, world, data, tensor, schedule, stages, micro_batches, context, timeout=120)
     seen = set()
     for held, _, q in results:
         for i, values in held.items():
@@ -139,6 +142,6 @@ def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, 
                 np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-11)
             seen.add(i)
     assert seen == set(range(len(units)))
-    for step in range(STEPS):      # each tensor rank of the last stage reports the same share: count one
+    for step in range(STEPS):      # tensor ranks of the last stage report the same share: count one (q = 0)
         total = sum(losses[step] for _, losses, q in results if losses[step] is not None and q == 0)
         assert total == pytest.approx(expected_losses[step], rel=1e-10)
