@@ -254,8 +254,9 @@ assert best["7B", 1024].time["total"] < best["7B", 64].time["total"]
 
 # %% [markdown]
 # The planner predicts a step without overlap and at the compute roof, so its step times are lower bounds
-# on compute and upper bounds on exposed communication; the published runs (the Ultra-Scale Playbook's
-# sweeps, Megatron-LM's Table 1) reach 40–55 % of peak. What it gets right is the shape of the answer:
+# on compute and upper bounds on exposed communication; real runs fall well short of the roof (Megatron-LM,
+# Narayanan et al. 2021, report 52 % of peak per GPU for their 1T-parameter model on 3072 GPUs). What it gets
+# right is the shape of the answer:
 # which layouts fit, how memory splits between weights, optimizer state and activations, and which
 # groups must stay inside a node.
 #
