@@ -4,6 +4,7 @@
     lessons         list the lesson scripts
     run NN          run lessons/NN_*.py (--mpi P: on P MPI processes)
     exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
+    plan ...        predict memory and step time of every parallel layout for a model and a cluster
 """
 
 from __future__ import annotations
@@ -94,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--mpi", type=process_count, metavar="P", help="run it under mpiexec on P processes")
     run.set_defaults(func=cmd_run)
     from minidist.exercises.cli import add_parser as add_exercises_parser
+    from minidist.plan.report import add_parser as add_plan_parser
 
     add_exercises_parser(sub)
+    add_plan_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -149,6 +149,16 @@ EXERCISES = (
              "LAMB's trust ratio: |w| / |u| for a layer w and its Adam-plus-weight-decay update u (1 when "
              "either norm is zero), so that every layer moves by lr·|w| per step.",
              "Euclidean norms of the whole arrays (minidist.optim.lars.norm)."),
+    Exercise("moe_dispatch", "lessons/18_mixture_of_experts.py",
+             "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
+             "add gate · expert output back into the token's row (dropped tokens stay 0).",
+             "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
+    Exercise("interleaved_orders", "lessons/19_putting_it_together.py",
+             "Each rank's task order under Megatron's interleaved 1F1B with v chunks: min(v·M, 2(P − r − 1) + "
+             "(v − 1)·P) warm-up forwards, then one forward and one backward, then the remaining backwards. The "
+             "k-th forward runs chunk (k mod P·v) // P (stage chunk·P + r) on micro-batch (k // P·v)·P + k mod P; "
+             "the k-th backward the same with the chunks reversed.",
+             "Write a helper task(r, kind, k) -> Task; the total per rank is v·M forwards and v·M backwards."),
 )
 
 

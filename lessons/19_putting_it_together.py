@@ -1,0 +1,275 @@
+# %% [markdown]
+# # 19 — Putting it together: newer pipeline schedules and a planner that predicts a layout's cost
+#
+# **Goal.** Lessons 8–18 taught each strategy alone. A user who knows them all asks the next question:
+# for *my* model, *my* cluster and *my* memory, which combination, and what will it cost? This lesson
+#
+# 1. shrinks the pipeline bubble three ways, each a table of tasks checked against its paper's formula:
+#    interleaved 1F1B (Narayanan et al. 2021), the zero-bubble schedule ZB-H1 (Qi et al. 2023) and the
+#    bidirectional Chimera (Li and Hoefler 2021; the "Distributed Deep Learning (Part II)" slides);
+# 2. runs the tables on the cluster: each trains like one process, and the simulated clock equals the
+#    table replayed with each task's FLOPs;
+# 3. composes data × pipeline × tensor on one grid of 8 ranks, training a tiny GPT;
+# 4. asks the planner (`python -m minidist plan`) for a laptop-sized model and for 7B and 70B models on
+#    64–1024 devices: per rank memory (ZeRO's 16 bytes per parameter, Korthikanti's activations) and step
+#    time (roofline compute, the schedule's bubble, α-β communication per link level).
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minidist.cluster import LinkModel, run, run_traced
+from minidist.cluster.ledger import Device
+from minidist.nn import GPT, CrossEntropyLoss, Linear, MSELoss, Sequential, Tanh
+from minidist.optim import SGD, AdamW
+from minidist.parallel.grid_pipeline import DataPipelineGrid, tensor_gpt_units
+from minidist.parallel.pipeline.chimera import chimera_bubble, chimera_in_flight, chimera_schedule
+from minidist.parallel.pipeline.interleaved import (
+    interleaved_bubble,
+    interleaved_in_flight,
+    interleaved_schedule,
+)
+from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
+from minidist.parallel.pipeline.tasks import bubble, format_tasks, from_ops, in_flight, replay
+from minidist.parallel.pipeline.tasks_executor import TaskPipeline
+from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
+from minidist.plan import Layout, ModelSpec, format_plan, hardware, plan, predict_memory
+from minidist.plots import figures_dir, plot_timeline, save_figure
+
+# %% [markdown]
+# ## 1. Four schedules as tables
+#
+# A task is (rank, kind, micro-batch, stage). With P ranks and M micro-batches:
+#
+# | schedule | what changes | bubble fraction | activations held (first rank) |
+# |---|---|---|---|
+# | 1F1B | one forward, one backward | (P − 1)/(M + P − 1) | P micro-batches |
+# | interleaved | v chunks per rank, stage c·P + r | (P − 1)/(v·M + P − 1) | P + (P − 1)/v |
+# | ZB-H1 | backward = B (dx) now + W (dW) later | (P − 1)/(3M + P − 1) | P (from F to B) |
+# | Chimera | two pipelines, opposite directions | (P − 2)/(2M + P − 2) | between P/2 + 1 and P |
+#
+# (Ticks of one task each; ZB-H1's with F, B and W one tick each, M ≥ P.)
+
+# %%
+P, M, V = 4, 8, 2
+tables = {
+    "1F1B": from_ops(one_f_one_b_schedule(P, M)),
+    f"interleaved (v = {V})": interleaved_schedule(P, M, V),
+    "ZB-H1": zero_bubble_schedule(P, M),
+    "Chimera": chimera_schedule(P, M),
+}
+formulas = {"1F1B": (P - 1) / (M + P - 1), f"interleaved (v = {V})": interleaved_bubble(P, M, V),
+            "ZB-H1": zero_bubble_bubble(P, M), "Chimera": chimera_bubble(P, M)}
+for name, table in tables.items():
+    print(f"{name:<18} {len(table):>3} ticks  bubble {bubble(table, P):.3f} (formula {formulas[name]:.3f})  "
+          f"held per rank {in_flight(table, P)}")
+    assert abs(bubble(table, P) - formulas[name]) < 1e-12
+assert in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
+assert in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
+print()
+print(format_tasks(chimera_schedule(P, P), P))
+
+# %% [markdown]
+# A tick is not a unit of time: an interleaved task is one chunk (1/v of a rank's layers), and a whole
+# backward costs two forwards while ZB-H1's B and W cost one each. ``replay`` gives each task its time
+# (here a full stage's forward = 1) and starts it as soon as its rank and its inputs are free: the
+# timelines below, in the same units, show the bubble shrinking.
+
+# %%
+def duration(name):
+    chunk = 1 / V if name.startswith("interleaved") else 1.0
+    return lambda task: chunk * (1.0 if task.kind in "FW" or name == "ZB-H1" else 2.0)
+
+
+colors = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
+fig, axes = plt.subplots(len(tables), 1, figsize=(11, 7.5), sharex=True)
+for ax, (name, table) in zip(axes, tables.items()):
+    times = replay(table, duration(name))
+    end = max(e for _, e in times.values())
+    busy = sum(e - s for s, e in times.values())
+    for task, (start, stop) in times.items():
+        ax.broken_barh([(start, stop - start)], (task.rank - 0.4, 0.8), facecolors=colors[task.kind],
+                       edgecolors="white", linewidth=0.5)
+    ax.set_yticks(range(P), [f"rank {r}" for r in range(P)])
+    ax.invert_yaxis()
+    ax.set_title(f"{name}: step {end:.1f} forward-times, bubble {1 - busy / (P * end):.0%}", fontsize=10)
+axes[-1].set_xlabel("time (one stage's forward on one micro-batch = 1)")
+fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
+           labels=["F", "B (whole backward; dx only in ZB-H1)", "W (dW, ZB-H1)"], loc="upper center", ncol=3)
+fig.tight_layout(rect=(0, 0, 1, 0.95))
+save_figure(fig, "19_schedules.png")
+plt.close(fig)
+
+# %% [markdown]
+# With B twice as long as F, Chimera's bubble is larger than the tick formula's (which counts F and B
+# as one tick each), yet smaller than 1F1B's; ZB-H1 pushes its W's to the end, where they fill the drain.
+#
+# ## 2. On the cluster: the same answer as one process, the time the table predicts
+#
+# `TaskPipeline` runs any table: rank r keeps the stages its tasks name, messages travel to the rank of
+# the next (or previous) stage, ZB-H1's Linears split their backward (`DeferredWeightGrad`: B returns
+# dx = dy·W and keeps (x, dy); W adds dyᵀ·x), and Chimera's two copies of a stage add their gradients
+# before the step. A float64 MLP of 8 layers trained 3 SGD steps by each schedule must equal one process.
+
+# %%
+WIDTH, N, STEPS = 6, 8, 3
+
+
+def build() -> Sequential:
+    rng = np.random.default_rng(0)
+    return Sequential(*[layer for _ in range(4) for layer in (Linear(WIDTH, WIDTH, rng=rng, dtype=np.float64),
+                                                               Tanh())])
+
+
+batch = np.random.default_rng(1).normal(size=(2, N, WIDTH))
+reference = build()
+opt = SGD(reference.parameters(), lr=0.1)
+for _ in range(STEPS):
+    reference.zero_grad()
+    loss_fn = MSELoss()
+    loss_fn.forward(reference.forward(batch[0]), batch[1])
+    reference.backward(loss_fn.backward())
+    opt.step()
+expected = [p.data for p in reference.parameters()]
+
+
+def train(comm, table, stages, micro_batches):
+    model = build()
+    pipe = TaskPipeline(comm, model, loss_fn=MSELoss(), schedule=table, num_stages=stages,
+                        num_micro_batches=micro_batches)
+    optimizer = SGD(pipe.parameters(), lr=0.1)
+    clocks = []
+    for _ in range(STEPS):
+        start = comm.clock
+        pipe.train_step(batch[0], batch[1], optimizer)
+        clocks.append(comm.clock - start)
+    mine = {id(p) for p in pipe.parameters()}
+    return {i: p.data for i, p in enumerate(model.parameters()) if id(p) in mine}, clocks
+
+
+runs = {"1F1B": (from_ops(one_f_one_b_schedule(4, 4)), 4), "interleaved (v = 2)": (interleaved_schedule(2, 4, 2), 4),
+        "ZB-H1": (zero_bubble_schedule(4, 4), 4), "Chimera": (chimera_schedule(4, 4), 4)}
+for name, (table, stages) in runs.items():
+    ranks = 1 + max(t.rank for tick in table for t in tick)
+    results = run(train, ranks, table, stages, 4, link=LinkModel(0.0, 0.0))
+    worst = max(float(np.max(np.abs(value - expected[i]))) for params, _ in results for i, value in params.items())
+    measured = max(clocks[-1] for _, clocks in results)
+    # the replay: each task's FLOPs (a Linear 2·n·d², a Tanh n·d; B twice F, ZB's B and W one Linear each)
+    n = N // 4
+    per_stage = 8 // stages // 2
+    lin, tanh = 2 * n * WIDTH * WIDTH * per_stage, n * WIDTH * per_stage
+    split = name == "ZB-H1"
+    cost = {"F": lin + tanh, "B": lin + 2 * tanh if split else 2 * (lin + tanh), "W": lin}
+    predicted = max(e for _, e in replay(table, lambda t, cost=cost: cost[t.kind] / Device().flops).values())
+    print(f"{name:<20} on {ranks} ranks: max |Δ parameter| {worst:.1e};  step {measured * 1e9:.3f} ns on the "
+          f"clock, {predicted * 1e9:.3f} ns replayed")
+    assert worst < 1e-12 and abs(measured - predicted) <= 1e-12 * predicted
+
+# %% [markdown]
+# ## 3. One grid: data × pipeline × tensor
+#
+# `DataPipelineGrid` places rank w = (d·P + p)·t + q on a grid with `comm.split`: the t ranks of a tensor
+# group run each block Megatron-style (heads and hidden units split, f/g all-reduces), the P ranks of a
+# pipeline group run the task table, the D ranks of a data group all-reduce their gradients. A tiny GPT
+# on 2 × 2 × 2 = 8 ranks (1F1B) must again equal one process. In the trace, ranks 0–3 are replica 0:
+# stage 0 on ranks 0, 1 (a tensor pair), stage 1 on ranks 2, 3; the data all-reduce closes the step.
+# The stages are cut by unit count, so stage 0 (embeddings and both blocks) does most of the work while
+# stage 1 (final LayerNorm and head) waits: balancing stages by cost is the next thing a planner fixes.
+
+# %%
+gpt_args = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "d_model": 8, "n_heads": 2}
+tokens = np.random.default_rng(2).integers(0, 11, size=(2, 8, 8))
+
+
+def gpt_step(comm):
+    gpt = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
+    grid = DataPipelineGrid(comm, lambda c: tensor_gpt_units(c, gpt), loss_fn=CrossEntropyLoss(),
+                            schedule=from_ops(one_f_one_b_schedule(2, 2)), num_stages=2, num_micro_batches=2,
+                            data=2, tensor=2)
+    loss = grid.train_step(tokens[0], tokens[1], AdamW(grid.parameters(), lr=0.01))
+    return loss if grid.tensor_rank == 0 else None
+
+
+one = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
+expected_loss = CrossEntropyLoss().forward(one.forward(tokens[0]), tokens[1])
+# a slow device and a fast link, so that compute and the three kinds of traffic are all visible
+losses, trace = run_traced(gpt_step, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=1 / 5e9))
+grid_loss = sum(loss for loss in losses if loss is not None)
+print(f"2 data × 2 pipeline × 2 tensor: loss {grid_loss:.12f}, one process {expected_loss:.12f}")
+assert abs(grid_loss - expected_loss) < 1e-12
+ax = plot_timeline(trace, title="one step of a GPT on data 2 × pipeline 2 × tensor 2 (ranks (d·2 + p)·2 + q)")
+ax.figure.tight_layout()
+save_figure(ax.figure, "19_grid_timeline.png")
+plt.close(ax.figure)
+print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_grid_trace.json"))
+
+# %% [markdown]
+# ## 4. The planner
+#
+# `minidist.plan` enumerates every layout dp · ep · pp · tp · cp = D (with ZeRO-1 and full recomputation
+# as options), sets aside what does not divide (heads by tp, layers by pp, ...) and what does not fit, and
+# ranks the rest by predicted step time. Memory per rank: 16 bytes per parameter in mixed precision with
+# Adam (2 + 2 + 12, the ZeRO paper), divided as ZeRO shards them, plus Korthikanti's activations for the
+# micro-batches the schedule keeps in flight. Time: FLOPs / peak (the roofline's compute roof), the
+# bubble, and each group's collectives on the link it crosses (tensor innermost: inside a node).
+#
+# First a laptop-sized model on 8 devices (two nodes of four V100s):
+
+# %%
+small = ModelSpec(layers=4, d_model=256, heads=8, seq=256, batch=32, vocab=4096)
+print(format_plan(small, plan(small, hardware("v100", 8, 4)), top=6))
+
+# %% [markdown]
+# Then real sizes, on H100 nodes of 8: Llama-2's 7B and 70B shapes (32 layers, d = 4096, 32 heads; 80
+# layers, d = 8192, 64 heads), sequences of 4096 tokens, 1024 sequences per step. The planner's MLP has two
+# matrices, so d_ff is 1.5× the SwiGLU width (the same weights); its attention has as many key/value heads
+# as query heads (no grouped-query attention), which makes the second model 78B rather than 70B.
+
+# %%
+llama7 = ModelSpec(layers=32, d_model=4096, heads=32, seq=4096, batch=1024, vocab=32000, d_ff=11008 * 3 // 2)
+llama70 = ModelSpec(layers=80, d_model=8192, heads=64, seq=4096, batch=1024, vocab=32000, d_ff=28672 * 3 // 2)
+best = {}
+for label, model in (("7B", llama7), ("70B", llama70)):
+    print(f"{label}: {model.total_params() / 1e9:.1f}B parameters; 16 bytes each = "
+          f"{16 * model.total_params() / 1e9:.0f} GB")
+    for devices in (64, 256, 1024):
+        predictions = plan(model, hardware("h100", devices, 8), zero=(0, 1), recompute=("none", "selective", "full"))
+        runnable = [p for p in predictions if p.excluded is None]
+        top = runnable[0]
+        best[label, devices] = top
+        mfu = model.flops_per_token() * model.batch * model.seq / (devices * 989e12 * top.time["total"])
+        print(f"  {devices:>5} devices: {top.layout.name():<18} ZeRO {top.layout.zero}, recompute "
+              f"{top.layout.recompute:<9} {top.memory['total'] / 1e9:5.1f} GB/rank, step {top.time['total']:6.2f} s"
+              f" (model FLOPs utilisation {mfu:.0%}); {len(runnable)} of {len(predictions)} layouts run")
+
+# %%
+alone = predict_memory(llama70, Layout(dp=64))
+assert alone["total"] > 16 * llama70.total_params() > 80e9          # 70B never fits by data parallelism alone
+assert all(best["70B", d].layout.tp * best["70B", d].layout.pp > 1 for d in (64, 256, 1024))
+assert all(p.memory["total"] <= 80e9 for p in best.values())
+assert best["7B", 1024].time["total"] < best["7B", 64].time["total"]
+
+# %% [markdown]
+# The planner predicts a step without overlap and at the compute roof, so its step times are lower bounds
+# on compute and upper bounds on exposed communication; real runs fall well short of the roof (Megatron-LM,
+# Narayanan et al. 2021, report 52 % of peak per GPU for their 1T-parameter model on 3072 GPUs). What it gets
+# right is the shape of the answer:
+# which layouts fit, how memory splits between weights, optimizer state and activations, and which
+# groups must stay inside a node.
+#
+# ## What to remember
+#
+# The pipeline bubble shrinks by cutting the work finer (interleaving: more, smaller fills), by filling it
+# with work nobody waits for (zero-bubble: the weight gradients), or by running two pipelines into each
+# other (Chimera: one's fill is the other's drain, for twice the weights). A layout is five numbers; what
+# it costs follows from the formulas of the lessons before this one — and here they are checked against
+# the cluster.
+#
+# ## Exercises
+#
+# * `interleaved_orders` — `minidist/parallel/pipeline/interleaved.py`: each rank's task order under
+#   Megatron's interleaved 1F1B (warm-up forwards, then one forward and one backward, then the drain).
+#   Check: `python -m pytest --exercise interleaved_orders`.

@@ -1,0 +1,15 @@
+"""The planner: for a model, a cluster and a memory budget, which parallel layout, and what will it cost?
+
+model.py (the GPT/MoE counted: parameters, FLOPs, activations), layouts.py (data × expert × pipeline ×
+tensor × context, placed on the cluster; what does not divide), predict.py (memory per rank with ZeRO and
+recomputation; step time from the roofline, the α-β model per link level and the schedule's bubble),
+report.py (the ranked table and ``python -m minidist plan``).
+"""
+
+from .layouts import Layout, check_layout, enumerate_layouts
+from .model import ModelSpec
+from .predict import Hardware, Prediction, predict_memory, predict_time
+from .report import format_plan, hardware, plan
+
+__all__ = ["Hardware", "Layout", "ModelSpec", "Prediction", "check_layout", "enumerate_layouts", "format_plan",
+           "hardware", "plan", "predict_memory", "predict_time"]

@@ -1,0 +1,161 @@
+"""The planner's answer: every layout predicted, the ones that cannot run set aside with the reason, the
+rest ranked by predicted step time; a table a user reads, and ``python -m minidist plan``.
+
+    python -m minidist plan --layers 32 --d-model 4096 --heads 32 --seq 4096 --batch 512 \\
+        --devices 64 --memory 80 --topology 8x8 --hardware h100
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from minidist.cluster import LinkModel
+from minidist.cluster.topology import Topology
+from minidist.roofline import Machine
+
+from .layouts import SCHEDULES, check_layout, enumerate_layouts
+from .model import RECOMPUTE, ModelSpec
+from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
+
+# Per device: (peak dense 16-bit FLOP/s, HBM bytes/s, memory bytes, link inside a node, link between nodes).
+# Vendors' data sheets: H100 SXM 989 TFLOP/s BF16, 3.35 TB/s, 80 GB, NVLink 450 GB/s per direction, one
+# 400 Gb/s InfiniBand NIC per GPU; A100 SXM 312 TFLOP/s, 2.0 TB/s, 80 GB, NVLink 300 GB/s, 200 Gb/s;
+# V100 125 TFLOP/s FP16, 0.9 TB/s, 32 GB, NVLink-2 150 GB/s, 100 Gb/s.
+PRESETS = {
+    "h100": (989e12, 3.35e12, 80e9, LinkModel(2e-6, 1 / 450e9), LinkModel(5e-6, 1 / 50e9)),
+    "a100": (312e12, 2.0e12, 80e9, LinkModel(2e-6, 1 / 300e9), LinkModel(5e-6, 1 / 25e9)),
+    "v100": (125e12, 0.9e12, 32e9, LinkModel(3e-6, 1 / 150e9), LinkModel(5e-6, 1 / 12.5e9)),
+}
+
+
+def hardware(preset: str, devices: int, per_node: int, memory: float | None = None,
+             precision: str = "mixed") -> Hardware:
+    """A Hardware from a preset ("h100", "a100", "v100"): devices in nodes of per_node; memory in bytes
+    overrides the preset's."""
+    if preset not in PRESETS:
+        raise ValueError(f"hardware must be one of {tuple(PRESETS)}, got {preset!r}")
+    if devices % per_node:
+        raise ValueError(f"{devices} devices do not fill nodes of {per_node}")
+    peak, bw, mem, intra, inter = PRESETS[preset]
+    topology = Topology(nodes=devices // per_node, per_node=per_node, intra=intra, inter=inter)
+    return Hardware(mem if memory is None else memory, Machine(peak=peak, memory_bw=bw, network_bw=1 / inter.beta),
+                    topology, precision)
+
+
+def plan(model: ModelSpec, hw: Hardware, **choices) -> list[Prediction]:
+    """Every layout of hw's devices (choices: zero, recompute, schedule, chunks, micro_batch as in
+    enumerate_layouts), predicted; runnable ones first, fastest first; then the excluded, with reasons."""
+    ranked, excluded = [], []
+    for layout in enumerate_layouts(model, hw.topology.size, **choices):
+        reason = check_layout(model, layout)
+        if reason:
+            excluded.append(Prediction(layout, excluded=reason))
+            continue
+        p = Prediction(layout, predict_memory(model, layout, hw.precision), predict_time(model, layout, hw))
+        if p.memory["total"] > hw.memory:
+            p.excluded = f"does not fit: {format_bytes(p.memory['total'])} > {format_bytes(hw.memory)}"
+            excluded.append(p)
+        else:
+            ranked.append(p)
+    ranked.sort(key=lambda p: (p.time["total"], p.memory["total"]))
+    excluded.sort(key=lambda p: (p.excluded.split(":")[0], p.memory.get("total", 0)))
+    return ranked + excluded
+
+
+def unit(largest: float, units: tuple[tuple[str, float], ...]) -> tuple[str, float]:
+    """The largest unit (name, size) in which ``largest`` is at least 1 (the last one otherwise)."""
+    return next(((name, size) for name, size in units if largest >= size), units[-1])
+
+
+BYTES = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
+SECONDS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6))
+
+
+def format_bytes(n: float) -> str:
+    name, size = unit(n, BYTES)
+    return f"{n / size:.1f} {name}"
+
+
+def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) -> str:
+    """The table: the best ``top`` layouts, then how many were excluded and a few reasons of each kind."""
+    runnable = [p for p in predictions if p.excluded is None]
+    mem_unit, mem_size = unit(max((p.memory["total"] for p in runnable[:top]), default=1e9), BYTES)
+    time_unit, time_size = unit(max((p.time["total"] for p in runnable[:top]), default=1.0), SECONDS)
+    head = (f"{'layout':<22}{'ZeRO':>5} {'recompute':<10}{'M':>5}{'params':>9}{'grads':>8}{'optim':>8}"
+            f"{'activ':>8}{'total ' + mem_unit:>10}{'compute':>9}{'bubble':>8}{'comm':>8}{'step ' + time_unit:>9}")
+    lines = [f"model: {model.total_params():,} parameters, {model.layers} layers, d={model.d_model}, "
+             f"{model.heads} heads, T={model.seq}, batch {model.batch}" + (f", {model.experts} experts top-"
+                                                                           f"{model.top_k}" if model.moe else ""),
+             head, "-" * len(head)]
+    for p in runnable[:top]:
+        m, t, lay = p.memory, p.time, p.layout
+        comm = t["total"] - t["compute"] - t["bubble"]
+        lines.append(f"{lay.name():<22}{lay.zero:>5} {lay.recompute:<10}{lay.micro_batches(model):>5}"
+                     + "".join(f"{m[k] / mem_size:>{w}.2f}" for k, w in (("parameters", 9), ("gradients", 8),
+                                                                    ("optimizer", 8), ("activations", 8),
+                                                                    ("total", 10)))
+                     + "".join(f"{v / time_size:>{w}.3f}" for v, w in ((t["compute"], 9), (t["bubble"], 8),
+                                                                       (comm, 8), (t["total"], 9))))
+    if not runnable:
+        lines.append("no layout runs: every one is excluded (see below)")
+    out = [p for p in predictions if p.excluded]
+    lines.append(f"\n{len(runnable)} layouts run, {len(out)} excluded; for example:")
+    for kind in ("does not divide", "does not fit"):
+        for p in [p for p in out if p.excluded.startswith(kind)][:3]:
+            lines.append(f"  {p.layout.name():<22} ZeRO {p.layout.zero} {p.layout.recompute:<10} {p.excluded}")
+    return "\n".join(lines)
+
+
+def add_parser(sub) -> None:
+    """The ``plan`` command of python -m minidist."""
+    p = sub.add_parser("plan", help="predict memory and step time of every parallel layout, ranked")
+    for name, default in (("layers", None), ("d-model", None), ("heads", None), ("seq", None), ("batch", None),
+                          ("devices", None), ("vocab", 32000), ("d-ff", None), ("experts", 0), ("top-k", 1),
+                          ("micro-batch", 1), ("chunks", 2), ("top", 10)):
+        p.add_argument(f"--{name}", type=int, default=default, required=default is None and name != "d-ff")
+    p.add_argument("--memory", type=float, default=None, help="GB per device (default: the hardware's)")
+    p.add_argument("--topology", default=None, help="NODESxPER_NODE, e.g. 8x8 (default: nodes of 8)")
+    p.add_argument("--hardware", default="h100", choices=tuple(PRESETS))
+    p.add_argument("--precision", default="mixed", choices=tuple(PRECISIONS))
+    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
+    p.add_argument("--zero", default="0,1", help="ZeRO stages to consider, e.g. 0,1,2,3")
+    p.add_argument("--recompute", default="none,full", help=f"among {','.join(RECOMPUTE)}")
+    p.set_defaults(func=cmd_plan)
+
+
+def parse_topology(text: str | None, devices: int) -> int:
+    """'NODESxPER_NODE' -> per_node (checking NODES · PER_NODE = devices); None -> nodes of min(8, devices)."""
+    if text is None:
+        return min(8, devices) if devices % min(8, devices) == 0 else devices
+    try:
+        nodes, per_node = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--topology expects NODESxPER_NODE such as 8x8, got {text!r}") from None
+    if nodes * per_node != devices:
+        raise ValueError(f"--topology {text} has {nodes * per_node} devices, --devices says {devices}")
+    return per_node
+
+
+def cmd_plan(args) -> int:
+    try:
+        model = ModelSpec(args.layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.d_ff,
+                          args.experts, args.top_k)
+        if args.devices < 1:
+            raise ValueError(f"--devices must be >= 1, got {args.devices}")
+        per_node = parse_topology(args.topology, args.devices)
+        memory = None if args.memory is None else args.memory * 1e9
+        hw = hardware(args.hardware, args.devices, per_node, memory, args.precision)
+        zero = tuple(int(z) for z in args.zero.split(","))
+        predictions = plan(model, hw, zero=zero, recompute=tuple(args.recompute.split(",")),
+                           schedule=args.schedule, chunks=args.chunks, micro_batch=args.micro_batch)
+    except ValueError as error:
+        raise SystemExit(f"plan: {error}") from None
+    print(format_plan(model, predictions, args.top))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minidist plan")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["plan", *(argv or [])])
+    return args.func(args)
