@@ -61,7 +61,9 @@ class FSDP(ShardedWrapper):
             g.free_data()
             g.free_grad()
         self.share_masters()
-        self._attach()
+        with_params = [i for i, g in enumerate(self.group_of) if g is not None]
+        self._attach({i: f"forward layer {i} (gathered)" for i in with_params},
+                     {i: f"backward layer {i} (gathered)" for i in with_params})
         self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     def share_masters(self) -> None:
@@ -85,7 +87,7 @@ class FSDP(ShardedWrapper):
         self.applied = self.precision.step(self.comm, [g.shard for g in self.groups], self.optimizer)
         if self.applied:
             self.share_masters()
-        self._record("after step")
+        self.recorder.record("after step")
         return loss
 
     # -- the runner's events: gather a layer before it runs, free it after ------------------------------------
@@ -96,7 +98,6 @@ class FSDP(ShardedWrapper):
 
     def after_forward(self, i, layer, y):
         if self.group_of[i] is not None:
-            self._record(f"forward layer {i} (gathered)")
             self.group_of[i].free_data()
         return y
 
@@ -110,7 +111,6 @@ class FSDP(ShardedWrapper):
     def after_backward(self, i, layer, dx):
         g = self.group_of[i]
         if g is not None:
-            self._record(f"backward layer {i} (gathered)")
             g.free_data()
             g.shard.grad = reduce_scatter(self.comm, g.grad)   # piece r of Σ_ranks dW_l
             g.free_grad()

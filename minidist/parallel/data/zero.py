@@ -98,7 +98,7 @@ class ZeRO(ShardedWrapper):
                 g.shard.grad = g.grad[g.lo:g.hi]
             else:
                 g.free_grad()                          # allocated bucket by bucket during backward
-        self._attach()
+        self._attach({}, {i: f"backward layer {i}" for i, ready in enumerate(self.ready_at) if ready})
         self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     # -- one global batch --------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class ZeRO(ShardedWrapper):
             self.applied = self.precision.step(self.comm, [g.shard for g in self.groups], self.optimizer)
             if self.applied:
                 self.share_masters()
-        self._record("after step")
+        self.recorder.record("after step")
         return loss
 
     # -- the runner's events: ZeRO-2 reduce-scatters each bucket as soon as backward completes it ----------
@@ -130,8 +130,6 @@ class ZeRO(ShardedWrapper):
         return dy
 
     def after_backward(self, i, layer, dx):
-        if self.ready_at[i]:
-            self._record(f"backward layer {i}")
         if self.stage == 2:
             for g in self.ready_at[i]:                 # the bucket is complete: reduce-scatter it, free it
                 g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
