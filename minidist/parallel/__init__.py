@@ -2,8 +2,9 @@
 
 One folder per strategy, the strategy beside its own communication and cost model. The synchronous ones are
 attachments of the step runner (minidist/nn/runner.py: layer-by-layer forward, loss, backward, events);
-clock.py is the attachment that charges compute to the simulated clock. lessons/ONE_GRADIENT.md follows one
-gradient through the runner, a strategy, allreduce and the ring.
+clock.py is the attachment that charges compute to the simulated clock, memory.py the one that records a
+memory ledger. lessons/ONE_GRADIENT.md follows one gradient through the runner, a strategy, allreduce and
+the ring.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
             bucketed), comm.py (gradient buckets), replicas.py,

@@ -17,9 +17,8 @@ Every rank keeps its copy of x̃; the sum Σ_r x_r,t is one allreduce, so the co
 
 from __future__ import annotations
 
-import numpy as np
-
 from minidist.collectives import ALGORITHMS, allreduce
+from minidist.nn.flat import flatten, unflatten
 
 from .local_sgd import check_common, local_step
 
@@ -39,22 +38,19 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     params, steps = model.parameters(), seconds.shape[1]
-    center = np.concatenate([p.data.ravel() for p in params])      # x̃ starts at the common initial model
+    center = flatten([p.data for p in params])      # x̃ starts at the common initial model
     losses, centers = [], [(comm.clock, center.copy())]
     for step in range(steps):
         x, y = batch(comm.rank, step)
         exchange = (step + 1) % every == 0
-        before = np.concatenate([p.data.ravel() for p in params]) if exchange else None  # x_r,t
+        before = flatten([p.data for p in params]) if exchange else None  # x_r,t
         losses.append(
             (comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step]))
         )
         if exchange:
             total = allreduce(comm, before, algorithm=algorithm)
-            local = np.concatenate([p.data.ravel() for p in params]) - alpha * (before - center)
+            local = flatten([p.data for p in params]) - alpha * (before - center)
             center = center + alpha * (total - comm.world_size * center)
-            offset = 0
-            for p in params:
-                p.data[...] = local[offset:offset + p.size].reshape(p.shape)
-                offset += p.size
+            unflatten(local, [p.data for p in params])
             centers.append((comm.clock, center.copy()))
     return {"losses": losses, "centers": centers}

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from minidist.cluster import LinkModel
+from minidist.nn.flat import flatten, unflatten
 
 from .local_sgd import local_step
 
@@ -108,7 +109,7 @@ def train_elastic_async(comm, model, optimizer, loss_fn, batch, *, seconds, ever
                          f"got {seconds.shape}")
     link = LinkModel() if link is None else link
     params = model.parameters()
-    flat = np.concatenate([p.data.ravel() for p in params])
+    flat = flatten([p.data for p in params])
     if comm.rank == 0:
         plan = easgd_schedule(seconds, every, flat.nbytes, link.alpha, link.beta)
         return _center(comm, flat, plan, alpha)
@@ -139,14 +140,10 @@ def _worker(comm, model, optimizer, loss_fn, batch, params, seconds, every) -> d
     for step, duration in enumerate(seconds):
         x, y = batch(comm.rank - 1, step)
         exchange = (step + 1) % every == 0
-        before = np.concatenate([p.data.ravel() for p in params]) if exchange else None   # Algorithm 1's x
+        before = flatten([p.data for p in params]) if exchange else None   # Algorithm 1's x
         losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, duration)))
         if exchange:
             comm.send(before, 0)
             comm.recv(0, out=elastic)
-            local = np.concatenate([p.data.ravel() for p in params]) - elastic
-            offset = 0
-            for p in params:
-                p.data[...] = local[offset:offset + p.size].reshape(p.shape)
-                offset += p.size
-    return {"losses": losses, "params": np.concatenate([p.data.ravel() for p in params]), "clock": comm.clock}
+            unflatten(flatten([p.data for p in params]) - elastic, [p.data for p in params])
+    return {"losses": losses, "params": flatten([p.data for p in params]), "clock": comm.clock}

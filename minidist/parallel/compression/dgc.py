@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .topk import TopK, k_of
+from .topk import TopK, check_gradient, k_of
 
 
 def warmup_density(step: int, warmup_steps: int, final: float, start: float = 0.25) -> float:
@@ -64,9 +64,7 @@ class DGC:
 
     def compress(self, grad: np.ndarray) -> np.ndarray:
         """grad: flat gradient (n,) -> the uint8 top-k message of v; updates u and v."""
-        if not (isinstance(grad, np.ndarray) and grad.shape == (self.n,) and grad.dtype == self.dtype):
-            raise ValueError(f"DGC.compress expects a flat {self.dtype} gradient of shape ({self.n},), got "
-                             f"{getattr(grad, 'dtype', type(grad).__name__)} {getattr(grad, 'shape', '')}")
+        check_gradient(grad, self.n, self.dtype, "DGC.compress")
         if self.clip is not None:
             norm = float(np.linalg.norm(grad))
             if norm > self.clip:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .topk import check_gradient
+
 
 class ErrorFeedback:
     """A codec (OneBit, TopK, Dense: ``encode``/``decode``, ``n``, ``dtype``) with a residual per worker.
@@ -35,14 +37,7 @@ class ErrorFeedback:
 
     def compress(self, grad: np.ndarray) -> np.ndarray:
         """grad: flat gradient, shape (n,) -> the uint8 message; updates ``residual``."""
-        if not (
-            isinstance(grad, np.ndarray)
-            and grad.shape == self.residual.shape
-            and grad.dtype == self.residual.dtype
-        ):
-            raise ValueError(f"ErrorFeedback.compress expects a flat {self.residual.dtype} gradient of shape "
-                             f"{self.residual.shape}, got {getattr(grad, 'dtype', type(grad).__name__)} "
-                             f"{getattr(grad, 'shape', '')}")
+        check_gradient(grad, self.residual.size, self.residual.dtype, "ErrorFeedback.compress")
         if not self.enabled:
             return self.codec.encode(grad)
         # BEGIN SOLUTION error_feedback

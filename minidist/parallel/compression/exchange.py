@@ -22,7 +22,7 @@ from minidist.nn.flat import flatten, unflatten
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.split import split_range
 
-from .topk import check_dtype
+from .topk import check_dtype, check_gradient, check_message
 
 
 class Dense:
@@ -35,19 +35,10 @@ class Dense:
         self.message_bytes = self.n * self.dtype.itemsize
 
     def encode(self, x: np.ndarray) -> np.ndarray:
-        if not (isinstance(x, np.ndarray) and x.shape == (self.n,) and x.dtype == self.dtype):
-            raise ValueError(f"Dense.encode expects a flat {self.dtype} gradient of shape ({self.n},), got "
-                             f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
-        return x.view(np.uint8).copy()
+        return check_gradient(x, self.n, self.dtype, "Dense.encode").view(np.uint8).copy()
 
     def decode(self, message: np.ndarray) -> np.ndarray:
-        if not (
-            isinstance(message, np.ndarray)
-            and message.dtype == np.uint8
-            and message.shape == (self.message_bytes,)
-        ):
-            raise ValueError(f"Dense.decode expects a uint8 message of {self.message_bytes} bytes")
-        return message.view(self.dtype).copy()
+        return check_message(message, self.message_bytes, "Dense.decode").view(self.dtype).copy()
 
 
 class CompressedDataParallel(Attachment):

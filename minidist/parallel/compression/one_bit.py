@@ -23,7 +23,7 @@ import numpy as np
 
 from minidist.checks import check_count
 
-from .topk import check_dtype
+from .topk import check_dtype, check_gradient, check_message
 
 
 class OneBit:
@@ -60,7 +60,7 @@ class OneBit:
 
     def encode(self, x: np.ndarray) -> np.ndarray:
         """x: flat gradient, shape (n,) -> the message, uint8 of shape (message_bytes,)."""
-        x = self._check(x)
+        x = check_gradient(x, self.n, self.dtype, "OneBit.encode")
         bits = x >= 0
         xs, bs = x[self.order].astype(np.float64), bits[self.order]      # grouped; sums in float64
         count = np.diff(np.append(self.starts, self.n))
@@ -76,22 +76,8 @@ class OneBit:
 
     def decode(self, message: np.ndarray) -> np.ndarray:
         """message: uint8 (message_bytes,) -> the decoded flat gradient, shape (n,), in the value dtype."""
-        if not (
-            isinstance(message, np.ndarray)
-            and message.dtype == np.uint8
-            and message.shape == (self.message_bytes,)
-        ):
-            raise ValueError(
-                f"OneBit.decode expects a uint8 message of {self.message_bytes} bytes, got "
-                f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}"
-            )
+        check_message(message, self.message_bytes, "OneBit.decode")
         packed = (self.n + 7) // 8
         bits = np.unpackbits(message[:packed], count=self.n).astype(bool)
         scales = message[packed:].view(self.dtype).reshape(2, self.groups)
         return np.where(bits, scales[0][self.group], scales[1][self.group])
-
-    def _check(self, x) -> np.ndarray:
-        if not (isinstance(x, np.ndarray) and x.shape == (self.n,) and x.dtype == self.dtype):
-            raise ValueError(f"OneBit.encode expects a flat {self.dtype} gradient of shape ({self.n},), got "
-                             f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
-        return x

@@ -27,6 +27,23 @@ def check_dtype(dtype) -> np.dtype:
     return dtype
 
 
+def check_gradient(x, n: int, dtype: np.dtype, where: str) -> np.ndarray:
+    """x itself if it is a flat gradient of shape (n,) and ``dtype``; else a ValueError naming ``where``
+    (the codecs' and compressors' check before they touch any state)."""
+    if not (isinstance(x, np.ndarray) and x.shape == (n,) and x.dtype == dtype):
+        raise ValueError(f"{where} expects a flat {dtype} gradient of shape ({n},), got "
+                         f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+    return x
+
+
+def check_message(message, nbytes: int, where: str) -> np.ndarray:
+    """message itself if it is a uint8 array of shape (nbytes,); else a ValueError naming ``where``."""
+    if not (isinstance(message, np.ndarray) and message.dtype == np.uint8 and message.shape == (nbytes,)):
+        got = f"{getattr(message, 'dtype', type(message).__name__)} {getattr(message, 'shape', '')}"
+        raise ValueError(f"{where} expects a uint8 message of {nbytes} bytes, got {got}")
+    return message
+
+
 def k_of(n: int, ratio: float) -> int:
     """ceil(ratio · n), at least 1: how many entries a density ``ratio`` in (0, 1] keeps of n."""
     if not 0 < ratio <= 1:
@@ -67,9 +84,7 @@ class TopK:
 
     def encode(self, x: np.ndarray, k: int | None = None) -> np.ndarray:
         """x: flat gradient (n,) -> the message, uint8 of shape (k · (itemsize + 4),)."""
-        if not (isinstance(x, np.ndarray) and x.shape == (self.n,) and x.dtype == self.dtype):
-            raise ValueError(f"TopK.encode expects a flat {self.dtype} gradient of shape ({self.n},), got "
-                             f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+        check_gradient(x, self.n, self.dtype, "TopK.encode")
         index = self.select(x, k)
         return np.concatenate([x[index].view(np.uint8), index.view(np.uint8)])
 

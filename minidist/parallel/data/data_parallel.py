@@ -30,11 +30,12 @@ import numpy as np
 from minidist.cluster import Span
 from minidist.collectives import ALGORITHMS, allreduce, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
-from minidist.memory import record
+from minidist.memory import held_bytes
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
 from minidist.nn.runner import Attachment, StepRunner, units
 from minidist.parallel.clock import ComputeClock
+from minidist.parallel.memory import MemoryRecorder
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 
 from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
@@ -106,7 +107,9 @@ class DataParallel(Attachment):
                     p.grad = view
         self.precision = mixed if mixed is not None else FullPrecision(optimizer)
         self.clock = ComputeClock(comm)               # the compute stream on the simulated clock
-        self.runner = StepRunner(model, loss_fn, [self, self.clock, self.precision])
+        self.recorder = MemoryRecorder(memory, self.held, comm, backward_points={   # records after _issue
+            i: f"backward layer {i}" for i, ready in enumerate(self.ready_at) if ready})
+        self.runner = StepRunner(model, loss_fn, [self.recorder, self, self.clock, self.precision])
         self._syncing, self._synced, self._micro_steps, self._found_inf = True, False, 0, False
         self._check_start(broadcast_parameters)
 
@@ -145,7 +148,6 @@ class DataParallel(Attachment):
         self._micro_steps += 1
         loss = self.runner.forward_backward(x_r, y_r)
         self._synced = self._syncing
-        self._record("after backward")
         return loss
 
     def step(self) -> bool:
@@ -158,7 +160,7 @@ class DataParallel(Attachment):
                 p.grad /= self._micro_steps
         applied = self.precision.step(self._found_inf)
         self._synced, self._micro_steps = False, 0
-        self._record("after step")
+        self.recorder.record("after step")
         if self.check_every_step:
             self.check_replicas()
         return applied
@@ -196,18 +198,12 @@ class DataParallel(Attachment):
             self._syncing = True
 
     # -- the runner's events: the buckets go out as backward makes them ---------------------------------------
-    def after_loss(self, dy: np.ndarray) -> np.ndarray:
-        self._record("after forward")
-        return dy
-
     def after_backward(self, i: int, layer, dx):
         """Layer i's gradients are ready: the buckets it completes are allreduced (on the communication
         stream, from the compute stream's time on: see clock.py)."""
         if self._syncing and self.overlap:
             for bucket in self.ready_at[i]:
                 self._issue(bucket)
-        if self.ready_at[i]:
-            self._record(f"backward layer {i}")
         return dx
 
     def end_backward(self) -> None:
@@ -221,10 +217,9 @@ class DataParallel(Attachment):
         self._found_inf = self.precision.agree(
             lambda flag: allreduce(self.comm, flag, op="max", algorithm=self.algorithm))
 
-    def _record(self, label: str) -> None:
-        """Append this rank's held bytes to the ledger (if any); bucket buffers count as buffers."""
-        record(self.memory, label, self.model, self.optimizer, buffers=[b.buffer for b in self.buckets],
-               time=self.comm.clock)
+    def held(self) -> dict[str, int]:
+        """Bytes this rank holds now, by category (minidist.memory.held_bytes); bucket buffers as buffers."""
+        return held_bytes(self.model, self.optimizer, buffers=[b.buffer for b in self.buckets])
 
     def _issue(self, bucket) -> None:
         self.clock.wait_until(self.clock.ready(), f"backward until bucket {bucket.index} is ready")

@@ -139,9 +139,7 @@ def state_dict(wrapper) -> dict:
     """The optimizer's state of this rank's shards, tagged with the world size, rank and stage."""
     state = {"world_size": wrapper.comm.world_size, "rank": wrapper.comm.rank, "stage": wrapper.stage,
              "optimizer": wrapper.optimizer.state_dict()}
-    if wrapper.mixed is not None:                  # the fp32 master shards and the loss scale
-        state["mixed"] = {"masters": [g.shard.data.copy() for g in wrapper.groups], **wrapper.mixed.state()}
-    return state
+    return {**state, **wrapper.precision.save(wrapper.groups)}   # mixed: the fp32 master shards, the scale
 
 
 def load_state_dict(wrapper, state: dict) -> None:
@@ -155,12 +153,9 @@ def load_state_dict(wrapper, state: dict) -> None:
                          "elements (gather the full state and re-shard it first)")
     if state["stage"] != wrapper.stage:
         raise ValueError(f"state saved by ZeRO stage {state['stage']}, this is stage {wrapper.stage}")
-    if ("mixed" in state) != (wrapper.mixed is not None):
+    mixed = wrapper.precision.keeps_masters
+    if ("mixed" in state) != mixed:
         raise ValueError("state saved " + ("with" if "mixed" in state else "without") + " mixed precision "
-                         "(fp32 master shards); this wrapper runs " + ("with" if wrapper.mixed else "without"))
+                         "(fp32 master shards); this wrapper runs " + ("with" if mixed else "without"))
     wrapper.optimizer.load_state_dict(state["optimizer"])
-    if wrapper.mixed is not None:
-        for g, master in zip(wrapper.groups, state["mixed"]["masters"]):
-            g.shard.data[...] = master
-        wrapper.mixed.load(state["mixed"])
-        wrapper.share_masters()                    # the low-precision parameters follow (a collective)
+    wrapper.precision.restore(state, wrapper)

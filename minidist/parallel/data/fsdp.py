@@ -27,7 +27,7 @@ from minidist.nn.module import Parameter
 
 from . import flat
 from .sharded import ShardedWrapper
-from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes
+from .zero_mixed import ShardedMixedPrecision, check_mixed
 
 
 class FSDP(ShardedWrapper):
@@ -45,9 +45,8 @@ class FSDP(ShardedWrapper):
                  mixed: ShardedMixedPrecision | None = None):
         self.layers = flat.check_wrapper_inputs(comm, model, make_optimizer, loss_fn)
         flat.check_algorithm(algorithm)
-        self.mixed = check_mixed(mixed)
-        if self.mixed is not None:
-            self.mixed.bind(model, model.parameters())
+        self.mixed, self.precision = mixed, check_mixed(mixed)
+        self.precision.bind(model, model.parameters())
         self.comm, self.model, self.loss_fn, self.memory = comm, model, loss_fn, memory
         p, r = comm.world_size, comm.rank
         self.group_of: list[flat.ShardGroup | None] = []
@@ -62,16 +61,19 @@ class FSDP(ShardedWrapper):
             g.free_data()
             g.free_grad()
         self.share_masters()
-        self._attach()
+        with_params = [i for i, g in enumerate(self.group_of) if g is not None]
+        self._attach({i: f"forward layer {i} (gathered)" for i in with_params},
+                     {i: f"backward layer {i} (gathered)" for i in with_params})
         self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     def share_masters(self) -> None:
-        """Mixed precision: each rank's low-precision shard g.low = quantize(master shard, fmt) (local)."""
+        """Each rank's working shard g.low, the one gathered before use (local): the shard itself, or with
+        mixed precision its low-precision copy quantize(master shard, fmt)."""
         for g in self.groups:
-            g.low = None if self.mixed is None else self.mixed.working(g.shard.data)
+            g.low = self.precision.working(g.shard.data)
 
     def _gather(self, g: flat.ShardGroup) -> None:
-        g.bind_data(np.concatenate(allgather(self.comm, g.shard.data if self.mixed is None else g.low)))
+        g.bind_data(np.concatenate(allgather(self.comm, g.low)))
 
     # -- one global batch ------------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -82,13 +84,10 @@ class FSDP(ShardedWrapper):
         Returns this rank's mean loss over its shard.
         """
         loss = self._forward_backward(x, y)
-        if self.mixed is None:
-            self.optimizer.step()
-        else:
-            self.applied = self.mixed.step(self.comm, [g.shard for g in self.groups], self.optimizer)
-            if self.applied:
-                self.share_masters()
-        self._record("after step")
+        self.applied = self.precision.step(self.comm, [g.shard for g in self.groups], self.optimizer)
+        if self.applied:
+            self.share_masters()
+        self.recorder.record("after step")
         return loss
 
     # -- the runner's events: gather a layer before it runs, free it after ------------------------------------
@@ -99,7 +98,6 @@ class FSDP(ShardedWrapper):
 
     def after_forward(self, i, layer, y):
         if self.group_of[i] is not None:
-            self._record(f"forward layer {i} (gathered)")
             self.group_of[i].free_data()
         return y
 
@@ -113,7 +111,6 @@ class FSDP(ShardedWrapper):
     def after_backward(self, i, layer, dx):
         g = self.group_of[i]
         if g is not None:
-            self._record(f"backward layer {i} (gathered)")
             g.free_data()
             g.shard.grad = reduce_scatter(self.comm, g.grad)   # piece r of Σ_ranks dW_l
             g.free_grad()
@@ -125,7 +122,7 @@ class FSDP(ShardedWrapper):
         its bytes count in comm.stats). The model's Parameters stay freed."""
         out = []
         for g in self.groups:
-            full = np.concatenate(allgather(self.comm, g.shard.data if self.mixed is None else g.low))
+            full = np.concatenate(allgather(self.comm, g.low))
             out += [view.copy() for view in g.views(full)]
         return out
 
@@ -137,5 +134,6 @@ class FSDP(ShardedWrapper):
         """Bytes this rank sends per step: two allgathers and one reduce-scatter of every layer (flat.py);
         with mixed precision also the found_inf flag (applied: no difference, nothing is gathered at the step)."""
         p, r = self.comm.world_size, self.comm.rank
-        return (0 if self.mixed is None else flag_bytes(p, r)) + sum(2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")
-                   + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter") for g in self.groups)
+        return self.precision.flag_bytes(p, r) + sum(
+            2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")
+            + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter") for g in self.groups)

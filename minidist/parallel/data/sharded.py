@@ -1,7 +1,8 @@
 """What ZeRO (stages 1-2, zero.py) and FSDP (stage 3, fsdp.py) share once their shards exist: the bytes a
 rank holds, the memory ledger's points, the fp32 masters, Ψ_r and the optimizer state of its shards.
 
-A subclass sets ``comm``, ``model``, ``optimizer``, ``groups`` (flat.ShardGroup list), ``mixed`` and
+A subclass sets ``comm``, ``model``, ``optimizer``, ``groups`` (flat.ShardGroup list), ``mixed`` (the
+user's argument), ``precision`` (``zero_mixed.check_mixed(mixed)``) and
 ``memory`` (a MemoryLedger or None), ``loss_fn``.
 """
 
@@ -9,33 +10,32 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.memory import held_bytes, record
+from minidist.memory import held_bytes
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.parallel.clock import ComputeClock
+from minidist.parallel.memory import MemoryRecorder
 
 from . import flat
 from .shards import ShardWeightedLoss, shard_range
-from .zero_mixed import gather_masters, held_arguments
+from .zero_mixed import gather_masters
 
 
 class ShardedWrapper(Attachment):
     """The bookkeeping common to every ZeRO stage (not a wrapper on its own: see ZeRO and FSDP), and the
-    step runner they attach to: [the wrapper, the compute clock (no overlap), mixed precision if any]."""
+    step runner they attach to: [the wrapper, the memory recorder (it sees a layer's gathered parameters
+    or full gradient before the wrapper frees them), the compute clock (no overlap), the precision]."""
 
-    def _attach(self) -> None:
+    def _attach(self, forward_points: dict[int, str], backward_points: dict[int, str]) -> None:
+        """Build the runner; the memory recorder records after the layers of these {index: label}."""
         self.clock = ComputeClock(self.comm, overlap=False)
-        self.runner = StepRunner(self.model, self.loss_fn, [self, self.clock, self.mixed or Attachment()])
+        self.recorder = MemoryRecorder(self.memory, self.held, self.comm, forward_points=forward_points,
+                                       backward_points=backward_points)
+        self.runner = StepRunner(self.model, self.loss_fn, [self, self.recorder, self.clock, self.precision])
 
     def _forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward of this rank's shard of the global batch (x, y) through the runner."""
         lo, hi, self.runner.loss_fn = self._my_shard(x, y)
-        loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])
-        self._record("after backward")
-        return loss
-
-    def after_loss(self, dy: np.ndarray) -> np.ndarray:
-        self._record("after forward")
-        return dy
+        return self.runner.forward_backward(x[lo:hi], y[lo:hi])
 
     @property
     def compute_spans(self) -> list:
@@ -49,10 +49,7 @@ class ShardedWrapper(Attachment):
 
     def held(self) -> dict[str, int]:
         """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
-        return held_bytes(self.model, self.optimizer, **held_arguments(self))
-
-    def _record(self, label: str) -> None:
-        record(self.memory, label, self.model, self.optimizer, **held_arguments(self), time=self.comm.clock)
+        return held_bytes(self.model, self.optimizer, **self.precision.held(self.groups))
 
     def master_parameters(self) -> list[np.ndarray]:
         """Mixed precision: the full fp32 masters in model.parameters() order (a collective)."""

@@ -27,7 +27,7 @@ from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
 from .fsdp import FSDP
 from .sharded import ShardedWrapper
-from .zero_mixed import ShardedMixedPrecision, check_mixed, flag_bytes
+from .zero_mixed import ShardedMixedPrecision, check_mixed
 
 
 def zero1_shard_update(comm, groups: list[flat.ShardGroup], optimizer) -> None:
@@ -76,9 +76,8 @@ class ZeRO(ShardedWrapper):
             raise ValueError(f"ZeRO stage must be 1 or 2 (stage 3 is FSDP, fsdp.py), got {stage!r}")
         self.layers = flat.check_wrapper_inputs(comm, model, make_optimizer, loss_fn)
         flat.check_algorithm(algorithm)
-        self.mixed = check_mixed(mixed)
-        if self.mixed is not None:
-            self.mixed.bind(model, model.parameters())
+        self.mixed, self.precision = mixed, check_mixed(mixed)
+        self.precision.bind(model, model.parameters())
         buckets = assign_buckets(model.parameters(), bucket_bytes)
         self.comm, self.model, self.loss_fn, self.stage, self.memory = comm, model, loss_fn, stage, memory
         p, r = comm.world_size, comm.rank
@@ -89,18 +88,17 @@ class ZeRO(ShardedWrapper):
         layer_of = {id(q): i for i, layer in enumerate(self.layers) for q in layer.parameters()}
         self.first_layer = {id(g): max(layer_of[id(q)] for q in g.params) for g in self.groups}
         for g in self.groups:                          # shards first: a refused optimizer changes nothing
-            g.shard = Parameter(g.data[g.lo:g.hi] if mixed is None else g.data[g.lo:g.hi].copy())  # fp32 master
+            g.shard = Parameter(self.precision.master(g.data[g.lo:g.hi]))   # mixed: an fp32 copy
         self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         for g in self.groups:
-            if mixed is not None:
-                g.data = mixed.working(g.data)        # the parameters live in low precision
+            g.data = self.precision.working(g.data)   # mixed: the parameters live in low precision
             g.bind_data(g.data)                       # the model's parameters become views of the flat vector
             if stage == 1:
                 g.bind_grad(np.zeros(g.n, dtype=g.dtype))
                 g.shard.grad = g.grad[g.lo:g.hi]
             else:
                 g.free_grad()                          # allocated bucket by bucket during backward
-        self._attach()
+        self._attach({}, {i: f"backward layer {i}" for i, ready in enumerate(self.ready_at) if ready})
         self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     # -- one global batch --------------------------------------------------------------------------------
@@ -114,20 +112,13 @@ class ZeRO(ShardedWrapper):
             for g in self.groups:
                 g.grad[...] = 0
         loss = self._forward_backward(x, y)
-        if self.mixed is None and self.stage == 1:
-            zero1_shard_update(self.comm, self.groups, self.optimizer)
-        elif self.mixed is None:
-            self.optimizer.step()
-            for g in self.groups:
-                g.data[...] = np.concatenate(allgather(self.comm, g.shard.data))
-        else:
-            if self.stage == 1:
-                for g in self.groups:
-                    g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
-            self.applied = self.mixed.step(self.comm, [g.shard for g in self.groups], self.optimizer)
+        if self.stage == 1:                    # reduce-scatter, step, allgather (plain: the exercise)
+            self.applied = self.precision.zero1_step(self)
+        else:                                  # the gradients were reduce-scattered during backward
+            self.applied = self.precision.step(self.comm, [g.shard for g in self.groups], self.optimizer)
             if self.applied:
                 self.share_masters()
-        self._record("after step")
+        self.recorder.record("after step")
         return loss
 
     # -- the runner's events: ZeRO-2 reduce-scatters each bucket as soon as backward completes it ----------
@@ -139,8 +130,6 @@ class ZeRO(ShardedWrapper):
         return dy
 
     def after_backward(self, i, layer, dx):
-        if self.ready_at[i]:
-            self._record(f"backward layer {i}")
         if self.stage == 2:
             for g in self.ready_at[i]:                 # the bucket is complete: reduce-scatter it, free it
                 g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
@@ -148,9 +137,10 @@ class ZeRO(ShardedWrapper):
         return dx
 
     def share_masters(self) -> None:
-        """Mixed precision: quantize(master shard, fmt), allgathered into the low-precision parameters."""
+        """Allgather the updated shards into the parameters (mixed precision: quantize(master shard, fmt)
+        into the low-precision parameters)."""
         for g in self.groups:
-            g.data[...] = np.concatenate(allgather(self.comm, self.mixed.working(g.shard.data)))
+            g.data[...] = np.concatenate(allgather(self.comm, self.precision.working(g.shard.data)))
 
     # -- what a rank holds ----------------------------------------------------------------------------------
     def full_parameters(self) -> list[np.ndarray]:
@@ -161,9 +151,9 @@ class ZeRO(ShardedWrapper):
         """Bytes this rank sends per step: a reduce-scatter and an allgather of every bucket (flat.py); with
         mixed precision also the found_inf flag, and no allgather when the step was skipped."""
         p, r = self.comm.world_size, self.comm.rank
-        flag = 0 if self.mixed is None else flag_bytes(p, r)
-        return flag + sum(flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
-                          + applied * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
+        return self.precision.flag_bytes(p, r) + sum(
+            flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
+            + applied * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
 
 
 def zero_data_parallel(comm, model, make_optimizer, loss_fn, *, stage: int, **options):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives import allgather, allreduce
+from minidist.collectives import allgather, allreduce, reduce_scatter
 from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
 from minidist.precision.formats import check_format
@@ -71,6 +71,12 @@ class ShardedMixedPrecision(Attachment):
         self.bound = True
 
     # -- forward and backward in low precision: the step runner's events (unit i of the wrapper) -------------
+    keeps_masters = True          # a wrapper's state_dict holds the fp32 master shards
+
+    def master(self, piece: np.ndarray) -> np.ndarray:
+        """The fp32 master shard of a piece of the flat parameters: a copy (the parameters go low)."""
+        return piece.copy()
+
     def working(self, master: np.ndarray) -> np.ndarray:
         """The low-precision copy of fp32 values: quantize(master, fmt, saturate=True), float32."""
         return quantize(master, self.fmt, saturate=True)
@@ -121,6 +127,38 @@ class ShardedMixedPrecision(Attachment):
         self.scaler.update(found_inf)
         return not found_inf
 
+    def zero1_step(self, wrapper) -> bool:
+        """ZeRO-1's update: reduce-scatter every bucket's gradient into its master shard, then ``step``;
+        if applied, the wrapper shares the updated masters. Returns True if the update was applied."""
+        for g in wrapper.groups:
+            g.shard.grad[...] = reduce_scatter(wrapper.comm, g.grad)
+        applied = self.step(wrapper.comm, [g.shard for g in wrapper.groups], wrapper.optimizer)
+        if applied:
+            wrapper.share_masters()
+        return applied
+
+    def flag_bytes(self, world_size: int, rank: int) -> int:
+        """Bytes rank sends per step to agree on found_inf (module function ``flag_bytes``)."""
+        return flag_bytes(world_size, rank)
+
+    def held(self, groups) -> dict:
+        """held_bytes keywords: the fp32 master shards are optimizer state (the paper's K), their .grad
+        gradients, FSDP's low-precision shards (``g.low``) parameters."""
+        shards = [g.shard for g in groups]
+        return {"extra": {"parameters": [getattr(g, "low", None) for g in groups],
+                          "gradients": [s.grad for s in shards], "optimizer": [s.data for s in shards]}}
+
+    def save(self, groups) -> dict:
+        """A wrapper's state_dict entries: the fp32 master shards and the loss scale."""
+        return {"mixed": {"masters": [g.shard.data.copy() for g in groups], **self.state()}}
+
+    def restore(self, state: dict, wrapper) -> None:
+        """Load ``save``'s entries; the low-precision parameters follow (``share_masters``, a collective)."""
+        for g, master in zip(wrapper.groups, state["mixed"]["masters"]):
+            g.shard.data[...] = master
+        self.load(state["mixed"])
+        wrapper.share_masters()
+
     def state(self) -> dict:
         """The scaler's state (scale and clean steps), for a wrapper's state_dict."""
         return {"scale": self.scaler.scale, "clean_steps": getattr(self.scaler, "clean_steps", 0)}
@@ -131,9 +169,58 @@ class ShardedMixedPrecision(Attachment):
             self.scaler.clean_steps = int(state["clean_steps"])
 
 
-def check_mixed(mixed) -> ShardedMixedPrecision | None:
-    """None, or a ShardedMixedPrecision (a MixedPrecisionTrainer is built on a whole optimizer: refused)."""
-    if mixed is not None and not isinstance(mixed, ShardedMixedPrecision):
+class ShardedFullPrecision(Attachment):
+    """Plain precision for a sharded wrapper, with ShardedMixedPrecision's interface (as FullPrecision is
+    MixedPrecisionTrainer's for DataParallel): the shards are views of the parameters, nothing is cast,
+    no step is skipped, no flag is sent."""
+
+    keeps_masters = False
+
+    def bind(self, model, params) -> None:
+        """Nothing to check: any dtype trains in its own precision."""
+
+    def master(self, piece: np.ndarray) -> np.ndarray:
+        """The shard the optimizer updates: the piece itself (a view of the flat parameters)."""
+        return piece
+
+    def working(self, master: np.ndarray) -> np.ndarray:
+        """The values forward and backward use: the shard itself."""
+        return master
+
+    def step(self, comm, masters, optimizer) -> bool:
+        """The optimizer's step on the shards; always applied."""
+        optimizer.step()
+        return True
+
+    def zero1_step(self, wrapper) -> bool:
+        """ZeRO-1's update: the exercise ``zero1_shard_update`` (reduce-scatter, step, allgather)."""
+        from .zero import zero1_shard_update  # zero.py imports this module: import on use
+
+        zero1_shard_update(wrapper.comm, wrapper.groups, wrapper.optimizer)
+        return True
+
+    def flag_bytes(self, world_size: int, rank: int) -> int:
+        """No found_inf flag: 0 bytes."""
+        return 0
+
+    def held(self, groups) -> dict:
+        """held_bytes keywords: the shards are parameters (data) and gradients."""
+        return {"parameters": [g.shard for g in groups]}
+
+    def save(self, groups) -> dict:
+        """No state_dict entries beyond the optimizer's."""
+        return {}
+
+    def restore(self, state: dict, wrapper) -> None:
+        """Nothing beyond the optimizer's state to load."""
+
+
+def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
+    """The precision attachment of a sharded wrapper: ``mixed`` itself, or ShardedFullPrecision() for None
+    (a MixedPrecisionTrainer is built on a whole optimizer: refused)."""
+    if mixed is None:                      # the wrappers' default argument: plain precision
+        return ShardedFullPrecision()
+    if not isinstance(mixed, ShardedMixedPrecision):
         raise TypeError("mixed must be a ShardedMixedPrecision(fmt, grad_fmt=..., scaler=...) (the sharded "
                         f"wrappers build the optimizer on fp32 master shards), got {type(mixed).__name__}")
     return mixed
@@ -152,13 +239,3 @@ def gather_masters(comm, groups, params) -> list[np.ndarray]:
         found.update({id(p): view.copy() for p, view in zip(g.params, g.views(full))})
     return [found[id(p)] for p in params]
 
-
-def held_arguments(wrapper) -> dict:
-    """held_bytes keywords for a sharded wrapper. Plain: the shards are parameters (data) and gradients.
-    Mixed: the fp32 master shards are optimizer state (the paper's K), their .grad gradients, FSDP's
-    low-precision shards (``g.low``) parameters."""
-    shards = [g.shard for g in wrapper.groups]
-    if wrapper.mixed is None:
-        return {"parameters": shards}
-    return {"extra": {"parameters": [getattr(g, "low", None) for g in wrapper.groups],
-                      "gradients": [s.grad for s in shards], "optimizer": [s.data for s in shards]}}

@@ -10,13 +10,16 @@ L = (1/W) Σ_r L_r over the W ranks. So after each rank's backward
   expert + data parallelism; none when the whole world is one expert group), then the division by the
   number of different token sets (W, or W/M when M model-parallel ranks share their tokens).
 
-This is the data-parallel piece of expert parallelism, kept apart: the step runner takes it over later.
+This is the data-parallel piece of expert parallelism, kept apart from the runner's data-parallel
+attachments: those sum *every* parameter over *one* group of identical replicas and split the batch
+themselves, while here two parameter sets go over two groups with two divisors, on batches the layout
+already gave each rank.
 """
 
 from __future__ import annotations
 
 from minidist.nn import Module, MoE, Parameter
-from minidist.parallel.hybrid import allreduce_gradients
+from minidist.parallel.data.comm import allreduce_gradients
 
 from .expert_parallel import ExpertParallelMoE
 
