@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from .catalog import locations, render_markdown
+from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
-from .grade import grade_submission
 from .isolation import check_each_alone
 from .markers import all_regions, read_registry
 from .report import format_markdown, format_text, write_csv
@@ -48,31 +48,19 @@ def cmd_make(args) -> int:
     return 0
 
 
-def _progress(name: str):
-    tty = sys.stderr.isatty()
-    last = [-1.0]
-
-    def show(done: int, total: int, failed: int, elapsed: float) -> None:
-        if tty or elapsed - last[0] >= 10:
-            last[0] = elapsed
-            end = "\r" if tty else "\n"
-            print(f"  {name}: {done}/{total or '?'} tests done, {failed} failing, {elapsed:.0f} s",
-                  end=end, file=sys.stderr, flush=True)
-    return show
-
-
 def cmd_grade(args) -> int:
-    reports = []
-    for submission in args.submissions:
-        name = Path(submission).name
-        print(f"grading {submission} ...", file=sys.stderr, flush=True)
-        report = grade_submission(Path(submission), args.root, exercises=_ids(args.only),
-                                  hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
-                                  tests=_ids(args.tests), limit=args.limit, workers=args.workers,
-                                  progress=_progress(name))
-        print(f"  {name}: {report.status}, score {report.total_score:.2f}, {report.seconds:.0f} s"
-              + " " * 20, file=sys.stderr, flush=True)
-        reports.append(report)
+    def echo(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        reports = grade_class([Path(s) for s in args.submissions], args.root, exercises=_ids(args.only),
+                              hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
+                              limit=args.limit, jobs=args.jobs, integration=args.integration, echo=echo)
+    except ValueError as err:
+        print(f"exercises grade: {err}", file=sys.stderr)
+        return 2
+    for report in reports:
+        name = Path(report.submission).name
         if args.out:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
@@ -119,10 +107,12 @@ def add_parser(sub) -> None:
     gr.add_argument("submissions", nargs="+", help="one or more student copies (e.g. SUBMISSIONS/*)")
     gr.add_argument("--only", action="append", metavar="ID", help="grade only these exercises")
     gr.add_argument("--hidden", help="a directory of extra (hidden) test files")
-    gr.add_argument("--timeout", type=float, default=60.0, help="seconds per test (default 60)")
-    gr.add_argument("--limit", type=float, default=600.0, help="seconds per submission (default 600)")
-    gr.add_argument("--workers", type=int, default=None, help="pytest-xdist workers (default 2 if installed)")
-    gr.add_argument("--tests", action="append", help="test paths to limit grading to (default: all)")
+    gr.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds one test may run before it is killed and counted hung (default 30)")
+    gr.add_argument("--limit", type=float, default=300.0, help="seconds per exercise (default 300)")
+    gr.add_argument("--jobs", type=int, default=2, help="pytest sessions at a time (default 2)")
+    gr.add_argument("--integration", action="store_true",
+                    help="also run the integration tests (they reach several exercises; never scored)")
     gr.add_argument("--json", action="store_true", help="the full report as JSON")
     gr.add_argument("--markdown", action="store_true", help="feedback as Markdown: failing tests, messages")
     gr.add_argument("--csv", help="write one row per submission to this file")

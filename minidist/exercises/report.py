@@ -11,7 +11,7 @@ from .grade import SubmissionReport
 def environment_line(env: dict) -> str:
     return (f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
             f"ml_dtypes {env['ml_dtypes']}, "
-            f"hypothesis {env['hypothesis']}; {env['workers']} pytest worker(s) on {env['cpus']} cpu(s)")
+            f"hypothesis {env['hypothesis']}; {env['workers']} session(s) at a time on {env['cpus']} cpu(s)")
 
 
 def format_text(report: SubmissionReport) -> str:
@@ -26,8 +26,8 @@ def format_text(report: SubmissionReport) -> str:
         for g in report.integration:
             skipped = f", {g.skipped} skipped" if g.skipped else ""
             out.append(f"  {g.name}: {g.passed}/{g.total}{skipped}")
-    for test in report.hung:
-        out.append(f"hung: {test}")
+    for i in report.incidents:
+        out.append(f"{i['outcome']} in {i['exercise']}: {i['test']} — {i['message']}")
     out.append(f"{'overall':28s} {'':18s}  {report.total_score:.2f}")
     if report.log_tail:
         out.append("pytest said:\n" + report.log_tail)
@@ -76,11 +76,11 @@ def write_csv(reports: list[SubmissionReport], path: Path) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["student", "status", "seconds", "score", *ids, "own_passed", "own_run", "skipped",
-                         "hung", "integration_passed", "integration_run"])
+                         "hung_or_crashed", "integration_passed", "integration_run"])
         for rep in reports:
             by_id = {r.exercise: r for r in rep.exercises}
             writer.writerow([Path(rep.submission).name, rep.status, rep.seconds, rep.total_score,
                              *[by_id[i].score if i in by_id else "" for i in ids],
                              sum(r.passed for r in rep.exercises), sum(r.total for r in rep.exercises),
-                             sum(r.skipped for r in rep.exercises), len(rep.hung),
+                             sum(r.skipped for r in rep.exercises), len(rep.incidents),
                              sum(g.passed for g in rep.integration), sum(g.total for g in rep.integration)])
