@@ -186,12 +186,13 @@ def formulas(p, r):
     nr = lambda n, i: split_sizes(n, p)[i % p]  # noqa: E731
     psi_r12, psi_r3 = nr(PSI, r), sum(nr(n, r) for n in LAYERS)    # one bucket / one group per layer
     rs = lambda groups: sum(B * (n - nr(n, r)) for n in groups)      # noqa: E731
-    ag = lambda groups: sum(B * (n - nr(n, r + 1)) for n in groups)  # noqa: E731
+    ag = lambda groups: sum(B * (n - nr(n, r + 1)) for n in groups)  # noqa: E731  (the ring's allgather)
+    mine = lambda groups: sum(B * (p - 1) * nr(n, r) for n in groups)  # noqa: E731  (my piece to P − 1)
     k = 2 * B
     return {"DP": ((2 * B + k) * PSI, rs([PSI]) + ag([PSI])),
-            "ZeRO-1": (2 * B * PSI + k * psi_r12, rs([PSI]) + ag([PSI])),
-            "ZeRO-2": (B * PSI + (B + k) * psi_r12, rs([PSI]) + ag([PSI])),
-            "ZeRO-3": ((2 * B + k) * psi_r3, rs(LAYERS) + 2 * ag(LAYERS))}
+            "ZeRO-1": (2 * B * PSI + k * psi_r12, rs([PSI]) + mine([PSI])),
+            "ZeRO-2": (B * PSI + (B + k) * psi_r12, rs([PSI]) + mine([PSI])),
+            "ZeRO-3": ((2 * B + k) * psi_r3, rs(LAYERS) + 2 * mine(LAYERS))}
 
 
 STRATEGIES = ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
