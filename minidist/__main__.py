@@ -58,8 +58,8 @@ def cmd_demo(_args) -> int:
 
 def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
     """Run ``run()``; in a student copy, an unsolved exercise ends it with the message a lesson run
-    directly prints (minidist/__init__.py), exit status 0, instead of a traceback."""
-    from minidist.exercises.unsolved import unsolved_exercise
+    directly prints (minidist/__init__.py), exit status 1, instead of a traceback."""
+    from minidist.exercises.unsolved import stop_message, unsolved_exercise
 
     try:
         return run() or 0
@@ -67,9 +67,8 @@ def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
         exercise = unsolved_exercise(error)
         if exercise is None:
             raise
-        print(f"\n{subject} stops here: it needs {exercise}, which is not solved yet in this copy.\n"
-              f"Solve it (see lessons/EXERCISES.md), then run {rerun} again.", flush=True)
-        return 0
+        print(stop_message(subject, rerun, exercise), flush=True)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
 MESSAGE_CHARS = 300
+RAW_BYTES = re.compile(r"""(?<![\w'"])b(['"]).*?(?<!\\)\1""")    # b'...' / b"...": not for a student
 
 
 def _write(entry: dict) -> None:
@@ -72,7 +74,7 @@ def short_message(report) -> str:
         lines = [line for line in str(longrepr or "").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("E ")]
         text = (errors or lines or [""])[-1]
-    text = " ".join(text.split())
+    text = RAW_BYTES.sub("<raw bytes>", " ".join(text.split()))
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
 
 

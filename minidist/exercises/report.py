@@ -34,17 +34,28 @@ def format_text(report: SubmissionReport) -> str:
     return "\n".join(out)
 
 
+SHOWN_FAILURES = 8     # per exercise: with its header and notes, feedback stays within 40 lines
+
+
 def _failures_md(failing: list[dict]) -> list[str]:
-    return [f"- `{f['test']}` — {f['outcome']}: {f['message'] or '(no message)'}" for f in failing]
+    """One line per failing test, the first SHOWN_FAILURES of them; an exercise not attempted, one line."""
+    if failing and all("NotImplementedError: exercise " in f["message"] for f in failing):
+        return [f"- not solved yet: all {len(failing)} tests stop at `{failing[0]['message'][:120]}`"]
+    out = [f"- `{f['test']}` — {f['outcome']}: {f['message'] or '(no message)'}"
+           for f in failing[:SHOWN_FAILURES]]
+    if len(failing) > SHOWN_FAILURES:
+        out.append(f"- … and {len(failing) - SHOWN_FAILURES} more failing tests (run "
+                   f"`python -m pytest --exercise ID` to see them all)")
+    return out
 
 
 def format_markdown(report: SubmissionReport) -> str:
     """Feedback an instructor can hand back: scores, then each failing test with its short message."""
     name = Path(report.submission).name
     out = [f"# Grade: {name}", "",
-           f"Status: {report.status} in {report.seconds:.0f} s. Overall score: **{report.total_score:.2f}** "
-           f"(the mean of the exercises' scores; a score counts the tests that reach only that "
-           f"exercise).", "",
+           (f"Status: {report.status} in {report.seconds:.0f} s. Overall score: **{report.total_score:.2f}** "
+            f"(the mean of the exercises' scores; a score counts the tests that reach only that "
+            f"exercise)."), "",
            f"Graded with {environment_line(report.environment)}.", "",
            "| exercise | own tests passed | skipped | score |", "|---|---|---|---|"]
     out += [f"| `{r.exercise}` | {r.passed}/{r.total} | {r.skipped} | {r.score:.2f} |"
@@ -58,8 +69,8 @@ def format_markdown(report: SubmissionReport) -> str:
             out += ["", f"## `{r.exercise}`", ""]
             if r.error:
                 out.append(f"Note: {r.error}")
-            out += _failures_md(r.failing)
-            out += [f"- skipped: {reason}" for reason in r.skip_reasons]
+            out += [line.replace("--exercise ID", f"--exercise {r.exercise}") for line in _failures_md(r.failing)]
+            out += [f"- skipped: {reason}" for reason in r.skip_reasons[:3]]
     failing_groups = [g for g in report.integration if g.failing]
     if failing_groups:
         out += ["", "## Integration tests", ""]

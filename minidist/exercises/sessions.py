@@ -43,6 +43,7 @@ class _Report:
     def __init__(self, path: Path):
         self.path, self.offset = path, 0
         self.collected: dict[str, list[str]] = {}
+        self.collection_done = False
         self.results: dict[str, TestResult] = {}
         self.running: str | None = None
         self.running_since = 0.0
@@ -62,6 +63,7 @@ class _Report:
                 continue
             if "collected" in entry:
                 self.collected.update(entry["collected"])
+                self.collection_done = True
             elif "start" in entry:
                 self.running, self.running_since = entry["start"], time.monotonic()
             elif "finish" in entry:
@@ -103,7 +105,7 @@ def run_session(base_cmd: list[str], paths: list[str], cwd: Path, env: dict[str,
         report.read()
         collected.update(report.collected)
         final.update(report.results)
-        if attempt == 0 and not report.collected:
+        if attempt == 0 and not report.collection_done:
             return SessionOutcome([], time.monotonic() - start, error=_tail(log))
         running = report.running
         if running is not None:
