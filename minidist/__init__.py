@@ -21,7 +21,7 @@ def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
     previous = sys.excepthook
 
     def hook(kind, error, tb):
-        from minidist.exercises.unsolved import stop_message, unsolved_exercise   # only when it failed
+        from minidist.exercises.unsolved import stop_message, unsolved_exercise  # only when it failed
 
         exercise = unsolved_exercise(error)   # raised here, or inside a cluster rank (in ClusterError)
         if exercise is not None:

@@ -63,7 +63,7 @@ def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
 
     try:
         return run() or 0
-    except BaseException as error:   # noqa: BLE001 — only the unsolved-exercise case is handled here
+    except BaseException as error:
         exercise = unsolved_exercise(error)
         if exercise is None:
             raise

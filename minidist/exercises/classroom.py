@@ -1,20 +1,22 @@
 """Grade a class: every (student, exercise) session in one queue, ``jobs`` at a time, a line per student.
 
 The queue holds each submission's exercise sessions (and its integration session, if asked), student
-after student, so the machine's cores stay busy across students and the grades arrive in order. When a
-student's last session ends, a line says their score, what hung or crashed, and how long the class has
-left (the mean time per student so far times the students left).
+after student, so the machine's cores stay busy across students and the grades arrive in order. Code
+that two submissions share for an exercise (an exercise left as published, a solution handed out) is
+graded once: same code, same tests, same derandomized examples give the same result. When a student's
+last session ends, a line says their score, what hung or crashed, and how long the class has left (the
+mean time per student so far times the students left). A report's seconds are the sum of its
+exercises' sessions (shared ones included).
 """
 
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from .grade import Job, SubmissionReport, assemble, check_submission, graded_ids, run_job
+from .grade import Job, SubmissionReport, assemble, check_submission, graded_ids, run_job, student_code
 from .results import ExerciseResult
 
 
@@ -41,39 +43,44 @@ def grade_class(submissions: list[Path], root: Path, exercises: list[str] | None
     keys: list[str | None] = list(ids) + ([None] if integration else [])
     queue = [Job(s, key, ids) for s in submissions for key in keys]
     results: dict[Path, dict] = {s: {} for s in submissions}
-    spans: dict[Path, list[float]] = {}
     reports: dict[Path, SubmissionReport] = {}
-    lock, start = threading.Lock(), time.monotonic()
+    start = time.monotonic()
 
     def one(job: Job, work: Path):
-        began = time.monotonic()
-        with lock:
-            spans.setdefault(job.submission, [began, began])
         with tempfile.TemporaryDirectory(prefix="minidist-grade-", dir=work) as tmp:
-            out = run_job(job, root, Path(tmp), Path(hidden) if hidden else None, timeout, limit)
-        with lock:
-            spans[job.submission][1] = time.monotonic()
-        return job, out
+            return run_job(job, root, Path(tmp), Path(hidden) if hidden else None, timeout, limit)
 
     with tempfile.TemporaryDirectory(prefix="minidist-class-") as work, \
             ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(one, job, Path(work)) for job in queue]
-        for future in as_completed(futures):
-            job, out = future.result()
-            results[job.submission][job.exercise] = out
-            if echo and len(submissions) == 1 and job.exercise:
-                tests = out[0]
-                passed = sum(t.outcome == "passed" for t in tests)
-                worst = [t.outcome for t in tests if t.outcome in ("hung", "crashed")]
-                echo(f"  {job.exercise:28s} {passed}/{len(tests)} passed  {out[3]:5.1f} s"
-                     + (f"  ({', '.join(worst)})" if worst else ""))
-            if len(results[job.submission]) == len(keys):
-                first, last = spans[job.submission]
-                report = assemble(job.submission, ids, results[job.submission], last - first, jobs)
-                reports[job.submission] = report
-                if echo:
-                    echo(_line(report, len(reports), len(submissions), time.monotonic() - start))
+        shared: dict[tuple, Future] = {}
+        waiting: dict[Future, list[Job]] = {}
+        for job in queue:
+            key = (job.exercise, student_code(job.submission, root, job.exercise)) if job.exercise \
+                else (None, str(job.submission))
+            if key not in shared:
+                shared[key] = pool.submit(one, job, Path(work))
+            waiting.setdefault(shared[key], []).append(job)
+        for future in as_completed(waiting):
+            out = future.result()
+            for job in waiting[future]:
+                results[job.submission][job.exercise] = out
+                if echo and len(submissions) == 1 and job.exercise:
+                    echo(_exercise_line(job.exercise, out))
+                if len(results[job.submission]) == len(keys):
+                    seconds = sum(r[3] for r in results[job.submission].values())
+                    report = assemble(job.submission, ids, results[job.submission], seconds, jobs)
+                    reports[job.submission] = report
+                    if echo:
+                        echo(_line(report, len(reports), len(submissions), time.monotonic() - start))
     return [reports[s] for s in submissions]
+
+
+def _exercise_line(exercise: str, out) -> str:
+    tests = out[0]
+    passed = sum(t.outcome == "passed" for t in tests)
+    worst = [t.outcome for t in tests if t.outcome in ("hung", "crashed")]
+    return (f"  {exercise:28s} {passed}/{len(tests)} passed  {out[3]:5.1f} s"
+            + (f"  ({', '.join(worst)})" if worst else ""))
 
 
 def _line(report: SubmissionReport, done: int, total: int, elapsed: float) -> str:

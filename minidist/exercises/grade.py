@@ -106,6 +106,22 @@ def check_submission(submission: Path, root: Path) -> None:
             f"(or several: SUBMISSIONS/*).")
 
 
+def student_code(submission: Path, root: Path, exercise: str) -> str:
+    """The submission's source of the functions that hold the exercise's regions (or why it has none):
+    two submissions with the same code for an exercise get the same grade for it, so it is run once."""
+    parts = []
+    for path in sorted({r.path for r in all_regions(root) if r.exercise == exercise}):
+        names = sorted({r.function for r in all_regions(root) if r.path == path and r.exercise == exercise})
+        try:
+            lines = (Path(submission) / path).read_text().splitlines()
+            spans = function_spans("\n".join(lines))
+            parts += [f"{path}::{n}\n" + "\n".join(lines[spans[n][0] - 1:spans[n][1]]) if n in spans
+                      else f"{path}::{n} missing" for n in names]
+        except (OSError, SyntaxError, ValueError) as err:
+            parts.append(f"{path}: {type(err).__name__}")
+    return "\n".join(parts)
+
+
 def own_test_files(root: Path, exercise: str) -> list[str]:
     """The test files that hold the exercise's own tests (tests/exercise_map.json)."""
     return sorted({t.split("::")[0] for t, ids in load_map(root).items() if own_exercise(ids) == exercise})
