@@ -211,14 +211,17 @@ print("every rank's measured memory and bytes sent equal the formulas, for P = 1
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-for s, marker in zip(STRATEGIES, "osd^"):
+for s, marker, size, dash in zip(STRATEGIES, "osd^", (11, 8, 5, 6), ("-", "--", ":", "-")):
     mem = [sum(measured[P][0][s][0][c] for c in CATEGORIES[:3]) / 1024 for P in WORLD]
     sent = [measured[P][0][s][1] / 1024 for P in WORLD]
-    left.plot(WORLD, mem, marker + "-", label=s)
-    right.plot(WORLD, sent, marker + "-", label=s)
-left.set(xlabel="ranks P", ylabel="KiB per rank (params + grads + Adam state)", title="memory per rank")
-right.set(xlabel="ranks P", ylabel="KiB sent per rank per step", title="communication per rank")
+    for ax, ys in ((left, mem), (right, sent)):   # open markers of decreasing size: equal curves stay visible
+        ax.plot(WORLD, ys, marker, ls=dash, ms=size, mfc="none", mew=1.5, label=s)
+left.set(xlabel="ranks P", ylabel="KiB per rank (params + grads + Adam state)", title="memory per rank",
+         xticks=WORLD)
+right.set(xlabel="ranks P", ylabel="KiB sent per rank per step", xticks=WORLD,
+          title="communication per rank (DP = ZeRO-1 = ZeRO-2)")
 left.legend()
+right.legend()
 save_figure(fig, "14_zero_memory.png")
 
 # %% [markdown]
