@@ -4,6 +4,7 @@
     lessons         list the lesson scripts
     run NN          run lessons/NN_*.py (--mpi P: on P MPI processes)
     exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
+    book OUT        execute every lesson as a notebook into a static site at OUT (the [notebook] extra)
 """
 
 from __future__ import annotations
@@ -71,6 +72,22 @@ def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
         return 1
 
 
+def cmd_book(args) -> int:
+    try:
+        import jupytext  # noqa: F401  (the [notebook] extra)
+        import nbclient  # noqa: F401
+        import nbconvert  # noqa: F401
+
+        from minidist.book import build_book
+    except ImportError as err:
+        print(f"book needs the notebook extra ({err.name} is missing): pip install -e \".[notebook]\"",
+              file=sys.stderr)
+        return 2
+    pages = build_book(args.out, only=args.only)
+    print(f"{len(pages)} lesson pages and index.html written to {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minidist", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("number")
     run.add_argument("--mpi", type=int, metavar="P", help="run it under mpiexec on P processes")
     run.set_defaults(func=cmd_run)
+    book = sub.add_parser("book", help="execute the lessons into a static site (HTML pages + index)")
+    book.add_argument("out", help="the folder to write index.html and one page per lesson into")
+    book.add_argument("--only", action="append", metavar="NN", help="only these lessons (repeatable)")
+    book.set_defaults(func=cmd_book)
     from minidist.exercises.cli import add_parser as add_exercises_parser
 
     add_exercises_parser(sub)
