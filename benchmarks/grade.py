@@ -12,6 +12,7 @@ named in the reports. Targets: one submission <= 60 s on an idle 2-core machine;
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -76,6 +77,11 @@ def check(reports: dict) -> list[str]:
     return bad
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)
     ids = sorted({r.exercise for r in all_regions(ROOT)})
@@ -83,10 +89,11 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f} at the start")
     with tempfile.TemporaryDirectory(prefix="minidist-bench-grade-") as tmp:
         copies = make_class(Path(tmp))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _children_cpu()
         one = grade_submission(copies["all-solved"], ROOT)
         print(f"one submission (all solved): {time.perf_counter() - start:6.1f} s, score "
-              f"{one.total_score:.2f}, load average {os.getloadavg()[0]:.1f}")
+              f"{one.total_score:.2f}, load average {os.getloadavg()[0]:.1f}; {_children_cpu() - cpu:.0f} "
+              f"CPU-seconds in its sessions (on 2 idle cores about half that in wall-clock time)")
         start = time.perf_counter()
         reports = dict(zip(copies, grade_class(list(copies.values()), ROOT, echo=print)))
         total = time.perf_counter() - start
