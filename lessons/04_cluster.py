@@ -220,7 +220,7 @@ except ClusterError as error:
 #
 # Under `mpiexec -n P python script.py` the very same `run` starts no processes: the MPI processes are
 # the ranks, messages travel through MPI, and every process gets all the results (README, "Run on a
-# real cluster"). Below, one ring allreduce runs on both backends: the sums, the bytes counted and the
+# real cluster"). Below, one allreduce (recursive doubling: the ring is lesson 05's exercise) runs on both backends: the sums, the bytes counted and the
 # simulated clocks agree, because the clock models the machine, not this computer. (Skipped when MPI is
 # not installed: `pip install -e ".[mpi]"`.)
 
@@ -238,7 +238,7 @@ from minidist.cluster import run
 from minidist.collectives import allreduce
 
 def ring_sum(comm):
-    total = allreduce(comm, np.arange(1000.0) * (comm.rank + 1), algorithm="ring")
+    total = allreduce(comm, np.arange(1000.0) * (comm.rank + 1), algorithm="recursive_doubling")
     return float(total.sum()), comm.stats.bytes_sent, comm.clock
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ def pipeline_run(schedule, M, widths=None, checkpoint=False, boundaries="layers"
     return results, trace, makespan, bubble
 
 
-def draw_ops(ax, trace, title):
-    """One row per stage; a bar per F/B op (the layers' compute spans of one op merged), idle is white."""
+def draw_ops(ax, trace, title, axis_span=None):
+    """One row per stage; a bar per F/B op (the layers' compute spans of one op merged), idle is white.
+    axis_span: the seconds the (shared) x-axis covers, if longer than this trace."""
     ops = {}
     for span in trace.spans:
         if span.kind == "compute" and span.label[:1] in "FB":
@@ -96,7 +97,7 @@ def draw_ops(ax, trace, title):
         m = int(label[1:])
         ax.barh(rank, (end - start) * 1e3, left=start * 1e3, height=0.7, edgecolor="black", linewidth=0.4,
                 color=cmap(m % 10), alpha=1.0 if label[0] == "F" else 0.55, hatch=None if label[0] == "F" else "//")
-        if (end - start) * 1e3 > 0.02 * max(e for _, e in ops.values()) * 1e3:
+        if end - start > 0.02 * (axis_span or max(e for _, e in ops.values())):   # room for its label
             ax.text((start + end) / 2 * 1e3, rank, label, ha="center", va="center", fontsize=7)
     ax.set_yticks(range(P), [f"stage {s}" for s in range(P)])
     ax.invert_yaxis()
@@ -152,7 +153,7 @@ for ax, M in zip(axes, (1, 4, 8)):
     results, trace, makespan, bubble = pipeline_run("gpipe", M)
     gpipe[M] = (results, makespan, bubble, trace)
     draw_ops(ax, trace, f"GPipe, P = {P}, M = {M}: step {makespan * 1e3:.2f} ms, bubble {bubble:.1%} "
-                        f"(formula {(P - 1) / (M + P - 1):.1%})")
+                        f"(formula {(P - 1) / (M + P - 1):.1%})", axis_span=gpipe[1][1])
 fig.tight_layout()
 save_figure(fig, "08_gpipe_timelines.png", dpi=110)
 plt.close(fig)

@@ -356,7 +356,7 @@ colors = ["gray", "tab:blue", "lightsteelblue", "tab:orange", "moccasin", "tab:g
 ax1.bar(KINDS, [results[k][1] for k in KINDS], color=colors)
 ax1.set(yscale="log", ylabel="bytes sent per rank and step", title="the ledger, P = 4")
 ax2.bar(KINDS, [results[k][0] for k in KINDS], color=colors)
-ax2.set(ylim=(0.4, 1.0), ylabel="test accuracy", title=f"digits after {EPOCHS} epochs")
+ax2.set(ylim=(0.0, 1.0), ylabel="test accuracy", title=f"digits after {EPOCHS} epochs")
 for ax in (ax1, ax2):
     ax.tick_params(axis="x", rotation=30)
 fig.tight_layout()

@@ -186,12 +186,13 @@ def formulas(p, r):
     nr = lambda n, i: split_sizes(n, p)[i % p]  # noqa: E731
     psi_r12, psi_r3 = nr(PSI, r), sum(nr(n, r) for n in LAYERS)    # one bucket / one group per layer
     rs = lambda groups: sum(B * (n - nr(n, r)) for n in groups)      # noqa: E731
-    ag = lambda groups: sum(B * (n - nr(n, r + 1)) for n in groups)  # noqa: E731
+    ag = lambda groups: sum(B * (n - nr(n, r + 1)) for n in groups)  # noqa: E731  (the ring's allgather)
+    mine = lambda groups: sum(B * (p - 1) * nr(n, r) for n in groups)  # noqa: E731  (my piece to P − 1)
     k = 2 * B
     return {"DP": ((2 * B + k) * PSI, rs([PSI]) + ag([PSI])),
-            "ZeRO-1": (2 * B * PSI + k * psi_r12, rs([PSI]) + ag([PSI])),
-            "ZeRO-2": (B * PSI + (B + k) * psi_r12, rs([PSI]) + ag([PSI])),
-            "ZeRO-3": ((2 * B + k) * psi_r3, rs(LAYERS) + 2 * ag(LAYERS))}
+            "ZeRO-1": (2 * B * PSI + k * psi_r12, rs([PSI]) + mine([PSI])),
+            "ZeRO-2": (B * PSI + (B + k) * psi_r12, rs([PSI]) + mine([PSI])),
+            "ZeRO-3": ((2 * B + k) * psi_r3, rs(LAYERS) + 2 * mine(LAYERS))}
 
 
 STRATEGIES = ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
@@ -210,14 +211,17 @@ print("every rank's measured memory and bytes sent equal the formulas, for P = 1
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-for s, marker in zip(STRATEGIES, "osd^"):
+for s, marker, size, dash in zip(STRATEGIES, "osd^", (11, 8, 5, 6), ("-", "--", ":", "-")):
     mem = [sum(measured[P][0][s][0][c] for c in CATEGORIES[:3]) / 1024 for P in WORLD]
     sent = [measured[P][0][s][1] / 1024 for P in WORLD]
-    left.plot(WORLD, mem, marker + "-", label=s)
-    right.plot(WORLD, sent, marker + "-", label=s)
-left.set(xlabel="ranks P", ylabel="KiB per rank (params + grads + Adam state)", title="memory per rank")
-right.set(xlabel="ranks P", ylabel="KiB sent per rank per step", title="communication per rank")
+    for ax, ys in ((left, mem), (right, sent)):   # open markers of decreasing size: equal curves stay visible
+        ax.plot(WORLD, ys, marker, ls=dash, ms=size, mfc="none", mew=1.5, label=s)
+left.set(xlabel="ranks P", ylabel="KiB per rank (params + grads + Adam state)", title="memory per rank",
+         xticks=WORLD)
+right.set(xlabel="ranks P", ylabel="KiB sent per rank per step", xticks=WORLD,
+          title="communication per rank (DP = ZeRO-1 = ZeRO-2)")
 left.legend()
+right.legend()
 save_figure(fig, "14_zero_memory.png")
 
 # %% [markdown]

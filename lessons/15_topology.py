@@ -247,11 +247,15 @@ xs = np.logspace(-2, 4, 200)
 for ax, bw, what in ((axes[0], V100.memory_bw, "memory"), (axes[1], V100.network_bw, "network")):
     ax.loglog(xs, [V100.attainable(x, bw) for x in xs], "k-", label=f"roof ({what} {bw / 1e9:.0f} GB/s)")
     ax.set(xlabel=f"FLOPs per byte ({what})", ylabel="attainable FLOP/s")
-for c in costs:
-    axes[0].loglog(c.forward_intensity, V100.attainable(c.forward_intensity), "o", label=c.name)
+points: dict[float, list[str]] = {}          # layers of equal intensity share one point and one label
+for i, c in enumerate(costs):
+    if c.forward_intensity > 0:              # Flatten does no FLOPs: nothing to place on a log axis
+        points.setdefault(round(c.forward_intensity, 6), []).append(f"{i} {c.name}")
+for (x, names), marker in zip(sorted(points.items()), "ovsDP^X*"):
+    axes[0].loglog(x, V100.attainable(x), marker, ms=7, label=", ".join(names))
 for s, i in intensity.items():
     axes[1].loglog(i, V100.attainable(i, V100.network_bw), "s", label=s)
-axes[0].set_title("per layer (forward, batch 256, V100)")
+axes[0].set_title("per layer (forward, batch 256, V100; Flatten: no FLOPs)")
 axes[1].set_title("distributed: FLOPs per byte sent")
 for ax in axes:
     ax.legend(fontsize="x-small")

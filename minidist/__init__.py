@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 
 
 def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
-    """In a student copy, a lesson that reaches an unsolved exercise says which and exits with status 0."""
+    """In a student copy, a lesson that reaches an unsolved exercise says which, how to check it, and exits
+    with status 1 (minidist.exercises.unsolved.stop_message)."""
     import os
     import sys
 
@@ -20,13 +21,12 @@ def _lessons_exit_cleanly_on_unsolved_exercises() -> None:
     previous = sys.excepthook
 
     def hook(kind, error, tb):
-        from minidist.exercises.unsolved import unsolved_exercise  # only when a lesson has failed
+        from minidist.exercises.unsolved import stop_message, unsolved_exercise  # only when it failed
 
         exercise = unsolved_exercise(error)   # raised here, or inside a cluster rank (in ClusterError)
         if exercise is not None:
-            print(f"\nThis lesson stops here: it needs {exercise}, which is not solved yet in this copy.\n"
-                  f"Solve it (see lessons/EXERCISES.md), then run the lesson again.", flush=True)
-            os._exit(0)
+            print(stop_message("This lesson", "the lesson", exercise), flush=True)
+            os._exit(1)
         previous(kind, error, tb)
 
     sys.excepthook = hook

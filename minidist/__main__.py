@@ -5,6 +5,7 @@
     run NN          run lessons/NN_*.py (--mpi P: on P MPI processes)
     exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
     plan ...        predict memory and step time of every parallel layout for a model and a cluster
+    book OUT        execute every lesson as a notebook into a static site at OUT (the [notebook] extra)
 """
 
 from __future__ import annotations
@@ -59,18 +60,33 @@ def cmd_demo(_args) -> int:
 
 def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
     """Run ``run()``; in a student copy, an unsolved exercise ends it with the message a lesson run
-    directly prints (minidist/__init__.py), exit status 0, instead of a traceback."""
-    from minidist.exercises.unsolved import unsolved_exercise
+    directly prints (minidist/__init__.py), exit status 1, instead of a traceback."""
+    from minidist.exercises.unsolved import stop_message, unsolved_exercise
 
     try:
         return run() or 0
-    except BaseException as error:   # noqa: BLE001 — only the unsolved-exercise case is handled here
+    except BaseException as error:
         exercise = unsolved_exercise(error)
         if exercise is None:
             raise
-        print(f"\n{subject} stops here: it needs {exercise}, which is not solved yet in this copy.\n"
-              f"Solve it (see lessons/EXERCISES.md), then run {rerun} again.", flush=True)
-        return 0
+        print(stop_message(subject, rerun, exercise), flush=True)
+        return 1
+
+
+def cmd_book(args) -> int:
+    try:
+        import jupytext  # noqa: F401  (the [notebook] extra)
+        import nbclient  # noqa: F401
+        import nbconvert  # noqa: F401
+
+        from minidist.book import build_book
+    except ImportError as err:
+        print(f"book needs the notebook extra ({err.name} is missing): pip install -e \".[notebook]\"",
+              file=sys.stderr)
+        return 2
+    pages = build_book(args.out, only=args.only)
+    print(f"{len(pages)} lesson pages and index.html written to {args.out}")
+    return 0
 
 
 def process_count(text: str) -> int:
@@ -94,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("number")
     run.add_argument("--mpi", type=process_count, metavar="P", help="run it under mpiexec on P processes")
     run.set_defaults(func=cmd_run)
+    book = sub.add_parser("book", help="execute the lessons into a static site (HTML pages + index)")
+    book.add_argument("out", help="the folder to write index.html and one page per lesson into")
+    book.add_argument("--only", action="append", metavar="NN", help="only these lessons (repeatable)")
+    book.set_defaults(func=cmd_book)
     from minidist.exercises.cli import add_parser as add_exercises_parser
     from minidist.plan.report import add_parser as add_plan_parser
 

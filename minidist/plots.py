@@ -7,6 +7,9 @@ simulated clocks, not measured wall-clock times, in the figures they commit. Fig
 repository's figures/ folder, or to the folder named by the environment variable MINIDIST_FIGURES (the
 tests point it at a temporary folder).
 
+In Jupyter or IPython every figure written here is also shown inline (``show_inline``): the lessons force
+the Agg backend and close their figures, as scripts should, and still show them as notebooks.
+
 matplotlib is imported inside the functions only: importing minidist never loads it.
 """
 
@@ -31,12 +34,28 @@ def figures_dir() -> Path:
 
 def write_png(fig, path: str | Path, dpi: int = 110) -> Path:
     """Save ``fig`` as a PNG at ``path`` with fixed metadata: the same figure gives the same bytes.
-    Under mpiexec only rank 0 writes (the other processes drew the same figure): elsewhere nothing happens."""
+    Under mpiexec only rank 0 writes (the other processes drew the same figure): elsewhere nothing happens.
+    Inside a notebook the PNG is shown inline as well."""
     path = Path(path)
     if is_quiet_rank():
         return path
     fig.savefig(path, dpi=dpi, format="png", metadata={"Software": None})
+    show_inline(path)
     return path
+
+
+def show_inline(path: Path) -> bool:
+    """Display the PNG at ``path`` in the running Jupyter/IPython kernel, if any; True if shown."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    if shell is None or not hasattr(shell, "kernel"):     # a script, or a terminal IPython: files only
+        return False
+    from IPython.display import Image, display
+
+    display(Image(data=Path(path).read_bytes(), format="png"))
+    return True
 
 
 def save_figure(fig, name: str, dpi: int = 110) -> Path:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from minidist.exercises import make_student_copy, render_markdown
+from minidist.exercises import make_student_copy, read_registry, render_markdown
+from minidist.exercises.catalog import with_week_table
 from minidist.exercises.student_copy import HITS_MODULE, STUDENT_STAMP
 from minidist.exercises.unsolved import unsolved_exercise
 
@@ -24,6 +25,28 @@ def test_exercises_md_is_generated_from_the_registry_and_the_markers():
     assert current == render_markdown(ROOT), (
         "lessons/EXERCISES.md is stale: run "
         "`python -m minidist exercises list --markdown > lessons/EXERCISES.md`")
+
+
+@pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student or instrumented copy has no TEACHING.md to check")
+def test_teaching_week_table_is_generated_from_the_registry():
+    current = (ROOT / "lessons" / "TEACHING.md").read_text()
+    assert current == with_week_table(current, read_registry(ROOT)), (
+        "lessons/TEACHING.md's week table is stale: replace it by `python -m minidist exercises list --weeks`")
+    assert all(f"`{ex}`" in current for ex in read_registry(ROOT))
+
+
+@pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="made from the reference tree only")
+@pytest.mark.parametrize("verb", [["check"], ["grade", "."], ["make", "elsewhere"], ["map"], ["standins"],
+                                  ["list", "--markdown"]])
+def test_in_a_student_copy_every_exercises_verb_says_why_it_cannot_run(tmp_path_factory, verb):
+    student = tmp_path_factory.getbasetemp() / "verbs-student"
+    if not student.exists():
+        make_student_copy(ROOT, student, only=["linear"])
+    done = subprocess.run([sys.executable, "-m", "minidist", "exercises", *verb], cwd=student,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env=dict(os.environ, PYTHONPATH=str(student), MPLBACKEND="Agg"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "student copy" in done.stderr or "lessons/EXERCISES.md is the list" in done.stderr, done.stderr
 
 
 def test_the_exercise_modules_import_each_other_without_a_cycle():
@@ -67,8 +90,9 @@ def test_every_entry_point_stops_kindly_on_an_unsolved_exercise(tmp_path_factory
     student = tmp_path_factory.getbasetemp() / "entry-points-student"
     if not student.exists():
         make_student_copy(ROOT, student)
-    done = subprocess.run([sys.executable, *command], cwd=student, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, *command], cwd=student, capture_output=True, text=True, check=False,
                           timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(student), MPLBACKEND="Agg"))
-    assert done.returncode == 0 and FRIENDLY in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == 1 and FRIENDLY in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "python -m pytest --exercise linear" in done.stdout
     assert "Traceback" not in done.stderr, done.stderr[-2000:]

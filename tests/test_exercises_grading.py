@@ -1,5 +1,5 @@
 """Grading the real library: a student copy with ring_allreduce solved scores full marks on it and zero on
-the exercise still cut; a ring allreduce that skips its allgather scores below full marks."""
+the exercise still cut; a ring allreduce that skips its allgather scores at most 10%."""
 
 import re
 from pathlib import Path
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # solutions to grade against; the reference tree always does, and there this test must run.
 MADE_BY_THE_TOOLING = (ROOT / STUDENT_STAMP).exists() or (ROOT / f"{HITS_MODULE}.py").exists()
 RING = "minidist/collectives/ring.py"
-ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # allgather.*?\n(?=    return flat)", re.DOTALL)
+ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # pass the finished.*?\n(?=    return flat)", re.DOTALL)
 
 
 @pytest.mark.slow
@@ -26,12 +26,10 @@ def test_ring_allreduce_round_trip_through_the_grader(tmp_path):
     cut = (student / RING).read_text()
     assert "raise NotImplementedError('exercise ring_allreduce" in cut
 
-    solved = splice_functions(cut, (ROOT / RING).read_text(), {"ring_allreduce"})
+    solved = splice_functions(cut, (ROOT / RING).read_text(), {"ring_reduce_scatter", "ring_allgather"})
     (student / RING).write_text(solved)
-    # The collectives' own tests grade both exercises; the heavier tests that also reach them (data
-    # parallelism) would grade the same code again.
-    scores = {r.exercise: r for r in grade(student, ROOT, timeout=60, tests=["tests/collectives"],
-                                           exercises=["ring_allreduce", "parameter_server_allreduce"])}
+    scores = {r.exercise: r for r in grade(student, ROOT, exercises=["ring_allreduce",
+                                                                     "parameter_server_allreduce"])}
     ring, server = scores["ring_allreduce"], scores["parameter_server_allreduce"]
     assert ring.total > 0 and ring.passed == ring.total, ring
     assert server.total > 0 and server.passed == 0, server
@@ -39,5 +37,5 @@ def test_ring_allreduce_round_trip_through_the_grader(tmp_path):
     without_allgather, removed = ALLGATHER_LOOP.subn("\n", solved)
     assert removed == 1, "the reference ring changed shape: update ALLGATHER_LOOP"
     (student / RING).write_text(without_allgather)
-    [wrong] = grade(student, ROOT, exercises=["ring_allreduce"], timeout=60, tests=["tests/collectives"])
-    assert wrong.total == ring.total and wrong.passed < wrong.total
+    [wrong] = grade(student, ROOT, exercises=["ring_allreduce"])
+    assert wrong.total == ring.total and wrong.passed <= 0.1 * wrong.total, wrong

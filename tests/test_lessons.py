@@ -1,4 +1,5 @@
-"""Smoke test: every lesson script runs headless to the end (its own asserts included) and exits 0,
+"""Smoke test: every lesson script runs headless to the end (its own asserts included) and exits 0 (in a
+student copy: or stops at an unsolved exercise with its message and status 1),
 writing its figures to a temporary folder (MINIDIST_FIGURES), never over the committed figures/.
 And the figures are reproducible: two runs of a lesson write the same bytes."""
 
@@ -20,7 +21,9 @@ def run_lesson(lesson: Path, cwd: Path, figures: Path) -> str:
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT), MINIDIST_FIGURES=str(figures))
     done = subprocess.run([sys.executable, str(lesson)], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=240, check=False)
-    assert done.returncode == 0, f"{lesson.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    # In a student copy a lesson that reaches an unsolved exercise says so and exits 1: not a failure here.
+    stopped = done.returncode == 1 and "This lesson stops here: it needs exercise" in done.stdout
+    assert done.returncode == 0 or stopped, f"{lesson.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
 

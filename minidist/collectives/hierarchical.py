@@ -5,15 +5,15 @@ nodes slow (α_e, β_e). A flat ring crosses the slow network at every one of it
 T_ring = 2(P − 1)(α_e + n/P · β_e). The hierarchical allreduce (NCCL's "tree of rings" idea, and
 Horovod's hierarchical allreduce) keeps the bulk of the traffic inside the nodes:
 
-1. reduce-scatter inside each node (ring): rank with local index g holds piece g of the node's sum;
+1. reduce-scatter inside each node: rank with local index g holds piece g of the node's sum;
 2. allreduce across nodes among the N ranks with the same local index, on pieces of n/G bytes;
-3. allgather inside each node (ring).
+3. allgather inside each node.
 
     T_hier = 2(G − 1)(α_i + n/G · β_i) + T_inter(N, n/G)
 
 With recursive doubling across nodes T_inter = log2 N · (α_e + n/G · β_e). The 2-D torus allreduce
-("torus") runs step 2 as a ring too (reduce-scatter + allgather over the N nodes): every message then
-goes to a neighbour, T_inter = 2(N − 1)(α_e + n/(G N) · β_e), the scheme of TPU pods (Hot Chips
+("torus") runs every step as the two phases of a ring (collectives/ring.py) over the rows and the
+columns: every message then goes to a neighbour, T_inter = 2(N − 1)(α_e + n/(G N) · β_e), the scheme of TPU pods (Hot Chips
 tutorial "Scaling DL Training": "toroidal with four neighbors"). Costs: topology_cost.py.
 
 Both need every node of the communicator to hold the same number of its ranks (ValueError otherwise).
@@ -30,6 +30,7 @@ import numpy as np
 from minidist.cluster.topology import topology_of, world_ranks
 from minidist.collectives.halving_doubling import recursive_doubling_allreduce
 from minidist.collectives.primitives import allgather, reduce_scatter
+from minidist.collectives.ring import ring_allgather, ring_chunk, ring_reduce_scatter
 from minidist.collectives.topology_cost import flat_time, hierarchical_cost, torus_cost
 
 _groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # comm -> (intra, inter), see node_groups
@@ -95,10 +96,11 @@ def torus_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
     rings across the nodes (columns); every message goes to a neighbour. Returns it."""
     intra, inter = node_groups(comm, "torus")
     before = _sent(intra, inter)
-    piece = reduce_scatter(intra, flat, op=op)               # row ring: piece g of this node's sum
-    part = reduce_scatter(inter, piece, op=op)               # column ring: part of the total
-    piece = np.concatenate(allgather(inter, part))           # column ring: piece g of the total
-    flat[...] = np.concatenate(allgather(intra, piece))      # row ring: everything
+    ring_reduce_scatter(intra, flat, op)                     # row ring: piece g of this node's sum
+    piece = ring_chunk(flat, intra.world_size, intra.rank)
+    ring_reduce_scatter(inter, piece, op)                    # column ring: part k of piece g of the total
+    ring_allgather(inter, piece)                             # column ring: piece g of the total
+    ring_allgather(intra, flat)                              # row ring: everything
     _count(comm, intra, inter, before)
     return flat
 

@@ -6,9 +6,13 @@ P ranks; x is this rank's array. Each returns a new array (or list of arrays) an
     reduce(x, root)      elementwise sum at root, None else   binomial tree, ⌈log2 P⌉ steps
     gather(x, root)      [x_0, ..., x_{P-1}] at root          root receives P − 1 messages
     scatter(chunks, root)  chunks[r] to rank r               root sends P − 1 messages
-    allgather(x)         [x_0, ..., x_{P-1}] on every rank    ring, P − 1 steps
-    reduce_scatter(x)    piece r of the sum on rank r         ring, P − 1 steps, (P − 1)/P · n per rank
+    allgather(x)         [x_0, ..., x_{P-1}] on every rank    P − 1 pairwise exchanges, (P − 1) · n
+    reduce_scatter(x)    piece r of the sum on rank r         P − 1 pairwise exchanges, (P − 1)/P · n
     alltoall(chunks)     out[j] = rank j's chunks[r]          P − 1 pairwise exchanges
+
+allgather and reduce_scatter exchange directly (round k: send to r + k, receive from r − k): the same
+messages and bytes per rank as the two phases of a ring allreduce, without its forwarding (the ring is
+lesson 05's exercise, collectives/ring.py).
 
 gather, allgather, scatter and alltoall accept arrays of different shapes on different ranks; the
 reductions need the same shape and dtype everywhere. Pieces of reduce_scatter follow
@@ -116,7 +120,7 @@ def scatter(comm, chunks: list[np.ndarray] | None, root: int = 0) -> np.ndarray:
 
 
 def allgather(comm, x: np.ndarray) -> list[np.ndarray]:
-    """The list [x of rank 0, ..., x of rank P − 1] on every rank (a ring: each x travels P − 1 hops).
+    """The list [x of rank 0, ..., x of rank P − 1] on every rank (P − 1 pairwise exchanges).
 
     x: any shape, may differ between ranks. Returns P new arrays, each of its rank's shape.
     """
@@ -126,14 +130,13 @@ def allgather(comm, x: np.ndarray) -> list[np.ndarray]:
     out = [None] * p
     out[r] = x.copy()
     with agreement(comm, "allgather()"):
-        for s in range(p - 1):  # forward what arrived last step; receive the next one from the left
-            out[(r - s - 1) % p] = comm.sendrecv(out[(r - s) % p], dst=(r + 1) % p, src=(r - 1) % p,
-                                                 sendtag=tag, recvtag=tag)
+        for k in range(1, p):  # round k: my x to rank r + k; rank r − k's x from it
+            out[(r - k) % p] = comm.sendrecv(x, dst=(r + k) % p, src=(r - k) % p, sendtag=tag, recvtag=tag)
     return out
 
 
 def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Piece r of the reduction of all x, cut with np.array_split, on rank r (a ring reduce-scatter).
+    """Piece r of the reduction of all x, cut with np.array_split, on rank r (P − 1 pairwise exchanges).
 
     x: any shape (n elements), the same on every rank. Returns a new 1-D array, shape (split_sizes(n, P)[r],).
     """
@@ -143,16 +146,12 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     p, r, tag = comm.world_size, comm.rank, TAGS["reduce_scatter"]
     flat = flat_copy(x)
     bounds = split_offsets(flat.size, p)
-
-    def piece(i: int) -> np.ndarray:
-        i %= p
-        return flat[bounds[i]:bounds[i + 1]]
-
+    mine = flat[bounds[r]:bounds[r + 1]].copy()
     with agreement(comm, f"reduce_scatter(op={op!r}, size={x.size}, dtype={dtype_name(x.dtype)})"):
-        for s in range(p - 1):  # as in ring allreduce: after P − 1 hops piece r is complete on rank r
-            comm.sendrecv(piece(r - s - 1), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag, recvtag=tag,
-                          out=piece(r - s - 2), op="sum" if op == "mean" else op)
-    mine = piece(r).copy()
+        for k in range(1, p):  # round k: piece r + k to its owner; rank r − k's copy of piece r added in
+            dst = (r + k) % p
+            comm.sendrecv(flat[bounds[dst]:bounds[dst + 1]], dst=dst, src=(r - k) % p, sendtag=tag,
+                          recvtag=tag, out=mine, op="sum" if op == "mean" else op)
     return finish(mine, op, p, mine.shape)
 
 

@@ -31,30 +31,52 @@ from minidist.split import split_offsets
 
 
 def ring_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Allreduce ``flat`` around the ring, in place.
+    """Allreduce ``flat`` around the ring, in place: ``ring_reduce_scatter``, then ``ring_allgather``.
 
     flat: this rank's contribution, shape (n,), contiguous; overwritten with the result.
     op: "sum", "max" or "min" (``allreduce`` turns "mean" into "sum" and divides afterwards).
     Returns flat, shape (n,): the elementwise reduction over all ranks, bitwise the same on every rank.
     """
+    ring_reduce_scatter(comm, flat, op)
+    return ring_allgather(comm, flat)
+
+
+def ring_chunk(flat: np.ndarray, p: int, i: int) -> np.ndarray:
+    """Chunk i mod P of flat (a view): np.array_split's rule, minidist.split.split_offsets."""
+    bounds = split_offsets(flat.size, p)
+    i %= p
+    return flat[bounds[i]:bounds[i + 1]]
+
+
+def ring_reduce_scatter(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Phase 1, in place: P − 1 steps; at step s rank r sends chunk (r − s − 1) mod P to r + 1 and adds
+    chunk (r − s − 2) mod P from r − 1 into its own. Afterwards ``ring_chunk(flat, P, r)`` is the full
+    reduction on rank r (the other chunks hold partial ones). flat: shape (n,). Returns flat."""
     # BEGIN SOLUTION ring_allreduce
     # BEGIN PROMPT
-    # Hint: cut flat into P chunks with split_offsets(flat.size, p); in each of the 2(P − 1) steps call
-    # comm.sendrecv(my_chunk, dst=right, src=left, sendtag=TAGS["ring"], recvtag=TAGS["ring"],
-    # out=their_chunk, op=op) — op= adds the incoming chunk into out; leave op out to overwrite instead.
+    # Hint: in each of the P − 1 steps call comm.sendrecv(my_chunk, dst=right, src=left,
+    # sendtag=TAGS["ring"], recvtag=TAGS["ring"], out=their_chunk, op=op) — op= adds the incoming chunk
+    # into out; ring_chunk(flat, p, i) is chunk i mod P.
     # END PROMPT
     p, r, tag = comm.world_size, comm.rank, TAGS["ring"]
-    right, left = (r + 1) % p, (r - 1) % p
-    bounds = split_offsets(flat.size, p)
+    for s in range(p - 1):  # send my chunk right, receive from the left, add it in
+        comm.sendrecv(ring_chunk(flat, p, r - s - 1), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag,
+                      recvtag=tag, out=ring_chunk(flat, p, r - s - 2), op=op)
+    return flat
+    # END SOLUTION
 
-    def chunk(i: int) -> np.ndarray:
-        i %= p
-        return flat[bounds[i]:bounds[i + 1]]
 
-    for s in range(p - 1):  # reduce-scatter: send my chunk right, receive from the left, add it in
-        comm.sendrecv(chunk(r - s - 1), dst=right, src=left, sendtag=tag, recvtag=tag,
-                      out=chunk(r - s - 2), op=op)
-    for s in range(p - 1):  # allgather: pass the finished chunks once around the ring
-        comm.sendrecv(chunk(r - s), dst=right, src=left, sendtag=tag, recvtag=tag, out=chunk(r - s - 1))
+def ring_allgather(comm, flat: np.ndarray) -> np.ndarray:
+    """Phase 2, in place: P − 1 steps; at step s rank r sends chunk (r − s) mod P (finished) to r + 1 and
+    overwrites chunk (r − s − 1) mod P with what comes from r − 1. Needs chunk r finished on rank r;
+    afterwards every chunk is. flat: shape (n,). Returns flat."""
+    # BEGIN SOLUTION ring_allreduce
+    # BEGIN PROMPT
+    # Hint: as ring_reduce_scatter, one chunk further on, and without op= (overwrite, do not add).
+    # END PROMPT
+    p, r, tag = comm.world_size, comm.rank, TAGS["ring"]
+    for s in range(p - 1):  # pass the finished chunks once around the ring
+        comm.sendrecv(ring_chunk(flat, p, r - s), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag,
+                      recvtag=tag, out=ring_chunk(flat, p, r - s - 1))
     return flat
     # END SOLUTION

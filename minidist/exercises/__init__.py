@@ -4,8 +4,9 @@ See lessons/TEACHING.md for the instructor's workflow and lessons/EXERCISES.md f
 """
 
 from .catalog import render_markdown
+from .classroom import grade, grade_class, grade_exercise, grade_submission
 from .exercise_map import build_map, instrumented_copy, load_map, own_exercise
-from .grade import SubmissionReport, grade, grade_exercise, grade_submission, splice_functions
+from .grade import SubmissionReport, splice_functions
 from .markers import MarkerError, Region, all_regions, find_regions, read_registry
 from .registry import Exercise
 from .results import ExerciseResult, IntegrationResult
@@ -22,6 +23,7 @@ __all__ = [
            "build_map",
            "find_regions",
            "grade",
+           "grade_class",
            "grade_exercise",
            "grade_submission",
            "instrumented_copy",

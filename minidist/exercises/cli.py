@@ -7,14 +7,39 @@ import sys
 from pathlib import Path
 
 from .catalog import locations, render_markdown
+from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
-from .grade import grade_submission
 from .isolation import check_each_alone
-from .markers import all_regions, read_registry
+from .markers import MarkerError, all_regions, read_registry
 from .report import format_markdown, format_text, write_csv
-from .student_copy import make_student_copy
+from .student_copy import STUDENT_STAMP, make_student_copy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+STUDENT_COPY_NOTE = """\
+exercises {verb}: this is a student copy of the course: its solutions are cut out, so there is nothing
+to {what} here ({why}). Instructors run `exercises {verb}` in the reference repository. To check your own
+work: `python -m pytest --exercise NAME` (one exercise; lessons/EXERCISES.md lists them) or
+`python -m pytest` (everything: what is left fails)."""
+WHAT = {"make": "cut", "grade": "grade against", "check": "check", "map": "map", "standins": "replace",
+        "list": "list"}
+
+
+def _reference_only(func):
+    """A verb that needs the reference tree: in a student copy, or on broken markers, a clear message and
+    exit status 2 instead of a traceback."""
+    def run(args) -> int:
+        try:
+            if (args.root / STUDENT_STAMP).exists() or not all_regions(args.root):
+                why = "it has no `# BEGIN SOLUTION` region"
+                print(STUDENT_COPY_NOTE.format(verb=args.verb, what=WHAT[args.verb], why=why), file=sys.stderr)
+                return 2
+            return func(args)
+        except MarkerError as err:
+            print(f"exercises {args.verb}: the solution markers are not right: {err}", file=sys.stderr)
+            return 2
+    return run
 
 
 def _ids(values: list[str] | None) -> list[str] | None:
@@ -25,6 +50,15 @@ def _ids(values: list[str] | None) -> list[str] | None:
 
 
 def cmd_list(args) -> int:
+    if args.weeks:
+        from .catalog import week_table
+
+        sys.stdout.write(week_table(read_registry(args.root)))
+        return 0
+    if args.markdown and not all_regions(args.root):
+        print("exercises list --markdown: this copy has no solution regions to list; lessons/EXERCISES.md "
+              "is the list (`exercises list` prints it with each exercise's tests)", file=sys.stderr)
+        return 2
     if args.markdown:
         sys.stdout.write(render_markdown(args.root))
         return 0
@@ -48,31 +82,19 @@ def cmd_make(args) -> int:
     return 0
 
 
-def _progress(name: str):
-    tty = sys.stderr.isatty()
-    last = [-1.0]
-
-    def show(done: int, total: int, failed: int, elapsed: float) -> None:
-        if tty or elapsed - last[0] >= 10:
-            last[0] = elapsed
-            end = "\r" if tty else "\n"
-            print(f"  {name}: {done}/{total or '?'} tests done, {failed} failing, {elapsed:.0f} s",
-                  end=end, file=sys.stderr, flush=True)
-    return show
-
-
 def cmd_grade(args) -> int:
-    reports = []
-    for submission in args.submissions:
-        name = Path(submission).name
-        print(f"grading {submission} ...", file=sys.stderr, flush=True)
-        report = grade_submission(Path(submission), args.root, exercises=_ids(args.only),
-                                  hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
-                                  tests=_ids(args.tests), limit=args.limit, workers=args.workers,
-                                  progress=_progress(name))
-        print(f"  {name}: {report.status}, score {report.total_score:.2f}, {report.seconds:.0f} s"
-              + " " * 20, file=sys.stderr, flush=True)
-        reports.append(report)
+    def echo(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        reports = grade_class([Path(s) for s in args.submissions], args.root, exercises=_ids(args.only),
+                              hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
+                              limit=args.limit, jobs=args.jobs, integration=args.integration, echo=echo)
+    except ValueError as err:
+        print(f"exercises grade: {err}", file=sys.stderr)
+        return 2
+    for report in reports:
+        name = Path(report.submission).name
         if args.out:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
@@ -96,9 +118,33 @@ def cmd_check(args) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def cmd_standins(args) -> int:
+    from .standins import MAX_SCORE, STANDINS_PATH, grade_standins, problems, write_standin_tests
+
+    results = grade_standins(args.root, jobs=args.jobs, every_test=args.write)
+    if args.write:
+        weak = write_standin_tests(args.root, results)
+        print(f"{STANDINS_PATH}: {sum(map(len, weak.values()))} tests pass on a stand-in of the exercise "
+              f"they reach; they are left out of its own tests")
+        results = {k: (0, r - p, []) for k, (p, r, _t) in results.items()}
+    found = problems(results)
+    for line in found:
+        print(f"FAIL {line}")
+    print(f"stand-ins (identity, zeros, rank 0's input) score at most {MAX_SCORE:.0%} of every exercise's "
+          f"own tests" if not found else f"{len(found)} problem(s): run `python -m minidist exercises "
+          f"standins --write` after `exercises map`, or strengthen the tests")
+    return 1 if found else 0
+
+
 def cmd_map(args) -> int:
+    from .standins import STANDINS_PATH, grade_standins, write_standin_tests
+
     mapping = build_map(args.root)
     print(f"tests/exercise_map.json: {len(mapping)} tests reach an exercise region")
+    # Which of them pass on a trivially wrong stand-in depends on the map: measure it with it.
+    weak = write_standin_tests(args.root, grade_standins(args.root, every_test=True, echo=lambda line: None))
+    print(f"{STANDINS_PATH}: {sum(map(len, weak.values()))} of them pass on a stand-in of the exercise they "
+          f"reach (left out of its own tests)")
     return 0
 
 
@@ -109,28 +155,37 @@ def add_parser(sub) -> None:
     verbs = ex.add_subparsers(dest="verb", required=True)
     ls = verbs.add_parser("list", help="the exercises, their lessons, files and tests")
     ls.add_argument("--markdown", action="store_true", help="print lessons/EXERCISES.md")
+    ls.add_argument("--weeks", action="store_true", help="print the week table of lessons/TEACHING.md")
     ls.set_defaults(func=cmd_list)
     make = verbs.add_parser("make", help="write a student copy with solutions cut out")
     make.add_argument("dest")
     make.add_argument("--only", action="append", metavar="ID", help="cut only these (repeatable or a,b)")
     make.add_argument("--keep", action="append", metavar="ID", help="leave these solved (repeatable or a,b)")
-    make.set_defaults(func=cmd_make)
+    make.set_defaults(func=_reference_only(cmd_make))
     gr = verbs.add_parser("grade", help="grade student copies with the reference tests")
     gr.add_argument("submissions", nargs="+", help="one or more student copies (e.g. SUBMISSIONS/*)")
     gr.add_argument("--only", action="append", metavar="ID", help="grade only these exercises")
     gr.add_argument("--hidden", help="a directory of extra (hidden) test files")
-    gr.add_argument("--timeout", type=float, default=60.0, help="seconds per test (default 60)")
-    gr.add_argument("--limit", type=float, default=600.0, help="seconds per submission (default 600)")
-    gr.add_argument("--workers", type=int, default=None, help="pytest-xdist workers (default 2 if installed)")
-    gr.add_argument("--tests", action="append", help="test paths to limit grading to (default: all)")
+    gr.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds one test may run before it is killed and counted hung (default 30)")
+    gr.add_argument("--limit", type=float, default=300.0, help="seconds per exercise (default 300)")
+    gr.add_argument("--jobs", type=int, default=2, help="pytest sessions at a time (default 2)")
+    gr.add_argument("--integration", action="store_true",
+                    help="also run the integration tests (they reach several exercises; never scored)")
     gr.add_argument("--json", action="store_true", help="the full report as JSON")
     gr.add_argument("--markdown", action="store_true", help="feedback as Markdown: failing tests, messages")
     gr.add_argument("--csv", help="write one row per submission to this file")
     gr.add_argument("--out", help="write NAME.md and NAME.json per submission into this directory")
-    gr.set_defaults(func=cmd_grade)
+    gr.set_defaults(func=_reference_only(cmd_grade))
     ck = verbs.add_parser("check", help="CI: each exercise, solved alone, passes its own tests")
     ck.add_argument("--only", action="append", metavar="ID", help="check only these exercises")
     ck.add_argument("--jobs", type=int, default=2, help="copies checked at a time (default 2)")
     ck.add_argument("--limit", type=float, default=900.0, help="seconds per exercise (default 900)")
-    ck.set_defaults(func=cmd_check)
-    verbs.add_parser("map", help="re-measure which tests reach which exercise").set_defaults(func=cmd_map)
+    ck.set_defaults(func=_reference_only(cmd_check))
+    mp = verbs.add_parser("map", help="re-measure which tests reach which exercise (and which pass on stand-ins)")
+    mp.set_defaults(func=_reference_only(cmd_map))
+    st = verbs.add_parser("standins", help="CI: trivially wrong solutions score at most 10%% of own tests")
+    st.add_argument("--write", action="store_true",
+                    help="measure anew and record the tests that pass on a stand-in (tests/exercise_standins.json)")
+    st.add_argument("--jobs", type=int, default=2, help="sessions at a time (default 2)")
+    st.set_defaults(func=_reference_only(cmd_standins))

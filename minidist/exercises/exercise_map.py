@@ -31,6 +31,7 @@ from .tree import copy_tree, rewrite_regions, solution_lines
 
 HITS_MODULE = "_minidist_exercise_hits"
 MAP_PATH = Path("tests") / "exercise_map.json"
+STANDINS_PATH = Path("tests") / "exercise_standins.json"    # tests that pass on a stand-in (standins.py)
 UNMAPPED_PREFIXES = ("tests/test_lessons.py", "tests/test_exercises_")
 
 

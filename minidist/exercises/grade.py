@@ -1,32 +1,32 @@
-"""Grade a student's copy with the reference tests: one pytest session per submission.
+"""Grade a student's copy with the reference tests: each exercise alone, in a pytest session of its own.
 
-The grader builds one tree from the reference: every graded exercise's region cut out, then the
-*student's* version of each function that holds a region put in (by qualified name; a function the
-submission lacks stays cut, and the exercise says why). Everything else — other code, the tests — is
-the reference's. It adds the instructor's hidden tests if any, then runs, in a single pytest session
-(pytest-xdist workers when installed), every test whose exercises are all graded (``pytest --exercise``
-for each), with a per-test timeout, in its own process group under a time limit (runner.py). The
-results come from a report file and are attributed by the tests' marks (results.py): an exercise's
-score counts its own tests only; integration tests are reported beside it.
+For each graded exercise X the grader builds a tree from the reference in which every other exercise
+keeps its reference solution and X holds the *student's* version of each function that holds X's
+regions (by qualified name; a function the submission lacks leaves X cut, and the grade says why).
+Everything else — other code, the tests — is the reference's. It adds the instructor's hidden tests if
+any, then runs X's own tests (``pytest --exercise X``) in a session watched from outside
+(sessions.py): a test that hangs or crashes is killed or noticed, counted as such, and the session
+resumes with the tests left. Nothing one exercise does — a hang, ``os._exit``, a killed process — can
+reach another exercise's tests: they run in other processes, on trees where the first is solved.
+Integration tests (they reach several exercises) run on request, in one more session on a tree with
+every graded exercise taken from the submission, and are reported beside the scores, never in them.
+Sessions of one submission, and of a whole class, run ``jobs`` at a time (classroom.py).
 
 Hidden tests are ordinary pytest files that carry ``@pytest.mark.exercise("<id>")`` themselves.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
 import shutil
 import sys
-import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .exercise_map import load_map
+from .exercise_map import load_map, own_exercise
 from .markers import all_regions, function_spans
-from .results import ExerciseResult, IntegrationResult, environment, read_report, score_exercises
-from .runner import run_watched
+from .results import ExerciseResult, IntegrationResult, TestResult, environment, score_exercises
+from .sessions import grading_env, pytest_command, run_session
 from .student_copy import write_cut_files
 from .tree import copy_tree
 
@@ -36,12 +36,12 @@ PLUGIN = "_minidist_grade_report"
 @dataclass
 class SubmissionReport:
     submission: str
-    status: str                    # graded | timeout | error
+    status: str                    # graded | incomplete (a test hung, crashed or was not run) | error
     seconds: float
     environment: dict
     exercises: list[ExerciseResult]
     integration: list[IntegrationResult] = field(default_factory=list)
-    hung: list[str] = field(default_factory=list)
+    incidents: list[dict] = field(default_factory=list)  # {exercise, test, outcome, message}: hung, crashed
     log_tail: str = ""
 
     @property
@@ -92,86 +92,108 @@ def build_grading_tree(submission: Path, root: Path, tree: Path, exercises: list
     return errors
 
 
-def _test_paths(root: Path, exercises: list[str], tests: list[str] | None, hidden: bool) -> list[str]:
-    """The files to collect: those whose mapped tests the selection can reach (collection is not free)."""
-    if tests:
-        return list(tests)
-    files = {test.split("::")[0] for test, ids in load_map(root).items() if set(ids) <= set(exercises)}
-    return sorted(files) + (["tests/hidden"] if hidden else [])
-
-
-def default_workers() -> int:
-    return min(2, os.cpu_count() or 1) if importlib.util.find_spec("xdist") else 1
-
-
-def grade_submission(submission: Path, root: Path, exercises: list[str] | None = None,
-                     hidden: Path | None = None, timeout: float = 60.0, tests: list[str] | None = None,
-                     limit: float = 600.0, workers: int | None = None, progress=None) -> SubmissionReport:
-    """Grade ``submission`` against the reference at ``root``.
-
-    exercises: the ids to grade (default: all); hidden: a directory of extra test files; timeout: seconds
-    per test; tests: test paths to limit the run to; limit: seconds for the whole submission;
-    workers: pytest-xdist workers (default 2 when installed); progress(done, total, failed, elapsed).
-    """
-    submission, root = Path(submission).resolve(), Path(root).resolve()
+def check_submission(submission: Path, root: Path) -> None:
+    """Refuse at once a directory that is not a copy of the course (before any minute is spent on it)."""
+    submission = Path(submission)
     if not submission.is_dir():
         raise ValueError(f"submission {submission} is not a directory")
+    files = sorted({r.path for r in all_regions(root)})
+    present = [f for f in files if (submission / f).is_file()]
+    if not (submission / "minidist" / "__init__.py").is_file() or not present:
+        raise ValueError(
+            f"{submission} is not a copy of the course: a copy (made by `python -m minidist exercises "
+            f"make`) holds the package minidist/ with the files that hold the exercises, e.g. "
+            f"{', '.join(files[:3])}; found none of them. Give the directory of one student's copy "
+            f"(or several: SUBMISSIONS/*).")
+
+
+def student_code(submission: Path, root: Path, exercise: str) -> str:
+    """The submission's source of the functions that hold the exercise's regions (or why it has none):
+    two submissions with the same code for an exercise get the same grade for it, so it is run once."""
+    parts = []
+    for path in sorted({r.path for r in all_regions(root) if r.exercise == exercise}):
+        names = sorted({r.function for r in all_regions(root) if r.path == path and r.exercise == exercise})
+        try:
+            lines = (Path(submission) / path).read_text().splitlines()
+            spans = function_spans("\n".join(lines))
+            parts += [f"{path}::{n}\n" + "\n".join(lines[spans[n][0] - 1:spans[n][1]]) if n in spans
+                      else f"{path}::{n} missing" for n in names]
+        except (OSError, SyntaxError, ValueError) as err:
+            parts.append(f"{path}: {type(err).__name__}")
+    return "\n".join(parts)
+
+
+def own_test_files(root: Path, exercise: str) -> list[str]:
+    """The test files that hold the exercise's own tests (tests/exercise_map.json)."""
+    return sorted({t.split("::")[0] for t, ids in load_map(root).items() if own_exercise(ids) == exercise})
+
+
+_BUILDING = threading.Lock()
+
+
+@dataclass
+class Job:
+    """One pytest session of a grade: one exercise's own tests, or (exercise None) the integration tests."""
+    submission: Path
+    exercise: str | None
+    graded: list[str]
+
+
+def run_job(job: Job, root: Path, work: Path, hidden: Path | None, timeout: float, limit: float
+            ) -> tuple[list[TestResult], dict[str, str], str, float]:
+    """(tests with outcomes, {exercise: why its code was not taken}, pytest's error if any, seconds)."""
+    tree = work / "repo"
+    own = [job.exercise] if job.exercise else job.graded
+    with _BUILDING:     # jobs run in threads; CPython 3.11's ast.parse is not safe in several at once
+        errors = build_grading_tree(job.submission, root, tree, own)
+    if job.exercise:
+        paths = own_test_files(root, job.exercise)
+        if hidden is not None:
+            shutil.copytree(hidden, tree / "tests" / "hidden")
+            (tree / "tests" / "hidden" / "__init__.py").touch()
+            paths.append("tests/hidden")
+        env = grading_env(tree)
+    else:
+        paths = sorted({t.split("::")[0] for t, ids in load_map(root).items()
+                        if len(ids) > 1 and set(ids) <= set(job.graded)})
+        env = dict(grading_env(tree), MINIDIST_GRADE_ONLY_INTEGRATION="1")
+    if not paths:
+        return [], errors, "", 0.0
+    cmd = pytest_command(sys.executable, PLUGIN) + [a for ex in own for a in ("--exercise", ex)]
+    outcome = run_session(cmd, paths, tree, env, work, timeout, limit)
+    return outcome.tests, errors, outcome.error, outcome.seconds
+
+
+def assemble(submission: Path, graded: list[str], done: dict, seconds: float, workers: int
+             ) -> SubmissionReport:
+    """The report of one submission from its jobs' results ({exercise or None: run_job's tuple})."""
+    scored, integration, incidents, logs = [], [], [], []
+    for ex in graded:
+        tests, errors, error, secs = done[ex]
+        if error and not tests:
+            errors = dict(errors, **{ex: errors.get(ex) or "pytest could not collect the tests (see below)"})
+            logs.append(f"{ex}:\n{error}")
+        [result], _ = score_exercises(tests, [ex], errors)
+        result.seconds = round(secs, 1)
+        scored.append(result)
+    if None in done:
+        tests, _, error, _ = done[None]
+        integration = score_exercises(tests, [], {})[1]
+        if error and not tests:
+            logs.append(f"integration tests:\n{error}")
+    for key, (tests, *_rest) in done.items():
+        incidents += [{"exercise": key or "integration", "test": t.id, "outcome": t.outcome,
+                       "message": t.message} for t in tests if t.outcome in ("hung", "crashed")]
+    status = "error" if logs else ("incomplete" if any(
+        f["outcome"] in ("hung", "crashed", "not run") for r in scored for f in r.failing) else "graded")
+    return SubmissionReport(str(submission), status, round(seconds, 1), environment(workers), scored,
+                            integration, incidents, "\n".join(logs))
+
+
+def graded_ids(root: Path, exercises: list[str] | None) -> list[str]:
     known = sorted({r.exercise for r in all_regions(root)})
     ids = sorted(exercises) if exercises else known
     unknown = sorted(set(ids) - set(known))
     if unknown:
         raise ValueError(f"unknown exercise(s) {unknown}; the library has regions for {known}")
-    workers = default_workers() if workers is None else workers
-    with tempfile.TemporaryDirectory(prefix="minidist-grade-") as tmp:
-        tree, report = Path(tmp) / "repo", Path(tmp) / "report.jsonl"
-        errors = build_grading_tree(submission, root, tree, ids)
-        if hidden is not None:
-            shutil.copytree(hidden, tree / "tests" / "hidden")
-            (tree / "tests" / "hidden" / "__init__.py").touch()
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PLUGIN,
-               f"--timeout={timeout}", *(["-n", str(workers)] if workers > 1 else []),
-               *[arg for ex in ids for arg in ("--exercise", ex)],
-               *_test_paths(root, ids, tests, hidden is not None)]
-        env = dict(os.environ, PYTHONPATH=str(tree), MPLBACKEND="Agg", HYPOTHESIS_PROFILE="grading",
-                   MINIDIST_GRADE_REPORT=str(report), PYTHONDONTWRITEBYTECODE="1")
-        watch = None if progress is None else (lambda elapsed: progress(*_counts(report), elapsed))
-        outcome = run_watched(cmd, tree, env, Path(tmp) / "pytest.log", limit, watch)
-        results = read_report(report, outcome.timed_out, limit)
-    scored, integration = score_exercises(results, ids, errors)
-    status = "timeout" if outcome.timed_out else ("graded" if results else "error")
-    return SubmissionReport(str(submission), status, round(outcome.seconds, 1), environment(workers), scored,
-                            integration, [t.id for t in results if t.outcome == "hung"],
-                            "" if results else outcome.log_tail)
-
-
-def _counts(report: Path) -> tuple[int, int, int]:
-    """(finished, collected, failed) so far, from the report file being written."""
-    done, failed, collected = set(), set(), set()
-    lines = report.read_text(errors="replace").splitlines() if report.exists() else []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        collected.update(entry.get("collected", {}))
-        if "id" in entry:
-            done.add(entry["id"])
-            if entry["outcome"] == "failed":
-                failed.add(entry["id"])
-    return len(done), len(collected), len(failed)
-
-
-def grade(submission: Path, root: Path, exercises: list[str] | None = None, hidden: Path | None = None,
-          timeout: float = 120.0, tests: list[str] | None = None) -> list[ExerciseResult]:
-    """The per-exercise results of ``grade_submission`` (scores from each exercise's own tests)."""
-    return grade_submission(submission, root, exercises, hidden, timeout, tests).exercises
-
-
-def grade_exercise(submission: Path, root: Path, exercise: str, hidden: Path | None = None,
-                   timeout: float = 120.0, tests: list[str] | None = None) -> ExerciseResult:
-    return grade(submission, root, [exercise], hidden, timeout, tests)[0]
-
-
-def as_json_ready(results: list[ExerciseResult]) -> dict:
-    return {"exercises": [asdict(r) for r in results],
-            "total_score": round(sum(r.score for r in results) / len(results), 4) if results else 0.0}
+    return ids

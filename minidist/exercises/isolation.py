@@ -8,6 +8,7 @@ checked ``jobs`` at a time, each pytest in its own process group (runner.py).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .exercise_map import load_map, own_exercise
+from .exercise_map import STANDINS_PATH, load_map, own_exercise
 from .markers import all_regions
 from .runner import run_watched
 from .student_copy import make_student_copy
@@ -32,10 +33,14 @@ class AloneResult:
 
 
 def own_tests(root: Path) -> dict[str, list[str]]:
-    """{exercise: its own tests (those that reach it alone)}, from tests/exercise_map.json."""
+    """{exercise: its own tests (those that reach it alone and do not pass on a stand-in of it)}, from
+    tests/exercise_map.json and tests/exercise_standins.json."""
+    path = Path(root) / STANDINS_PATH
+    weak = {(ex, t) for ex, tests in json.loads(path.read_text()).items() for t in tests} if path.exists() \
+        else set()
     found: dict[str, list[str]] = {}
     for test, ids in load_map(root).items():
-        if (ex := own_exercise(ids)) is not None:
+        if (ex := own_exercise(ids)) is not None and (ex, test) not in weak:
             found.setdefault(ex, []).append(test)
     return found
 

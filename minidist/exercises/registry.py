@@ -52,8 +52,8 @@ EXERCISES = (
              "Back off on Inf/NaN and skip the step; grow after a run of clean steps.",
              "Count clean steps; never grow into Inf; respect min_scale."),
     Exercise("ring_allreduce", "lessons/05_collectives.py",
-             "Reduce-scatter then allgather around the ring (rank r sends only to r + 1, receives only from "
-             "r − 1): 2(P−1) steps of one sendrecv each, every message one of the P chunks of "
+             "Reduce-scatter (ring_reduce_scatter) then allgather (ring_allgather) around the ring (rank r "
+             "sends only to r + 1, receives only from r − 1): 2(P−1) steps of one sendrecv each, every message one of the P chunks of "
              "split_offsets(n, P) (np.array_split's rule), so each rank sends exactly 2(P−1)/P·n elements' "
              "bytes in 2(P−1) messages when P divides n (all ranks together 2(P−1)·n for any n). At "
              "reduce-scatter step s rank r sends chunk (r−s−1) mod P, so chunk r is complete on rank r; the "

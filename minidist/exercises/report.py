@@ -11,7 +11,7 @@ from .grade import SubmissionReport
 def environment_line(env: dict) -> str:
     return (f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
             f"ml_dtypes {env['ml_dtypes']}, "
-            f"hypothesis {env['hypothesis']}; {env['workers']} pytest worker(s) on {env['cpus']} cpu(s)")
+            f"hypothesis {env['hypothesis']}; {env['workers']} session(s) at a time on {env['cpus']} cpu(s)")
 
 
 def format_text(report: SubmissionReport) -> str:
@@ -26,25 +26,36 @@ def format_text(report: SubmissionReport) -> str:
         for g in report.integration:
             skipped = f", {g.skipped} skipped" if g.skipped else ""
             out.append(f"  {g.name}: {g.passed}/{g.total}{skipped}")
-    for test in report.hung:
-        out.append(f"hung: {test}")
+    for i in report.incidents:
+        out.append(f"{i['outcome']} in {i['exercise']}: {i['test']} — {i['message']}")
     out.append(f"{'overall':28s} {'':18s}  {report.total_score:.2f}")
     if report.log_tail:
         out.append("pytest said:\n" + report.log_tail)
     return "\n".join(out)
 
 
+SHOWN_FAILURES = 8     # per exercise: with its header and notes, feedback stays within 40 lines
+
+
 def _failures_md(failing: list[dict]) -> list[str]:
-    return [f"- `{f['test']}` — {f['outcome']}: {f['message'] or '(no message)'}" for f in failing]
+    """One line per failing test, the first SHOWN_FAILURES of them; an exercise not attempted, one line."""
+    if failing and all("NotImplementedError: exercise " in f["message"] for f in failing):
+        return [f"- not solved yet: all {len(failing)} tests stop at `{failing[0]['message'][:120]}`"]
+    out = [f"- `{f['test']}` — {f['outcome']}: {f['message'] or '(no message)'}"
+           for f in failing[:SHOWN_FAILURES]]
+    if len(failing) > SHOWN_FAILURES:
+        out.append(f"- … and {len(failing) - SHOWN_FAILURES} more failing tests (run "
+                   f"`python -m pytest --exercise ID` to see them all)")
+    return out
 
 
 def format_markdown(report: SubmissionReport) -> str:
     """Feedback an instructor can hand back: scores, then each failing test with its short message."""
     name = Path(report.submission).name
     out = [f"# Grade: {name}", "",
-           f"Status: {report.status} in {report.seconds:.0f} s. Overall score: **{report.total_score:.2f}** "
-           f"(the mean of the exercises' scores; a score counts the tests that reach only that "
-           f"exercise).", "",
+           (f"Status: {report.status} in {report.seconds:.0f} s. Overall score: **{report.total_score:.2f}** "
+            f"(the mean of the exercises' scores; a score counts the tests that reach only that "
+            f"exercise)."), "",
            f"Graded with {environment_line(report.environment)}.", "",
            "| exercise | own tests passed | skipped | score |", "|---|---|---|---|"]
     out += [f"| `{r.exercise}` | {r.passed}/{r.total} | {r.skipped} | {r.score:.2f} |"
@@ -58,8 +69,8 @@ def format_markdown(report: SubmissionReport) -> str:
             out += ["", f"## `{r.exercise}`", ""]
             if r.error:
                 out.append(f"Note: {r.error}")
-            out += _failures_md(r.failing)
-            out += [f"- skipped: {reason}" for reason in r.skip_reasons]
+            out += [line.replace("--exercise ID", f"--exercise {r.exercise}") for line in _failures_md(r.failing)]
+            out += [f"- skipped: {reason}" for reason in r.skip_reasons[:3]]
     failing_groups = [g for g in report.integration if g.failing]
     if failing_groups:
         out += ["", "## Integration tests", ""]
@@ -76,11 +87,11 @@ def write_csv(reports: list[SubmissionReport], path: Path) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["student", "status", "seconds", "score", *ids, "own_passed", "own_run", "skipped",
-                         "hung", "integration_passed", "integration_run"])
+                         "hung_or_crashed", "integration_passed", "integration_run"])
         for rep in reports:
             by_id = {r.exercise: r for r in rep.exercises}
             writer.writerow([Path(rep.submission).name, rep.status, rep.seconds, rep.total_score,
                              *[by_id[i].score if i in by_id else "" for i in ids],
                              sum(r.passed for r in rep.exercises), sum(r.total for r in rep.exercises),
-                             sum(r.skipped for r in rep.exercises), len(rep.hung),
+                             sum(r.skipped for r in rep.exercises), len(rep.incidents),
                              sum(g.passed for g in rep.integration), sum(g.total for g in rep.integration)])

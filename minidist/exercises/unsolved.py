@@ -2,7 +2,8 @@
 
 A cut region raises ``NotImplementedError("exercise <id>: see <lesson>")``; inside a cluster rank the
 same text reaches the parent inside ``ClusterError``'s message. (A lesson run directly gets the same
-treatment from the hook in minidist/__init__.py.)
+treatment from the hook in minidist/__init__.py.) The run then ends with ``stop_message`` and status 1:
+it did not do all it was asked.
 """
 
 from __future__ import annotations
@@ -24,3 +25,11 @@ def unsolved_exercise(error: BaseException) -> str | None:
             return match[1]
         error = error.__cause__ or error.__context__
     return None
+
+
+def stop_message(subject: str, rerun: str, exercise: str) -> str:
+    """What a lesson or the demo prints when it reaches ``exercise`` ("exercise <id>") unsolved."""
+    name = exercise.split(" ", 1)[-1]
+    return (f"\n{subject} stops here: it needs {exercise}, which is not solved yet in this copy.\n"
+            f"Solve it (lessons/EXERCISES.md says where), check it with\n\n"
+            f"    python -m pytest --exercise {name}\n\nthen run {rerun} again.")

@@ -11,6 +11,7 @@ from hypothesis import given
 from minidist.cluster import run
 from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
 from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES, SHORT_MESSAGE_BYTES
+from tests.collectives.bitwise import mismatch
 from tests.collectives.collectives_data import cases, exact, rank_arrays, world_sizes
 
 OPS = ("sum", "sum", "mean", "max", "min")
@@ -36,8 +37,8 @@ def check_allreduce(world_size, case_list, algorithms):
         for algorithm in algorithms:
             for rank in range(world_size):
                 got = per_rank[rank][i]
-                assert got.dtype == want.dtype and got.shape == want.shape, (algorithm, rank)
-                assert got.tobytes() == want.tobytes(), f"{algorithm} on rank {rank}: {got} != {want}"
+                wrong = mismatch(got, want, rank, world_size, algorithm)
+                assert wrong is None, wrong
             i += 1
 
 
@@ -143,9 +144,10 @@ def _through_a_small_mailbox(comm, algorithm, n):
 def test_streamed_messages_and_in_place_give_the_exact_sum(algorithm, world_size, n):
     results = run(_through_a_small_mailbox, world_size, algorithm, n, mailbox_bytes=4096)
     want = exact([x for *_, x in results], "sum")
-    for fresh, in_place, _ in results:
-        assert fresh.tobytes() == want.tobytes() and fresh.flags.c_contiguous
-        assert in_place.tobytes() == want.tobytes()
+    for rank, (fresh, in_place, _) in enumerate(results):
+        assert (wrong := mismatch(fresh, want, rank, world_size, algorithm)) is None, wrong
+        assert (wrong := mismatch(in_place, want, rank, world_size, f"{algorithm}, in place")) is None, wrong
+        assert fresh.flags.c_contiguous
 
 
 def _with_out(comm):

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from minidist.cluster import run
 from minidist.collectives import allreduce
 from minidist.collectives.cost import tree_children
+from tests.collectives.bitwise import mismatch
 from tests.own_helpers import integer_arrays
 
 EXERCISES = {"ring": "ring_allreduce", "parameter_server": "parameter_server_allreduce",
@@ -49,8 +50,8 @@ def check_values(algorithm, world_size, cases):
         want = exact(seed, world_size, n, dtype, op)
         for rank in range(world_size):
             got = results[rank][i][0]
-            assert got.dtype == want.dtype and got.shape == want.shape
-            assert got.tobytes() == want.tobytes(), f"{algorithm} {op} n={n} {dtype}: rank {rank}"
+            wrong = mismatch(got, want, rank, world_size, f"{algorithm} {op} n={n} {dtype}")
+            assert wrong is None, wrong
     return results
 
 

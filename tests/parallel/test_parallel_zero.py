@@ -105,9 +105,9 @@ def test_parallel_zero_memory_and_bytes_equal_the_formulas(world_size, optimizer
             expected = {1: (b * psi, b * psi, k * b * psi_r), 2: (b * psi, b * psi_r, k * b * psi_r),
                         3: (b * psi_r, b * psi_r, k * b * psi_r)}[stage]
             assert (held["parameters"], held["gradients"], held["optimizer"]) == expected
-            nxt = (r + 1) % world_size
+            # reduce-scatter: every piece but mine, once; allgather: my piece to each of the P − 1 others
             rs = sum(b * (n - split_sizes(n, world_size)[r]) for n in groups)
-            ag = sum(b * (n - split_sizes(n, world_size)[nxt]) for n in groups)
+            ag = sum(b * (world_size - 1) * split_sizes(n, world_size)[r] for n in groups)
             assert sent == rs + ag + (ag if stage == 3 else 0)
             if stage == 3:
                 assert largest == 42

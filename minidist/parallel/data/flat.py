@@ -5,10 +5,11 @@ a layer for ZeRO-3). Rank r owns the piece [lo, hi) = split_range(n, P, r) — t
 leaves on rank r and allgather collects from it (np.array_split's rule). The optimizer runs on one
 ``shard`` Parameter per group, of n_r = hi − lo elements: that is why the optimizer state shrinks by P.
 
-Bytes rank r sends for one group of n elements of b bytes (ring collectives; n_r = split_sizes(n, P)[r]):
+Bytes rank r sends for one group of n elements of b bytes (collectives/primitives.py, pairwise
+exchanges; n_r = split_sizes(n, P)[r]):
 
-    reduce_scatter   b·(n − n_r)            every piece but its own
-    allgather        b·(n − n_{r+1 mod P})  every piece but its right neighbour's
+    reduce_scatter   b·(n − n_r)            every piece but its own, each to its owner
+    allgather        b·(P − 1)·n_r          its own piece, to each of the P − 1 others
 so with P | n each costs (P − 1)/P · b·n, as on the slides.
 """
 
@@ -71,12 +72,12 @@ class ShardGroup:
 
 
 def send_bytes(n: int, world_size: int, rank: int, itemsize: int, collective: str) -> int:
-    """Bytes rank sends in one ring reduce_scatter or allgather of n elements (see the docstring)."""
+    """Bytes rank sends in one reduce_scatter or allgather of n elements (see the docstring)."""
     sizes = split_sizes(n, world_size)
     if collective == "reduce_scatter":
         return itemsize * (n - sizes[rank])
     if collective == "allgather":
-        return itemsize * (n - sizes[(rank + 1) % world_size])
+        return itemsize * (world_size - 1) * sizes[rank]
     raise ValueError(f"collective must be 'reduce_scatter' or 'allgather', got {collective!r}")
 
 

@@ -31,8 +31,7 @@ from minidist.precision import FP32, quantize
 from minidist.precision.formats import check_format
 from minidist.precision.mixed import boundaries
 from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
-
-from .flat import send_bytes
+from minidist.split import split_sizes
 
 
 class ShardedMixedPrecision(Attachment):
@@ -227,8 +226,10 @@ def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
 
 
 def flag_bytes(world_size: int, rank: int) -> int:
-    """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag."""
-    return send_bytes(1, world_size, rank, 8, "reduce_scatter") + send_bytes(1, world_size, rank, 8, "allgather")
+    """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag: its reduce-scatter
+    sends every chunk but its own, its allgather every chunk but its right neighbour's."""
+    sizes = split_sizes(1, world_size)
+    return 8 * (1 - sizes[rank]) + 8 * (1 - sizes[(rank + 1) % world_size])
 
 
 def gather_masters(comm, groups, params) -> list[np.ndarray]:
