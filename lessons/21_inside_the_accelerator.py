@@ -247,11 +247,10 @@ for rank, (y, dx, sent, grad) in enumerate(results):
     lo, hi = split_range(10, 3, rank)
     assert np.allclose(y, y_one, rtol=1e-13, atol=0) and np.allclose(dx, dx_one, rtol=1e-12, atol=1e-14)
     assert np.allclose(grad, one.weight_hh_l0.grad[lo:hi], rtol=1e-12, atol=1e-14)
-    skipped = split_range(10, 3, (rank + 1) % 3)     # a ring allgather forwards all pieces but one
-    assert sent == 12 * 4 * (10 - (skipped[1] - skipped[0])) * 8
+    assert sent == 12 * 4 * 2 * (hi - lo) * 8       # the allgather sends its own units to the 2 others
 print(f"3 ranks, H = 10 split {[split_range(10, 3, p) for p in range(3)]}: output, dx and every rank's "
       f"dW_hh rows equal one process; forward bytes sent per rank {[r[2] for r in results]} "
-      f"(12 steps × 4 sequences × the units it forwards × 8 B)")
+      f"(12 steps × 4 sequences × its own units to 2 others × 8 B)")
 
 # %% [markdown]
 # ## 5. int8 inference

@@ -56,9 +56,8 @@ def test_persistent_rnn_equals_one_process_per_parameter(world_size):
             np.testing.assert_allclose(shard, getattr(reference, name).data[lo:hi], rtol=1e-12, atol=1e-13)
         for dx, ref in zip(dxs, ref_dxs):
             np.testing.assert_allclose(dx, ref, rtol=1e-12, atol=1e-14)
-        # forward: one ring allgather of h_t per step; rank r forwards every piece but its left neighbour's
-        left = split_range(HIDDEN, world_size, (rank + 1) % world_size)
-        assert forward_bytes == T * N * (HIDDEN - (left[1] - left[0])) * 8 * (world_size > 1)
+        # forward: one allgather of h_t per step; rank r sends its own piece to each of the P - 1 others
+        assert forward_bytes == T * N * (world_size - 1) * (hi - lo) * 8
 
 
 def test_persistent_rnn_refuses_what_it_does_not_split():
