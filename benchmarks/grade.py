@@ -62,7 +62,8 @@ def make_class(folder: Path) -> dict[str, Path]:
 def check(reports: dict) -> list[str]:
     """What the class must show; returns the failures (empty when all hold)."""
     bad = []
-    wrong_by_design = {"wrong-ring": "ring_allreduce", "hang": "error_feedback", "exit": "dynamic_loss_scaling"}
+    wrong_by_design = {"wrong-ring": "ring_allreduce", "hang": "error_feedback",
+                       "exit": "dynamic_loss_scaling"}
     for name, report in reports.items():
         for r in report.exercises:
             cut = name == "untouched" or (name == "one-solved" and r.exercise != "ring_allreduce")
@@ -71,7 +72,8 @@ def check(reports: dict) -> list[str]:
     ring = next(r for r in reports["wrong-ring"].exercises if r.exercise == "ring_allreduce")
     if ring.score > 0.10:
         bad.append(f"wrong-ring: ring_allreduce scored {ring.score:.2f} > 0.10")
-    for name, exercise, outcome in (("hang", "error_feedback", "hung"), ("exit", "dynamic_loss_scaling", "crashed")):
+    for name, exercise, outcome in (("hang", "error_feedback", "hung"),
+                                    ("exit", "dynamic_loss_scaling", "crashed")):
         if not any(i["exercise"] == exercise and i["outcome"] == outcome for i in reports[name].incidents):
             bad.append(f"{name}: {exercise} not reported {outcome}")
     return bad

@@ -154,7 +154,8 @@ def activation_memory(model: Sequential, x: np.ndarray) -> list[tuple[str, int]]
 
 
 def digits_mlp(rng: np.random.Generator) -> Sequential:
-    return Sequential(Linear(64, 128, rng=rng), ReLU(), Linear(128, 128, rng=rng), ReLU(), Linear(128, 10, rng=rng))
+    return Sequential(Linear(64, 128, rng=rng), ReLU(), Linear(128, 128, rng=rng), ReLU(),
+                      Linear(128, 10, rng=rng))
 
 
 def digits_cnn(rng: np.random.Generator) -> Sequential:
@@ -255,7 +256,8 @@ def train(model: Sequential, data, epochs: int, lr: float, seed: int) -> tuple[l
     return epoch_losses, accuracy
 
 
-mlp_losses, mlp_accuracy = train(digits_mlp(np.random.default_rng(2)), load_digits(), epochs=12, lr=0.05, seed=3)
+mlp_losses, mlp_accuracy = train(digits_mlp(np.random.default_rng(2)), load_digits(), epochs=12,
+                                 lr=0.05, seed=3)
 cnn_losses, cnn_accuracy = train(digits_cnn(np.random.default_rng(2)), load_digits(images=True), epochs=6,
                                  lr=0.05, seed=3)
 print(f"MLP: loss {mlp_losses[0]:.3f} -> {mlp_losses[-1]:.4f}, test accuracy {mlp_accuracy:.1%}")

@@ -109,7 +109,8 @@ for (name, start), (path, losses) in runs.items():
     reached = int(np.argmax(losses < 1e-4))
     assert losses[-1] < 1e-8 and losses[reached] < 1e-4, (name, start)  # every one finds a global minimum
     end = path[-1]
-    print(f"{start!s:>14s} {name:>10s} {reached:16d}   ({end[0]:+.3f}, {end[1]:+.3f})    {end[0] * end[1]:.5f}")
+    print(f"{start!s:>14s} {name:>10s} {reached:16d}   ({end[0]:+.3f}, {end[1]:+.3f})    "
+          f"{end[0] * end[1]:.5f}")
 
 near_saddle = {name: int(np.argmax(runs[(name, STARTS[0])][1] < 1e-4)) for name in OPTIMIZERS}
 assert near_saddle["momentum"] < near_saddle["SGD"] and near_saddle["Nesterov"] < near_saddle["momentum"]
@@ -141,7 +142,8 @@ for ax, start in zip(axes, STARTS):
         ax.plot(path[-1, 0], path[-1, 1], "o", color=colors[name], ms=5)
     ax.plot(*start, "k*", ms=12)
     ax.plot(0, 0, "wx", ms=10, mew=2)
-    ax.set(title=f"start {start}", xlabel="w1", ylabel="w2", xlim=(-2.2, 2.2), ylim=(-2.2, 2.2), aspect="equal")
+    ax.set(title=f"start {start}", xlabel="w1", ylabel="w2", xlim=(-2.2, 2.2), ylim=(-2.2, 2.2),
+           aspect="equal")
 axes[0].legend(loc="lower left")
 fig.suptitle("y(w1, w2) = (w1·w2 − 1)²  (log scale; dashed: the valley of minima w1·w2 = 1; x: the saddle)")
 save_figure(fig, "02_toy_trajectories.png", dpi=90)
@@ -320,7 +322,8 @@ plt.close(fig)
 steps = np.arange(1000)
 schedules = {
     "LinearScalingRule(0.1, 8192, 256, warmup 100)": LinearScalingRule(0.1, 8192, 256, warmup_steps=100),
-    "LinearWarmup(Cosine(3.2, 1000), 100, start 1/32)": LinearWarmup(Cosine(3.2, 1000), 100, start_factor=1 / 32),
+    "LinearWarmup(Cosine(3.2, 1000), 100, start 1/32)":
+        LinearWarmup(Cosine(3.2, 1000), 100, start_factor=1 / 32),
 }
 fig, ax = plt.subplots(figsize=(8, 4), constrained_layout=True)
 for label, schedule in schedules.items():
@@ -331,7 +334,8 @@ save_figure(fig, "02_schedules.png", dpi=90)
 plt.close(fig)
 rule = schedules["LinearScalingRule(0.1, 8192, 256, warmup 100)"]
 assert abs(rule(0) - 0.1) < 1e-15 and rule(100) == rule.peak_lr == 0.1 * 8192 / 256
-print(f"linear scaling rule: lr {rule(0):.3f} at step 0, {rule(50):.3f} at step 50, {rule(100):.3f} from step 100")
+print(f"linear scaling rule: lr {rule(0):.3f} at step 0, {rule(50):.3f} at step 50, "
+      f"{rule(100):.3f} from step 100")
 
 # %% [markdown]
 # **What to remember.** Momentum averages gradients over ~1/(1 − β) steps and speeds up progress along

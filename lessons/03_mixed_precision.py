@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
+from minidist.plots import figures_dir, save_figure
 from minidist.precision import (
     BF16,
     FP8_E4M3,
@@ -39,7 +40,6 @@ from minidist.precision import (
     lowp_dot,
     quantize,
 )
-from minidist.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 FORMATS = [FP32, FP16, BF16, FP8_E5M2, FP8_E4M3]
@@ -146,7 +146,7 @@ model, loss_fn = make_mlp(), CrossEntropyLoss()
 optimizer = SGD(model.parameters(), lr=0.05, momentum=0.9)
 batches = np.random.default_rng(1)
 recorded = []
-for epoch in range(6):
+for _epoch in range(6):
     for index in iterate_batches(len(digits.y_train), 32, batches):
         optimizer.zero_grad()
         loss_fn.forward(model.forward(digits.x_train[index]), digits.y_train[index])
@@ -202,7 +202,7 @@ trainer = MixedPrecisionTrainer(model, SGD(model.parameters(), lr=0.05, momentum
                                 FP16, scaler=scaler)
 scales, skipped = [], []
 batches = np.random.default_rng(1)
-for epoch in range(6):
+for _epoch in range(6):
     for index in iterate_batches(len(digits.y_train), 32, batches):
         scales.append(scaler.scale)
         _, applied = trainer.train_step(digits.x_train[index], digits.y_train[index])
@@ -242,19 +242,20 @@ configs = {
     "FP32": None,
     "FP16 mixed": {"fmt": FP16},
     "FP8, weights FP8, nearest": {"fmt": FP8_E5M2, "master_fmt": FP8_E5M2, "update_rounding": "nearest"},
-    "FP8, weights FP8, stochastic": {"fmt": FP8_E5M2, "master_fmt": FP8_E5M2, "update_rounding": "stochastic"},
+    "FP8, weights FP8, stochastic": {"fmt": FP8_E5M2, "master_fmt": FP8_E5M2,
+                                     "update_rounding": "stochastic"},
 }
 history = {}
 for name, config in configs.items():
     model, loss_fn = make_mlp(), CrossEntropyLoss()
     optimizer = SGD(model.parameters(), lr=0.05)
     trainer = None if config is None else MixedPrecisionTrainer(
-        model, optimizer, loss_fn, rng=np.random.default_rng(3), scaler=DynamicLossScaler(growth_interval=100),
-        **config)
+        model, optimizer, loss_fn, rng=np.random.default_rng(3),
+        scaler=DynamicLossScaler(growth_interval=100), **config)
     forward = model.forward if trainer is None else trainer.forward
     batches = np.random.default_rng(1)
     losses, accuracies = [], []
-    for epoch in range(12):
+    for _epoch in range(12):
         epoch_loss = []
         for index in iterate_batches(len(digits.y_train), 32, batches):
             x, y = digits.x_train[index], digits.y_train[index]
@@ -348,6 +349,7 @@ plt.close(fig)
 #   `rng` (a `numpy.random.Generator`). Check: `python -m pytest --exercise stochastic_rounding`.
 # * `dynamic_loss_scaling` — `DynamicLossScaler.update(found_inf)`: multiply `self.scale` by
 #   `backoff_factor` on Inf/NaN and reset `self.clean_steps`; after `growth_interval` clean steps grow by
-#   `growth_factor` (never into Inf); respect `min_scale`. Check: `python -m pytest --exercise dynamic_loss_scaling`.
+#   `growth_factor` (never into Inf); respect `min_scale`.
+#   Check: `python -m pytest --exercise dynamic_loss_scaling`.
 #
 # Hint: section 4 runs the scaler over a whole run and asserts where it backs off and grows.

@@ -220,12 +220,13 @@ except ClusterError as error:
 #
 # Under `mpiexec -n P python script.py` the very same `run` starts no processes: the MPI processes are
 # the ranks, messages travel through MPI, and every process gets all the results (README, "Run on a
-# real cluster"). Below, one allreduce (recursive doubling: the ring is lesson 05's exercise) runs on both backends: the sums, the bytes counted and the
-# simulated clocks agree, because the clock models the machine, not this computer. (Skipped when MPI is
-# not installed: `pip install -e ".[mpi]"`.)
+# real cluster"). Below, one allreduce (recursive doubling: the ring is lesson 05's exercise) runs on both
+# backends: the sums, the bytes counted and the simulated clocks agree, because the clock models the machine,
+# not this computer. (Skipped when MPI is not installed: `pip install -e ".[mpi]"`.)
 
 # %%
 import ast  # noqa: E402
+
 import minidist  # noqa: E402
 from minidist.cluster.mpi_launch import launch, mpi_available  # noqa: E402
 

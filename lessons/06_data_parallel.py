@@ -32,8 +32,8 @@ from minidist.collectives.schedule import schedule, simulate
 from minidist.data import load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.data.comm import assign_buckets, ready_layers
 from minidist.parallel.data import DataParallel, leaf_layers
+from minidist.parallel.data.comm import assign_buckets, ready_layers
 from minidist.parallel.data.overlap import allreduce_seconds, step_time
 from minidist.plots import figures_dir, plot_overlap, save_figure
 
@@ -92,7 +92,8 @@ for source, tokens, weight, printed in MIX:
     low, high = (weight - 0.005) * 300 / (tokens + 0.5), (weight + 0.005) * 300 / (tokens - 0.5)
     follows = low <= printed <= high
     inconsistent += [] if follows else [source]
-    print(f"{source:>24}: {weight:.0%} x 300B / {tokens}B = {epochs:.2f} epochs (range {low:.2f}-{high:.2f}); "
+    print(f"{source:>24}: {weight:.0%} x 300B / {tokens}B = {epochs:.2f} epochs "
+          f"(range {low:.2f}-{high:.2f}); "
           f"slide {printed}{'' if follows else '  <- does not follow'}")
 assert inconsistent == ["WebText2"]
 assert round(sum(w for _, _, w, _ in MIX), 2) == 1.01           # the rounded weights add up to 101%
@@ -190,8 +191,8 @@ BIG = [512, 512, 512, 512, 10]
 
 def one_step(comm, bucket_bytes, overlap):
     model = mlp(BIG, seed=1)
-    dp = DataParallel(comm, model, SGD(model.parameters(), lr=0.01), CrossEntropyLoss(), bucket_bytes=bucket_bytes,
-                      overlap=overlap)
+    dp = DataParallel(comm, model, SGD(model.parameters(), lr=0.01), CrossEntropyLoss(),
+                      bucket_bytes=bucket_bytes, overlap=overlap)
     x = np.random.default_rng(2).normal(size=(128, 512)).astype(np.float32)
     y = np.arange(128) % 10
     dp.compute_spans, start = [], comm.clock
@@ -258,7 +259,8 @@ def schedule_of(widths, per_rank_batch, world_size, bucket_bytes):
 
 def measured_step(comm, widths, per_rank_batch, bucket_bytes):
     model = mlp(widths)
-    dp = DataParallel(comm, model, SGD(model.parameters(), lr=0.01), CrossEntropyLoss(), bucket_bytes=bucket_bytes)
+    dp = DataParallel(comm, model, SGD(model.parameters(), lr=0.01), CrossEntropyLoss(),
+                      bucket_bytes=bucket_bytes)
     x = np.zeros((per_rank_batch * comm.world_size, widths[0]), np.float32)
     start = comm.clock
     dp.train_step(x, np.zeros(len(x), dtype=int))
@@ -310,8 +312,8 @@ assert t1 / strong[-1] < t1 / strong[ps.index(16)]       # strong scaling peaks,
 # Strong scaling runs out: at large P each rank computes only a few examples, and the allreduce, whose
 # time does not shrink with P, is all that is left — beyond P ≈ 16 more ranks make the step *slower*.
 # Weak scaling holds its efficiency much longer, as long as the per-rank compute can hide T_comm; it
-# degrades here through the latency term 2α(P−1) per bucket. That is why data-parallel training grows the batch with P — and why
-# lesson 07 is about large batches.
+# degrades here through the latency term 2α(P−1) per bucket. That is why data-parallel training grows the
+# batch with P — and why lesson 07 is about large batches.
 #
 # ## 5. The limit P ≤ B
 #
@@ -339,7 +341,8 @@ except ClusterError as error:
 #
 # The clock above is simulated. The processes are real, so on a machine with two cores two ranks really
 # do compute in parallel: 5 steps of a 512-1024-1024-10 MLP (global batch 256) on the digits, upsampled
-# to 512 features. Each rank uses one BLAS thread. (The machine is shared while the course's tests run: expect noise.)
+# to 512 features. Each rank uses one BLAS thread.
+# (The machine is shared while the course's tests run: expect noise.)
 
 # %%
 x_wide = np.repeat(DATA.x_train, 8, axis=1).astype(np.float32)
@@ -356,7 +359,8 @@ def epoch_wall(comm):
 
 
 wall = {p: max(run(epoch_wall, p)) for p in (1, 2)}
-print(f"wall-clock of 5 steps: P = 1 {wall[1]:.2f} s, P = 2 {wall[2]:.2f} s, speedup {wall[1] / wall[2]:.2f}x")
+print(f"wall-clock of 5 steps: P = 1 {wall[1]:.2f} s, P = 2 {wall[2]:.2f} s, speedup "
+      f"{wall[1] / wall[2]:.2f}x")
 
 # %% [markdown]
 # ## Exercises

@@ -55,10 +55,12 @@ RUNS = [  # (name, global batch, learning-rate schedule or "lars")
     ("fixed lr", 32, Constant(BASE_LR)),
     ("fixed lr", 128, Constant(BASE_LR)),
     ("linear scaling", 128, LinearScalingRule(BASE_LR, 128, BASE_BATCH)),
-    ("scaling + warm-up", 128, LinearScalingRule(BASE_LR, 128, BASE_BATCH, WARMUP_EPOCHS * steps_per_epoch(128))),
+    ("scaling + warm-up", 128,
+     LinearScalingRule(BASE_LR, 128, BASE_BATCH, WARMUP_EPOCHS * steps_per_epoch(128))),
     ("fixed lr", 512, Constant(BASE_LR)),
     ("linear scaling", 512, LinearScalingRule(BASE_LR, 512, BASE_BATCH)),
-    ("scaling + warm-up", 512, LinearScalingRule(BASE_LR, 512, BASE_BATCH, WARMUP_EPOCHS * steps_per_epoch(512))),
+    ("scaling + warm-up", 512,
+     LinearScalingRule(BASE_LR, 512, BASE_BATCH, WARMUP_EPOCHS * steps_per_epoch(512))),
     ("LARS", 512, "lars"),
 ]
 LONG_RUNS = [("fixed lr", 32, Constant(BASE_LR)), ("LARS", 512, "lars")]   # all 30 epochs: the gap
@@ -90,7 +92,8 @@ def train_all(comm, runs, stop_at_target=True):
 
 
 results = run(train_all, 2, RUNS, timeout=120)[0]
-print(f"{'recipe':>18} {'batch':>5} {'peak lr':>7} {'epochs':>6} {'steps':>5} {'test':>6} {'train':>6} {'gap':>6}")
+print(f"{'recipe':>18} {'batch':>5} {'peak lr':>7} {'epochs':>6} {'steps':>5} {'test':>6} {'train':>6} "
+      f"{'gap':>6}")
 for (_, _, schedule), r in zip(RUNS, results):
     reached = r["test"][-1] >= TARGET
     peak = "LARS" if schedule == "lars" else f"{schedule(10**6):.2f}"
@@ -119,7 +122,8 @@ for r in results:
     epochs = np.arange(1, len(r["test"]) + 1)
     label = f"{r['name']}, B = {r['batch']}"
     ax1.plot(epochs, r["test"], styles[r["batch"]], marker="o", ms=3, label=label)
-    ax2.plot(epochs * steps_per_epoch(r["batch"]), r["test"], styles[r["batch"]], marker="o", ms=3, label=label)
+    ax2.plot(epochs * steps_per_epoch(r["batch"]), r["test"], styles[r["batch"]], marker="o", ms=3,
+             label=label)
 for ax, xlabel in ((ax1, "epochs"), (ax2, "optimizer steps")):
     ax.axhline(TARGET, color="gray", lw=0.8)
     ax.set(xlabel=xlabel, ylabel="test accuracy", ylim=(0, 1))
@@ -152,7 +156,8 @@ plt.close(fig)
 # %%
 long_results = run(train_all, 2, LONG_RUNS, False, timeout=120)[0]
 for r in long_results:
-    print(f"{r['name']:>9}, B = {r['batch']:3d}, 30 epochs: test {r['test'][-1]:.1%}, train {r['train_acc']:.1%}, "
+    print(f"{r['name']:>9}, B = {r['batch']:3d}, 30 epochs: test {r['test'][-1]:.1%}, "
+          f"train {r['train_acc']:.1%}, "
           f"gap {r['train_acc'] - r['test'][-1]:+.1%}, best test {max(r['test']):.1%}")
 small, large = long_results
 assert small["train_acc"] > 0.99 and large["train_acc"] > 0.95     # both fit the training set
@@ -203,8 +208,8 @@ assert warm[1] > 0.9 and np.mean(warm[0][-3:]) < 0.15  # with warm-up: the same 
 
 # %% [markdown]
 # Without warm-up the first steps at rate 0.8 throw the network into a state it never leaves: it ends
-# up predicting the same uniform distribution for every image (loss ln 10 ≈ 2.30, chance); ramping up over the first epochs lets the weights
-# grow into a region where the large rate is stable ("large learning rates can be destabilizing in the
-# beginning", part 2 slides). Warm-up buys stability at the start, not a higher ceiling: the rate that
-# finally trains is the same. Lesson 22 goes on with the theory: the 1/B variance of a batch gradient,
-# the critical batch size, growing the batch instead of decaying the rate, and LAMB.
+# up predicting the same uniform distribution for every image (loss ln 10 ≈ 2.30, chance); ramping up over the
+# first epochs lets the weights grow into a region where the large rate is stable ("large learning rates can
+# be destabilizing in the beginning", part 2 slides). Warm-up buys stability at the start, not a higher
+# ceiling: the rate that finally trains is the same. Lesson 22 goes on with the theory: the 1/B variance of a
+# batch gradient, the critical batch size, growing the batch instead of decaying the rate, and LAMB.

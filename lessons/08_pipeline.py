@@ -96,7 +96,8 @@ def draw_ops(ax, trace, title, axis_span=None):
     for (rank, label), (start, end) in ops.items():
         m = int(label[1:])
         ax.barh(rank, (end - start) * 1e3, left=start * 1e3, height=0.7, edgecolor="black", linewidth=0.4,
-                color=cmap(m % 10), alpha=1.0 if label[0] == "F" else 0.55, hatch=None if label[0] == "F" else "//")
+                color=cmap(m % 10), alpha=1.0 if label[0] == "F" else 0.55,
+                hatch=None if label[0] == "F" else "//")
         if end - start > 0.02 * (axis_span or max(e for _, e in ops.values())):   # room for its label
             ax.text((start + end) / 2 * 1e3, rank, label, ha="center", va="center", fontsize=7)
     ax.set_yticks(range(P), [f"stage {s}" for s in range(P)])
@@ -186,7 +187,8 @@ M = 8
 f1b_results, f1b_trace, f1b_time, f1b_bubble = pipeline_run("1f1b", M)
 gpipe_results = gpipe[M][0]
 held = max_in_flight(make_schedule("1f1b", P, M), P)
-print(f"1F1B, M = {M}: step {f1b_time * 1e3:.2f} ms (GPipe {gpipe[M][1] * 1e3:.2f} ms), bubble {f1b_bubble:.4f}")
+print(f"1F1B, M = {M}: step {f1b_time * 1e3:.2f} ms (GPipe {gpipe[M][1] * 1e3:.2f} ms), "
+      f"bubble {f1b_bubble:.4f}")
 print("stage   GPipe peak (KiB)   1F1B peak (KiB)   micro-batches held by 1F1B")
 for s in range(P):
     g, f = gpipe_results[s]["peak"], f1b_results[s]["peak"]
@@ -305,7 +307,7 @@ assert rows[0][1] == split_by_layers(len(costs), P)
 assert rows[1][3] < rows[0][3] and max(rows[1][2]) < max(rows[0][2])
 
 fig, axes = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
-for ax, (split, bounds, per_stage, makespan, bubble, trace) in zip(axes, rows):
+for ax, (split, _bounds, _per_stage, makespan, bubble, trace) in zip(axes, rows):
     draw_ops(ax, trace, f"split by {split}: step {makespan * 1e3:.2f} ms, idle {bubble:.0%}")
 fig.tight_layout()
 save_figure(fig, "08_load_imbalance.png", dpi=110)

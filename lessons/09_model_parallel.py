@@ -86,8 +86,10 @@ def owner_map(n_rows, n_cols, bounds, axis):
 
 hidden_bounds = feature_bounds(HIDDEN, P_DRAW)
 panels = [
-    ("column-parallel W₁ (hidden × d):\nrank p owns rows (output features)", owner_map(HIDDEN, D_IN, hidden_bounds, 0)),
-    ("row-parallel W₂ (d × hidden):\nrank p owns columns (input features)", owner_map(D_IN, HIDDEN, hidden_bounds, 1)),
+    ("column-parallel W₁ (hidden × d):\nrank p owns rows (output features)",
+     owner_map(HIDDEN, D_IN, hidden_bounds, 0)),
+    ("row-parallel W₂ (d × hidden):\nrank p owns columns (input features)",
+     owner_map(D_IN, HIDDEN, hidden_bounds, 1)),
 ]
 fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), gridspec_kw={"width_ratios": [1, 1.3, 1.5]})
 cmap = matplotlib.colors.ListedColormap(colors)
@@ -101,7 +103,8 @@ ax = axes[2]
 ax.axis("off")
 ax.set_xlim(0, 10), ax.set_ylim(0, 10)
 steps = [(9, "x  (N × d), whole on every rank"), (7.6, "f: forward identity · backward ALL-REDUCE"),
-         (6.2, "a_p = ReLU(x·W₁,pᵀ + b₁,p)   (N × hidden_p)"), (4.8, "z_p = a_p·W₂,pᵀ   partial sums (N × d)"),
+         (6.2, "a_p = ReLU(x·W₁,pᵀ + b₁,p)   (N × hidden_p)"),
+         (4.8, "z_p = a_p·W₂,pᵀ   partial sums (N × d)"),
          (3.4, "g: forward ALL-REDUCE · backward identity"), (2.0, "z = Σ_p z_p + b₂  (N × d), whole")]
 for y, text in steps:
     bold = "ALL-REDUCE" in text
@@ -342,7 +345,8 @@ device_gib = Device().memory / 2**30
 L_BIG, B_BIG, P_BIG = 24, 64, 8
 layouts = {"data (8 × 1)": (8, 1), "hybrid (2 × 4)": (2, 4), "model (1 × 8)": (1, 8)}
 d_big = np.array([1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768])
-memory = {name: np.array([memory_words_per_device([d] * (L_BIG + 1), B_BIG, dp, mp, optimizer_states=2)["total"]
+memory = {name: np.array([memory_words_per_device([d] * (L_BIG + 1), B_BIG, dp, mp,
+                                                  optimizer_states=2)["total"]
                           for d in d_big]) * 4 / 2**30 for name, (dp, mp) in layouts.items()}
 largest_fit = {name: d_big[gib <= device_gib].max() for name, gib in memory.items()}
 for name, gib in memory.items():

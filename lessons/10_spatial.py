@@ -109,8 +109,8 @@ print("wrote figures/10_partition_halo.png")
 #     (H_w − h∩)·w  (phase 0)  +  H_w·(W_w − w∩)  (phase 1)
 #
 # which is H_w·W_w − h·w, "window minus interior", when the window covers the block: (h + 2)(w + 2) − hw
-# for an interior rank and a 3×3 conv with padding 1. Times N·C·(bytes per number). We run a real `SpatialConv2d` forward on
-# the cluster and read the byte counters of every rank.
+# for an interior rank and a 3×3 conv with padding 1. Times N·C·(bytes per number). We run a real
+# `SpatialConv2d` forward on the cluster and read the byte counters of every rank.
 
 # %%
 BATCH, CHANNELS, SIZE = 2, 8, (30, 34)

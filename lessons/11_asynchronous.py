@@ -166,9 +166,10 @@ def loss_at(curve, t):
 
 
 sync_end = curves["elastic averaging, tau=4"][-1][0]
-early = {name: loss_at(curves[name], horizon) for name in ("asynchronous EASGD, tau=4", "elastic averaging, tau=4")}
-print(f"asynchronous EASGD: the fast workers finish at {max(easgd_clocks[:3]) * 1e3:.0f} ms, the straggler at "
-      f"{easgd_clocks[3] * 1e3:.0f} ms (synchronous EASGD: everybody at {sync_end * 1e3:.0f} ms); loss at "
+early = {name: loss_at(curves[name], horizon)
+         for name in ("asynchronous EASGD, tau=4", "elastic averaging, tau=4")}
+print(f"asynchronous EASGD: the fast workers finish at {max(easgd_clocks[:3]) * 1e3:.0f} ms, the straggler "
+      f"at {easgd_clocks[3] * 1e3:.0f} ms (synchronous EASGD: everybody at {sync_end * 1e3:.0f} ms); loss at "
       f"{horizon * 1e3:.0f} ms: {early['asynchronous EASGD, tau=4']:.3f} asynchronous, "
       f"{early['elastic averaging, tau=4']:.3f} synchronous")
 assert max(easgd_clocks[:3]) < 0.5 * sync_end
@@ -231,7 +232,8 @@ stale = {p: replay_parameter_server(ls_model(), MSELoss(), ls_batch, lr=LS_LR, s
 print(f"{'P':>3}  {'best explicit mu':>16}  {'implicit 1-1/P':>14}  {'mu*_1 - (1-1/P)':>15}  "
       f"{'mean staleness':>14}")
 for p, mu in zip(PS, best):
-    print(f"{p:>3}  {mu:16.1f}  {implicit_momentum(p):14.3f}  {max(0.0, best[0] - implicit_momentum(p)):15.3f}  "
+    print(f"{p:>3}  {mu:16.1f}  {implicit_momentum(p):14.3f}  "
+          f"{max(0.0, best[0] - implicit_momentum(p)):15.3f}  "
           f"{np.mean(stale[p]['staleness']):14.2f}")
 assert np.all(np.diff(best) <= 0) and best[-1] < best[0]        # the best explicit momentum falls with P
 assert best[-1] <= best[0] - 0.5                                 # by a lot at P = 8

@@ -26,11 +26,18 @@ import numpy as np
 
 from minidist.cluster import run
 from minidist.data import iterate_batches, load_digits
-from minidist.nn import (BatchNorm1d, CrossEntropyLoss, GroupNorm, LayerNorm, Linear, OnlineNorm, ReLU,
-                         Sequential)
+from minidist.nn import (
+    BatchNorm1d,
+    CrossEntropyLoss,
+    GroupNorm,
+    LayerNorm,
+    Linear,
+    OnlineNorm,
+    ReLU,
+    Sequential,
+)
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
-from minidist.split import split_range
 from minidist.parallel.data.sync_batchnorm import convert_sync_batchnorm
 from minidist.parallel.pipeline import Pipeline
 from minidist.plots import save_figure
@@ -179,7 +186,8 @@ def pipeline_losses(comm, name):
     return losses
 
 
-pipeline = {name: run(pipeline_losses, 2, name, timeout=120)[-1] for name in ("BatchNorm", "GroupNorm", "LayerNorm")}
+pipeline = {name: run(pipeline_losses, 2, name, timeout=120)[-1]
+            for name in ("BatchNorm", "GroupNorm", "LayerNorm")}
 for name, losses in pipeline.items():
     print(f"{name:<10} loss with M = {MICRO}: " + ", ".join(f"{v:.6f}" for v in losses))
 assert np.ptp(pipeline["BatchNorm"]) > 1e-3
@@ -189,7 +197,8 @@ fig, ax = plt.subplots(figsize=(6, 3.2))
 for name, losses in pipeline.items():
     ax.plot(MICRO, losses, marker="o", label=name)
 ax.set(xscale="log", xticks=MICRO, xticklabels=[str(m) for m in MICRO], xlabel="micro-batches M",
-       ylabel="loss of one batch of 32", title="Pipeline (2 stages): the loss depends on M only with BatchNorm")
+       ylabel="loss of one batch of 32",
+       title="Pipeline (2 stages): the loss depends on M only with BatchNorm")
 ax.legend(fontsize=8)
 save_figure(fig, "12_normalization_pipeline.png")
 plt.close(fig)

@@ -1,9 +1,8 @@
 # %% [markdown]
 # # 13 — Sparsity: pruning, structured sparsity, PruneTrain, and SAG
 #
-# **Goal.** Zeros are free work only if the hardware and the storage can skip them. This lesson measures
-# the zeros training makes by itself (activations after ReLU), makes more by pruning weights, and asks
-# what they buy:
+# **Goal.** Zeros are free work only if hardware and storage can skip them. This lesson measures the zeros
+# training makes by itself (activations after ReLU), makes more by pruning weights, and asks what they buy:
 #
 # 1. activation sparsity per layer while the digits CNN trains;
 # 2. accuracy against sparsity for *unstructured* (single weights) and *channel* (whole filters) pruning;
@@ -25,7 +24,6 @@
 # Exercise: `magnitude_prune` (minidist/nn/pruning.py); see lessons/EXERCISES.md.
 
 # %%
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -33,9 +31,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.data import iterate_batches, load_digits
-from minidist.nn import (Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, Parameter, ReLU, Sequential,
-                         cubic_sparsity, magnitude_mask, prune)
+from minidist.nn import Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, Parameter, ReLU, Sequential
 from minidist.nn.prune_train import group_lasso_prox, removable_channels, shrink_channels, training_flops
+from minidist.nn.pruning import cubic_sparsity, magnitude_mask, prune
 from minidist.nn.sparse_storage import CSR, BlockCSR, dense_nbytes
 from minidist.nn.sparsity import forward_with_activation_sparsity, weight_sparsity
 from minidist.optim import SAG, SGD, MaskedOptimizer
@@ -88,8 +86,10 @@ for epoch in range(6):
 base_accuracy, base_state = accuracy(base), base.state_dict()
 relu1, relu2 = np.array([h[1] for h in history]), np.array([h[4] for h in history])
 print(f"dense CNN: test accuracy {base_accuracy:.3f}")
-print(f"zeros after ReLU 1: {relu1[:20].mean():.2f} in the first 20 steps, {relu1[-20:].mean():.2f} in the last 20")
-print(f"zeros after ReLU 2: {relu2[:20].mean():.2f} in the first 20 steps, {relu2[-20:].mean():.2f} in the last 20")
+print(f"zeros after ReLU 1: {relu1[:20].mean():.2f} in the first 20 steps, "
+      f"{relu1[-20:].mean():.2f} in the last 20")
+print(f"zeros after ReLU 2: {relu2[:20].mean():.2f} in the first 20 steps, "
+      f"{relu2[-20:].mean():.2f} in the last 20")
 print(f"weight sparsity of the trained model: {weight_sparsity(base)['total']:.4f}")
 assert base_accuracy > 0.9
 assert relu1[-20:].mean() > 0.3 and relu2[-20:].mean() > 0.3  # a third or more of the activations are 0
@@ -116,7 +116,8 @@ for structure in ("weights", "channels"):
         train_epoch(model, masked, seed=7)
         assert all(np.all(p.data[~m] == 0) for w in wrappers for p, m in w.masks())
         results[structure, s] = (post_hoc, accuracy(model))
-        print(f"{structure:8s} s = {s:.1f}: post hoc {post_hoc:.3f}, fine-tuned {results[structure, s][1]:.3f}")
+        print(f"{structure:8s} s = {s:.1f}: post hoc {post_hoc:.3f}, "
+              f"fine-tuned {results[structure, s][1]:.3f}")
 for s in (0.8, 0.9):  # coarse granularity hurts more, with and without fine-tuning
     assert results["channels", s][0] < results["weights", s][0]
     assert results["channels", s][1] < results["weights", s][1]
@@ -139,7 +140,8 @@ plt.close(fig)
 # rises fast while many weights are redundant and slowly near the end.
 
 # %%
-print("cubic schedule to 0.9 over 10 steps:", [round(cubic_sparsity(t, 0.9, 0, 10), 3) for t in range(0, 11, 2)])
+print("cubic schedule to 0.9 over 10 steps:",
+      [round(cubic_sparsity(t, 0.9, 0, 10), 3) for t in range(0, 11, 2)])
 
 # %% [markdown]
 # ## 3. Bytes: the indices eat fine-grained savings
@@ -233,15 +235,15 @@ lr = 1.0 / (3 * np.max(np.sum(a_mat**2, axis=1)))
 sag_w, sgd_w = Parameter(np.zeros(d)), Parameter(np.zeros(d))
 sag, sgd = SAG([sag_w], lr=lr, num_samples=n), SGD([sgd_w], lr=lr)
 gaps = {"SAG": [], "SGD": []}
-for epoch in range(40):
+for _epoch in range(40):
     for i in rng.integers(0, n, n):
         for w_, opt in ((sag_w, sag), (sgd_w, sgd)):
             w_.grad[...] = (a_mat[i] @ w_.data - b_vec[i]) * a_mat[i]
             opt.step(int(i)) if opt is sag else opt.step()
     gaps["SAG"].append(objective(sag_w.data) - objective(w_star))
     gaps["SGD"].append(objective(sgd_w.data) - objective(w_star))
-print(f"f(w) − f* after 10, 20, 40 epochs: SAG {gaps['SAG'][9]:.1e}, {gaps['SAG'][19]:.1e}, {gaps['SAG'][39]:.1e};"
-      f" SGD {gaps['SGD'][9]:.1e}, {gaps['SGD'][19]:.1e}, {gaps['SGD'][39]:.1e}")
+print(f"f(w) − f* after 10, 20, 40 epochs: SAG {gaps['SAG'][9]:.1e}, {gaps['SAG'][19]:.1e}, "
+      f"{gaps['SAG'][39]:.1e}; SGD {gaps['SGD'][9]:.1e}, {gaps['SGD'][19]:.1e}, {gaps['SGD'][39]:.1e}")
 assert gaps["SAG"][39] < 1e-12 < 1e-5 < gaps["SGD"][39]
 assert gaps["SAG"][19] < 1e-2 * gaps["SAG"][9] and gaps["SAG"][29] < 1e-2 * gaps["SAG"][19]  # linear rate
 
@@ -352,9 +354,8 @@ plt.close(fig)
 # %% [markdown]
 # ## 8. "25% more compute saves 80% memory" — checkpointing, measured
 #
-# The slide: keep only each residual block's input, recompute the rest during backward. Here 10 blocks of
-# 10 (Linear 64→64, ReLU) pairs at batch 256, every block a `Checkpoint`; the memory ledger measures the
-# activations held.
+# The slide: keep only each residual block's input, recompute the rest in backward. Here 10 blocks of 10
+# (Linear 64→64, ReLU) pairs at batch 256, each a `Checkpoint`; the ledger measures the activations held.
 
 # %%
 from minidist.memory import held_bytes
@@ -393,7 +394,7 @@ assert peak <= 0.2 * plain_bytes and kept == D * x_ck.nbytes      # the block in
 #
 # ## Exercises
 #
-# * `magnitude_prune` (minidist/nn/pruning.py): the keep-mask of unstructured magnitude pruning. Check it
-#   with `python -m pytest --exercise magnitude_prune` (or `python -m pytest tests/nn/test_nn_magnitude_prune.py`).
+# * `magnitude_prune` (minidist/nn/pruning.py): the keep-mask of unstructured magnitude pruning. Check it with
+#   `python -m pytest --exercise magnitude_prune` (or `python -m pytest tests/nn/test_nn_magnitude_prune.py`).
 # * Try: prune with `cubic_sparsity` over an epoch instead of at once, and compare with section 2.
 # * Try: group lasso on the *input* channels of conv 2 as well, and see which layer shrinks first.

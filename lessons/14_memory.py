@@ -31,8 +31,8 @@ from minidist.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.zero import zero_data_parallel
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
-from minidist.precision import FP16
 from minidist.plots import figures_dir, save_figure
+from minidist.precision import FP16
 from minidist.split import split_sizes
 
 FIGURES = figures_dir()
@@ -99,7 +99,7 @@ masters = held_bytes(model)["parameters"]                          # the fp32 we
 momentum_state = ratio["SGD momentum"] * masters
 adam_state = ratio["Adam"] * masters
 claim = [momentum_state / model16, adam_state / model16, (adam_state + masters) / model16]
-print("state / fp16 model: momentum %.0fx, Adam %.0fx, Adam + fp32 masters %.0fx" % tuple(claim))
+print("state / fp16 model: momentum {:.0f}x, Adam {:.0f}x, Adam + fp32 masters {:.0f}x".format(*claim))
 assert claim == [2, 4, 6]
 
 # %% [markdown]
@@ -202,7 +202,8 @@ for P in WORLD:
     for r, out in enumerate(measured[P]):
         for s in STRATEGIES:
             held, sent, _ = out[s]
-            assert (held["parameters"] + held["gradients"] + held["optimizer"], sent) == formulas(P, r)[s], (P, r, s)
+            assert ((held["parameters"] + held["gradients"] + held["optimizer"], sent)
+                    == formulas(P, r)[s]), (P, r, s)
     print(f"P = {P}: rank 0 holds " + ", ".join(
         f"{s} {sum(measured[P][0][s][0][c] for c in CATEGORIES[:3]) / 1024:.0f} KiB" for s in STRATEGIES))
 assert measured[2][0]["DP"][1] == 2 * (2 - 1) / 2 * B * PSI            # P = 2 divides every layer here
@@ -265,10 +266,13 @@ for P in WORLD:
         expected = {1: (4 * PSI, 4 * PSI, 12 * psi_r12), 2: (4 * PSI, 4 * psi_r12, 12 * psi_r12),
                     3: (4 * psi_r3, 4 * psi_r3, 12 * psi_r3)}
         for stage in (1, 2, 3):
-            assert tuple(out[f"ZeRO-{stage} mixed"][0][c] for c in MODEL_STATES) == expected[stage], (P, r, stage)
-real = {s: (lambda h: h["parameters"] / 2 + h["gradients"] / 2 + h["optimizer"])(measured[2][0][s + " mixed"][0])
+            assert (tuple(out[f"ZeRO-{stage} mixed"][0][c] for c in MODEL_STATES)
+                    == expected[stage]), (P, r, stage)
+real = {s: (lambda h: h["parameters"] / 2 + h["gradients"] / 2 + h["optimizer"])(
+            measured[2][0][s + " mixed"][0])
         for s in ("ZeRO-1", "ZeRO-2", "ZeRO-3")}
-print("P = 2, mixed precision with 2-byte storage: " + ", ".join(f"{s} {v / PSI:.0f}Ψ" for s, v in real.items()))
+print("P = 2, mixed precision with 2-byte storage: "
+      + ", ".join(f"{s} {v / PSI:.0f}Ψ" for s, v in real.items()))
 assert real == {"ZeRO-1": 4 * PSI + 12 * PSI / 2, "ZeRO-2": 2 * PSI + 14 * PSI / 2, "ZeRO-3": 16 * PSI / 2}
 
 # %% [markdown]
@@ -293,4 +297,5 @@ assert budget / per_param["ZeRO-1"](1024) < 4.3e9 and budget / per_param["ZeRO-2
 # * `zero1_shard_update` — `minidist.parallel.data.zero.zero1_shard_update(comm, groups, optimizer)`:
 #   reduce-scatter each group's gradient into its shard, step the optimizer on the shards, allgather the
 #   updated shards into every rank's full parameters. Check: `python -m pytest --exercise zero1_shard_update`
-#   (before the exercise map is regenerated: `python -m pytest tests/parallel/test_parallel_zero_exercise.py`).
+#   (before the exercise map is regenerated:
+#   `python -m pytest tests/parallel/test_parallel_zero_exercise.py`).

@@ -25,8 +25,17 @@ import numpy as np
 from minidist.cluster import LinkModel, Topology, run, run_traced
 from minidist.collectives import allreduce
 from minidist.collectives.topology_cost import flat_time, hierarchical_cost, hierarchical_speedup, torus_cost
-from minidist.nn import (BatchNorm2d, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, MSELoss, ReLU,
-                         Sequential)
+from minidist.nn import (
+    BatchNorm2d,
+    Conv2d,
+    CrossEntropyLoss,
+    Flatten,
+    Linear,
+    MaxPool2d,
+    MSELoss,
+    ReLU,
+    Sequential,
+)
 from minidist.optim import SGD
 from minidist.parallel import Grid3D, GridSpatial
 from minidist.plots import save_figure
@@ -146,7 +155,8 @@ plt.close(fig)
 
 def grid_step(comm, placement):
     rng = np.random.default_rng(0)
-    blocks = [(Linear(128, 256, rng=rng, dtype=np.float64), ReLU(), Linear(256, 128, rng=rng, dtype=np.float64))
+    blocks = [(Linear(128, 256, rng=rng, dtype=np.float64), ReLU(),
+               Linear(256, 128, rng=rng, dtype=np.float64))
               for _ in range(2)]
     grid = Grid3D(comm, 2, 2, 2, placement=placement)
     stage = grid.stage(blocks)
@@ -237,8 +247,8 @@ widths, batch = [4096] * 5, 512
 intensity = {s: (lambda f, b: f / b)(*communication_intensity(widths, batch, s, 8))
              for s in ("data", "tensor", "pipeline")}
 for s, i in intensity.items():
-    print(f"{s:9s} communication intensity {i:9.1f} flop/B -> {V100.attainable(i, V100.network_bw) / 1e12:6.2f}"
-          " TFLOP/s attainable over one NVLink")
+    print(f"{s:9s} communication intensity {i:9.1f} flop/B -> "
+          f"{V100.attainable(i, V100.network_bw) / 1e12:6.2f} TFLOP/s attainable over one NVLink")
 # data parallelism's intensity grows with the batch per rank (B/D): at 64 samples per rank it is lowest
 assert intensity["pipeline"] > intensity["tensor"] > intensity["data"]
 

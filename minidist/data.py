@@ -132,5 +132,5 @@ def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     return np.asarray(indices)[lo:hi]
 
 
-from minidist.loader import Loader, LoaderError  # noqa: F401 - the input pipeline, re-exported
-from minidist.sampler import DistributedSampler, batched  # noqa: F401
+from minidist.loader import Loader, LoaderError  # noqa: E402, F401 - the input pipeline, re-exported
+from minidist.sampler import DistributedSampler, batched  # noqa: E402, F401

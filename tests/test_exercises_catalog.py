@@ -31,7 +31,8 @@ def test_exercises_md_is_generated_from_the_registry_and_the_markers():
 def test_teaching_week_table_is_generated_from_the_registry():
     current = (ROOT / "lessons" / "TEACHING.md").read_text()
     assert current == with_week_table(current, read_registry(ROOT)), (
-        "lessons/TEACHING.md's week table is stale: replace it by `python -m minidist exercises list --weeks`")
+        "lessons/TEACHING.md's week table is stale: replace it by "
+        "`python -m minidist exercises list --weeks`")
     assert all(f"`{ex}`" in current for ex in read_registry(ROOT))
 
 
@@ -90,8 +91,8 @@ def test_every_entry_point_stops_kindly_on_an_unsolved_exercise(tmp_path_factory
     student = tmp_path_factory.getbasetemp() / "entry-points-student"
     if not student.exists():
         make_student_copy(ROOT, student)
-    done = subprocess.run([sys.executable, *command], cwd=student, capture_output=True, text=True, check=False,
-                          timeout=300,
+    done = subprocess.run([sys.executable, *command], cwd=student, capture_output=True, text=True,
+                          check=False, timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(student), MPLBACKEND="Agg"))
     assert done.returncode == 1 and FRIENDLY in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     assert "python -m pytest --exercise linear" in done.stdout

@@ -215,7 +215,8 @@ def test_feedback_is_at_most_40_lines_per_exercise_and_has_no_raw_bytes():
     from minidist.exercises.results import environment
 
     wrong = [{"test": f"tests/t.py::test_{i}", "outcome": "failed",
-              "message": "AssertionError: rank 1: 3 of 8 elements wrong; element 4 (chunk 1 of 2)"} for i in range(50)]
+              "message": "AssertionError: rank 1: 3 of 8 elements wrong; element 4 (chunk 1 of 2)"}
+             for i in range(50)]
     cut = [{"test": f"tests/t.py::test_l{i}", "outcome": "failed",
             "message": "NotImplementedError: exercise linear: see lessons/01_backprop.py"} for i in range(40)]
     report = SubmissionReport("ada", "graded", 1.0, environment(2),
@@ -226,6 +227,7 @@ def test_feedback_is_at_most_40_lines_per_exercise_and_has_no_raw_bytes():
     assert len(ring) <= 40 and "… and 42 more failing tests" in ring[-1], ring
     assert "--exercise ring_allreduce" in ring[-1]
     assert md.split("## `linear`")[1].strip().splitlines() == [
-        "- not solved yet: all 40 tests stop at `NotImplementedError: exercise linear: see lessons/01_backprop.py`"]
+        "- not solved yet: all 40 tests stop at `NotImplementedError: exercise linear: see "
+        "lessons/01_backprop.py`"]
     assert RAW_BYTES.sub("<raw bytes>", "assert b'\\x00\\x01' == b\"ab\" (tab's)") == (
         "assert <raw bytes> == <raw bytes> (tab's)")

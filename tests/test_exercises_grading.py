@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # solutions to grade against; the reference tree always does, and there this test must run.
 MADE_BY_THE_TOOLING = (ROOT / STUDENT_STAMP).exists() or (ROOT / f"{HITS_MODULE}.py").exists()
 RING = "minidist/collectives/ring.py"
-ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # pass the finished.*?\n(?=    return flat)", re.DOTALL)
+ALLGATHER_LOOP = re.compile(r"\n    for s in range\(p - 1\):  # pass the finished.*?\n"
+                            r"(?=    return flat)", re.DOTALL)
 
 
 @pytest.mark.slow

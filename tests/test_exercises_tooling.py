@@ -116,7 +116,8 @@ def test_parser_names_the_innermost_function_of_nested_ones():
 @pytest.mark.parametrize("bad, message", [
     ("def f():\n    # BEGIN SOLUTION a\n    return 1\n", "never closed"),
     ("def f():\n    return 1\n    # END SOLUTION\n", "without a BEGIN"),
-    ("def f():\n    # BEGIN SOLUTION a\n    # BEGIN SOLUTION b\n    x = 1\n    # END SOLUTION\n", "cannot nest"),
+    ("def f():\n    # BEGIN SOLUTION a\n    # BEGIN SOLUTION b\n    x = 1\n    # END SOLUTION\n",
+     "cannot nest"),
     ("def f():\n    # BEGIN SOLUTION a\n    x = 1\n        # END SOLUTION\n", "indented differently"),
     ("# BEGIN SOLUTION a\nx = 1\n# END SOLUTION\n", "not inside a function"),
     ("def f():\n    # BEGIN SOLUTION a\n    # BEGIN PROMPT\n    x = 1\n    # END SOLUTION\n", "PROMPT"),
@@ -142,8 +143,8 @@ def test_student_copy_cuts_regions_keeps_docstrings_and_is_reproducible(toy_repo
     ast.parse(text)
     assert "SOLUTION" not in text.replace("'# BEGIN SOLUTION'", "") and "PROMPT" not in text
     assert "return a + b" not in text and "y = 2 * x" not in text
-    assert '    """Return a + b."""\n    # Hint: Python has an operator for this.\n    raise NotImplementedError(' \
-           "'exercise toy_add: see lessons/01_toy.py')" in text
+    assert '    """Return a + b."""\n    # Hint: Python has an operator for this.\n' \
+           "    raise NotImplementedError('exercise toy_add: see lessons/01_toy.py')" in text
     assert "            raise NotImplementedError('exercise toy_scale" in text
 
 
@@ -158,7 +159,8 @@ def test_student_copy_only_keeps_other_solutions_without_markers(toy_repo, tmp_p
 
 def test_a_region_no_test_reaches_is_an_error(tmp_path):
     root = write_toy_repo(tmp_path / "repo")
-    (root / "tests" / "exercise_map.json").write_text(json.dumps({"tests/test_toy.py::test_add": ["toy_add"]}))
+    (root / "tests" / "exercise_map.json").write_text(
+        json.dumps({"tests/test_toy.py::test_add": ["toy_add"]}))
     with pytest.raises(MarkerError, match=r"no test reaches exercise\(s\) \['toy_scale'\]"):
         make_student_copy(root, tmp_path / "out")
 
@@ -208,20 +210,25 @@ def test_grade_runs_hidden_tests(toy_repo, tmp_path):
 
 
 def test_a_cut_leaves_nothing_after_the_raise_in_its_block():
-    text = ("def f(x):\n    y = 0\n    if x:\n        # BEGIN SOLUTION a\n        y = x\n        # END SOLUTION\n"
+    text = ("def f(x):\n    y = 0\n    if x:\n        # BEGIN SOLUTION a\n        y = x\n"
+            "        # END SOLUTION\n"
             "    # BEGIN SOLUTION a\n    z = y + 1\n    # END SOLUTION\n    # the result\n    return (z,\n"
             "            y)\n\n\ndef g():\n    return 2\n")
     regions = find_regions(text, "x.py")
-    out = rewrite_regions(text, regions, lambda r, lines: cut_lines(r, "lessons/x.py"), cut_trailing=lambda r: True)
-    assert out == ("def f(x):\n    y = 0\n    if x:\n        raise NotImplementedError('exercise a: see lessons/x.py')\n"
-                   "    raise NotImplementedError('exercise a: see lessons/x.py')\n\n\ndef g():\n    return 2\n")
+    out = rewrite_regions(text, regions, lambda r, lines: cut_lines(r, "lessons/x.py"),
+                          cut_trailing=lambda r: True)
+    assert out == ("def f(x):\n    y = 0\n    if x:\n"
+                   "        raise NotImplementedError('exercise a: see lessons/x.py')\n"
+                   "    raise NotImplementedError('exercise a: see lessons/x.py')\n"
+                   "\n\ndef g():\n    return 2\n")
 
 
 def test_student_copy_gets_a_readme_for_students_and_no_instructor_guide(toy_repo, tmp_path):
     make_student_copy(toy_repo, tmp_path / "s", only=["toy_scale"])
     readme = (tmp_path / "s" / "README.md").read_text()
     assert "reference code holds" not in readme and "## Exercises (your work)" in readme
-    assert "| `toy_scale` | `lessons/01_toy.py` | minidist/toy.py: Box.scale | double a number | multiply |" in readme
+    assert ("| `toy_scale` | `lessons/01_toy.py` | minidist/toy.py: Box.scale | double a number | multiply |"
+            in readme)
     assert "toy_add" not in readme.split("## Layout")[0].split("| id |")[1].split("Check one")[0]
     assert "python -m pytest --exercise" in readme and "python -m minidist run" in readme
     assert readme.endswith("## Layout\n\nsmall\n")

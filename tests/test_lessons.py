@@ -23,7 +23,8 @@ def run_lesson(lesson: Path, cwd: Path, figures: Path) -> str:
                           text=True, timeout=240, check=False)
     # In a student copy a lesson that reaches an unsolved exercise says so and exits 1: not a failure here.
     stopped = done.returncode == 1 and "This lesson stops here: it needs exercise" in done.stdout
-    assert done.returncode == 0 or stopped, f"{lesson.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0 or stopped, (f"{lesson.name} failed:\n{done.stdout[-3000:]}\n"
+                                             f"{done.stderr[-3000:]}")
     return done.stdout
 
 

@@ -13,8 +13,8 @@ Horovod's hierarchical allreduce) keeps the bulk of the traffic inside the nodes
 
 With recursive doubling across nodes T_inter = log2 N · (α_e + n/G · β_e). The 2-D torus allreduce
 ("torus") runs every step as the two phases of a ring (collectives/ring.py) over the rows and the
-columns: every message then goes to a neighbour, T_inter = 2(N − 1)(α_e + n/(G N) · β_e), the scheme of TPU pods (Hot Chips
-tutorial "Scaling DL Training": "toroidal with four neighbors"). Costs: topology_cost.py.
+columns: every message then goes to a neighbour, T_inter = 2(N − 1)(α_e + n/(G N) · β_e), the scheme of TPU
+pods (Hot Chips tutorial "Scaling DL Training": "toroidal with four neighbors"). Costs: topology_cost.py.
 
 Both need every node of the communicator to hold the same number of its ranks (ValueError otherwise).
 The traffic of the node and cross-node groups is added to ``comm.stats``, so the counters of the

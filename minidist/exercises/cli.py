@@ -33,7 +33,8 @@ def _reference_only(func):
         try:
             if (args.root / STUDENT_STAMP).exists() or not all_regions(args.root):
                 why = "it has no `# BEGIN SOLUTION` region"
-                print(STUDENT_COPY_NOTE.format(verb=args.verb, what=WHAT[args.verb], why=why), file=sys.stderr)
+                print(STUDENT_COPY_NOTE.format(verb=args.verb, what=WHAT[args.verb], why=why),
+                      file=sys.stderr)
                 return 2
             return func(args)
         except MarkerError as err:
@@ -182,10 +183,12 @@ def add_parser(sub) -> None:
     ck.add_argument("--jobs", type=int, default=2, help="copies checked at a time (default 2)")
     ck.add_argument("--limit", type=float, default=900.0, help="seconds per exercise (default 900)")
     ck.set_defaults(func=_reference_only(cmd_check))
-    mp = verbs.add_parser("map", help="re-measure which tests reach which exercise (and which pass on stand-ins)")
+    mp = verbs.add_parser("map", help="re-measure which tests reach which exercise "
+                                      "(and which pass on stand-ins)")
     mp.set_defaults(func=_reference_only(cmd_map))
     st = verbs.add_parser("standins", help="CI: trivially wrong solutions score at most 10%% of own tests")
     st.add_argument("--write", action="store_true",
-                    help="measure anew and record the tests that pass on a stand-in (tests/exercise_standins.json)")
+                    help="measure anew and record the tests that pass on a stand-in "
+                         "(tests/exercise_standins.json)")
     st.add_argument("--jobs", type=int, default=2, help="sessions at a time (default 2)")
     st.set_defaults(func=_reference_only(cmd_standins))

@@ -56,7 +56,8 @@ def build_map(root: Path, pytest_args: list[str] | None = None) -> dict[str, lis
         if done.returncode != 0:
             raise RuntimeError(f"the instrumented test run failed (exit {done.returncode}); fix the tests "
                                f"before mapping them")
-        pairs = [json.loads(line) for line in hits_file.read_text().splitlines()] if hits_file.exists() else []
+        pairs = ([json.loads(line) for line in hits_file.read_text().splitlines()]
+                 if hits_file.exists() else [])
     mapping: dict[str, set[str]] = {}
     for test, exercise in pairs:
         if not test.startswith(UNMAPPED_PREFIXES):

@@ -62,7 +62,8 @@ def find_regions(text: str, path: str) -> list[Region]:
         if m := BEGIN.match(line):
             if open_region is not None:
                 raise MarkerError(f"{where}: BEGIN SOLUTION {m['id']} inside the open region "
-                                  f"{open_region.exercise} (line {open_region.begin + 1}): regions cannot nest")
+                                  f"{open_region.exercise} (line {open_region.begin + 1}): "
+                                  "regions cannot nest")
             open_region = Region(m["id"], path, i, -1, m["indent"])
         elif m := END.match(line):
             if open_region is None:

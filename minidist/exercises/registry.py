@@ -53,7 +53,8 @@ EXERCISES = (
              "Count clean steps; never grow into Inf; respect min_scale."),
     Exercise("ring_allreduce", "lessons/05_collectives.py",
              "Reduce-scatter (ring_reduce_scatter) then allgather (ring_allgather) around the ring (rank r "
-             "sends only to r + 1, receives only from r − 1): 2(P−1) steps of one sendrecv each, every message one of the P chunks of "
+             "sends only to r + 1, receives only from r − 1): 2(P−1) steps of one sendrecv each, "
+             "every message one of the P chunks of "
              "split_offsets(n, P) (np.array_split's rule), so each rank sends exactly 2(P−1)/P·n elements' "
              "bytes in 2(P−1) messages when P divides n (all ranks together 2(P−1)·n for any n). At "
              "reduce-scatter step s rank r sends chunk (r−s−1) mod P, so chunk r is complete on rank r; the "
@@ -99,21 +100,21 @@ EXERCISES = (
              "index order (stable sort).",
              "np.argsort(np.abs(w).ravel(), kind=\"stable\") gives the order; prune the first round(s·n)."),
     Exercise("sync_batchnorm_backward", "lessons/12_normalization.py",
-             "SyncBatchNorm's backward: sum dy and dy·x̂ per channel on this rank, allreduce the 2C sums, then "
-             "dx = γ/√(σ²+ε)·(dy − Σdy/M − x̂·Σdy·x̂/M) with the global count M; dγ, dβ get the local sums "
-             "(or the global ones when global_parameter_gradients).",
+             "SyncBatchNorm's backward: sum dy and dy·x̂ per channel on this rank, allreduce the 2C sums, "
+             "then dx = γ/√(σ²+ε)·(dy − Σdy/M − x̂·Σdy·x̂/M) with the global count M; dγ, dβ get the local "
+             "sums (or the global ones when global_parameter_gradients).",
              "Sum over every axis but the channels, one allreduce of the 2C sums (self._allreduce); an empty "
              "shard still joins the allreduce."),
     Exercise("zero1_shard_update", "lessons/14_memory.py",
-             "ZeRO-1's step: reduce-scatter each group's flat gradient so rank r holds piece r of the sum (in "
-             "its shard's grad), step the optimizer on the shards only, then allgather the updated shards "
-             "into every rank's full parameters.",
+             "ZeRO-1's step: reduce-scatter each group's flat gradient so rank r holds piece r of the sum "
+             "(in its shard's grad), step the optimizer on the shards only, then allgather the updated "
+             "shards into every rank's full parameters.",
              "reduce_scatter(comm, g.grad) returns piece r of the sum: write it into g.shard.grad; one "
              "optimizer.step() updates the shards in place; allgather(comm, g.shard.data) returns the P "
              "pieces in rank order: write their concatenation into g.data."),
     Exercise("softmax_backward", "lessons/16_transformers.py",
-             "The backward pass of softmax along an axis (attention's probabilities): dx = y ⊙ (dy − Σ dy ⊙ y), "
-             "the Jacobian diag(y) − y·yᵀ applied to dy without forming it.",
+             "The backward pass of softmax along an axis (attention's probabilities): "
+             "dx = y ⊙ (dy − Σ dy ⊙ y), the Jacobian diag(y) − y·yᵀ applied to dy without forming it.",
              "One product, one sum along the axis with keepdims=True, one subtraction, one product."),
     Exercise("moe_dispatch", "lessons/18_mixture_of_experts.py",
              "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
@@ -126,18 +127,22 @@ EXERCISES = (
     Exercise("lstm_cell_backward", "lessons/21_inside_the_accelerator.py",
              "The LSTM cell's backward: from dh and dc at step t, the gradients of the four gate "
              "pre-activations (i, f, g, o) and of c_(t−1).",
-             "h = o·tanh(c) adds dh·o·(1 − tanh²c) to dc; c = f·c_prev + i·g; σ' = σ(1 − σ), tanh' = 1 − tanh²."),
+             "h = o·tanh(c) adds dh·o·(1 − tanh²c) to dc; c = f·c_prev + i·g; "
+             "σ' = σ(1 − σ), tanh' = 1 − tanh²."),
     Exercise("online_softmax_merge", "lessons/17_splitting_transformers.py",
-             "Merge two partial attention results over disjoint key sets, (O₁, lse₁) and (O₂, lse₂), into the "
-             "result over their union: lse = log(e^lse₁ + e^lse₂), O = e^(lse₁−lse)·O₁ + e^(lse₂−lse)·O₂. A row "
-             "that saw no key on either side (lse = −∞) must stay (0, −∞), never NaN.",
+             "Merge two partial attention results over disjoint key sets, (O₁, lse₁) and (O₂, lse₂), into "
+             "the result over their union: lse = log(e^lse₁ + e^lse₂), "
+             "O = e^(lse₁−lse)·O₁ + e^(lse₂−lse)·O₂. "
+             "A row that saw no key on either side (lse = −∞) must stay (0, −∞), never NaN.",
              "np.logaddexp handles −∞; replace a −∞ total by 0 before subtracting it, so the weights are "
              "exp(−∞) = 0."),
     Exercise("vocab_parallel_cross_entropy", "lessons/17_splitting_transformers.py",
-             "The forward of the vocabulary-parallel cross-entropy: each rank holds the logits of its ids only; "
+             "The forward of the vocabulary-parallel cross-entropy: "
+             "each rank holds the logits of its ids only; "
              "compute every token's loss log S + m − z_target without gathering the logits, with three "
              "all-reduces of one number per token (max, sum of exponentials, target logit).",
-             "allreduce(self.comm, x, op) in the same file; keep e = exp(z − m) and the total S for backward; "
+             "allreduce(self.comm, x, op) in the same file; "
+             "keep e = exp(z − m) and the total S for backward; "
              "the target's logit is on the one rank whose slice holds it, 0 elsewhere."),
     Exercise("distributed_sampler", "lessons/20_input_pipeline.py",
              "Rank r's indices for one epoch, as torch's DistributedSampler: a permutation of range(N) from "
@@ -154,11 +159,13 @@ EXERCISES = (
              "add gate · expert output back into the token's row (dropped tokens stay 0).",
              "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
     Exercise("interleaved_orders", "lessons/19_putting_it_together.py",
-             "Each rank's task order under Megatron's interleaved 1F1B with v chunks: min(v·M, 2(P − r − 1) + "
-             "(v − 1)·P) warm-up forwards, then one forward and one backward, then the remaining backwards. The "
-             "k-th forward runs chunk (k mod P·v) // P (stage chunk·P + r) on micro-batch (k // P·v)·P + k mod P; "
-             "the k-th backward the same with the chunks reversed.",
-             "Write a helper task(r, kind, k) -> Task; the total per rank is v·M forwards and v·M backwards."),
+             "Each rank's task order under Megatron's interleaved 1F1B with v chunks: "
+             "min(v·M, 2(P − r − 1) + (v − 1)·P) warm-up forwards, then one forward and one backward, "
+             "then the remaining backwards. "
+             "The k-th forward runs chunk (k mod P·v) // P (stage chunk·P + r) "
+             "on micro-batch (k // P·v)·P + k mod P; the k-th backward the same with the chunks reversed.",
+             "Write a helper task(r, kind, k) -> Task; "
+             "the total per rank is v·M forwards and v·M backwards."),
 )
 
 

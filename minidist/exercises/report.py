@@ -69,7 +69,8 @@ def format_markdown(report: SubmissionReport) -> str:
             out += ["", f"## `{r.exercise}`", ""]
             if r.error:
                 out.append(f"Note: {r.error}")
-            out += [line.replace("--exercise ID", f"--exercise {r.exercise}") for line in _failures_md(r.failing)]
+            out += [line.replace("--exercise ID", f"--exercise {r.exercise}")
+                    for line in _failures_md(r.failing)]
             out += [f"- skipped: {reason}" for reason in r.skip_reasons[:3]]
     failing_groups = [g for g in report.integration if g.failing]
     if failing_groups:

@@ -119,7 +119,8 @@ def write_standin_copy(root: Path, dest: Path, kind: str) -> None:
 
 
 def grade_standins(root: Path, jobs: int = 2, timeout: float = 30.0, every_test: bool = False,
-                   exercises: list[str] | None = None, echo=print) -> dict[tuple[str, str], tuple[int, int, list[str]]]:
+                   exercises: list[str] | None = None,
+                   echo=print) -> dict[tuple[str, str], tuple[int, int, list[str]]]:
     """{(kind, exercise): (passed, run, ids of the passing tests)} for every stand-in of every exercise.
 
     every_test: also run the tests already recorded as passing on a stand-in (to measure them anew)."""

@@ -21,7 +21,8 @@ expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-a
             replicas.py (averaging the replicated parameters), layouts.py (the Switch slide's five), cost.py
 hybrid.py   data × model parallelism on a 2-D grid of ranks
 grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × spatial
-grid_pipeline.py  data × pipeline × context × tensor for any task table (interleaved, ZB-H1, Chimera), a GPT as its units
+grid_pipeline.py  data × pipeline × context × tensor for any task table (interleaved, ZB-H1, Chimera),
+            a GPT as its units
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
             averaging, Hogwild!
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
@@ -32,6 +33,8 @@ from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, t
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
+
+# isort: split
 from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .rnn import PersistentRNN

@@ -31,7 +31,8 @@ class ComputeClock(Attachment):
         flops = layer.flops(x.shape) if callable(getattr(layer, "flops", None)) else 0
         start = self.comm.clock
         self.comm.compute(flops, label=f"forward {type(layer).__name__}")
-        self.spans.append(Span(self.comm.rank, start, self.comm.clock, "compute", f"forward {type(layer).__name__}"))
+        self.spans.append(Span(self.comm.rank, start, self.comm.clock, "compute",
+                               f"forward {type(layer).__name__}"))
         self.times[i], self.t = self.comm.clock - start, self.comm.clock
         return x
 

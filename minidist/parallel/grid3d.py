@@ -82,8 +82,9 @@ class Grid3D:
             same = [q for q in range(self.comm.world_size) if self.coords(q)[:2] == self.coords(r)[:2]]
             nodes = {topo.node(ranks[q]) for q in same}
             if len(nodes) > 1:
-                raise ValueError(f"the tensor group of rank {r} spans nodes {sorted(nodes)}: tensor groups must "
-                                 f"stay inside a node (placement='tensor_inside', T dividing the node size)")
+                raise ValueError(f"the tensor group of rank {r} spans nodes {sorted(nodes)}: tensor groups "
+                                 "must stay inside a node "
+                                 "(placement='tensor_inside', T dividing the node size)")
 
     def stage(self, blocks: list[tuple[Linear, object, Linear]]) -> Sequential:
         """This rank's pipeline stage: its share of ``blocks`` (split_range over P), each block

@@ -20,8 +20,8 @@ STEPS, BATCH = 3, 7
 
 def _model(dtype=np.float64):
     rng = np.random.default_rng(5)
-    return Sequential(Linear(6, 10, rng=rng, dtype=dtype), ReLU(), Linear(10, 5, rng=rng, dtype=dtype), ReLU(),
-                      Linear(5, 9, rng=rng, dtype=dtype), Tanh(), Linear(9, 4, rng=rng, dtype=dtype))
+    return Sequential(Linear(6, 10, rng=rng, dtype=dtype), ReLU(), Linear(10, 5, rng=rng, dtype=dtype),
+                      ReLU(), Linear(5, 9, rng=rng, dtype=dtype), Tanh(), Linear(9, 4, rng=rng, dtype=dtype))
 
 
 def _batches():

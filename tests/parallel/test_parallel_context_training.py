@@ -47,7 +47,8 @@ def _on_ranks(comm, seq_len, layout, batches):
     (2, 11, "zigzag"), (4, 10, "naive")])                      # uneven splits
 def test_context_parallel_blocks_train_like_one_process(c, seq_len, layout):
     rng = np.random.default_rng(1)
-    batches = [(rng.standard_normal((B, seq_len, D)), rng.standard_normal((B, seq_len, D))) for _ in range(STEPS)]
+    batches = [(rng.standard_normal((B, seq_len, D)), rng.standard_normal((B, seq_len, D)))
+               for _ in range(STEPS)]
     expected = _train(_blocks(), batches)
     psi = sum(p.data.size for p in _blocks()[0].parameters())
     for rank, (params, sent) in enumerate(run(_on_ranks, c, seq_len, layout, batches)):

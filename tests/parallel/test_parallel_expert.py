@@ -59,7 +59,8 @@ def _worker(comm, num_experts, k, capacity_factor):
     kept, sent = _train(model, ep, x[rows], t[rows], comm)
     params = {"0": [p.data for p in model.layers[0].parameters()], "router": ep.router.weight.data,
               "2": [p.data for p in model.layers[2].parameters()],
-              "experts": {ep.first_expert + j: [p.data for p in ex.parameters()] for j, ex in enumerate(ep.experts)}}
+              "experts": {ep.first_expert + j: [p.data for p in ex.parameters()]
+                          for j, ex in enumerate(ep.experts)}}
     return params, kept, sent
 
 
@@ -128,7 +129,8 @@ def _bad_worker(comm, case):
 
 
 @pytest.mark.parametrize("case,match", [("not divisible", "3 experts cannot be spread evenly over 2 ranks"),
-                                        ("not an MoE", "wraps an nn.MoE"), ("wrong width", r"expects input \(n, 4\)")])
+                                        ("not an MoE", "wraps an nn.MoE"),
+                                        ("wrong width", r"expects input \(n, 4\)")])
 def test_bad_expert_parallel_input_is_a_clear_error(case, match):
     from minidist.cluster import ClusterError
     with pytest.raises(ClusterError, match=match):

@@ -41,7 +41,8 @@ def _worker(comm, layout):
     tokens, targets = _batches(layout.token_sets)
     rows = slice(groups.token_set * B, (groups.token_set + 1) * B)
     opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
-    losses = [train_step(groups, model, CrossEntropyLoss(), opt, tokens[rows], targets[rows]) for _ in range(STEPS)]
+    losses = [train_step(groups, model, CrossEntropyLoss(), opt, tokens[rows], targets[rows])
+              for _ in range(STEPS)]
     held = {name: (a.copy(), index) for name, (a, index) in held_weights(model).items()}
     dropped = sum(block.mlp.routing.dropped_tokens for block in model.blocks)
     return held, losses, groups.token_set, expert_holdings(model), dropped

@@ -56,7 +56,8 @@ def _train(comm, schedule, num_stages, num_micro_batches):
     opt = SGD(pipe.parameters(), lr=0.1)
     losses = [pipe.train_step(x, t, opt) for _ in range(STEPS)]
     held = {id(p) for p in pipe.parameters()}
-    return {i: p.data for i, p in enumerate(model.parameters()) if id(p) in held}, losses, comm.stats.bytes_sent
+    return ({i: p.data for i, p in enumerate(model.parameters()) if id(p) in held}, losses,
+            comm.stats.bytes_sent)
 
 
 CASES = {

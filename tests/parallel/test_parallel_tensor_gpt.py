@@ -52,10 +52,12 @@ def _expected(gpt, t, rank):
         hidden = feature_slice(up.out_features, t, rank)
         out.update({f"blocks.{i}.{name}": value for name, value in {
             "ln1.weight": block.ln1.weight.data, "ln1.bias": block.ln1.bias.data,
-            "attn.bias": attn.proj.bias.data, "attn.qkv.weight": attn.qkv.weight.data[np.r_[cols, D + cols, 2 * D + cols]],
+            "attn.bias": attn.proj.bias.data,
+            "attn.qkv.weight": attn.qkv.weight.data[np.r_[cols, D + cols, 2 * D + cols]],
             "attn.qkv.bias": attn.qkv.bias.data[np.r_[cols, D + cols, 2 * D + cols]],
             "attn.proj.weight": attn.proj.weight.data[:, cols], "ln2.weight": block.ln2.weight.data,
-            "ln2.bias": block.ln2.bias.data, "mlp.bias": down.bias.data, "mlp.up.weight": up.weight.data[hidden],
+            "ln2.bias": block.ln2.bias.data, "mlp.bias": down.bias.data,
+            "mlp.up.weight": up.weight.data[hidden],
             "mlp.up.bias": up.bias.data[hidden], "mlp.down.weight": down.weight.data[:, hidden]}.items()})
     return out
 

@@ -67,8 +67,9 @@ def _expected_shards(block, t, rank):
     cols = np.arange(heads.start * attn.d_head, heads.stop * attn.d_head)
     rows = np.concatenate([cols, D + cols, 2 * D + cols])
     hidden = feature_slice(up.out_features, t, rank)
-    return [block.ln1.weight.data, block.ln1.bias.data,                 # a module's own Parameters come
-            attn.proj.bias.data, attn.qkv.weight.data[rows], attn.qkv.bias.data[rows],  # before its children's
+    # a module's own Parameters come before its children's
+    return [block.ln1.weight.data, block.ln1.bias.data,
+            attn.proj.bias.data, attn.qkv.weight.data[rows], attn.qkv.bias.data[rows],
             attn.proj.weight.data[:, cols], block.ln2.weight.data, block.ln2.bias.data,
             down.bias.data, up.weight.data[hidden], up.bias.data[hidden], down.weight.data[:, hidden]]
 
@@ -138,10 +139,12 @@ def test_the_block_clock_equals_the_closed_form(t):
 
 
 def _grid(comm, t, heads, sequence_parallel, layout, batches):
-    """t × c ranks: rank = ci·t + ti; tensor groups share a piece of the sequence, context groups the heads."""
+    """t × c ranks: rank = ci·t + ti; tensor groups share a piece of the sequence,
+    context groups the heads."""
     c, ci, ti = comm.world_size // t, comm.rank // t, comm.rank % t
     tp, cp = comm.split(ci, key=ti), comm.split(ti, key=ci)
-    blocks = [TensorParallelBlock(tp, b, sequence_parallel=sequence_parallel, context=cp, seq_len=T, layout=layout)
+    blocks = [TensorParallelBlock(tp, b, sequence_parallel=sequence_parallel, context=cp, seq_len=T,
+                                  layout=layout)
               for b in _blocks(heads)]
     params = [p for b in blocks for p in b.parameters()]
 
@@ -154,8 +157,8 @@ def _grid(comm, t, heads, sequence_parallel, layout, batches):
 
 
 @pytest.mark.parametrize("t,c,heads,sequence_parallel,layout", [
-    (2, 2, 4, False, "zigzag"), (2, 2, 4, True, "zigzag"), (2, 2, 3, False, "naive"), (1, 4, 4, False, "zigzag"),
-    (4, 1, 4, True, "naive")])
+    (2, 2, 4, False, "zigzag"), (2, 2, 4, True, "zigzag"), (2, 2, 3, False, "naive"),
+    (1, 4, 4, False, "zigzag"), (4, 1, 4, True, "naive")])
 def test_tensor_times_context_parallel_blocks_train_like_one_process(t, c, heads, sequence_parallel, layout):
     batches = _batches()
     reference = _blocks(heads)

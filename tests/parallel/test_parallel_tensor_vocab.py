@@ -119,7 +119,8 @@ def test_vocab_parallel_language_model_trains_like_one_process(t):
     batches = [(rng.integers(0, vocab, (2, 5)), rng.integers(0, vocab, (2, 5))) for _ in range(steps)]
     emb = Embedding(vocab, dim, rng=np.random.default_rng(seed), dtype=np.float64)
     head = Linear(dim, vocab, rng=np.random.default_rng(seed + 1), dtype=np.float64)
-    loss_fn, optimizer = CrossEntropyLoss(), AdamW([emb.weight, *head.parameters()], lr=0.05, weight_decay=0.1)
+    loss_fn, optimizer = CrossEntropyLoss(), AdamW([emb.weight, *head.parameters()], lr=0.05,
+                                                   weight_decay=0.1)
     losses = []
     for tokens, target in batches:
         optimizer.zero_grad()

@@ -2,8 +2,8 @@
 
 blocks.py (one key/value block's partial attention, the online-softmax merge, the block's backward),
 layout.py (which tokens a rank holds: naive or zigzag split), ring.py (RingAttention on a
-communicator), block.py (a transformer block on a slice of the sequence), gpt.py (a whole GPT), cost.py (bytes, messages and
-time in closed form)."""
+communicator), block.py (a transformer block on a slice of the sequence), gpt.py (a whole GPT), cost.py
+(bytes, messages and time in closed form)."""
 
 from .block import ContextParallelAttention, ContextParallelBlock
 from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge

@@ -66,7 +66,8 @@ class ContextParallelBlock(Module):
         self.ln2, self.mlp = copy.deepcopy(block.ln2), copy.deepcopy(block.mlp)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: this rank's tokens (B, T_r, d) (layout.shard(x, c, rank, layout, axis=1)). Returns (B, T_r, d)."""
+        """x: this rank's tokens (B, T_r, d) (layout.shard(x, c, rank, layout, axis=1)).
+        Returns (B, T_r, d)."""
         h = x + self.attn.forward(self.ln1.forward(x))
         return h + self.mlp.forward(self.ln2.forward(h))
 

@@ -24,7 +24,8 @@ from .layout import positions
 class ContextParallelGPT(Module):
     """``gpt`` (an nn.GPT, dropout 0, the same on every rank) on this rank's tokens of a T-token sequence.
 
-    Sub-layers as nn.GPT's: ``tok_emb``, ``pos_emb``, ``blocks`` (ContextParallelBlock each), ``ln_f``, ``head``.
+    Sub-layers as nn.GPT's: ``tok_emb``, ``pos_emb``, ``blocks`` (ContextParallelBlock each), ``ln_f``,
+    ``head``.
     """
 
     def __init__(self, comm, gpt: GPT, seq_len: int, *, layout: str = "zigzag"):
@@ -51,7 +52,8 @@ class ContextParallelGPT(Module):
     def shard(self, x: np.ndarray) -> np.ndarray:
         """This rank's tokens of x (B, T, ...) — e.g. of the tokens or of the targets."""
         if x.shape[1] != self.seq_len:
-            raise ValueError(f"ContextParallelGPT was built for T = {self.seq_len} tokens, got shape {x.shape}")
+            raise ValueError(f"ContextParallelGPT was built for T = {self.seq_len} tokens, got shape "
+                             f"{x.shape}")
         return x[:, self.positions]
 
     def forward(self, tokens: np.ndarray) -> np.ndarray:

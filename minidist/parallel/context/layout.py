@@ -7,8 +7,9 @@ With a causal mask a query at position p attends to p+1 keys, so the naive split
 about 2c−1 times the work of the first: with L = T/c tokens each, rank i has i·L² + L(L+1)/2 unmasked
 query–key pairs. The zigzag pairs an early piece with a late one: with L = T/(2c), rank i has
 (iL² + L(L+1)/2) + ((2c−1−i)L² + L(L+1)/2) = T(T+1)/(2c) pairs — exactly 1/c of the T(T+1)/2 in all,
-whenever 2c divides T (the load-balanced split of Megatron-LM's context parallelism). Pieces follow minidist.split's rule, so T need not divide evenly; every piece must
-hold at least one token (T ≥ c for naive, T ≥ 2c for zigzag).
+whenever 2c divides T (the load-balanced split of Megatron-LM's context parallelism). Pieces follow
+minidist.split's rule, so T need not divide evenly; every piece must hold at least one token (T ≥ c for naive,
+T ≥ 2c for zigzag).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def positions(seq_len: int, parts: int, rank: int, layout: str = "zigzag") -> np
         raise ValueError(f"need parts >= 1 and 0 <= rank < parts, got parts={parts}, rank={rank}")
     pieces = parts if layout == "naive" else 2 * parts
     if seq_len < pieces:
-        raise ValueError(f"the {layout} split of a sequence over {parts} ranks cuts it into {pieces} pieces of "
-                         f"at least one token each; got a sequence of {seq_len} tokens (need >= {pieces})")
+        raise ValueError(f"the {layout} split of a sequence over {parts} ranks cuts it into {pieces} pieces "
+                         f"of at least one token each; got a sequence of {seq_len} tokens (need >= {pieces})")
     bounds = split_bounds(int(seq_len), pieces)
     held = [rank] if layout == "naive" else [rank, 2 * parts - 1 - rank]
     return np.concatenate([np.arange(*bounds[i]) for i in held]).astype(np.int64)

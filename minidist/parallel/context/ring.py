@@ -63,7 +63,8 @@ class RingAttention:
             owner = (self.comm.rank - step) % self.comm.world_size
             mask, flops = self._block(q, owner, backward=False)
             last = step == self.comm.world_size - 1
-            arrived = self._ring_step([] if last else [kv], flops, f"attention forward, block of rank {owner}")
+            arrived = self._ring_step([] if last else [kv], flops,
+                                      f"attention forward, block of rank {owner}")
             if flops:
                 out, lse = merge(out, lse, *block_attention(q, kv[0], kv[1], mask))
             if not last:
@@ -89,7 +90,8 @@ class RingAttention:
             arrived = self._ring_step(outgoing, flops, f"attention backward, block of rank {owner}")
             mine = np.zeros_like(kv)                     # this rank's share of the block's dK, dV
             if flops:
-                dq_block, mine[0], mine[1] = block_attention_backward(q, kv[0], kv[1], mask, lse, d_out, delta)
+                dq_block, mine[0], mine[1] = block_attention_backward(q, kv[0], kv[1], mask, lse, d_out,
+                                                                      delta)
                 dq += dq_block
             dkv = mine if step == 0 else arrived[-1] + mine    # add to what the ranks before added
             if step < c - 1:
@@ -127,5 +129,5 @@ class RingAttention:
             raise ValueError(f"RingAttention expects q, k, v of one shape (B, h, T_r, d_k) and dtype; got "
                              f"{q.shape} {q.dtype}, {k.shape} {k.dtype}, {v.shape} {v.dtype}")
         if q.shape[2] != len(self.mine):
-            raise ValueError(f"rank {self.comm.rank} holds {len(self.mine)} tokens of the {self.layout} split "
-                             f"(layout.shard), got q with T_r = {q.shape[2]}")
+            raise ValueError(f"rank {self.comm.rank} holds {len(self.mine)} tokens of the {self.layout} "
+                             f"split (layout.shard), got q with T_r = {q.shape[2]}")

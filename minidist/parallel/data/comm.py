@@ -49,7 +49,8 @@ class Bucket:
 def assign_buckets(params: list[Parameter], bucket_bytes: int | None) -> list[Bucket]:
     """Pack ``params`` (in forward order) into buckets, filled in reverse order; see the module docstring."""
     if bucket_bytes is not None and not is_count(bucket_bytes):
-        raise ValueError(f"bucket_bytes must be a positive int (bytes) or None (no bucketing), got {bucket_bytes!r}")
+        raise ValueError("bucket_bytes must be a positive int (bytes) or None (no bucketing), got "
+                         f"{bucket_bytes!r}")
     buckets: list[Bucket] = []
     current: list[Parameter] = []
     for p in reversed(params):
@@ -80,8 +81,9 @@ def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring",
     buffer: optional 1-D scratch array of sum(g.size) elements and the gradients' dtype, reused from step
     to step (a fresh large array costs page faults every time).
     Flatten the gradients into one buffer, ``allreduce(comm, flat, op="sum", algorithm=algorithm,
-    out=flat)`` it in place, and copy each piece of the sum back into its gradient. Data parallelism weights every rank's gradient by n_r / B
-    before calling this, so the sum is the full-batch average: g = Σ_r (n_r / B) g_r.
+    out=flat)`` it in place, and copy each piece of the sum back into its gradient. Data parallelism weights
+    every rank's gradient by n_r / B before calling this, so the sum is the full-batch average:
+    g = Σ_r (n_r / B) g_r.
     """
     # BEGIN SOLUTION dp_bucketed_allreduce
     flat = np.concatenate([g.ravel() for g in grads], out=buffer)
@@ -101,5 +103,6 @@ def allreduce_gradients(comm, params: list[Parameter], algorithm: str = "ring") 
         return
     dtypes = {p.grad.dtype for p in params}
     if len(dtypes) > 1:
-        raise TypeError(f"allreduce_gradients: the parameters must share one dtype, got {sorted(map(str, dtypes))}")
+        raise TypeError("allreduce_gradients: the parameters must share one dtype, got "
+                        f"{sorted(map(str, dtypes))}")
     allreduce_bucket(comm, [p.grad for p in params], algorithm)

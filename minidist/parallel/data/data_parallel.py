@@ -77,7 +77,8 @@ class DataParallel(Attachment):
             if not callable(getattr(optimizer, name, None)):
                 raise TypeError(f"optimizer must have .{name}(), got {type(optimizer).__name__}")
         if not (callable(getattr(loss_fn, "forward", None)) and callable(getattr(loss_fn, "backward", None))):
-            raise TypeError(f"loss_fn must have forward(logits, target) and backward(), got {type(loss_fn).__name__}")
+            raise TypeError("loss_fn must have forward(logits, target) and backward(), got "
+                            f"{type(loss_fn).__name__}")
         if algorithm != "auto" and algorithm not in ALGORITHMS and algorithm not in TOPOLOGY_ALGORITHMS:
             raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
                              f"(on a Topology) or 'auto', got {algorithm!r}")
@@ -93,7 +94,8 @@ class DataParallel(Attachment):
         if not self.params:
             raise ValueError("model has no parameters: nothing to train data-parallel")
         if len({p.data.dtype for p in self.params}) > 1:
-            raise TypeError(f"all parameters must share one dtype, got {sorted({str(p.data.dtype) for p in self.params})}")
+            raise TypeError("all parameters must share one dtype, got "
+                            f"{sorted({str(p.data.dtype) for p in self.params})}")
         self.layers = units(model)
         self.buckets = assign_buckets(self.params, bucket_bytes)
         self.ready_at: list[list] = [[] for _ in self.layers]   # buckets completed by layer i's backward
@@ -126,7 +128,7 @@ class DataParallel(Attachment):
         """Raise ValueError unless every rank's parameters are bitwise equal to rank 0's (collective)."""
         check_same_values(self.comm, self.params, what)
 
-    # -- one global batch -------------------------------------------------------------------------------------
+    # -- one global batch ------------------------------------------------------------------------------------
     def shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns this rank's contiguous
         slice x_r (n_r, ...), y_r (n_r, ...) and its weight n_r / B."""
@@ -151,7 +153,8 @@ class DataParallel(Attachment):
         return loss
 
     def step(self) -> bool:
-        """Apply the averaged gradients (divided by the number of micro-steps); False if skipped (overflow)."""
+        """Apply the averaged gradients (divided by the number of micro-steps);
+        False if skipped (overflow)."""
         if not self._synced:
             raise RuntimeError("step() needs averaged gradients: the last forward_backward must run outside "
                                "no_sync()")
@@ -197,7 +200,7 @@ class DataParallel(Attachment):
         finally:
             self._syncing = True
 
-    # -- the runner's events: the buckets go out as backward makes them ---------------------------------------
+    # -- the runner's events: the buckets go out as backward makes them --------------------------------------
     def after_backward(self, i: int, layer, dx):
         """Layer i's gradients are ready: the buckets it completes are allreduced (on the communication
         stream, from the compute stream's time on: see clock.py)."""

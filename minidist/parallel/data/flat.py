@@ -92,26 +92,30 @@ def check_wrapper_inputs(comm, model, make_optimizer, loss_fn) -> list[Module]:
     if not isinstance(model, Module):
         raise TypeError(f"model must be a minidist Module, got {type(model).__name__}")
     if not callable(make_optimizer) or hasattr(make_optimizer, "step"):
-        raise TypeError("make_optimizer must be a function params -> optimizer (e.g. lambda ps: Adam(ps, lr=1e-3)),"
+        raise TypeError("make_optimizer must be a function params -> optimizer "
+                        "(e.g. lambda ps: Adam(ps, lr=1e-3)),"
                         f" got {type(make_optimizer).__name__}: the optimizer is built on this rank's shards")
     if not (callable(getattr(loss_fn, "forward", None)) and callable(getattr(loss_fn, "backward", None))):
-        raise TypeError(f"loss_fn must have forward(logits, target) and backward(), got {type(loss_fn).__name__}")
+        raise TypeError("loss_fn must have forward(logits, target) and backward(), got "
+                        f"{type(loss_fn).__name__}")
     params = model.parameters()
     if not params:
         raise ValueError("model has no parameters: nothing to shard")
     if len({p.data.dtype for p in params}) > 1:
-        raise TypeError(f"all parameters must share one dtype, got {sorted({str(p.data.dtype) for p in params})}")
+        raise TypeError("all parameters must share one dtype, got "
+                        f"{sorted({str(p.data.dtype) for p in params})}")
     layers = leaf_layers(model)
     seen: dict[int, int] = {}
     for i, layer in enumerate(layers):
         for p in layer.parameters():
             if id(p) in seen:
-                raise ValueError(f"{p!r} is shared (layers {seen[id(p)]} and {i}): a sharded wrapper frees and "
-                                 "re-gathers each layer's parameters, so a parameter must belong to exactly "
-                                 "one layer, once (untie the weights)")
+                raise ValueError(f"{p!r} is shared (layers {seen[id(p)]} and {i}): a sharded wrapper frees "
+                                 "and re-gathers each layer's parameters, so a parameter must belong to "
+                                 "exactly one layer, once (untie the weights)")
             seen[id(p)] = i
     check_same_layout(comm, params)
-    check_same_values(comm, params, "replicas start different: build the model from the same seed on every rank")
+    check_same_values(comm, params,
+                      "replicas start different: build the model from the same seed on every rank")
     return layers
 
 
@@ -120,10 +124,12 @@ def build_optimizer(make_optimizer, shards: list[Parameter]):
     optimizer = make_optimizer(shards)
     for name in ("step", "zero_grad", "state_dict", "load_state_dict"):
         if not callable(getattr(optimizer, name, None)):
-            raise TypeError(f"make_optimizer must return an optimizer with .{name}(), got {type(optimizer).__name__}")
+            raise TypeError(f"make_optimizer must return an optimizer with .{name}(), got "
+                            f"{type(optimizer).__name__}")
     if isinstance(optimizer, LARS):
         raise TypeError("LARS scales each parameter by its whole norm; a shard cuts parameters, so sharded "
-                        "data parallelism supports the element-wise optimizers (SGD, Adam, AdamW, RMSprop, Adagrad)")
+                        "data parallelism supports the element-wise optimizers "
+                        "(SGD, Adam, AdamW, RMSprop, Adagrad)")
     if [id(p) for p in getattr(optimizer, "params", shards)] != [id(s) for s in shards]:
         raise ValueError("make_optimizer must build the optimizer on the parameters it is given (the shards)")
     return optimizer
@@ -132,7 +138,8 @@ def build_optimizer(make_optimizer, shards: list[Parameter]):
 def check_algorithm(algorithm: str) -> str:
     """Only the ring's chunking is the one the shards follow."""
     if algorithm != "ring" or algorithm not in ALGORITHMS:
-        raise ValueError(f"sharded data parallelism uses ring reduce_scatter/allgather; got algorithm {algorithm!r}")
+        raise ValueError("sharded data parallelism uses ring reduce_scatter/allgather; got algorithm "
+                         f"{algorithm!r}")
     return algorithm
 
 
@@ -146,12 +153,13 @@ def state_dict(wrapper) -> dict:
 def load_state_dict(wrapper, state: dict) -> None:
     """Load what ``state_dict`` returned on the same rank of a run with the same P and stage."""
     if not isinstance(state, dict) or not {"world_size", "rank", "stage", "optimizer"} <= set(state):
-        raise ValueError("expected a dict from a sharded wrapper's state_dict() (world_size, rank, stage, optimizer)")
+        raise ValueError("expected a dict from a sharded wrapper's state_dict() "
+                         "(world_size, rank, stage, optimizer)")
     p, r = wrapper.comm.world_size, wrapper.comm.rank
     if state["world_size"] != p or state["rank"] != r:
         raise ValueError(f"this optimizer state holds rank {state['rank']}'s shards of a run with P = "
-                         f"{state['world_size']}; this is rank {r} of P = {p}: shards of another P cover other "
-                         "elements (gather the full state and re-shard it first)")
+                         f"{state['world_size']}; this is rank {r} of P = {p}: shards of another P cover "
+                         "other elements (gather the full state and re-shard it first)")
     if state["stage"] != wrapper.stage:
         raise ValueError(f"state saved by ZeRO stage {state['stage']}, this is stage {wrapper.stage}")
     mixed = wrapper.precision.keeps_masters

@@ -90,7 +90,7 @@ class FSDP(ShardedWrapper):
         self.recorder.record("after step")
         return loss
 
-    # -- the runner's events: gather a layer before it runs, free it after ------------------------------------
+    # -- the runner's events: gather a layer before it runs, free it after -----------------------------------
     def before_forward(self, i, layer, x):
         if self.group_of[i] is not None:
             self._gather(self.group_of[i])
@@ -116,7 +116,7 @@ class FSDP(ShardedWrapper):
             g.free_grad()
         return dx
 
-    # -- what a rank holds ------------------------------------------------------------------------------------
+    # -- what a rank holds -----------------------------------------------------------------------------------
     def full_parameters(self) -> list[np.ndarray]:
         """The full parameters in model.parameters() order, gathered (a collective: every rank calls it;
         its bytes count in comm.stats). The model's Parameters stay freed."""
@@ -132,7 +132,8 @@ class FSDP(ShardedWrapper):
 
     def bytes_per_step(self, applied: bool = True) -> int:
         """Bytes this rank sends per step: two allgathers and one reduce-scatter of every layer (flat.py);
-        with mixed precision also the found_inf flag (applied: no difference, nothing is gathered at the step)."""
+        with mixed precision also the found_inf flag (applied: no difference, nothing is gathered
+        at the step)."""
         p, r = self.comm.world_size, self.comm.rank
         return self.precision.flag_bytes(p, r) + sum(
             2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")

@@ -41,7 +41,8 @@ def check_same_layout(comm, params: list[Parameter]) -> None:
                          f"rank(s) {differ} differ from rank 0 ({described})")
 
 
-def check_same_values(comm, params: list[Parameter], what: str = "replicas are not bitwise identical") -> None:
+def check_same_values(comm, params: list[Parameter],
+                      what: str = "replicas are not bitwise identical") -> None:
     """Raise ValueError (on every rank) unless every rank's parameters are bitwise equal to rank 0's."""
     digests = allgather(comm, parameter_digest(params))
     differ = [r for r, d in enumerate(digests) if not np.array_equal(d, digests[0])]

@@ -17,7 +17,8 @@ def shard_range(comm, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
     """[lo, hi) of this rank's contiguous slice of the global batch x (B, ...), y (B, ...); P <= B."""
     if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.ndim < 1 or len(x) != len(y):
         raise ValueError(f"expected arrays x and y with the same first (batch) dimension, got "
-                         f"{getattr(x, 'shape', type(x).__name__)} and {getattr(y, 'shape', type(y).__name__)}")
+                         f"{getattr(x, 'shape', type(x).__name__)} and "
+                         f"{getattr(y, 'shape', type(y).__name__)}")
     if len(x) < comm.world_size:
         raise ValueError(f"a global batch of {len(x)} examples cannot be split over {comm.world_size} ranks: "
                          f"data parallelism needs P <= B (at least one example per rank)")

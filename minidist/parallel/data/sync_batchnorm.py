@@ -62,7 +62,8 @@ class SyncBatchNorm(_BatchNorm):
         what = f"{type(self).__name__} input"
         check_float_array(x, what, ndim=self.expected_ndim)
         if x.shape[1] != self.num_features:
-            raise ValueError(f"{what}: expected {self.num_features} channels in dimension 1, got shape {x.shape}")
+            raise ValueError(f"{what}: expected {self.num_features} channels in dimension 1, got shape "
+                             f"{x.shape}")
         self._axes = (0, *range(2, x.ndim))
         self._batch_statistics = self.training
         if self.training:
@@ -87,7 +88,8 @@ class SyncBatchNorm(_BatchNorm):
         self._x_hat = (x - self._per_channel(mean, x.ndim).astype(x.dtype)) * self._inv_std
         if self.weight is None:
             return self._x_hat
-        return self._x_hat * self._per_channel(self.weight.data, x.ndim) + self._per_channel(self.bias.data, x.ndim)
+        return (self._x_hat * self._per_channel(self.weight.data, x.ndim)
+                + self._per_channel(self.bias.data, x.ndim))
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: upstream gradient of this rank's output, shape (n_r, C, *); returns dx, shape (n_r, C, *).

@@ -50,7 +50,8 @@ class ShardedMixedPrecision(Attachment):
         self.master_fmt = check_format(master_fmt)
         self.scaler = scaler if scaler is not None else DynamicLossScaler()
         if not isinstance(self.scaler, (StaticLossScaler, DynamicLossScaler)):
-            raise TypeError(f"scaler must be a StaticLossScaler or DynamicLossScaler, got {type(scaler).__name__}")
+            raise TypeError("scaler must be a StaticLossScaler or DynamicLossScaler, got "
+                            f"{type(scaler).__name__}")
         self.steps_taken, self.steps_skipped = 0, 0
         self.ends: set[int] = set()
         self.starts: set[int] = set()
@@ -60,11 +61,11 @@ class ShardedMixedPrecision(Attachment):
         """Check the model (float32 parameters) and find the layer boundaries MixedPrecisionTrainer uses:
         between a Sequential's top-level layers (else at the model's input and output). Once per wrapper."""
         if self.bound:
-            raise ValueError("this ShardedMixedPrecision (and its loss scaler) already serves another wrapper; "
-                             "make one per wrapper")
+            raise ValueError("this ShardedMixedPrecision (and its loss scaler) already serves another "
+                             "wrapper; make one per wrapper")
         dtypes = {p.data.dtype for p in params}
         if dtypes != {np.dtype(np.float32)}:
-            raise TypeError(f"mixed precision keeps fp32 masters: the model's parameters must be float32, got "
+            raise TypeError("mixed precision keeps fp32 masters: the model's parameters must be float32, got "
                             f"{sorted(str(d) for d in dtypes)}")
         self.starts, self.ends = boundaries(model)
         self.bound = True
@@ -104,7 +105,7 @@ class ShardedMixedPrecision(Attachment):
     def end(self) -> None:
         np.seterr(**self._errors)
 
-    # -- the sharded update ------------------------------------------------------------------------------------
+    # -- the sharded update ----------------------------------------------------------------------------------
     def step(self, comm, masters, optimizer) -> bool:
         """masters: the fp32 master shards, whose .grad holds this rank's piece of the summed scaled gradient.
         Rounds the pieces to grad_fmt, unscales, agrees on found_inf (a one-element allreduce, max), then

@@ -33,7 +33,8 @@ def uniform_alltoall_bytes(tokens_per_rank: int, k: int, world_size: int, d: int
 
 
 def expert_step_seconds(loads: list[int], d: int, d_ff: int, flops_per_second: float) -> float:
-    """Forward + backward time of the experts when rank q processes loads[q] token rows: the slowest sets it."""
+    """Forward + backward time of the experts when rank q processes loads[q] token rows:
+    the slowest sets it."""
     return 12 * d * d_ff * max(loads) / flops_per_second
 
 

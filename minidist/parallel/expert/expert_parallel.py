@@ -47,7 +47,7 @@ class ExpertParallelMoE(Module):
         self.per_rank = big_e // e
         self.first_expert = comm.rank * self.per_rank
         self.router = moe.router
-        self.experts = moe.experts[self.first_expert:self.first_expert + self.per_rank]  # the others: not ours
+        self.experts = moe.experts[self.first_expert:self.first_expert + self.per_rank]  # the rest: not ours
         self.routing: Routing | None = None
         self.sent_tokens = self.received_tokens = 0  # kept assignments that crossed to / from other ranks
 
@@ -83,8 +83,8 @@ class ExpertParallelMoE(Module):
         """x: this rank's tokens, (n, d) or (B, T, d); returns y of the same shape."""
         check_float_array(x, "ExpertParallelMoE input", ndim=(2, 3))
         if x.shape[-1] != self.d_model:
-            raise ValueError(f"ExpertParallelMoE expects input (n, {self.d_model}) or (B, T, {self.d_model}), "
-                             f"got {x.shape}")
+            raise ValueError(f"ExpertParallelMoE expects input (n, {self.d_model}) or "
+                             f"(B, T, {self.d_model}), got {x.shape}")
         x2 = x.reshape(-1, self.d_model)
         # 1. route my tokens (the router is replicated; my batch is one capacity group)
         r = route(self.router.forward(x2), self.k, self.capacity_factor)

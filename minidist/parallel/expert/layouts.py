@@ -78,7 +78,8 @@ def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransfo
         if moe.num_experts % layout.expert:
             raise ValueError(f"{moe.num_experts} experts cannot be spread evenly over {layout.expert} ranks")
         if layout.model > 1:
-            moe.experts = [MegatronMLP(groups.model_comm, ex.layers[0], ex.layers[2], GELU()) for ex in moe.experts]
+            moe.experts = [MegatronMLP(groups.model_comm, ex.layers[0], ex.layers[2], GELU())
+                           for ex in moe.experts]
         if layout.expert > 1:
             block.mlp = ExpertParallelMoE(groups.expert_comm, moe)
     return model

@@ -1,7 +1,8 @@
 """Pipeline parallelism: pipeline.py (the stage and its executor), schedule.py (naive, GPipe, 1F1B as
 tables of ticks), tasks.py (tables with several stages per rank and a split backward: interleaved.py,
-zero_bubble.py, chimera.py; run by tasks_executor.py, the B/W split in split_backward.py), split.py (cutting a Sequential into stages), comm.py (point-to-point between stages,
-and StageLinks: 1F1B's sendrecv pairing), ledger.py (the stage's clock, timeline and memory books)."""
+zero_bubble.py, chimera.py; run by tasks_executor.py, the B/W split in split_backward.py), split.py (cutting a
+Sequential into stages), comm.py (point-to-point between stages, and StageLinks: 1F1B's sendrecv pairing),
+ledger.py (the stage's clock, timeline and memory books)."""
 
 from .chimera import chimera_schedule
 from .comm import (

@@ -59,7 +59,8 @@ class Pipeline:
         self.comm, P = comm, comm.world_size
         self.stage, self.num_stages, self.loss_fn = comm.rank, P, loss_fn
         self.boundaries = self._boundaries(model, boundaries, sample)
-        if isinstance(num_micro_batches, bool) or not isinstance(num_micro_batches, int) or num_micro_batches < 1:
+        if (isinstance(num_micro_batches, bool) or not isinstance(num_micro_batches, int)
+                or num_micro_batches < 1):
             raise ValueError(f"number of micro-batches must be an integer >= 1, got {num_micro_batches!r}")
         self.num_micro_batches = num_micro_batches
         if isinstance(schedule, str):

@@ -169,7 +169,8 @@ def check_schedule(schedule: Schedule, num_stages: int, num_micro_batches: int) 
     for op in every_op:
         for dep in _dependencies(op, num_stages):
             if tick_of[dep] >= tick_of[op]:
-                raise ValueError(f"{op} at tick {tick_of[op]} does not come after {dep} at tick {tick_of[dep]}")
+                raise ValueError(f"{op} at tick {tick_of[op]} does not come after {dep} at tick "
+                                 f"{tick_of[dep]}")
 
 
 def max_in_flight(schedule: Schedule, num_stages: int) -> list[int]:

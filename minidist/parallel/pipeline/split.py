@@ -34,7 +34,8 @@ def _check_count(num_layers: int, num_stages: int) -> None:
     if not is_count(num_stages):
         raise ValueError(f"number of stages must be an integer >= 1, got {num_stages!r}")
     if num_stages > num_layers:
-        raise ValueError(f"cannot split {num_layers} layers into {num_stages} stages: every stage needs a layer")
+        raise ValueError(f"cannot split {num_layers} layers into {num_stages} stages: "
+                         "every stage needs a layer")
 
 
 def split_by_layers(num_layers: int, num_stages: int) -> list[int]:

@@ -13,7 +13,8 @@ things, so a ``Task`` names them:
 A schedule is a list of ticks, each a list of Tasks, at most one per rank (one tick = one task). The rules
 (``check_tasks``): F(m, k) after F(m, k−1); B(m, k) after F(m, k) and B(m, k+1); W(m, k) after B(m, k); the
 tasks of (m, k) run on one rank. Bubble fraction = idle rank-ticks / all rank-ticks. A rank holds the
-activations of (m, k) from F(m, k) until its last backward task (B, or W when split): ``in_flight`` counts them.
+activations of (m, k) from F(m, k) until its last backward task (B, or W when split):
+``in_flight`` counts them.
 
 ``place_tasks`` turns each rank's order of tasks into ticks (each task as early as its rank and its
 dependencies allow); ``greedy_tasks`` lets each rank pick, tick by tick, the ready task it prefers.
@@ -142,7 +143,8 @@ def check_tasks(schedule: TaskSchedule, num_ranks: int, num_stages: int, num_mic
         if len(ranks) != len(set(ranks)):
             raise ValueError(f"tick {t} gives one rank two tasks: {tick}")
         for task in tick:
-            if not isinstance(task, Task) or task.kind not in ("F", "B", "W") or not 0 <= task.rank < num_ranks \
+            if not isinstance(task, Task) or task.kind not in ("F", "B", "W") \
+                    or not 0 <= task.rank < num_ranks \
                     or not 0 <= task.stage < num_stages or not 0 <= task.micro_batch < num_micro_batches:
                 raise ValueError(f"tick {t}: {task!r} is not a Task(rank < {num_ranks}, 'F'|'B'|'W', "
                                  f"micro_batch < {num_micro_batches}, stage < {num_stages})")
@@ -160,7 +162,8 @@ def check_tasks(schedule: TaskSchedule, num_ranks: int, num_stages: int, num_mic
     for key in every:
         for dep in dependencies(Task(0, *key), num_stages):
             if tick_of[dep] >= tick_of[key]:
-                raise ValueError(f"{key} at tick {tick_of[key]} does not come after {dep} at tick {tick_of[dep]}")
+                raise ValueError(f"{key} at tick {tick_of[key]} does not come after {dep} at tick "
+                                 f"{tick_of[dep]}")
 
 
 def bubble(schedule: TaskSchedule, num_ranks: int) -> float:

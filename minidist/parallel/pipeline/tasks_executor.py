@@ -52,12 +52,14 @@ class _Charges(Attachment):
         return y
 
     def after_backward(self, i, unit, dx):
-        self.comm.compute((1 if isinstance(unit, DeferredWeightGrad) else 2) * self.flops[i], label=self.label)
+        self.comm.compute((1 if isinstance(unit, DeferredWeightGrad) else 2) * self.flops[i],
+                          label=self.label)
         return dx
 
 
 class Inbox:
-    """This rank's incoming messages, read from each sender in the order it sends them (tags from the table)."""
+    """This rank's incoming messages, read from each sender in the order it sends them
+    (tags from the table)."""
 
     def __init__(self, comm, schedule: TaskSchedule, rank_of: dict, num_stages: int):
         self.comm, self.local, self.early = comm, {}, {}
@@ -107,7 +109,8 @@ class TaskPipeline:
         self.split = any(t.kind == "W" for tick in schedule for t in tick)
         self.my_tasks = rank_tasks(schedule, comm.rank)
         bounds = split_by_layers(len(model), num_stages)
-        self.holders = {k: sorted({r for (_, s), r in self.rank_of.items() if s == k}) for k in range(num_stages)}
+        self.holders = {k: sorted({r for (_, s), r in self.rank_of.items() if s == k})
+                        for k in range(num_stages)}
         self.charges = _Charges(comm)
         self.stages: dict[int, Sequential] = {}
         self.runners: dict[int, StepRunner] = {}
@@ -187,7 +190,8 @@ class TaskPipeline:
             self.comm.compute(flops, label=self.charges.label)
 
     def _sum_replicas(self) -> None:
-        """A stage on two ranks (Chimera): both add the other's gradients (a + b == b + a, so bitwise alike)."""
+        """A stage on two ranks (Chimera): both add the other's gradients
+        (a + b == b + a, so bitwise alike)."""
         for k in sorted(self.stages):
             others = [r for r in self.holders[k] if r != self.comm.rank]
             if len(others) > 1:

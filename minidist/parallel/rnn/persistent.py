@@ -69,7 +69,7 @@ class PersistentRNN(Module):
         dh_mine = np.zeros_like(da[0])                                  # dh_t[:, U_p] from step t + 1
         for t in reversed(range(hs.shape[0])):
             da[t] = (dy[t, :, u] + dh_mine) * (1.0 - hs[t, :, u] ** 2)
-            partial = da[t] @ self.weight_hh_l0.data                    # this rank's share of dh_(t−1), (N, H)
+            partial = da[t] @ self.weight_hh_l0.data                    # this rank's share of dh_(t−1) (N, H)
             received = alltoall(self.comm, [partial[:, lo:hi] for lo, hi in self.ranges])
             dh_mine = sum(received[1:], start=received[0])             # Σ_p in rank order
         h_prev = np.concatenate([np.zeros_like(hs[:1]), hs[:-1]])

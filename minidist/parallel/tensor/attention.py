@@ -57,10 +57,11 @@ class TensorParallelAttention(Module):
                  seq_len: int | None = None, layout: str = "zigzag"):
         if attn.attn_drop.p or attn.resid_drop.p:
             raise ValueError(f"TensorParallelAttention supports dropout = 0 only, got {attn.attn_drop.p}")
-        check_same_on_all_ranks(comm, "TensorParallelAttention (d_model, n_heads)", (attn.d_model, attn.n_heads))
+        check_same_on_all_ranks(comm, "TensorParallelAttention (d_model, n_heads)",
+                                (attn.d_model, attn.n_heads))
         if attn.n_heads < comm.world_size:
-            raise ValueError(f"cannot split {attn.n_heads} heads over {comm.world_size} ranks: each rank needs "
-                             f"at least one head")
+            raise ValueError(f"cannot split {attn.n_heads} heads over {comm.world_size} ranks: each rank "
+                             f"needs at least one head")
         self.comm, self.causal, self.d_head = comm, attn.causal, attn.d_head
         self.sequence_parallel = bool(sequence_parallel)
         self.heads = feature_slice(attn.n_heads, comm.world_size, comm.rank)
@@ -74,7 +75,8 @@ class TensorParallelAttention(Module):
         self.ring = None
         if context is not None:
             if seq_len is None:
-                raise ValueError("TensorParallelAttention with context= needs seq_len, the whole sequence's T")
+                raise ValueError("TensorParallelAttention with context= needs seq_len, "
+                                 "the whole sequence's T")
             self.ring = RingAttention(context, seq_len, causal=self.causal, layout=layout)
         self._saved: tuple | None = None
 
@@ -95,7 +97,8 @@ class TensorParallelAttention(Module):
         return y + self.bias.data
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        """dy: gradient of the output (x's shape). Adds into qkv's, proj's and bias's gradients; returns dx."""
+        """dy: gradient of the output (x's shape). Adds into qkv's, proj's and bias's gradients;
+        returns dx."""
         if self._saved is None and self.ring is None:
             raise RuntimeError("TensorParallelAttention.backward called before forward")
         self.bias.grad += dy.sum(axis=(0, 1))

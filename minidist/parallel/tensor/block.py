@@ -33,7 +33,8 @@ from .sequence import add_other_tokens, region_operators
 
 
 class TensorParallelMLP(Module):
-    """``mlp`` (Sequential Linear(d, f), activation, Linear(f, d)) with its f hidden units split over ``comm``.
+    """``mlp`` (Sequential Linear(d, f), activation, Linear(f, d)) with its f hidden units split over
+    ``comm``.
 
     Sub-layers: ``up`` Linear(d, f_p), ``activation``, ``down`` Linear(f_p, d) without bias, ``bias`` (d,).
     """

@@ -119,7 +119,8 @@ class ReduceFromTensorParallel(Module):
         self.comm = comm
 
     def forward(self, z_partial: np.ndarray) -> np.ndarray:
-        """z_partial: this rank's partial product, shape (..., out). Returns z = Σ_p z_partial_p, (..., out)."""
+        """z_partial: this rank's partial product, shape (..., out).
+        Returns z = Σ_p z_partial_p, (..., out)."""
         return allreduce_sum(self.comm, z_partial)
 
     def backward(self, dz: np.ndarray) -> np.ndarray:

@@ -69,7 +69,8 @@ def megatron_words(widths: Sequence[int], batch: int, parts: int, input_grad: bo
     """
     d = _check(widths, batch, parts)
     if (len(d) - 1) % 2:
-        raise ValueError(f"a Megatron MLP pairs its layers, so it needs an even number of layers; got widths {d}")
+        raise ValueError("a Megatron MLP pairs its layers, so it needs an even number of layers; "
+                         f"got widths {d}")
     total = 0
     for k in range(0, len(d) - 1, 2):
         total += 2 * (parts - 1) * batch * d[k + 2]
@@ -91,7 +92,8 @@ def hybrid_words(model_words_at_full_batch: int, shard_parameters: Sequence[int]
     pass ``*_words(widths, B, M)``. Data-parallel part: the M data groups each all-reduce one rank's shard
     of the gradients (shard_parameters[p] words for model rank p): Σ_p 2(D−1)·|shard_p|.
     """
-    return int(model_words_at_full_batch) + sum(data_parallel_words(n, data_parallel) for n in shard_parameters)
+    return int(model_words_at_full_batch) + sum(data_parallel_words(n, data_parallel)
+                                                for n in shard_parameters)
 
 
 def memory_words_per_device(widths: Sequence[int], batch: int, data_parallel: int, model_parallel: int,

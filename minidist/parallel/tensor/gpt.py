@@ -39,7 +39,8 @@ class TensorParallelGPT(Module):
         if gpt.drop.p:
             raise ValueError(f"TensorParallelGPT supports dropout = 0 only, got {gpt.drop.p}")
         self.comm, self.sequence_parallel, self.vocab_size = comm, bool(sequence_parallel), gpt.vocab_size
-        self.tok_emb = VocabParallelEmbedding.from_embedding(comm, gpt.tok_emb, sequence_parallel=sequence_parallel)
+        self.tok_emb = VocabParallelEmbedding.from_embedding(comm, gpt.tok_emb,
+                                                             sequence_parallel=sequence_parallel)
         self.pos_emb = copy.deepcopy(gpt.pos_emb)
         self.blocks = [TensorParallelBlock(comm, b, sequence_parallel=sequence_parallel) for b in gpt.blocks]
         self.ln_f = copy.deepcopy(gpt.ln_f)
@@ -73,7 +74,8 @@ class TensorParallelGPT(Module):
 
     def backward(self, dlogits: np.ndarray) -> None:
         """dlogits: gradient of this rank's logits (B, T, |V_p|). Adds every parameter's gradient."""
-        token_params = [self.pos_emb.weight, self.ln_f.weight, self.ln_f.bias] if self.sequence_parallel else []
+        token_params = ([self.pos_emb.weight, self.ln_f.weight, self.ln_f.bias]
+                        if self.sequence_parallel else [])
         before = [p.grad.copy() for p in token_params]
         dx = self.ln_f.backward(self.enter_head.backward(self.head.backward(dlogits)))
         for block in reversed(self.blocks):

@@ -49,7 +49,8 @@ class MegatronMLP(Module):
         self.input_grad = input_grad
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: input, shape (N, d), whole on every rank. Returns z, shape (N, d_out), the same on every rank."""
+        """x: input, shape (N, d), whole on every rank.
+        Returns z, shape (N, d_out), the same on every rank."""
         w1, b1 = self.up.weight.data, self.up.bias
         w2, b2 = self.down.weight.data, self.down.bias
         check_float_array(x, "MegatronMLP input", ndim=2)

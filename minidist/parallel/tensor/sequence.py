@@ -29,8 +29,8 @@ from .comm import CopyToTensorParallel, ReduceFromTensorParallel, allreduce_sum
 def check_sequence_split(seq_len: int, parts: int) -> None:
     """Raise ValueError unless ``parts`` divides ``seq_len`` (sequence parallelism cuts whole tokens)."""
     if seq_len % parts:
-        raise ValueError(f"sequence parallelism over {parts} ranks needs a sequence length divisible by {parts}, "
-                         f"got T = {seq_len} (pad the sequence or use tensor parallelism alone)")
+        raise ValueError(f"sequence parallelism over {parts} ranks needs a sequence length divisible by "
+                         f"{parts}, got T = {seq_len} (pad the sequence or use tensor parallelism alone)")
 
 
 def sequence_shard(x: np.ndarray, parts: int, rank: int) -> np.ndarray:
@@ -80,7 +80,8 @@ class ReduceScatterToSequenceParallel(Module):
         self.comm = comm
 
     def forward(self, z_partial: np.ndarray) -> np.ndarray:
-        """z_partial: this rank's partial product (B, T, d). Returns this rank's tokens of Σ_p, (B, T/t, d)."""
+        """z_partial: this rank's partial product (B, T, d).
+        Returns this rank's tokens of Σ_p, (B, T/t, d)."""
         return reduce_scatter_sequence(self.comm, z_partial)
 
     def backward(self, dz_part: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ Megatron-LM (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter
 Model Parallelism", section 3): rank p holds rows V_p of the (V, d) table (minidist.split's rule, so t
 need not divide V; every rank needs at least one row).
 
-Embedding     y = Σ_p [t ∈ V_p]·W_p[t]             one all-reduce of N·d words (the operator g); backward local
+Embedding     y = Σ_p [t ∈ V_p]·W_p[t]             one all-reduce of N·d words (operator g); backward local
               (with sequence parallelism a reduce-scatter along T instead, and an all-gather backward)
 Cross-entropy with rank p holding the logits z[:, V_p] (a column-parallel head, gather_output=False):
 
@@ -47,10 +47,12 @@ class VocabParallelEmbedding(Module):
 
     def __init__(self, comm, num_embeddings: int, embedding_dim: int, *,
                  rng: np.random.Generator | None = None, dtype=np.float32, sequence_parallel: bool = False):
-        self._take_rows(comm, Embedding(num_embeddings, embedding_dim, rng=rng, dtype=dtype), sequence_parallel)
+        self._take_rows(comm, Embedding(num_embeddings, embedding_dim, rng=rng, dtype=dtype),
+                        sequence_parallel)
 
     @classmethod
-    def from_embedding(cls, comm, full: Embedding, *, sequence_parallel: bool = False) -> VocabParallelEmbedding:
+    def from_embedding(cls, comm, full: Embedding, *,
+                       sequence_parallel: bool = False) -> VocabParallelEmbedding:
         """This rank's rows of ``full`` (the same full table on every rank)."""
         layer = cls.__new__(cls)
         layer._take_rows(comm, full, sequence_parallel)
@@ -109,8 +111,9 @@ class VocabParallelCrossEntropy:
         check_float_array(logits_part, "VocabParallelCrossEntropy logits", ndim=(2, 3))
         width = self.columns.stop - self.columns.start
         if logits_part.shape[-1] != width or np.shape(target) != logits_part.shape[:-1]:
-            raise ValueError(f"VocabParallelCrossEntropy on rank {self.comm.rank} expects logits (..., {width}) "
-                             f"and target of their leading shape; got {logits_part.shape} and {np.shape(target)}")
+            raise ValueError(f"VocabParallelCrossEntropy on rank {self.comm.rank} expects "
+                             f"logits (..., {width}) and target of their leading shape; "
+                             f"got {logits_part.shape} and {np.shape(target)}")
         check_tokens(np.asarray(target), self.num_classes, "VocabParallelCrossEntropy target")
         z = logits_part.reshape(-1, width)
         local_target = np.asarray(target).reshape(-1) - self.columns.start
