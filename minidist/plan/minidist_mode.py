@@ -1,0 +1,107 @@
+"""The planner's "minidist mode": what a layout costs on minidist's own cluster, to check against a run.
+
+predict.py prices a real GPU job (16-bit Korthikanti activations, compute at the roofline's peak, nothing
+overlapped). A run of ``DataPipelineGrid`` (minidist/parallel/grid_pipeline.py) is priced by other rules,
+and this module follows them so the prediction can be compared with the simulated clock and the memory
+ledger of a run (tests/plan/test_plan_minidist_mode.py):
+
+    compute    a unit's forward costs F_u = its FLOPs / device.flops (the layers' own ``flops``, which the
+               clock charges too); backward 2·F_u, or F_u for a split Linear under ZB-H1 plus F_u in W
+    messages   α + β·n on the sender's clock (n = b·T·d·itemsize per activation or gradient); a receive
+               ends at max(own clock, arrival): a rank waits, and that wait is the bubble
+    schedule   the task table itself is walked in that event order (rank by rank, a task starting when
+               its input arrived), so the bubble is the table's, not (P − 1)/(M + P − 1): that closed
+               form assumes equal stages, and a tiny GPT's are not (the embeddings compute nothing,
+               the head the most) — and its messages, not its FLOPs, dominate
+    data       one ring all-reduce of the rank's gradient bytes over D ranks: 2(D − 1)(α + β·|W|/D) — the
+               data group's ranks sit at the same pipeline position, so they start it together
+    memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
+               (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16)
+
+Where it cannot match: Chimera sums its replicated stages' gradients parameter by parameter with
+sendrecv (a message per parameter, priced by the pair's clocks), and tensor / context groups add their
+collectives inside the blocks; neither is priced here, so the check covers data × pipeline layouts under
+1F1B, ZB-H1 and interleaved tables. Activations are not predicted here (what forward keeps per unit is in
+tensor/transformer_cost.py; the grid's executor does not record a memory timeline to compare with).
+"""
+
+from __future__ import annotations
+
+from minidist.cluster import Device, LinkModel
+from minidist.collectives.cost import allreduce_cost
+from minidist.parallel.pipeline.split import split_by_layers
+from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
+
+from .model import ModelSpec
+
+ADAMW_STATES = 2     # m and v, each the size of the parameter
+
+
+def unit_params(spec: ModelSpec) -> list[int]:
+    """Parameters of each unit of ``gpt_units``: the embeddings (V·d + T·d), L blocks (attention 4d² + 4d,
+    two LayerNorms 4d, MLP 2df + f + d), the final LayerNorm (2d), the head (V·d, no bias)."""
+    d = spec.d_model
+    first, last = spec.outside_params()
+    return [first] + [spec.dense_block_params()] * spec.layers + [2 * d, last - 2 * d]
+
+
+def predict_states(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
+                   itemsize: int = 8) -> dict[str, int]:
+    """Bytes of model states on pipeline rank ``rank``: parameters, gradients, optimizer (AdamW), total."""
+    bounds = split_by_layers(spec.layers + 3, num_stages)
+    sizes = unit_params(spec)
+    stages = sorted({t.stage for t in rank_tasks(schedule, rank)})
+    psi = sum(sum(sizes[bounds[k]:bounds[k + 1]]) for k in stages)
+    out = {"parameters": itemsize * psi, "gradients": itemsize * psi,
+           "optimizer": ADAMW_STATES * itemsize * psi}
+    out["total"] = sum(out.values())
+    return out
+
+
+def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_flops: list[int], split: list[bool],
+                         message_bytes: int, grad_bytes: list[int], data: int = 1,
+                         device: Device | None = None, link: LinkModel | None = None) -> list[float]:
+    """Simulated seconds of one step on each pipeline rank, walking the table in the cluster's event order.
+
+    unit_flops: forward FLOPs of each unit for one micro-batch; split: which units ZB-H1 splits (the
+    stage's top-level Linears, when the table has W tasks); message_bytes: one activation (or gradient)
+    between stages; grad_bytes: the gradient bytes each pipeline rank all-reduces over ``data`` ranks."""
+    device, link = device or Device(), link or LinkModel()
+    bounds = split_by_layers(len(unit_flops), num_stages)
+    has_w = any(t.kind == "W" for tick in schedule for t in tick)
+    fwd, bwd, wgt = [], [], []
+    for k in range(num_stages):
+        units = range(bounds[k], bounds[k + 1])
+        fwd.append(sum(unit_flops[u] for u in units) / device.flops)
+        bwd.append(sum((1 if has_w and split[u] else 2) * unit_flops[u] for u in units) / device.flops)
+        wgt.append(sum(unit_flops[u] for u in units if has_w and split[u]) / device.flops)
+    ranks = sorted({t.rank for tick in schedule for t in tick})
+    rank_of = {(t.micro_batch, t.stage): t.rank for tick in schedule for t in tick}
+    todo = {r: list(rank_tasks(schedule, r)) for r in ranks}
+    clock = dict.fromkeys(ranks, 0.0)
+    arrival: dict[tuple, float] = {}          # (kind, micro_batch, receiving stage) -> arrival time
+    send = link.alpha + link.beta * message_bytes
+    while any(todo.values()):
+        progressed = False
+        for r in ranks:
+            while todo[r]:
+                _, kind, m, k = todo[r][0]
+                needs = {"F": ("F", m, k) if k > 0 else None,
+                         "B": ("B", m, k) if k < num_stages - 1 else None, "W": None}[kind]
+                if needs is not None and needs not in arrival:
+                    break                       # its input is not sent yet: another rank must go first
+                if needs is not None and rank_of[m, k + (1 if kind == "B" else -1)] != r:
+                    clock[r] = max(clock[r], arrival[needs])
+                clock[r] += {"F": fwd, "B": bwd, "W": wgt}[kind][k]
+                target = {"F": k + 1, "B": k - 1, "W": -1}[kind]
+                if 0 <= target < num_stages:
+                    if rank_of[m, target] != r:
+                        clock[r] += send
+                    arrival[kind, m, target] = clock[r]
+                todo[r].pop(0)
+                progressed = True
+        if not progressed:
+            raise ValueError("the table deadlocks: no rank can run its next task")
+    cost = [allreduce_cost("ring", data, grad_bytes[r], link.alpha, link.beta).time if data > 1 else 0.0
+            for r in ranks]
+    return [clock[r] + cost[r] for r in ranks]
