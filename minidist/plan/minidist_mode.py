@@ -13,16 +13,20 @@ ledger of a run (tests/plan/test_plan_minidist_mode.py):
                its input arrived), so the bubble is the table's, not (P − 1)/(M + P − 1): that closed
                form assumes equal stages, and a tiny GPT's are not (the embeddings compute nothing,
                the head the most) — and its messages, not its FLOPs, dominate
+    tensor     a tensor-parallel block (t ranks) does 1/t of the block's FLOPs and 2 ring all-reduces of
+               n = b·T·d·itemsize bytes in forward, 2 in backward, each 2(t − 1)(α + β·n/t) (tensor/comm.py's
+               ring; the group's ranks run the same work, so nobody waits inside it)
     data       one ring all-reduce of the rank's gradient bytes over D ranks: 2(D − 1)(α + β·|W|/D) — the
                data group's ranks sit at the same pipeline position, so they start it together
     memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
                (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16)
 
 Where it cannot match: Chimera sums its replicated stages' gradients parameter by parameter with
-sendrecv (a message per parameter, priced by the pair's clocks), and tensor / context groups add their
-collectives inside the blocks; neither is priced here, so the check covers data × pipeline layouts under
-1F1B, ZB-H1 and interleaved tables. Activations are not predicted here (what forward keeps per unit is in
-tensor/transformer_cost.py; the grid's executor does not record a memory timeline to compare with).
+sendrecv (a message per parameter, priced by the pair's clocks), and a context group adds ring attention's
+K/V messages inside the blocks and an all-reduce after; neither is priced here, so the check covers data ×
+pipeline × tensor layouts under 1F1B, ZB-H1 and interleaved tables. Activations are not predicted here
+(what forward keeps per unit is in tensor/transformer_cost.py; the grid's executor records no memory
+timeline to compare with).
 """
 
 from __future__ import annotations
@@ -37,19 +41,26 @@ from .model import ModelSpec
 ADAMW_STATES = 2     # m and v, each the size of the parameter
 
 
-def unit_params(spec: ModelSpec) -> list[int]:
-    """Parameters of each unit of ``gpt_units``: the embeddings (V·d + T·d), L blocks (attention 4d² + 4d,
-    two LayerNorms 4d, MLP 2df + f + d), the final LayerNorm (2d), the head (V·d, no bias)."""
-    d = spec.d_model
+def unit_params(spec: ModelSpec, tensor: int = 1) -> list[int]:
+    """Parameters of each unit of ``gpt_units`` (``tensor_gpt_units`` over t ranks) on one rank: the
+    embeddings (V·d + T·d), L blocks (attention 4d² + 4d, two LayerNorms 4d, MLP 2df + f + d; split
+    over t: (4d² + 3d + 2df + f)/t + 6d, the proj and second MLP biases and the norms stay whole), the
+    final LayerNorm (2d), the head (V·d, no bias). t must divide d, the heads and f."""
+    d, f = spec.d_model, spec.ff
+    if spec.heads % tensor or f % tensor:
+        raise ValueError(f"tensor = {tensor} must divide heads = {spec.heads} and d_ff = {f}")
     first, last = spec.outside_params()
-    return [first] + [spec.dense_block_params()] * spec.layers + [2 * d, last - 2 * d]
+    split = (4 * d * d + 3 * d + 2 * d * f + f) // tensor + 6 * d
+    block = spec.dense_block_params() if tensor == 1 else split
+    return [first] + [block] * spec.layers + [2 * d, last - 2 * d]
 
 
 def predict_states(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
-                   itemsize: int = 8) -> dict[str, int]:
-    """Bytes of model states on pipeline rank ``rank``: parameters, gradients, optimizer (AdamW), total."""
+                   itemsize: int = 8, tensor: int = 1) -> dict[str, int]:
+    """Bytes of model states on pipeline rank ``rank`` (one tensor rank of t): parameters, gradients,
+    optimizer (AdamW), total."""
     bounds = split_by_layers(spec.layers + 3, num_stages)
-    sizes = unit_params(spec)
+    sizes = unit_params(spec, tensor)
     stages = sorted({t.stage for t in rank_tasks(schedule, rank)})
     psi = sum(sum(sizes[bounds[k]:bounds[k + 1]]) for k in stages)
     out = {"parameters": itemsize * psi, "gradients": itemsize * psi,
@@ -60,20 +71,24 @@ def predict_states(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, ran
 
 def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_flops: list[int], split: list[bool],
                          message_bytes: int, grad_bytes: list[int], data: int = 1,
+                         unit_comm: list[float] | None = None,
                          device: Device | None = None, link: LinkModel | None = None) -> list[float]:
     """Simulated seconds of one step on each pipeline rank, walking the table in the cluster's event order.
 
     unit_flops: forward FLOPs of each unit for one micro-batch; split: which units ZB-H1 splits (the
     stage's top-level Linears, when the table has W tasks); message_bytes: one activation (or gradient)
-    between stages; grad_bytes: the gradient bytes each pipeline rank all-reduces over ``data`` ranks."""
+    between stages; grad_bytes: the gradient bytes each pipeline rank all-reduces over ``data`` ranks;
+    unit_comm: seconds of each unit's collectives in forward (backward has as many: ``tensor_seconds``)."""
     device, link = device or Device(), link or LinkModel()
+    unit_comm = unit_comm or [0.0] * len(unit_flops)
     bounds = split_by_layers(len(unit_flops), num_stages)
     has_w = any(t.kind == "W" for tick in schedule for t in tick)
     fwd, bwd, wgt = [], [], []
     for k in range(num_stages):
         units = range(bounds[k], bounds[k + 1])
-        fwd.append(sum(unit_flops[u] for u in units) / device.flops)
-        bwd.append(sum((1 if has_w and split[u] else 2) * unit_flops[u] for u in units) / device.flops)
+        comm = sum(unit_comm[u] for u in units)
+        fwd.append(sum(unit_flops[u] for u in units) / device.flops + comm)
+        bwd.append(sum((1 if has_w and split[u] else 2) * unit_flops[u] for u in units) / device.flops + comm)
         wgt.append(sum(unit_flops[u] for u in units if has_w and split[u]) / device.flops)
     ranks = sorted({t.rank for tick in schedule for t in tick})
     rank_of = {(t.micro_batch, t.stage): t.rank for tick in schedule for t in tick}
@@ -105,3 +120,12 @@ def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_flops: li
     cost = [allreduce_cost("ring", data, grad_bytes[r], link.alpha, link.beta).time if data > 1 else 0.0
             for r in ranks]
     return [clock[r] + cost[r] for r in ranks]
+
+
+def tensor_seconds(tokens: int, d_model: int, tensor: int, itemsize: int = 8,
+                   link: LinkModel | None = None) -> float:
+    """Seconds of a tensor-parallel block's forward collectives: 2 ring all-reduces of tokens·d words."""
+    link = link or LinkModel()
+    if tensor == 1:
+        return 0.0
+    return 2 * allreduce_cost("ring", tensor, tokens * d_model * itemsize, link.alpha, link.beta).time
