@@ -21,12 +21,21 @@ ledger of a run (tests/plan/test_plan_minidist_mode.py):
     memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
                (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16)
 
+    activations  per unit and micro-batch of b sequences (N = b·T tokens, itemsize i), what minidist's
+               layers keep (nn.TransformerBlock stores the probabilities; the tensor-parallel block does
+               not: tensor/transformer_cost.py):
+                 embeddings   8·b·T + 8·T              the token and position ids (int64)
+                 block        2(N·d + N)·i + (5N·d + b·a·T²)·i + (N·d + 3N·f)·i   norms, attention, MLP
+                 final norm   (N·d + N)·i;   head  N·d·i
+               the last stage also keeps the loss gradient N·V·i until B; under ZB-H1 the split head
+               keeps its input and that gradient from B until W. The table is walked adding F's bytes,
+               freeing B's (and W's); the peak is the most held after any task, as TaskPipeline.memory
+               samples it
+
 Where it cannot match: Chimera sums its replicated stages' gradients parameter by parameter with
 sendrecv (a message per parameter, priced by the pair's clocks), and a context group adds ring attention's
 K/V messages inside the blocks and an all-reduce after; neither is priced here, so the check covers data ×
-pipeline × tensor layouts under 1F1B, ZB-H1 and interleaved tables. Activations are not predicted here
-(what forward keeps per unit is in tensor/transformer_cost.py; the grid's executor records no memory
-timeline to compare with).
+pipeline × tensor layouts under 1F1B, ZB-H1 and interleaved tables.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from minidist.cluster import Device, LinkModel
 from minidist.collectives.cost import allreduce_cost
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
+from minidist.parallel.tensor.transformer_cost import block_activation_bytes
 
 from .model import ModelSpec
 
@@ -129,3 +139,35 @@ def tensor_seconds(tokens: int, d_model: int, tensor: int, itemsize: int = 8,
     if tensor == 1:
         return 0.0
     return 2 * allreduce_cost("ring", tensor, tokens * d_model * itemsize, link.alpha, link.beta).time
+
+
+def unit_activation_bytes(spec: ModelSpec, micro_batch: int, tensor: int = 1, rank: int = 0,
+                          itemsize: int = 8) -> list[int]:
+    """Bytes each unit keeps for backward after one micro-batch's forward (tensor rank ``rank`` of t)."""
+    b, T, d, i = micro_batch, spec.seq, spec.d_model, itemsize
+    n = b * T
+    if tensor == 1:
+        block = (2 * (n * d + n) + 5 * n * d + b * spec.heads * T * T + n * d + 3 * n * spec.ff) * i
+    else:
+        block = block_activation_bytes(b, T, d, spec.heads, spec.ff, tensor, rank, i, False)["total"]
+    return [8 * n + 8 * T] + [block] * spec.layers + [(n * d + n) * i, n * d * i]
+
+
+def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
+                            micro_batch: int, tensor: int = 1, itemsize: int = 8) -> int:
+    """Most bytes pipeline rank ``rank`` holds for backward after any of its tasks (module docstring)."""
+    bounds = split_by_layers(spec.layers + 3, num_stages)
+    units = unit_activation_bytes(spec, micro_batch, tensor, 0, itemsize)
+    stage = [sum(units[bounds[k]:bounds[k + 1]]) for k in range(num_stages)]
+    dy = micro_batch * spec.seq * spec.vocab * itemsize               # the loss gradient, (b, T, V)
+    stage[-1] += dy
+    has_w = any(t.kind == "W" for tick in schedule for t in tick)
+    waiting = [0] * num_stages                    # the head (the only top-level Linear): its input and dy
+    if has_w:
+        waiting[-1] = units[-1] + dy
+    held = peak = 0
+    for task in rank_tasks(schedule, rank):
+        k = task.stage
+        held += {"F": stage[k], "B": waiting[k] - stage[k], "W": -waiting[k]}[task.kind]
+        peak = max(peak, held)
+    return peak
