@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from minidist.cluster import Device, LinkModel
 from minidist.collectives.cost import allreduce_cost
+from minidist.nn.checkpoint import forward_flops
+from minidist.nn.linear import Linear
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
@@ -171,3 +173,30 @@ def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages:
         held += {"F": stage[k], "B": waiting[k] - stage[k], "W": -waiting[k]}[task.kind]
         peak = max(peak, held)
     return peak
+
+
+def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int, num_micro_batches: int,
+                 data: int = 1, tensor: int = 1, device: Device | None = None,
+                 link: LinkModel | None = None) -> list[dict[str, float]]:
+    """Per pipeline rank of a float64 ``DataPipelineGrid`` step (batch spec.batch, AdamW): "seconds",
+    "states" (parameters + gradients + optimizer bytes), "activations" (peak) and "peak" (their sum).
+    units: the whole GPT's ``gpt_units`` (each unit's ``flops`` prices it; a tensor block does 1/t)."""
+    layers = list(units.layers)
+    if len(layers) != spec.layers + 3:
+        raise ValueError(f"units must be gpt_units of a {spec.layers}-block GPT, got {len(layers)} units")
+    b, T, d = spec.batch // data // num_micro_batches, spec.seq, spec.d_model
+    blocks = range(1, 1 + spec.layers)
+    flops = [forward_flops(u, (b, T) if i == 0 else (b, T, d)) // (tensor if i in blocks else 1)
+             for i, u in enumerate(layers)]
+    comm = [tensor_seconds(b * T, d, tensor, link=link) if i in blocks else 0.0 for i in range(len(layers))]
+    pipe = len({t.rank for tick in schedule for t in tick})
+    states = [predict_states(spec, schedule, num_stages, r, tensor=tensor) for r in range(pipe)]
+    seconds = predict_step_seconds(schedule, num_stages, flops, [isinstance(u, Linear) for u in layers],
+                                   b * T * d * 8, [s["gradients"] for s in states], data, unit_comm=comm,
+                                   device=device, link=link)
+    out = []
+    for r in range(pipe):
+        held = predict_activation_peak(spec, schedule, num_stages, r, b, tensor)
+        total = states[r]["total"]
+        out.append({"seconds": seconds[r], "states": total, "activations": held, "peak": total + held})
+    return out

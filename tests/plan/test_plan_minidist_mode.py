@@ -12,21 +12,14 @@ import pytest
 
 from minidist.cluster import run
 from minidist.memory import held_bytes
-from minidist.nn import GPT, CrossEntropyLoss, Linear
-from minidist.nn.checkpoint import forward_flops
+from minidist.nn import GPT, CrossEntropyLoss
 from minidist.optim import AdamW
 from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.tasks import from_ops
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
-from minidist.plan.minidist_mode import (
-    predict_activation_peak,
-    predict_states,
-    predict_step_seconds,
-    tensor_seconds,
-    unit_params,
-)
+from minidist.plan.minidist_mode import predict_grid, predict_states, unit_params
 from minidist.plan.model import ModelSpec
 
 N, T, V, L, D_MODEL, HEADS = 8, 8, 11, 2, 8, 2
@@ -76,20 +69,24 @@ def test_plan_unit_params_match_the_gpt(tensor):
 @pytest.mark.parametrize("name", list(CASES))
 def test_plan_minidist_mode_predicts_the_clock_and_the_ledger(name):
     data, schedule, stages, pipe, micro_batches, tensor = CASES[name]
-    units = gpt_units(build()).layers
-    b = N // data // micro_batches
-    blocks = range(1, 1 + L)                    # a tensor-parallel block does 1/t of the products
-    flops = [forward_flops(u, (b, T) if i == 0 else (b, T, D_MODEL)) // (tensor if i in blocks else 1)
-             for i, u in enumerate(units)]
-    split = [isinstance(u, Linear) for u in units]
-    comm = [tensor_seconds(b * T, D_MODEL, tensor) if i in blocks else 0.0 for i in range(len(units))]
-    states = [predict_states(SPEC, schedule, stages, r, tensor=tensor) for r in range(pipe)]
-    grad_bytes = [s["gradients"] for s in states]
-    predicted = predict_step_seconds(schedule, stages, flops, split, b * T * D_MODEL * 8, grad_bytes, data,
-                                     unit_comm=comm)
+    predicted = predict_grid(SPEC, gpt_units(build()), schedule, stages, micro_batches, data, tensor)
+    assert len(predicted) == pipe
     results = run(_measure, data * pipe * tensor, data, schedule, stages, micro_batches, tensor, timeout=120)
     for position, seconds, held, peak in results:
-        assert seconds == pytest.approx(predicted[position], rel=1e-9)
-        for key in ("parameters", "gradients", "optimizer"):
-            assert held[key] == states[position][key]
-        assert peak == predict_activation_peak(SPEC, schedule, stages, position, b, tensor)
+        assert seconds == pytest.approx(predicted[position]["seconds"], rel=1e-9)
+        states = sum(held[key] for key in ("parameters", "gradients", "optimizer"))
+        assert states == predicted[position]["states"]
+        assert peak == predicted[position]["activations"]
+
+
+def test_plan_minidist_mode_states_by_category():
+    gpt = build()
+    full = predict_states(SPEC, from_ops(one_f_one_b_schedule(1, 1)), 1, 0)
+    psi = sum(p.data.size for p in gpt.parameters())
+    assert (full["parameters"], full["gradients"], full["optimizer"]) == (8 * psi, 8 * psi, 16 * psi)
+
+
+def test_plan_minidist_mode_refuses_bad_units():
+    with pytest.raises(ValueError, match="gpt_units"):
+        predict_grid(SPEC, gpt_units(GPT(V, T, 1, D_MODEL, HEADS, rng=np.random.default_rng(0))),
+                     from_ops(one_f_one_b_schedule(1, 1)), 1, 1)
