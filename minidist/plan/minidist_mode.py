@@ -5,14 +5,18 @@ overlapped). A run of ``DataPipelineGrid`` (minidist/parallel/grid_pipeline.py) 
 and this module follows them so the prediction can be compared with the simulated clock and the memory
 ledger of a run (tests/plan/test_plan_minidist_mode.py):
 
-    compute    a unit's forward costs F_u = its FLOPs / device.flops (the layers' own ``flops``, which the
-               clock charges too); backward 2·F_u, or F_u for a split Linear under ZB-H1 plus F_u in W
+    compute    a unit's forward costs F_u = its FLOPs / device.flops (the layers' own ``flops``, which
+               the clock charges too); backward 2·F_u, or F_u for a split Linear under ZB-H1 plus F_u in
+               W. Nothing overlaps: TaskPipeline charges compute and messages to one clock, one after the
+               other (no ComputeClock(overlap=True) is attached), so the prediction has no overlap term
+               either; where a clock does overlap (ring attention's transfers beside its blocks, data
+               parallelism's buckets) this walk would over-count
     messages   α + β·n on the sender's clock (n = b·T·d·itemsize per activation or gradient); a receive
                ends at max(own clock, arrival): a rank waits, and that wait is the bubble
     schedule   the task table itself is walked in that event order (rank by rank, a task starting when
                its input arrived), so the bubble is the table's, not (P − 1)/(M + P − 1): that closed
                form assumes equal stages, and a tiny GPT's are not (the embeddings compute nothing,
-               the head the most) — and its messages, not its FLOPs, dominate
+               the blocks and the head most)
     tensor     a tensor-parallel block (t ranks) does 1/t of the block's FLOPs and 2 ring all-reduces of
                n = b·T·d·itemsize bytes in forward, 2 in backward, each 2(t − 1)(α + β·n/t) (tensor/comm.py's
                ring; the group's ranks run the same work, so nobody waits inside it)
