@@ -269,6 +269,8 @@ assert best["7B", 1024].time["total"] < best["7B", 64].time["total"]
 # stages are far from equal. Seven layouts on ≤ 8 ranks, one AdamW step each; measured: each rank's
 # simulated seconds, the model states `held_bytes` counts, and the most activation bytes the executor held
 # after any task (`TaskPipeline.memory`).
+# Context-parallel layouts are left out: ring attention runs its transfers beside its blocks on the clock
+# (two streams, the causal zigzag's uneven work setting the pace), a term this walk does not price.
 
 # %%
 from minidist.memory import held_bytes  # noqa: E402
