@@ -20,11 +20,11 @@ ledger of a run (tests/plan/test_plan_minidist_mode.py):
     tensor     a tensor-parallel block (t ranks) does 1/t of the block's FLOPs and 2 ring all-reduces of
                n = b·T·d·itemsize bytes in forward, 2 in backward, each 2(t − 1)(α + β·n/t) (tensor/comm.py's
                ring; the group's ranks run the same work, so nobody waits inside it)
-    data       one ring all-reduce of the rank's gradient bytes over D ranks: 2(D − 1)(α + β·|W|/D) — the
-               data group's ranks sit at the same pipeline position, so they start it together
+    data       one ring all-reduce of the rank's gradient bytes over D ranks: 2(D − 1)(α + β·|W|/D) (exact
+               when D divides the element count) — the data group's ranks sit at the same pipeline
+               position, so they start it together
     memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
                (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16)
-
     activations  per unit and micro-batch of b sequences (N = b·T tokens, itemsize i), what minidist's
                layers keep (nn.TransformerBlock stores the probabilities; the tensor-parallel block does
                not: tensor/transformer_cost.py):

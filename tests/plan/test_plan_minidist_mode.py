@@ -10,16 +10,16 @@ held after any task (TaskPipeline.memory) must equal the predicted bytes exactly
 import numpy as np
 import pytest
 
-from minidist.cluster import run
+from minidist.cluster import Device, LinkModel, run
 from minidist.memory import held_bytes
 from minidist.nn import GPT, CrossEntropyLoss
 from minidist.optim import AdamW
 from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import from_ops
+from minidist.parallel.pipeline.tasks import Task, from_ops
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
-from minidist.plan.minidist_mode import predict_grid, predict_states, unit_params
+from minidist.plan.minidist_mode import predict_grid, predict_states, predict_step_seconds, unit_params
 from minidist.plan.model import ModelSpec
 
 N, T, V, L, D_MODEL, HEADS = 8, 8, 11, 2, 8, 2
@@ -90,3 +90,13 @@ def test_plan_minidist_mode_refuses_bad_units():
     with pytest.raises(ValueError, match="gpt_units"):
         predict_grid(SPEC, gpt_units(GPT(V, T, 1, D_MODEL, HEADS, rng=np.random.default_rng(0))),
                      from_ops(one_f_one_b_schedule(1, 1)), 1, 1)
+
+
+def test_plan_minidist_mode_refuses_a_table_that_deadlocks():
+    with pytest.raises(ValueError, match="deadlocks"):   # stage 1 waits for a stage 0 that nobody runs
+        predict_step_seconds([[Task(0, "F", 0, 1)]], 2, [1, 1], [False, False], 8, [0])
+    # rank 0 is walked first but must wait for rank 1's stage 0: 2 FLOPs, one message, on a 1 FLOP/s device
+    waits = [[Task(0, "F", 0, 1)], [Task(1, "F", 0, 0)]]
+    seconds = predict_step_seconds(waits, 2, [1, 1], [False, False], 8, [0, 0], device=Device(flops=1.0),
+                                   link=LinkModel(alpha=0.5, beta=0.0))
+    assert seconds == [2.5, 1.5]
