@@ -12,7 +12,8 @@
 # 3. composes data × pipeline × tensor on one grid of 8 ranks, training a tiny GPT;
 # 4. asks the planner (`python -m minidist plan`) for a laptop-sized model and for 7B and 70B models on
 #    64–1024 devices: per rank memory (ZeRO's 16 bytes per parameter, Korthikanti's activations) and step
-#    time (roofline compute, the schedule's bubble, α-β communication per link level).
+#    time (roofline compute, the schedule's bubble, α-β communication per link level);
+# 5. checks the planner, in a mode that prices what minidist does, against runs on ≤ 8 ranks.
 
 # %%
 import matplotlib
@@ -150,12 +151,14 @@ def train(comm, table, stages, micro_batches):
     return {i: p.data for i, p in enumerate(model.parameters()) if id(p) in mine}, clocks
 
 
-runs = {"1F1B": (from_ops(one_f_one_b_schedule(4, 4)), 4), "interleaved (v = 2)": (interleaved_schedule(2, 4, 2), 4),
+runs = {"1F1B": (from_ops(one_f_one_b_schedule(4, 4)), 4),
+        "interleaved (v = 2)": (interleaved_schedule(2, 4, 2), 4),
         "ZB-H1": (zero_bubble_schedule(4, 4), 4), "Chimera": (chimera_schedule(4, 4), 4)}
 for name, (table, stages) in runs.items():
     ranks = 1 + max(t.rank for tick in table for t in tick)
     results = run(train, ranks, table, stages, 4, link=LinkModel(0.0, 0.0))
-    worst = max(float(np.max(np.abs(value - expected[i]))) for params, _ in results for i, value in params.items())
+    worst = max(float(np.max(np.abs(value - expected[i])))
+                for params, _ in results for i, value in params.items())
     measured = max(clocks[-1] for _, clocks in results)
     # the replay: each task's FLOPs (a Linear 2·n·d², a Tanh n·d; B twice F, ZB's B and W one Linear each)
     n = N // 4
@@ -236,13 +239,15 @@ for label, model in (("7B", llama7), ("70B", llama70)):
     print(f"{label}: {model.total_params() / 1e9:.1f}B parameters; 16 bytes each = "
           f"{16 * model.total_params() / 1e9:.0f} GB")
     for devices in (64, 256, 1024):
-        predictions = plan(model, hardware("h100", devices, 8), zero=(0, 1), recompute=("none", "selective", "full"))
+        predictions = plan(model, hardware("h100", devices, 8), zero=(0, 1),
+                           recompute=("none", "selective", "full"))
         runnable = [p for p in predictions if p.excluded is None]
         top = runnable[0]
         best[label, devices] = top
         mfu = model.flops_per_token() * model.batch * model.seq / (devices * 989e12 * top.time["total"])
         print(f"  {devices:>5} devices: {top.layout.name():<18} ZeRO {top.layout.zero}, recompute "
-              f"{top.layout.recompute:<9} {top.memory['total'] / 1e9:5.1f} GB/rank, step {top.time['total']:6.2f} s"
+              f"{top.layout.recompute:<9} {top.memory['total'] / 1e9:5.1f} GB/rank, "
+              f"step {top.time['total']:6.2f} s"
               f" (model FLOPs utilisation {mfu:.0%}); {len(runnable)} of {len(predictions)} layouts run")
 
 # %%
@@ -251,6 +256,84 @@ assert alone["total"] > 16 * llama70.total_params() > 80e9          # 70B never 
 assert all(best["70B", d].layout.tp * best["70B", d].layout.pp > 1 for d in (64, 256, 1024))
 assert all(p.memory["total"] <= 80e9 for p in best.values())
 assert best["7B", 1024].time["total"] < best["7B", 64].time["total"]
+
+# %% [markdown]
+# ## 5. The planner checked against the cluster
+#
+# The planner above prices a GPU job (16-bit activations, compute at the roof). To check it against a run
+# it needs a *minidist mode* (`minidist/plan/minidist_mode.py`) that prices what minidist does: float64
+# weights, gradients and AdamW's m and v (32 bytes per parameter), the activations minidist's layers keep
+# (the plain block stores its b·a·T² probabilities, 8·b·T bytes of token ids, ...), each unit's FLOPs /
+# the device's rate, α + β·n per message, 2(t − 1)(α + β·n/t) per tensor all-reduce, and the bubble of
+# the table itself, walked in the cluster's event order rather than (P − 1)/(M + P − 1): the tiny GPT's
+# stages are far from equal. Seven layouts on ≤ 8 ranks, one AdamW step each; measured: each rank's
+# simulated seconds, the model states `held_bytes` counts, and the most activation bytes the executor held
+# after any task (`TaskPipeline.memory`).
+# Context-parallel layouts are left out: ring attention runs its transfers beside its blocks on the clock
+# (two streams, the causal zigzag's uneven work setting the pace), a term this walk does not price.
+
+# %%
+from minidist.memory import held_bytes  # noqa: E402
+from minidist.parallel.grid_pipeline import gpt_units  # noqa: E402
+from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule as zb_h1  # noqa: E402
+from minidist.plan.minidist_mode import predict_grid  # noqa: E402
+
+check_spec = ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11)
+slow, fast = Device(flops=1e9), LinkModel(alpha=1e-6, beta=1 / 5e9)
+layouts = {   # name: data, table, stages, micro-batches, tensor (pipeline ranks: the table's)
+    "pp4 (1F1B)": (1, from_ops(one_f_one_b_schedule(4, 4)), 4, 4, 1),
+    "dp2 × pp2": (2, from_ops(one_f_one_b_schedule(2, 2)), 2, 2, 1),
+    "dp2 × pp4 (ZB-H1)": (2, zb_h1(4, 4), 4, 4, 1),
+    "dp2 × pp2 (interleaved)": (2, interleaved_schedule(2, 2, 2), 4, 2, 1),
+    "dp2 × pp2 × tp2": (2, from_ops(one_f_one_b_schedule(2, 2)), 2, 2, 2),
+    "pp2 (ZB-H1) × tp2": (1, zb_h1(2, 2), 2, 2, 2),
+    "dp4 × tp2": (4, from_ops(one_f_one_b_schedule(1, 1)), 1, 1, 2),
+}
+
+
+def measured_step(comm, data, table, stages, micro_batches, tensor):
+    gpt = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
+    units = gpt_units(gpt) if tensor == 1 else (lambda c: tensor_gpt_units(c, gpt))
+    grid = DataPipelineGrid(comm, units, loss_fn=CrossEntropyLoss(), schedule=table, num_stages=stages,
+                            num_micro_batches=micro_batches, data=data, tensor=tensor)
+    opt, start = AdamW(grid.parameters(), lr=0.01), comm.clock      # setting up the grid costs time too
+    grid.train_step(tokens[0], tokens[1], opt)
+    held = held_bytes(parameters=grid.parameters(), optimizer=opt)
+    states = held["parameters"] + held["gradients"] + held["optimizer"]
+    return grid.position, comm.clock - start, states + max(b for _, b in grid.pipeline.memory)
+
+
+points = {}
+for name, (data, table, stages, micro_batches, tensor) in layouts.items():
+    world = data * tensor * len({t.rank for tick in table for t in tick})
+    predicted = predict_grid(check_spec, gpt_units(GPT(**gpt_args, rng=np.random.default_rng(3))), table,
+                             stages, micro_batches, data, tensor, device=slow, link=fast)
+    points[name] = [(predicted[p]["seconds"], seconds, predicted[p]["peak"], peak)
+                    for p, seconds, peak in run(measured_step, world, data, table, stages, micro_batches,
+                                                tensor, device=slow, link=fast)]
+worst_time = max(abs(m / p - 1) for pts in points.values() for p, m, _, _ in pts)
+worst_memory = max(abs(m / p - 1) for pts in points.values() for _, _, p, m in pts)
+print(f"{sum(map(len, points.values()))} ranks in {len(layouts)} layouts: step time off by at most "
+      f"{worst_time:.1e}, peak memory by at most {worst_memory:.1e} (the issue asks for 5% and 2%)")
+assert worst_time < 1e-9 and worst_memory == 0
+
+fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+markers = "osD^v<>"
+for (name, pts), marker in zip(points.items(), markers):
+    pts = np.array(pts)
+    axes[0].scatter(pts[:, 0] * 1e6, pts[:, 1] * 1e6, marker=marker, label=name, alpha=0.7)
+    axes[1].scatter(pts[:, 2] / 1e3, pts[:, 3] / 1e3, marker=marker, alpha=0.7)
+for ax, unit, what, col in ((axes[0], "µs", "step time", 1), (axes[1], "kB", "peak memory per rank", 3)):
+    values = np.array([v[col] for pts in points.values() for v in pts]) * (1e6 if col == 1 else 1e-3)
+    pad = 0.05 * (values.max() - values.min())
+    lo, hi = values.min() - pad, values.max() + pad
+    ax.plot([lo, hi], [lo, hi], color="gray", lw=1, zorder=0)
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel=f"predicted ({unit})",
+           ylabel=f"measured on the cluster ({unit})", title=f"{what}: prediction vs run, per rank")
+axes[0].legend(fontsize=7)
+fig.tight_layout()
+save_figure(fig, "19_predicted_vs_measured.png")
+plt.close(fig)
 
 # %% [markdown]
 # The planner predicts a step without overlap and at the compute roof, so its step times are lower bounds

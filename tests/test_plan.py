@@ -31,7 +31,8 @@ def test_plan_counts_equal_the_gpt_in_nn():
 def test_plan_activations_are_korthikantis():
     big = ModelSpec(layers=1, d_model=1024, heads=16, seq=2048, batch=1)
     for t in (1, 2, 8):
-        assert big.activation_bytes(1, t, 1, "none") == pytest.approx(korthikanti_bytes(2048, 1, 1024, 16, t, True))
+        paper = korthikanti_bytes(2048, 1, 1024, 16, t, True)
+        assert big.activation_bytes(1, t, 1, "none") == pytest.approx(paper)
     assert big.activation_bytes(1, 2, 1, "selective") == pytest.approx(2048 * 1024 * 34 / 2)
     assert big.activation_bytes(1, 2, 1, "full") == pytest.approx(2 * 2048 * 1024 / 2)
     assert big.activation_bytes(1, 1, 4, "selective") == pytest.approx(512 * 1024 * 34)   # context: s / c
@@ -72,7 +73,8 @@ def test_plan_memory_of_pipeline_tensor_and_experts():
 
 def test_plan_bubbles_equal_the_schedule_tables():
     model = ModelSpec(layers=8, d_model=16, heads=2, seq=8, batch=8)      # M = 8 micro-batches of 1
-    for schedule, table in (("1f1b", from_ops(one_f_one_b_schedule(4, 8))), ("interleaved", interleaved_schedule(4, 8, 2)),
+    for schedule, table in (("1f1b", from_ops(one_f_one_b_schedule(4, 8))),
+                            ("interleaved", interleaved_schedule(4, 8, 2)),
                             ("zb-h1", zero_bubble_schedule(4, 8)), ("chimera", chimera_schedule(4, 8))):
         assert Layout(pp=4, schedule=schedule).bubble(model) == pytest.approx(bubble(table, 4))
 
@@ -101,7 +103,8 @@ def test_plan_layouts_and_reasons():
     assert check_layout(TINY, Layout(tp=8)).startswith("does not divide: heads 4 % tp 8")
     assert "layers 2 % pp 4" in check_layout(TINY, Layout(pp=4, dp=2))
     assert "experts 0 % ep 2" in check_layout(TINY, Layout(ep=2))
-    assert "Chimera needs an even pp" in check_layout(ModelSpec(3, 16, 4, 8, 9), Layout(pp=3, schedule="chimera"))
+    odd = Layout(pp=3, schedule="chimera")
+    assert "Chimera needs an even pp" in check_layout(ModelSpec(3, 16, 4, 8, 9), odd)
     assert check_layout(TINY, Layout(dp=2, tp=2, cp=2)) is None
     with pytest.raises(ValueError, match="ZeRO stages"):
         enumerate_layouts(TINY, 8, zero=(4,))
@@ -123,7 +126,8 @@ def test_plan_ranks_and_excludes_a_7b_model():
     reasons = {p.excluded.split(":")[0] for p in predictions if p.excluded}
     assert reasons == {"does not divide", "does not fit"}
     alone = predict_memory(model, Layout(dp=64))                   # 16 bytes per parameter do not fit
-    assert alone["parameters"] + alone["gradients"] + alone["optimizer"] == pytest.approx(16 * model.total_params())
+    states = alone["parameters"] + alone["gradients"] + alone["optimizer"]
+    assert states == pytest.approx(16 * model.total_params())
 
 
 def test_plan_command_line(capsys):

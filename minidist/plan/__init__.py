@@ -3,7 +3,9 @@
 model.py (the GPT/MoE counted: parameters, FLOPs, activations), layouts.py (data × expert × pipeline ×
 tensor × context, placed on the cluster; what does not divide), predict.py (memory per rank with ZeRO and
 recomputation; step time from the roofline, the α-β model per link level and the schedule's bubble),
-report.py (the ranked table and ``python -m minidist plan``).
+report.py (the ranked table and ``python -m minidist plan``), minidist_mode.py (the same questions priced
+as minidist's cluster prices them — float64, its layers' activations, the table walked on the α-β clock —
+so a prediction can be checked against a run).
 """
 
 from .layouts import Layout, check_layout, enumerate_layouts
@@ -11,5 +13,5 @@ from .model import ModelSpec
 from .predict import Hardware, Prediction, predict_memory, predict_time
 from .report import format_plan, hardware, plan
 
-__all__ = ["Hardware", "Layout", "ModelSpec", "Prediction", "check_layout", "enumerate_layouts", "format_plan",
-           "hardware", "plan", "predict_memory", "predict_time"]
+__all__ = ["Hardware", "Layout", "ModelSpec", "Prediction", "check_layout", "enumerate_layouts",
+           "format_plan", "hardware", "plan", "predict_memory", "predict_time"]

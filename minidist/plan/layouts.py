@@ -90,7 +90,8 @@ def check_layout(model: ModelSpec, layout: Layout) -> str | None:
     if lay.pp > 1 and lay.schedule in ("interleaved", "chimera"):
         M = lay.micro_batches(m) if m.batch % (lay.dp * lay.ep * lay.micro_batch) == 0 else 0
         rules.append((M % lay.pp == 0, f"micro-batches {M} % pp {lay.pp}"))
-        rules.append((lay.schedule != "chimera" or lay.pp % 2 == 0, f"Chimera needs an even pp, got {lay.pp}"))
+        rules.append((lay.schedule != "chimera" or lay.pp % 2 == 0,
+                      f"Chimera needs an even pp, got {lay.pp}"))
     if lay.pp > 1 and lay.schedule == "zb-h1":
         M = lay.micro_batches(m) if m.batch % (lay.dp * lay.ep * lay.micro_batch) == 0 else 0
         rules.append((M >= lay.pp, f"ZB-H1 needs M {M} >= pp {lay.pp}"))

@@ -1,7 +1,7 @@
-"""What the planner knows of a model: a GPT (optionally with mixture-of-experts MLPs), counted in closed form.
+"""What the planner knows of a model: a GPT (optionally with mixture-of-experts MLPs), in closed form.
 
-Notation (as lesson 16/17): L layers, d = d_model, a heads, f = d_ff (4d by default), V vocabulary, T sequence,
-E experts (0: dense) with top-k routing.
+Notation (as lesson 16/17): L layers, d = d_model, a heads, f = d_ff (4d by default), V vocabulary,
+T sequence, E experts (0: dense) with top-k routing.
 
     per block      attention 4d² + 4d (qkv and proj with biases), 2 LayerNorms 4d,
                    MLP 2df + f + d  (an MoE: E of them, plus the router d·E)

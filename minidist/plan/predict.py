@@ -30,7 +30,8 @@ from minidist.roofline import Machine
 from .layouts import Layout
 from .model import ModelSpec
 
-PRECISIONS = {"mixed": (2, 2, 12, 2), "fp32": (4, 4, 8, 4)}   # bytes per parameter, gradient, optimizer; activation
+# bytes per parameter, gradient, optimizer; per activation
+PRECISIONS = {"mixed": (2, 2, 12, 2), "fp32": (4, 4, 8, 4)}
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,9 @@ class Hardware:
 @dataclass
 class Prediction:
     layout: Layout
-    memory: dict = field(default_factory=dict)     # bytes per rank: parameters, gradients, optimizer, activations, total
-    time: dict = field(default_factory=dict)       # seconds per step: compute, bubble, tp, cp, ep, pp, dp, total
-    excluded: str | None = None                   # why the layout is out ("does not divide", "does not fit")
+    memory: dict = field(default_factory=dict)   # bytes per rank: parameters, gradients, optimizer, activ.
+    time: dict = field(default_factory=dict)     # seconds per step: compute, bubble, tp, cp, ep, pp, dp, all
+    excluded: str | None = None                 # why the layout is out ("does not divide", "does not fit")
 
 
 def params_per_rank(model: ModelSpec, layout: Layout) -> tuple[float, float]:
@@ -80,14 +81,16 @@ def predict_memory(model: ModelSpec, layout: Layout, precision: str = "mixed") -
 
     out = {"parameters": states(per_param, layout.zero >= 3), "gradients": states(per_grad, layout.zero >= 2),
            "optimizer": states(per_opt, layout.zero >= 1)}
-    per_layer = model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, layout.recompute) * act_item / 2
+    per_layer = model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, layout.recompute)
+    per_layer *= act_item / 2
     M, P = layout.micro_batches(model), layout.pp
     held = 1.0 if P == 1 else (P if layout.schedule == "chimera" else min(M, P))
     if layout.schedule == "interleaved" and P > 1:
         held *= 1 + (P - 1) / (P * layout.chunks)
     out["activations"] = held * model.layers / P * per_layer
     if layout.recompute == "full":   # one layer's activations exist again while it is recomputed
-        out["activations"] += model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, "none") * act_item / 2
+        again = model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, "none")
+        out["activations"] += again * act_item / 2
     out["total"] = sum(out.values())
     return out
 
@@ -115,17 +118,20 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     M, per_stage = lay.micro_batches(model), model.layers / lay.pp
     act = lay.micro_batch * model.seq / lay.cp * model.d_model * item        # one micro-batch's activations
     link = {axis: link_of(lay, axis, topo) for axis in ("tp", "cp", "ep", "dp", "pp")}
-    out["tp"] = 4 * per_stage * M * allreduce_cost("ring", lay.tp, int(act), link["tp"].alpha, link["tp"].beta).time
+    ring = allreduce_cost("ring", lay.tp, int(act), link["tp"].alpha, link["tp"].beta).time
+    out["tp"] = 4 * per_stage * M * ring
     kv = 2 * act / lay.tp
     out["cp"] = 3 * (lay.cp - 1) * per_stage * M * (link["cp"].alpha + kv * link["cp"].beta)
     routed = model.top_k * act / lay.tp / lay.ep
-    out["ep"] = 4 * (lay.ep - 1) * per_stage * M * (link["ep"].alpha + routed * link["ep"].beta) if model.moe else 0.0
+    out["ep"] = (4 * (lay.ep - 1) * per_stage * M * (link["ep"].alpha + routed * link["ep"].beta)
+                 if model.moe else 0.0)
     out["pp"] = 2 * M * (link["pp"].alpha + act / lay.tp * link["pp"].beta) if lay.pp > 1 else 0.0
     dense, experts = params_per_rank(model, lay)
     grad_item = PRECISIONS[hardware.precision][1]
     out["dp"] = allreduce_cost("ring", lay.dp * lay.ep, int(dense * grad_item), link["dp"].alpha,
                                link["dp"].beta).time
     if experts:
-        out["dp"] += allreduce_cost("ring", lay.dp, int(experts * grad_item), link["dp"].alpha, link["dp"].beta).time
+        out["dp"] += allreduce_cost("ring", lay.dp, int(experts * grad_item), link["dp"].alpha,
+                                    link["dp"].beta).time
     out["total"] = sum(out.values())
     return out

@@ -38,8 +38,8 @@ def hardware(preset: str, devices: int, per_node: int, memory: float | None = No
         raise ValueError(f"{devices} devices do not fill nodes of {per_node}")
     peak, bw, mem, intra, inter = PRESETS[preset]
     topology = Topology(nodes=devices // per_node, per_node=per_node, intra=intra, inter=inter)
-    return Hardware(mem if memory is None else memory, Machine(peak=peak, memory_bw=bw, network_bw=1 / inter.beta),
-                    topology, precision)
+    machine = Machine(peak=peak, memory_bw=bw, network_bw=1 / inter.beta)
+    return Hardware(mem if memory is None else memory, machine, topology, precision)
 
 
 def plan(model: ModelSpec, hw: Hardware, **choices) -> list[Prediction]:
@@ -82,10 +82,11 @@ def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) 
     mem_unit, mem_size = unit(max((p.memory["total"] for p in runnable[:top]), default=1e9), BYTES)
     time_unit, time_size = unit(max((p.time["total"] for p in runnable[:top]), default=1.0), SECONDS)
     head = (f"{'layout':<22}{'ZeRO':>5} {'recompute':<10}{'M':>5}{'params':>9}{'grads':>8}{'optim':>8}"
-            f"{'activ':>8}{'total ' + mem_unit:>10}{'compute':>9}{'bubble':>8}{'comm':>8}{'step ' + time_unit:>9}")
+            f"{'activ':>8}{'total ' + mem_unit:>10}{'compute':>9}{'bubble':>8}{'comm':>8}"
+            f"{'step ' + time_unit:>9}")
+    experts = f", {model.experts} experts top-{model.top_k}" if model.moe else ""
     lines = [f"model: {model.total_params():,} parameters, {model.layers} layers, d={model.d_model}, "
-             f"{model.heads} heads, T={model.seq}, batch {model.batch}" + (f", {model.experts} experts top-"
-                                                                           f"{model.top_k}" if model.moe else ""),
+             f"{model.heads} heads, T={model.seq}, batch {model.batch}" + experts,
              head, "-" * len(head)]
     for p in runnable[:top]:
         m, t, lay = p.memory, p.time, p.layout
@@ -102,16 +103,17 @@ def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) 
     lines.append(f"\n{len(runnable)} layouts run, {len(out)} excluded; for example:")
     for kind in ("does not divide", "does not fit"):
         for p in [p for p in out if p.excluded.startswith(kind)][:3]:
-            lines.append(f"  {p.layout.name():<22} ZeRO {p.layout.zero} {p.layout.recompute:<10} {p.excluded}")
+            lay = p.layout
+            lines.append(f"  {lay.name():<22} ZeRO {lay.zero} {lay.recompute:<10} {p.excluded}")
     return "\n".join(lines)
 
 
 def add_parser(sub) -> None:
     """The ``plan`` command of python -m minidist."""
     p = sub.add_parser("plan", help="predict memory and step time of every parallel layout, ranked")
-    for name, default in (("layers", None), ("d-model", None), ("heads", None), ("seq", None), ("batch", None),
-                          ("devices", None), ("vocab", 32000), ("d-ff", None), ("experts", 0), ("top-k", 1),
-                          ("micro-batch", 1), ("chunks", 2), ("top", 10)):
+    for name, default in (("layers", None), ("d-model", None), ("heads", None), ("seq", None),
+                          ("batch", None), ("devices", None), ("vocab", 32000), ("d-ff", None),
+                          ("experts", 0), ("top-k", 1), ("micro-batch", 1), ("chunks", 2), ("top", 10)):
         p.add_argument(f"--{name}", type=int, default=default, required=default is None and name != "d-ff")
     p.add_argument("--memory", type=float, default=None, help="GB per device (default: the hardware's)")
     p.add_argument("--topology", default=None, help="NODESxPER_NODE, e.g. 8x8 (default: nodes of 8)")
@@ -124,7 +126,7 @@ def add_parser(sub) -> None:
 
 
 def parse_topology(text: str | None, devices: int) -> int:
-    """'NODESxPER_NODE' -> per_node (checking NODES · PER_NODE = devices); None -> nodes of min(8, devices)."""
+    """'NODESxPER_NODE' -> per_node (checking NODES · PER_NODE = devices); None: nodes of min(8, devices)."""
     if text is None:
         return min(8, devices) if devices % min(8, devices) == 0 else devices
     try:

@@ -15,7 +15,8 @@ Messages between two ranks are read in the order the sender sent them (the clust
 the receiver knows the sender's row of the table, so a message that arrives before it is needed waits in
 ``Inbox``. Sends are eager; a pair of ranks must not have more messages outstanding than the mailbox has
 slots (16), which the small tables here respect. The clock is charged per layer: F its FLOPs, B 2× (1×
-for a split Linear), W 1×.
+for a split Linear), W 1×. After each task ``memory`` gets (clock, bytes held for backward): the saved
+activations of the micro-batches in flight, the loss gradients kept for B, the (x, dy) waiting for W.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections import deque
 
 import numpy as np
 
-from minidist.nn.checkpoint import forward_flops, forward_saving
+from minidist.nn.checkpoint import forward_flops, forward_saving, nbytes_of
 from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
 from minidist.nn.runner import Attachment, StepRunner
@@ -52,14 +53,13 @@ class _Charges(Attachment):
         return y
 
     def after_backward(self, i, unit, dx):
-        self.comm.compute((1 if isinstance(unit, DeferredWeightGrad) else 2) * self.flops[i],
-                          label=self.label)
+        times = 1 if isinstance(unit, DeferredWeightGrad) else 2
+        self.comm.compute(times * self.flops[i], label=self.label)
         return dx
 
 
 class Inbox:
-    """This rank's incoming messages, read from each sender in the order it sends them
-    (tags from the table)."""
+    """This rank's incoming messages, read from each sender in the order it sends them (tags: the table)."""
 
     def __init__(self, comm, schedule: TaskSchedule, rank_of: dict, num_stages: int):
         self.comm, self.local, self.early = comm, {}, {}
@@ -120,6 +120,13 @@ class TaskPipeline:
             self.stages[k] = Sequential(*layers)
             self.runners[k] = StepRunner(self.stages[k], None, [self.charges], input_grad=True)
         self.timeline: list[tuple[Task, float, float]] = []
+        self.memory: list[tuple[float, int]] = []
+
+    def held_activations(self) -> int:
+        """Bytes held now for backward (see the module docstring; a view counts through its base, once)."""
+        saved = [([value for _, _, value in entries.entries], dy) for entries, _, dy in self._saved.values()]
+        waiting = [pending for units in self._deferred.values() for _, pending, _ in units]
+        return nbytes_of(saved, waiting)
 
     def parameters(self):
         """The parameters of this rank's stages (give them to this rank's optimizer)."""
@@ -145,6 +152,7 @@ class TaskPipeline:
             self.charges.label = f"{task.kind}{task.micro_batch}.{task.stage}"
             {"F": self._forward, "B": self._backward, "W": self._weight_grad}[task.kind](task)
             self.timeline.append((task, start, self.comm.clock))
+            self.memory.append((self.comm.clock, self.held_activations()))
         self._sum_replicas()
         if optimizer is not None:
             optimizer.step()
@@ -190,8 +198,7 @@ class TaskPipeline:
             self.comm.compute(flops, label=self.charges.label)
 
     def _sum_replicas(self) -> None:
-        """A stage on two ranks (Chimera): both add the other's gradients
-        (a + b == b + a, so bitwise alike)."""
+        """A stage on two ranks (Chimera): both add the other's gradients (a + b == b + a: bitwise alike)."""
         for k in sorted(self.stages):
             others = [r for r in self.holders[k] if r != self.comm.rank]
             if len(others) > 1:
