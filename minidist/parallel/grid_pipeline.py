@@ -1,17 +1,18 @@
 """Data × pipeline × context × tensor over one ``comm.split`` grid, for any task table (1F1B, interleaved,
 ZB-H1, Chimera).
 
-    world rank w = ((d·P + p)·c + k)·t + q   d: data replica (of D), p: pipeline rank (of P), k: context rank
-                    (of c), q: tensor rank (of t) — tensor innermost, as the planner places it
-    tensor group    the t ranks of one (d, p, k): a stage's tensor-parallel units run on them (Megatron blocks:
-                    their f/g all-reduces keep each unit's input and output whole on all t ranks)
-    context group   the c ranks of one (d, p, q): each holds the zigzag positions of every sequence; the blocks
-                    run ring attention over the group and sum their gradients over it, the other units' are
-                    summed by one all-reduce; each rank's loss counts 1/c
-    pipeline group  the P ranks of one (d, k, q): TaskPipeline runs the table on them (pipeline/tasks_executor.py),
-                    each stage through the step runner
-    data group      the D ranks of one (p, k, q): the same shards in every replica; their gradients are summed by
-                    one all-reduce (data/comm.allreduce_gradients) and divided by D before the optimizer steps
+    world rank w = ((d·P + p)·c + k)·t + q   d: data replica (of D), p: pipeline rank (of P), k: context
+                    rank (of c), q: tensor rank (of t) — tensor innermost, as the planner places it
+    tensor group    the t ranks of one (d, p, k): a stage's tensor-parallel units run on them (Megatron
+                    blocks: their f/g all-reduces keep each unit's input and output whole on all t ranks)
+    context group   the c ranks of one (d, p, q): each holds the zigzag positions of every sequence; the
+                    blocks run ring attention over the group and sum their gradients over it, the other
+                    units' are summed by one all-reduce; each rank's loss counts 1/c
+    pipeline group  the P ranks of one (d, k, q): TaskPipeline runs the table on them
+                    (pipeline/tasks_executor.py), each stage through the step runner
+    data group      the D ranks of one (p, k, q): the same shards in every replica; their gradients are summed
+                    by one all-reduce (data/comm.allreduce_gradients) and divided by D before the optimizer
+                    steps
 
 Replica d trains on rows [d·N/D, (d+1)·N/D) of the batch (equal slices: N must divide by D), so the mean
 of the replicas' gradients is the gradient of the batch's mean loss. A GPT is pipelined as its chain of
@@ -47,7 +48,8 @@ class GPTInput(Module):
         return 0                                   # a lookup and an addition: no products to count
 
     def forward(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens (B, T) -> (B, T, d); with ``positions`` (context parallelism) the tokens are those positions'."""
+        """tokens (B, T) -> (B, T, d); with ``positions`` (context parallelism) the tokens are those
+        positions'."""
         # a new array each time: what forward keeps per micro-batch is found by comparing attributes
         where = np.arange(tokens.shape[1]) if self.positions is None else self.positions.copy()
         return self.tok_emb.forward(tokens) + self.pos_emb.forward(where)
@@ -61,7 +63,8 @@ class GPTInput(Module):
 def gpt_units(gpt: GPT) -> Sequential:
     """gpt (dropout 0, untied) as a Sequential: GPTInput, the blocks, ln_f, head (same Parameters)."""
     if gpt.drop.p or gpt.tie_weights:
-        raise ValueError("a pipelined GPT needs dropout 0 and untied weights (a tied head lives on two stages)")
+        raise ValueError("a pipelined GPT needs dropout 0 and untied weights "
+                         "(a tied head lives on two stages)")
     return Sequential(GPTInput(gpt), *gpt.blocks, gpt.ln_f, gpt.head)
 
 
@@ -133,12 +136,14 @@ class DataPipelineGrid:
     """
 
     def __init__(self, comm, model, *, loss_fn, schedule: TaskSchedule, num_stages: int,
-                 num_micro_batches: int, data: int, tensor: int = 1, context: int = 1, seq_len: int | None = None):
+                 num_micro_batches: int, data: int, tensor: int = 1, context: int = 1,
+                 seq_len: int | None = None):
         _check_divides("data", data, comm.world_size)
         _check_divides("tensor", tensor, comm.world_size // data)
         _check_divides("context", context, comm.world_size // (data * tensor))
         if context > 1 and (seq_len is None or seq_len % (2 * context)):
-            raise ValueError(f"context = {context} needs seq_len, a multiple of 2·context (zigzag), got {seq_len!r}")
+            raise ValueError(f"context = {context} needs seq_len, a multiple of 2·context (zigzag), "
+                             f"got {seq_len!r}")
         self.data, self.tensor, self.context, self.seq_len = data, tensor, context, seq_len
         self.pipe_size = comm.world_size // (data * tensor * context)
         inner = tensor * context                                     # ranks of one (d, p)
@@ -146,8 +151,8 @@ class DataPipelineGrid:
         self.position, within = divmod(rest, inner)
         self.context_rank, self.tensor_rank = divmod(within, tensor)
         self.tensor_comm = comm.split(comm.rank // tensor, key=self.tensor_rank)
-        self.context_comm = comm.split((self.replica * self.pipe_size + self.position) * tensor + self.tensor_rank,
-                                       key=self.context_rank)
+        context_color = (self.replica * self.pipe_size + self.position) * tensor + self.tensor_rank
+        self.context_comm = comm.split(context_color, key=self.context_rank)
         self.pipe_comm = comm.split(self.replica * inner + within, key=self.position)
         self.data_comm = comm.split(self.position * inner + within, key=self.replica)
         if callable(model) and not isinstance(model, Module):
@@ -167,8 +172,8 @@ class DataPipelineGrid:
         batch's mean loss (the sum over all ranks is the loss), None if no last stage ran here."""
         N = len(x)
         if N % self.data or len(target) != N:
-            raise ValueError(f"a batch of {N} samples (targets {len(target)}) does not split into {self.data} "
-                             "equal replica slices")
+            raise ValueError(f"a batch of {N} samples (targets {len(target)}) does not split into "
+                             f"{self.data} equal replica slices")
         rows = slice(self.replica * N // self.data, (self.replica + 1) * N // self.data)
         x, target = x[rows], target[rows]
         if self.context > 1:     # this rank's tokens; the blocks sum their gradients over the context group
@@ -176,8 +181,9 @@ class DataPipelineGrid:
             x, target = x[:, where], target[:, where]
         loss = self.pipeline.train_step(x, target)
         params = self.parameters()
-        if self.context > 1:     # the units outside the blocks saw only this rank's tokens: sum over the group
-            outside = [p for unit in self.model.layers if not isinstance(unit, Priced) for p in unit.parameters()]
+        if self.context > 1:  # the units outside the blocks saw only this rank's tokens: sum over the group
+            outside = [p for unit in self.model.layers if not isinstance(unit, Priced)
+                       for p in unit.parameters()]
             mine = {id(p) for p in params}
             allreduce_gradients(self.context_comm, [p for p in outside if id(p) in mine])
         allreduce_gradients(self.data_comm, params)

@@ -1,9 +1,10 @@
-"""Data × pipeline × context × tensor grids (minidist/parallel/grid_pipeline.py) train a tiny GPT like one process.
+"""Data × pipeline × context × tensor grids (minidist/parallel/grid_pipeline.py) train a tiny GPT like one
+process.
 
 A float64 GPT (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads) pipelined as its units, trained 3 AdamW
 steps by D data replicas of a P-rank pipeline under 1F1B, ZB-H1, interleaved (v = 2) and Chimera, and with
-tensor-parallel blocks (t = 2) and ring attention over a context group (c = 2); every parameter (shard) and each
-step's loss must equal one process's."""
+tensor-parallel blocks (t = 2) and ring attention over a context group (c = 2); every parameter (shard) and
+each step's loss must equal one process's."""
 
 import numpy as np
 import pytest
@@ -80,7 +81,8 @@ def test_parallel_grid_data_pipeline_trains_a_gpt_like_one_process(name):
 def test_parallel_grid_data_pipeline_refuses_bad_sizes():
     def bad_data(comm):
         DataPipelineGrid(comm, gpt_units(build()), loss_fn=CrossEntropyLoss(),
-                         schedule=from_ops(one_f_one_b_schedule(1, 1)), num_stages=1, num_micro_batches=1, data=3)
+                         schedule=from_ops(one_f_one_b_schedule(1, 1)), num_stages=1, num_micro_batches=1,
+                         data=3)
 
     with pytest.raises(Exception, match="must be an integer >= 1 dividing world_size 2"):
         run(bad_data, 2)
@@ -89,22 +91,25 @@ def test_parallel_grid_data_pipeline_refuses_bad_sizes():
 
 
 def _expected_shards(block, t, q):
-    """The one-process block's parameters cut as tensor rank q of t holds them, in TensorParallelBlock's order."""
+    """The one-process block's parameters cut as tensor rank q of t holds them, in TensorParallelBlock's
+    order."""
     attn, (up, _, down), d = block.attn, list(block.mlp), block.attn.d_model
     heads = feature_slice(attn.n_heads, t, q)
     cols = np.arange(heads.start * attn.d_head, heads.stop * attn.d_head)
     rows = np.concatenate([cols, d + cols, 2 * d + cols])
     hidden = feature_slice(up.out_features, t, q)
     return [block.ln1.weight.data, block.ln1.bias.data, attn.proj.bias.data, attn.qkv.weight.data[rows],
-            attn.qkv.bias.data[rows], attn.proj.weight.data[:, cols], block.ln2.weight.data, block.ln2.bias.data,
-            down.bias.data, up.weight.data[hidden], up.bias.data[hidden], down.weight.data[:, hidden]]
+            attn.qkv.bias.data[rows], attn.proj.weight.data[:, cols], block.ln2.weight.data,
+            block.ln2.bias.data, down.bias.data, up.weight.data[hidden], up.bias.data[hidden],
+            down.weight.data[:, hidden]]
 
 
 def _train_tensor(comm, data, tensor, schedule, stages, micro_batches, context=1):
     gpt, (x, y) = build(), batch()
     grid = DataPipelineGrid(comm, lambda *groups: tensor_gpt_units(*groups[:1], gpt, *groups[1:], seq_len=T),
                             loss_fn=CrossEntropyLoss(), schedule=schedule, num_stages=stages,
-                            num_micro_batches=micro_batches, data=data, tensor=tensor, context=context, seq_len=T)
+                            num_micro_batches=micro_batches, data=data, tensor=tensor, context=context,
+                            seq_len=T)
     opt = AdamW(grid.parameters(), lr=0.01)
     losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
     mine = {id(p) for p in grid.parameters()}
@@ -119,8 +124,8 @@ def _train_tensor(comm, data, tensor, schedule, stages, micro_batches, context=1
     (1, 2, 2, from_ops(one_f_one_b_schedule(2, 2)), 2, 2),       # 8 ranks: pipeline × context × tensor
     (2, 1, 2, from_ops(one_f_one_b_schedule(1, 2)), 1, 2),       # 4 ranks: data × context
 ])
-def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, tensor, context, schedule, stages,
-                                                                          micro_batches):
+def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, tensor, context, schedule,
+                                                                          stages, micro_batches):
     reference_gpt, (x, y) = build(), batch()
     loss_fn, opt, expected_losses = CrossEntropyLoss(), AdamW(reference_gpt.parameters(), lr=0.01), []
     for _ in range(STEPS):
