@@ -54,14 +54,6 @@ class GPT(Module):
         if self.tie_weights:
             self.head.weight = self.tok_emb.weight  # (V, d) is both the table and the head's (out, in)
 
-    def named_parameters(self, prefix: str = ""):
-        """As Module's, but a Parameter shared by two layers (the tied head) is listed once."""
-        seen: set[int] = set()
-        for name, p in super().named_parameters(prefix):
-            if id(p) not in seen:
-                seen.add(id(p))
-                yield name, p
-
     def check_tokens(self, tokens) -> None:
         """Raise TypeError/ValueError unless tokens is an integer array (B, T), ids in [0, vocab_size),
         1 <= T <= block_size."""

@@ -107,11 +107,20 @@ class Module:
             yield from child.modules()
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """(name, Parameter) pairs in a fixed order; a Parameter that two layers share (a GPT's tied
+        head and embedding) is listed once, under its first name, as torch does."""
+        seen: set[int] = set()
+        for name, p in self._named_parameters_with_repeats(prefix):
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield name, p
+
+    def _named_parameters_with_repeats(self, prefix: str) -> Iterator[tuple[str, Parameter]]:
         for name, value in vars(self).items():
             if isinstance(value, Parameter):
                 yield prefix + name, value
         for name, child in self.named_children():
-            yield from child.named_parameters(prefix + name + ".")
+            yield from child._named_parameters_with_repeats(prefix + name + ".")
 
     def parameters(self) -> list[Parameter]:
         """Every Parameter of this module and its children, in a fixed order."""

@@ -41,14 +41,6 @@ class ContextParallelGPT(Module):
         if gpt.tie_weights:
             self.head.weight = self.tok_emb.weight
 
-    def named_parameters(self, prefix: str = ""):
-        """As Module's, but a tied head weight is listed once (as tok_emb's), as nn.GPT does."""
-        seen: set[int] = set()
-        for name, p in super().named_parameters(prefix):
-            if id(p) not in seen:
-                seen.add(id(p))
-                yield name, p
-
     def shard(self, x: np.ndarray) -> np.ndarray:
         """This rank's tokens of x (B, T, ...) — e.g. of the tokens or of the targets."""
         if x.shape[1] != self.seq_len:

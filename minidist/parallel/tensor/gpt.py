@@ -50,14 +50,6 @@ class TensorParallelGPT(Module):
             self.head.weight = self.tok_emb.weight          # the same rows: one Parameter on this rank
         self.enter_head = region_operators(comm, sequence_parallel)[0]
 
-    def named_parameters(self, prefix: str = ""):
-        """As Module's, but a tied head weight is listed once (as tok_emb's), as nn.GPT does."""
-        seen: set[int] = set()
-        for name, p in super().named_parameters(prefix):
-            if id(p) not in seen:
-                seen.add(id(p))
-                yield name, p
-
     def forward(self, tokens: np.ndarray) -> np.ndarray:
         """tokens: (B, T) int ids, the whole batch on every rank. Returns this rank's logits (B, T, |V_p|)."""
         if tokens.ndim != 2:
