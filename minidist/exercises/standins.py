@@ -26,7 +26,7 @@ import numpy as np
 
 from .exercise_map import STANDINS_PATH
 from .grade import Job, run_job
-from .markers import Region, all_regions
+from .markers import Region, all_regions, parse_python
 from .tree import copy_tree, rewrite_regions
 
 KINDS = ("identity", "zeros", "rank0")
@@ -83,7 +83,7 @@ def _parameters(text: str) -> dict[str, list[str]]:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 visit(child, prefix + child.name + ".")
 
-    visit(ast.parse(text), "")
+    visit(parse_python(text), "")
     return found
 
 

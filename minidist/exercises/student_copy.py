@@ -16,13 +16,20 @@ rewritten file must parse, and the same input gives the same bytes.
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
 from .catalog import student_readme
 from .exercise_map import HITS_MODULE, instrumented_copy, load_map  # noqa: F401  (still importable here)
-from .markers import ANY_MARKER, MarkerError, Region, all_regions, comment_lines, read_registry
+from .markers import (
+    ANY_MARKER,
+    MarkerError,
+    Region,
+    all_regions,
+    comment_lines,
+    parse_python,
+    read_registry,
+)
 from .tree import copy_tree, cut_lines, rewrite_regions, solution_lines
 
 STUDENT_STAMP = ".minidist-student.json"
@@ -32,7 +39,7 @@ INSTRUCTOR_ONLY = ("lessons/TEACHING.md",)
 def check_output(text: str, path: str) -> None:
     """A rewritten file must parse and hold no marker."""
     try:
-        ast.parse(text, filename=path)
+        parse_python(text, filename=str(path))
     except SyntaxError as err:
         raise MarkerError(f"{path}: the rewritten file does not parse ({err.msg}, line {err.lineno})"
                           ) from err

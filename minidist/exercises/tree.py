@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .markers import Region
+from .markers import Region, parse_python
 
 
 def repository_files(root: Path) -> list[Path]:
@@ -72,7 +72,7 @@ def trailing_end(text: str, region: Region, others: list[Region]) -> int:
     Statements that hold another region are kept (the cut then leaves them, rather than lose a region).
     """
     first, last = region.begin + 1, region.end + 1            # 1-based marker lines
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(parse_python(text)):
         for name in ("body", "orelse", "finalbody"):
             block = getattr(node, name, None)
             if not isinstance(block, list) or not block or not isinstance(block[0], ast.stmt):
