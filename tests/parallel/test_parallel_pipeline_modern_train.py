@@ -61,19 +61,20 @@ def _train(comm, schedule, num_stages, num_micro_batches):
 
 
 CASES = {
-    "1f1b P=2": (2, from_ops(one_f_one_b_schedule(2, 3)), 2, 3),
-    "interleaved P=2 v=2": (2, interleaved_schedule(2, 4, 2), 4, 4),
-    "interleaved P=1 v=2": (1, interleaved_schedule(1, 2, 2), 2, 2),
-    "zb-h1 P=2": (2, zero_bubble_schedule(2, 4), 2, 4),
-    "zb-h1 P=3": (3, zero_bubble_schedule(3, 3), 3, 3),
-    "chimera P=2": (2, chimera_schedule(2, 4), 2, 4),
-    "chimera P=4": (4, chimera_schedule(4, 4), 4, 4),
+    "1f1b P=2": (2, lambda: from_ops(one_f_one_b_schedule(2, 3)), 2, 3),
+    "interleaved P=2 v=2": (2, lambda: interleaved_schedule(2, 4, 2), 4, 4),
+    "interleaved P=1 v=2": (1, lambda: interleaved_schedule(1, 2, 2), 2, 2),
+    "zb-h1 P=2": (2, lambda: zero_bubble_schedule(2, 4), 2, 4),
+    "zb-h1 P=3": (3, lambda: zero_bubble_schedule(3, 3), 3, 3),
+    "chimera P=2": (2, lambda: chimera_schedule(2, 4), 2, 4),
+    "chimera P=4": (4, lambda: chimera_schedule(4, 4), 4, 4),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_parallel_pipeline_modern_schedules_train_like_one_process(name):
-    P, schedule, S, M = CASES[name]
+    P, make_schedule, S, M = CASES[name]
+    schedule = make_schedule()
     expected, expected_losses = reference()
     results = run(_train, P, schedule, S, M)
     seen = set()
@@ -121,7 +122,8 @@ def _step_time(comm, schedule, num_stages, num_micro_batches):
 def test_parallel_pipeline_modern_clock_equals_the_tables_replay(name):
     """With free links, the step's simulated time = the table replayed with each task's FLOPs / device speed
     (F: the stage's forward FLOPs, B: 2× — 1× for a split Linear's B —, W: 1× the Linears')."""
-    P, schedule, S, M = CASES[name]
+    P, make_schedule, S, M = CASES[name]
+    schedule = make_schedule()
     linear = 2 * (N // M) * WIDTH * WIDTH              # a Linear's forward FLOPs on a micro-batch
     tanh = (N // M) * WIDTH                            # a Tanh's: one per element
     split = any(t.kind == "W" for tick in schedule for t in tick)
