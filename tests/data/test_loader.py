@@ -37,12 +37,23 @@ def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def assert_nothing_left(loader, fds_before):
-    """No worker alive (reaped, not zombies), no pipe left open, no shared memory mapped."""
+def shm_mappings() -> set[str]:
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split()[-1] for line in maps if "/dev/shm" in line}
+
+
+def held() -> tuple[set[str], set[str]]:
+    """What this process holds before an epoch: open files, shared memory mapped (earlier tests' too)."""
+    return open_fds(), shm_mappings()
+
+
+def assert_nothing_left(loader, before):
+    """No worker alive (reaped, not zombies), no pipe left open, no shared memory newly mapped."""
+    fds_before, shm_before = before
     for pid in loader.worker_pids:
         assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived its epoch"
     assert open_fds() <= fds_before, "a pipe of the loader is still open"
-    assert "/dev/shm" not in Path("/proc/self/maps").read_text()
+    assert shm_mappings() <= shm_before, "the loader left shared memory mapped"
 
 
 def epoch_batches(k, q=2):
@@ -61,7 +72,7 @@ def test_same_batches_bitwise_for_0_1_3_workers():
 
 
 def test_a_worker_that_raises_ends_the_epoch_with_its_traceback():
-    fds = open_fds()
+    fds = held()
     loader = Loader(failing_fetch, batched(np.arange(100), 10), num_workers=3, prefetch=2)
     firsts = []
     with pytest.raises(LoaderError, match="worker 1 raised ValueError: bad record 40") as info:
@@ -75,7 +86,7 @@ def test_a_worker_that_raises_ends_the_epoch_with_its_traceback():
 
 
 def test_an_epoch_cut_short_stops_every_worker():
-    fds = open_fds()
+    fds = held()
     loader = Loader(fetch, batched(np.arange(100), 5), num_workers=3, prefetch=2)
     for i, _ in enumerate(loader):
         if i == 1:                                  # mid-epoch: the workers hold nothing in /dev/shm
@@ -108,7 +119,7 @@ def test_a_worker_that_dies_or_hangs_ends_the_epoch():
         signal.pause() if 0 in idx else None        # sleeps until terminated; SIGINT is ignored
         return idx
 
-    fds = open_fds()
+    fds = held()
     loader = Loader(hangs, batched(np.arange(20), 10), num_workers=2, timeout=0.5)
     with pytest.raises(LoaderError, match="worker 0 did not deliver batch 0 within 0.5 s"):
         list(loader)
