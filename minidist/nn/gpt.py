@@ -23,6 +23,7 @@ from .embedding import Embedding, check_tokens
 from .linear import Linear
 from .module import Module, resolve_rng
 from .norm import LayerNorm
+from .runner import backward_through
 from .softmax import softmax
 
 
@@ -77,9 +78,7 @@ class GPT(Module):
         """dlogits: upstream gradient, shape (B, T, vocab_size); adds every parameter's gradient.
         Returns None: the integer tokens have no gradient."""
         self.check_upstream(dlogits)
-        dx = self.ln_f.backward(self.head.backward(dlogits))
-        for block in reversed(self.blocks):
-            dx = block.backward(dx)
+        dx = backward_through([*self.blocks, self.ln_f, self.head], dlogits)   # the runner's one loop
         dx = self.drop.backward(dx)
         self.tok_emb.backward(dx)
         self.pos_emb.backward(dx.sum(axis=0))  # every sample used rows 0 … T−1 of the position table

@@ -15,6 +15,7 @@ import copy
 import numpy as np
 
 from minidist.nn import GPT, Module
+from minidist.nn.runner import backward_through
 from minidist.parallel.tensor.sequence import add_other_tokens
 
 from .block import ContextParallelBlock
@@ -60,9 +61,7 @@ class ContextParallelGPT(Module):
         mean by T_r/T). Adds every parameter's gradient, summed over the ranks."""
         outside = [p for name, p in self.named_parameters() if not name.startswith("blocks.")]
         before = [p.grad.copy() for p in outside]
-        dx = self.ln_f.backward(self.head.backward(dlogits))
-        for block in reversed(self.blocks):
-            dx = block.backward(dx)
+        dx = backward_through([*self.blocks, self.ln_f, self.head], dlogits)
         self.tok_emb.backward(dx)
         self.pos_emb.backward(dx.sum(axis=0))
         add_other_tokens(self.comm, outside, before)

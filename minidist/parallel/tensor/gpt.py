@@ -20,6 +20,7 @@ import copy
 import numpy as np
 
 from minidist.nn import GPT, Module
+from minidist.nn.runner import backward_through
 
 from .attention import local_linear
 from .block import TensorParallelBlock
@@ -69,9 +70,7 @@ class TensorParallelGPT(Module):
         token_params = ([self.pos_emb.weight, self.ln_f.weight, self.ln_f.bias]
                         if self.sequence_parallel else [])
         before = [p.grad.copy() for p in token_params]
-        dx = self.ln_f.backward(self.enter_head.backward(self.head.backward(dlogits)))
-        for block in reversed(self.blocks):
-            dx = block.backward(dx)
+        dx = backward_through([*self.blocks, self.ln_f, self.enter_head, self.head], dlogits)
         self.tok_emb.backward(dx)
         self.pos_emb.backward(dx.sum(axis=0))               # every sample used the same position rows
         add_other_tokens(self.comm, token_params, before)
