@@ -3,6 +3,7 @@ replicas.py (the data-parallel average of the replicated parameters), cost.py (a
 slowest expert's time)."""
 
 from .expert_parallel import ExpertParallelMoE
-from .replicas import average_gradients, expert_parameters, replicated_parameters
+from .replicas import AverageGradients, average_gradients, expert_parameters, replicated_parameters
 
-__all__ = ["ExpertParallelMoE", "average_gradients", "expert_parameters", "replicated_parameters"]
+__all__ = ["AverageGradients", "ExpertParallelMoE", "average_gradients", "expert_parameters",
+           "replicated_parameters"]

@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minidist.nn import GELU, Sequential, SwitchTransformer
+from minidist.nn.runner import StepRunner
 from minidist.parallel.tensor import MegatronMLP
 
 from .expert_parallel import ExpertParallelMoE
-from .replicas import average_gradients
+from .replicas import AverageGradients
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,14 @@ def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransfo
 
 
 def train_step(groups: LayoutGroups, model, loss_fn, optimizer, tokens, targets) -> float:
-    """One step on this rank's token set: forward, loss (+ router losses), backward, averaging, update."""
+    """One step on this rank's token set through the step runner: forward, loss, backward (the MoE layers
+    add their router losses' gradients), the averaging at end_backward, update. Returns the loss with the
+    router losses."""
     optimizer.zero_grad()
-    loss = loss_fn.forward(model.forward(tokens), targets) + model.router_loss
-    model.backward(loss_fn.backward())
-    average_gradients(groups.comm, model, groups.replica_comm, groups.layout.token_sets)
+    average = AverageGradients(groups.comm, model, groups.replica_comm, groups.layout.token_sets)
+    loss = StepRunner(model, loss_fn, [average]).forward_backward(tokens, targets)
     optimizer.step()
-    return loss
+    return loss + model.router_loss
 
 
 def held_weights(model: SwitchTransformer) -> dict[str, tuple]:

@@ -13,12 +13,13 @@ L = (1/W) Σ_r L_r over the W ranks. So after each rank's backward
 This is the data-parallel piece of expert parallelism, kept apart from the runner's data-parallel
 attachments: those sum *every* parameter over *one* group of identical replicas and split the batch
 themselves, while here two parameter sets go over two groups with two divisors, on batches the layout
-already gave each rank.
+already gave each rank. ``AverageGradients`` attaches it to the step runner (its ``end_backward``).
 """
 
 from __future__ import annotations
 
 from minidist.nn import Module, MoE, Parameter
+from minidist.nn.runner import Attachment
 from minidist.parallel.data.comm import allreduce_gradients
 
 from .expert_parallel import ExpertParallelMoE
@@ -43,10 +44,7 @@ def average_gradients(comm, model: Module, replica_comm=None, token_sets: int | 
     (None: each expert lives on one rank only); token_sets: how many different batches the W ranks train
     on (W unless model-parallel ranks share one: then every token set is counted M times in comm's sum).
     """
-    world = comm.world_size
-    token_sets = world if token_sets is None else int(token_sets)
-    if token_sets < 1 or world % token_sets:
-        raise ValueError(f"token_sets must divide the world size {world}, got {token_sets}")
+    world, token_sets = comm.world_size, _check_token_sets(comm, token_sets)
     replicated = replicated_parameters(model)
     allreduce_gradients(comm, replicated)
     for p in replicated:
@@ -56,3 +54,23 @@ def average_gradients(comm, model: Module, replica_comm=None, token_sets: int | 
         allreduce_gradients(replica_comm, experts)
     for p in experts:
         p.grad /= token_sets
+
+
+def _check_token_sets(comm, token_sets: int | None) -> int:
+    world = comm.world_size
+    token_sets = world if token_sets is None else int(token_sets)
+    if token_sets < 1 or world % token_sets:
+        raise ValueError(f"token_sets must divide the world size {world}, got {token_sets}")
+    return token_sets
+
+
+class AverageGradients(Attachment):
+    """``average_gradients(comm, model, replica_comm, token_sets)`` run by the step runner at end_backward,
+    when every gradient of the pass is in (a pipeline: once, after its whole table)."""
+
+    def __init__(self, comm, model: Module, replica_comm=None, token_sets: int | None = None):
+        self.comm, self.model, self.replica_comm = comm, model, replica_comm
+        self.token_sets = _check_token_sets(comm, token_sets)
+
+    def end_backward(self) -> None:
+        average_gradients(self.comm, self.model, self.replica_comm, self.token_sets)

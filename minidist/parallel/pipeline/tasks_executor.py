@@ -10,6 +10,8 @@
     W(m, k)        adds the weight gradients B left for it
     replicas       a stage held by two ranks (Chimera) sums its two gradients (one exchange) before the
                    optimizer steps, so both copies stay equal
+    attachments    step-level runner attachments: each stage's runner ends a backward per micro-batch, so
+                   their ``end_backward`` fires once, after the whole table (every gradient is in)
 
 Messages between two ranks are read in the order the sender sent them (the cluster's channels are FIFO):
 the receiver knows the sender's row of the table, so a message that arrives before it is needed waits in
@@ -95,11 +97,12 @@ class TaskPipeline:
 
     comm: the communicator (P = world_size ranks); model: the whole Sequential (the same on every rank);
     schedule: a table of Tasks (interleaved_schedule, zero_bubble_schedule, chimera_schedule, from_ops(...))
-    for P ranks, num_stages stages and num_micro_batches micro-batches; loss_fn: forward(y, t) -> mean loss.
+    for P ranks, num_stages stages and num_micro_batches micro-batches; loss_fn: forward(y, t) -> mean loss;
+    attachments: objects with ``end_backward()`` (an Attachment), fired in reverse order after the table.
     """
 
     def __init__(self, comm, model: Sequential, *, loss_fn, schedule: TaskSchedule, num_stages: int,
-                 num_micro_batches: int):
+                 num_micro_batches: int, attachments=()):
         if not isinstance(model, Sequential):
             raise TypeError(f"a pipeline splits a Sequential, got {type(model).__name__}")
         check_tasks(schedule, comm.world_size, num_stages, num_micro_batches)
@@ -119,6 +122,7 @@ class TaskPipeline:
                       for layer in model.layers[bounds[k]:bounds[k + 1]]]
             self.stages[k] = Sequential(*layers)
             self.runners[k] = StepRunner(self.stages[k], None, [self.charges], input_grad=True)
+        self.attachments = list(attachments)
         self.timeline: list[tuple[Task, float, float]] = []
         self.memory: list[tuple[float, int]] = []
 
@@ -154,6 +158,8 @@ class TaskPipeline:
             self.timeline.append((task, start, self.comm.clock))
             self.memory.append((self.comm.clock, self.held_activations()))
         self._sum_replicas()
+        for a in reversed(self.attachments):
+            a.end_backward()
         if optimizer is not None:
             optimizer.step()
         if not self._losses:
