@@ -1,24 +1,29 @@
-"""Data × pipeline × context × tensor over one ``comm.split`` grid, for any task table (1F1B, interleaved,
-ZB-H1, Chimera).
+"""Data × pipeline × context × expert × tensor over one ``comm.split`` grid, for any task table (1F1B,
+interleaved, ZB-H1, Chimera).
 
-    world rank w = ((d·P + p)·c + k)·t + q   d: data replica (of D), p: pipeline rank (of P), k: context
-                    rank (of c), q: tensor rank (of t) — tensor innermost, as the planner places it
+    world rank w = (((d·P + p)·c + k)·e + j)·t + q   d: data replica (of D), p: pipeline rank (of P),
+                    k: context rank (of c), j: expert rank (of e), q: tensor rank (of t) — tensor innermost
     tensor group    the t ranks of one (d, p, k): a stage's tensor-parallel units run on them (Megatron
                     blocks: their f/g all-reduces keep each unit's input and output whole on all t ranks)
     context group   the c ranks of one (d, p, q): each holds the zigzag positions of every sequence; the
                     blocks run ring attention over the group and sum their gradients over it, the other
                     units' are summed by one all-reduce; each rank's loss counts 1/c
-    pipeline group  the P ranks of one (d, k, q): TaskPipeline runs the table on them
+    expert group    the e ranks of one (d, p, k, q): a Switch model's experts spread over them, each with
+                    its own rows of the batch (grid_expert.py); at the pipeline's end_backward the
+                    AverageGradients attachment averages the replicated parameters over the group
+    pipeline group  the P ranks of one (d, k, j, q): TaskPipeline runs the table on them
                     (pipeline/tasks_executor.py), each stage through the step runner
-    data group      the D ranks of one (p, k, q): the same shards in every replica; their gradients are summed
-                    by one all-reduce (data/comm.allreduce_gradients) and divided by D before the optimizer
-                    steps
+    data group      the D ranks of one (p, k, j, q): the same shards in every replica; their gradients are
+                    summed by one all-reduce (data/comm.allreduce_gradients) and divided by D before the
+                    optimizer steps — or, with zero1, reduce-scattered, each rank stepping its 1/D of them
+                    (ZeRO-1: data/zero.py's update on the ShardGroups of a ZeRO over the group), allgathered
 
-Replica d trains on rows [d·N/D, (d+1)·N/D) of the batch (equal slices: N must divide by D), so the mean
-of the replicas' gradients is the gradient of the batch's mean loss. A GPT is pipelined as its chain of
-units (``gpt_units``): the token and position embeddings as one unit, the blocks (tensor-parallel blocks
-with ``tensor_gpt_units``), the final LayerNorm, the head. Cost per step and rank: the pipeline's messages,
-the blocks' tensor all-reduces, and 2(D − 1)/D · |W_stage shard| bytes on the data ring.
+Token set s = d·e + j trains on rows [s·N/S, (s+1)·N/S) of the batch, S = D·e (equal slices: N must divide
+by S), so the mean of the sets' gradients is the gradient of the batch's mean loss. A GPT is pipelined as
+its chain of units (``gpt_units``): the token and position embeddings as one unit, the blocks
+(tensor-parallel blocks with ``tensor_gpt_units``, Switch blocks with grid_expert.switch_units), the final
+LayerNorm, the head. Cost per step and rank: the pipeline's messages, the blocks' tensor all-reduces, and
+2(D − 1)/D · |W_stage shard| bytes on the data ring (ZeRO-1: a reduce-scatter and an allgather, the same).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from minidist.nn.checkpoint import forward_flops
 
 from .context.layout import positions
 from .data.comm import allreduce_gradients
+from .data.zero import ZeRO, zero1_shard_update
+from .expert import AverageGradients, ExpertParallelMoE
 from .pipeline.tasks import TaskSchedule
 from .pipeline.tasks_executor import TaskPipeline
 from .tensor.block import TensorParallelBlock
@@ -128,53 +135,84 @@ def _check_divides(name: str, value, world_size: int) -> None:
 
 
 class DataPipelineGrid:
-    """D data replicas of a P-rank pipeline of t-rank tensor groups over comm (world_size = D·P·t).
+    """D data replicas of a P-rank pipeline of c·e·t-rank context × expert × tensor groups over comm
+    (world_size = D·P·c·e·t).
 
     model: the Sequential to pipeline (the same on every rank), or a function tensor_comm -> Sequential
-    (e.g. ``lambda c: tensor_gpt_units(c, gpt)``); schedule: a task table for P ranks, num_stages stages,
-    num_micro_batches micro-batches; loss_fn: mean loss per micro-batch.
+    (e.g. ``lambda c: tensor_gpt_units(c, gpt)``), (tensor_comm, context_comm) -> Sequential with context > 1,
+    (tensor_comm, context_comm or None, expert_comm) -> Sequential with expert > 1 (grid_expert.switch_units);
+    schedule: a task table for P ranks, num_stages stages, num_micro_batches micro-batches; loss_fn: mean
+    loss per micro-batch; zero1: shard the optimizer over the data group (build it with build_optimizer).
     """
 
     def __init__(self, comm, model, *, loss_fn, schedule: TaskSchedule, num_stages: int,
-                 num_micro_batches: int, data: int, tensor: int = 1, context: int = 1,
-                 seq_len: int | None = None):
+                 num_micro_batches: int, data: int, tensor: int = 1, context: int = 1, expert: int = 1,
+                 seq_len: int | None = None, zero1: bool = False):
         _check_divides("data", data, comm.world_size)
         _check_divides("tensor", tensor, comm.world_size // data)
         _check_divides("context", context, comm.world_size // (data * tensor))
+        _check_divides("expert", expert, comm.world_size // (data * tensor * context))
         if context > 1 and (seq_len is None or seq_len % (2 * context)):
             raise ValueError(f"context = {context} needs seq_len, a multiple of 2·context (zigzag), "
                              f"got {seq_len!r}")
-        self.data, self.tensor, self.context, self.seq_len = data, tensor, context, seq_len
-        self.pipe_size = comm.world_size // (data * tensor * context)
-        inner = tensor * context                                     # ranks of one (d, p)
+        self.data, self.tensor, self.context, self.expert = data, tensor, context, expert
+        self.seq_len = seq_len
+        self.loss_fn, self.zero1, self.zero = loss_fn, bool(zero1), None
+        self.pipe_size = comm.world_size // (data * tensor * context * expert)
+        inner = context * expert * tensor                            # ranks of one (d, p)
         self.replica, rest = divmod(comm.rank, self.pipe_size * inner)
         self.position, within = divmod(rest, inner)
-        self.context_rank, self.tensor_rank = divmod(within, tensor)
+        self.context_rank, rest = divmod(within, expert * tensor)
+        self.expert_rank, self.tensor_rank = divmod(rest, tensor)
+        dp = self.replica * self.pipe_size + self.position
         self.tensor_comm = comm.split(comm.rank // tensor, key=self.tensor_rank)
-        context_color = (self.replica * self.pipe_size + self.position) * tensor + self.tensor_rank
+        context_color = (dp * expert + self.expert_rank) * tensor + self.tensor_rank
         self.context_comm = comm.split(context_color, key=self.context_rank)
+        expert_color = (dp * context + self.context_rank) * tensor + self.tensor_rank
+        self.expert_comm = comm.split(expert_color, key=self.expert_rank)
         self.pipe_comm = comm.split(self.replica * inner + within, key=self.position)
         self.data_comm = comm.split(self.position * inner + within, key=self.replica)
         if callable(model) and not isinstance(model, Module):
-            model = model(self.tensor_comm, self.context_comm) if context > 1 else model(self.tensor_comm)
+            contexts = self.context_comm if context > 1 else None
+            model = model(self.tensor_comm, contexts, self.expert_comm) if expert > 1 else \
+                model(self.tensor_comm, self.context_comm) if context > 1 else model(self.tensor_comm)
         self.model = model
+        for moe in (m for m in model.modules() if isinstance(m, ExpertParallelMoE)):
+            # a rank's micro-batch (its context positions) is one routing group: scale its router losses by
+            # its share of the batch (equal micro-batches), as _Share does the loss
+            moe.aux_loss_coef /= num_micro_batches * context
+            moe.z_loss_coef /= num_micro_batches * context
         if context > 1:
             loss_fn = _Share(loss_fn, 1 / context)
         self.pipeline = TaskPipeline(self.pipe_comm, self.model, loss_fn=loss_fn, schedule=schedule,
                                      num_stages=num_stages, num_micro_batches=num_micro_batches)
+        self.mine = Sequential(*(self.pipeline.stages[k] for k in sorted(self.pipeline.stages)))
+        if expert > 1:   # replicated parameters: mean over the expert group; the experts' own: / e
+            self.pipeline.attachments.append(AverageGradients(self.expert_comm, self.mine))
 
     def parameters(self):
         return self.pipeline.parameters()
 
+    def build_optimizer(self, make_optimizer):
+        """make_optimizer(parameters) -> optimizer, built on this rank's parameters, or with zero1 on its
+        1/D shards of them (a ZeRO stage 1 over the data group: the optimizer state shrinks by D)."""
+        if not self.zero1:
+            return make_optimizer(self.parameters())
+        self.zero = ZeRO(self.data_comm, self.mine, make_optimizer, self.loss_fn, stage=1)
+        return self.zero.optimizer
+
     def train_step(self, x: np.ndarray, target: np.ndarray, optimizer) -> float | None:
-        """One step on the batch (x (N, ...), target (N, ...), N divisible by D): the replica's slice through
-        its pipeline, the data group's mean gradient, one optimizer step. Returns this rank's share of the
-        batch's mean loss (the sum over all ranks is the loss), None if no last stage ran here."""
-        N = len(x)
-        if N % self.data or len(target) != N:
+        """One step on the batch (x (N, ...), target (N, ...), N divisible by D·e): the token set's slice
+        through its pipeline, the data group's mean gradient, one optimizer step. Returns this rank's share
+        of the batch's mean loss (the sum over all ranks is the loss), None if no last stage ran here."""
+        N, sets = len(x), self.data * self.expert
+        if N % sets or len(target) != N:
             raise ValueError(f"a batch of {N} samples (targets {len(target)}) does not split into "
-                             f"{self.data} equal replica slices")
-        rows = slice(self.replica * N // self.data, (self.replica + 1) * N // self.data)
+                             f"D·e = {sets} equal token sets")
+        if self.zero1 and (self.zero is None or optimizer is not self.zero.optimizer):
+            raise ValueError("with zero1 the optimizer must be build_optimizer's (it steps the shards)")
+        s = self.replica * self.expert + self.expert_rank
+        rows = slice(s * N // sets, (s + 1) * N // sets)
         x, target = x[rows], target[rows]
         if self.context > 1:     # this rank's tokens; the blocks sum their gradients over the context group
             where = positions(self.seq_len, self.context, self.context_rank)
@@ -186,8 +224,13 @@ class DataPipelineGrid:
                        for p in unit.parameters()]
             mine = {id(p) for p in params}
             allreduce_gradients(self.context_comm, [p for p in outside if id(p) in mine])
-        allreduce_gradients(self.data_comm, params)
-        for p in params:
-            p.grad /= self.data
-        optimizer.step()
-        return None if loss is None else loss / self.data
+        if self.zero is not None:     # ZeRO-1: reduce-scatter, step this rank's shards, allgather
+            for g in self.zero.groups:
+                g.grad /= self.data
+            zero1_shard_update(self.data_comm, self.zero.groups, optimizer)
+        else:
+            allreduce_gradients(self.data_comm, params)
+            for p in params:
+                p.grad /= self.data
+            optimizer.step()
+        return None if loss is None else loss / sets
