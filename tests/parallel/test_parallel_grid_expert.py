@@ -17,6 +17,8 @@ from minidist.nn import CrossEntropyLoss, SwitchTransformer
 from minidist.optim import AdamW
 from minidist.parallel.grid_expert import switch_units
 from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units
+from minidist.parallel.pipeline.chimera import chimera_schedule
+from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.tasks import from_ops
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
@@ -92,8 +94,10 @@ CASES = {
     "8: expert 2 x tensor 2 x data 2, ZeRO-1": ((2, 2, 1, 2, 2), ONE_STAGE, 1, 2, 1),
     "8: expert 2 x context 2 x pipeline 2 (ZB-H1)": ((1, 1, 2, 2, 2), zero_bubble_schedule(2, 2), 2, 2, 0),
     "8: expert 2 x tensor 2 x context 2": ((1, 2, 2, 2, 2), ONE_STAGE, 1, 2, 0),
+    "8: expert 2 x pipeline 4 (Chimera)": ((1, 1, 1, 2, 2), chimera_schedule(4, 4), 4, 4, 0),
+    "4: expert 2 x interleaved pipeline 2": ((1, 1, 1, 2, 2), interleaved_schedule(2, 2, 2), 4, 2, 0),
     "4: expert 4 (4 experts)": ((1, 1, 1, 4, 4), ONE_STAGE, 1, 2, 0),
-    "4: expert 2 x tensor 2 x pipeline 1": ((1, 2, 1, 2, 2), ONE_STAGE, 1, 2, 0),
+    "4: expert 2 x tensor 2": ((1, 2, 1, 2, 2), ONE_STAGE, 1, 2, 0),
     "4: expert 2 x pipeline 2 (ZB-H1)": ((1, 1, 1, 2, 2), zero_bubble_schedule(2, 2), 2, 2, 0),
 }
 
