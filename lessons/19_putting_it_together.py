@@ -210,6 +210,41 @@ plt.close(ax.figure)
 print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_grid_trace.json"))
 
 # %% [markdown]
+# Two more axes: context (ring attention) and **expert**, w = (((d·P + p)·c + k)·e + j)·t + q. A Switch
+# Transformer's E experts are spread over an expert group, tokens sent to them by all-to-all (lesson 18).
+# An expert's gradient already sums its group's tokens, the replicated weights' do not: the
+# `AverageGradients` attachment averages them over the group once the pipeline's table has run (its
+# `end_backward`), then the data group averages all — here as ZeRO-1. Expert 2 × data 2 × pipeline 2, two
+# steps, tokens dropped at capacity 1: one process routing the same 8 groups gives the same losses.
+
+# %%
+from minidist.nn import SwitchTransformer  # noqa: E402
+from minidist.parallel.grid_expert import switch_units  # noqa: E402
+
+switch_args = dict(gpt_args, num_experts=2, d_ff=16, capacity_factor=1.0, z_loss_coef=1e-3, groups=8)
+
+
+def switch_steps(comm):
+    model = SwitchTransformer(**switch_args, rng=np.random.default_rng(3), dtype=np.float64)
+    grid = DataPipelineGrid(comm, lambda t, c, e: switch_units(t, c, e, model), loss_fn=CrossEntropyLoss(),
+                            schedule=from_ops(one_f_one_b_schedule(2, 2)), num_stages=2, num_micro_batches=2,
+                            data=2, expert=2, zero1=True)
+    opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
+    return [grid.train_step(tokens[0], tokens[1], opt) for _ in range(2)]
+
+
+one = SwitchTransformer(**switch_args, rng=np.random.default_rng(3), dtype=np.float64)
+one_opt, loss_fn, expected = AdamW(one.parameters(), lr=0.01), CrossEntropyLoss(), []
+for _ in range(2):                             # backward adds the router losses' gradients
+    one.zero_grad()
+    expected.append(loss_fn.forward(one.forward(tokens[0]), tokens[1]))
+    one.backward(loss_fn.backward())
+    one_opt.step()
+got = [sum(loss for loss in step if loss is not None) for step in zip(*run(switch_steps, 8))]
+print(f"expert 2 × data 2 × pipeline 2, ZeRO-1: losses {got}, one process {expected}")
+assert np.allclose(got, expected, rtol=1e-12, atol=0)
+
+# %% [markdown]
 # ## 4. The planner
 #
 # `minidist.plan` enumerates every layout dp · ep · pp · tp · cp = D (with ZeRO-1 and full recomputation
