@@ -21,8 +21,8 @@ expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-a
             replicas.py (averaging the replicated parameters), layouts.py (the Switch slide's five), cost.py
 hybrid.py   data × model parallelism on a 2-D grid of ranks
 grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × spatial
-grid_pipeline.py  data × pipeline × context × tensor for any task table (interleaved, ZB-H1, Chimera),
-            a GPT as its units
+grid_pipeline.py  data (ZeRO-1 optional) × pipeline × context × expert × tensor for any task table
+            (interleaved, ZB-H1, Chimera), a GPT as its units; grid_expert.py: a Switch model's units
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
             averaging, Hogwild!
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
