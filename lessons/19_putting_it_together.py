@@ -240,9 +240,12 @@ for _ in range(2):                             # backward adds the router losses
     expected.append(loss_fn.forward(one.forward(tokens[0]), tokens[1]))
     one.backward(loss_fn.backward())
     one_opt.step()
-got = [sum(loss for loss in step if loss is not None) for step in zip(*run(switch_steps, 8))]
+steps, trace = run_traced(switch_steps, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=2e-10))
+got = [sum(loss for loss in step if loss is not None) for step in zip(*steps)]
 print(f"expert 2 × data 2 × pipeline 2, ZeRO-1: losses {got}, one process {expected}")
 assert np.allclose(got, expected, rtol=1e-12, atol=0)
+print("its Chrome trace (the experts between the F and B tasks; the all-to-alls as sends):",
+      trace.save_chrome(figures_dir() / "19_grid_expert_trace.json"))
 
 # %% [markdown]
 # ## 4. The planner
