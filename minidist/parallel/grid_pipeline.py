@@ -3,9 +3,9 @@ interleaved, ZB-H1, Chimera).
 
     world rank w = (((d·P + p)·c + k)·e + j)·t + q   d: data replica (of D), p: pipeline rank (of P),
                     k: context rank (of c), j: expert rank (of e), q: tensor rank (of t) — tensor innermost
-    tensor group    the t ranks of one (d, p, k): a stage's tensor-parallel units run on them (Megatron
+    tensor group    the t ranks of one (d, p, k, j): a stage's tensor-parallel units run on them (Megatron
                     blocks: their f/g all-reduces keep each unit's input and output whole on all t ranks)
-    context group   the c ranks of one (d, p, q): each holds the zigzag positions of every sequence; the
+    context group   the c ranks of one (d, p, j, q): each holds the zigzag positions of every sequence; the
                     blocks run ring attention over the group and sum their gradients over it, the other
                     units' are summed by one all-reduce; each rank's loss counts 1/c
     expert group    the e ranks of one (d, p, k, q): a Switch model's experts spread over them, each with
