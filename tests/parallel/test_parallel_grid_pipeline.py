@@ -151,3 +151,30 @@ def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, 
     for step in range(STEPS):      # tensor ranks of the last stage report the same share: count one (q = 0)
         total = sum(losses[step] for _, losses, q in results if losses[step] is not None and q == 0)
         assert total == pytest.approx(expected_losses[step], rel=1e-10)
+
+
+def _train_zero1(comm):
+    gpt, (x, y) = build(), batch()
+    grid = DataPipelineGrid(comm, gpt_units(gpt), loss_fn=CrossEntropyLoss(),
+                            schedule=zero_bubble_schedule(2, 4), num_stages=2, num_micro_batches=4, data=2,
+                            zero1=True)
+    opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
+    losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
+    mine = {id(p) for p in grid.parameters()}
+    shard = sum(p.size for p in opt.params)
+    return {i: p.data for i, p in enumerate(gpt.parameters()) if id(p) in mine}, losses, shard
+
+
+def test_parallel_grid_with_zero1_on_the_data_axis_trains_a_gpt_like_one_process():
+    """dp 2 × ZB-H1 pp 2 with ZeRO-1: the two replicas' optimizers step one half each of their stage."""
+    expected, expected_losses = reference()
+    results = run(_train_zero1, 4, timeout=120)
+    for params, _, _ in results:
+        for i, value in params.items():
+            np.testing.assert_allclose(value, expected[i], rtol=1e-9, atol=1e-11)
+    held = sum(value.size for params, *_ in results for value in params.values())
+    assert sum(shard for *_, shard in results) == held // 2
+    assert set().union(*(params for params, *_ in results)) == set(range(len(expected)))
+    for step in range(STEPS):
+        assert sum(losses[step] for _, losses, _ in results if losses[step] is not None) == \
+            pytest.approx(expected_losses[step], rel=1e-10)
