@@ -26,7 +26,7 @@ import copy
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.cluster.topology import topology_of, world_ranks
+from minidist.cluster.topology import groups_across_nodes
 from minidist.nn import Linear, Sequential
 from minidist.split import split_range
 
@@ -54,8 +54,11 @@ class Grid3D:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.comm, self.sizes, self.placement = comm, sizes, placement
         self.d, self.p, self.t = self.coords(comm.rank)
-        if require_tensor_in_node:
-            self._check_tensor_in_node()
+        spans = groups_across_nodes(comm, lambda r: self.coords(r)[:2]) if require_tensor_in_node else {}
+        if spans:
+            (d, p), nodes = next(iter(spans.items()))
+            raise ValueError(f"the tensor group (d, p) = ({d}, {p}) spans nodes {nodes}: tensor groups must "
+                             "stay inside a node (placement='tensor_inside', T dividing the node size)")
         # split is collective: every rank makes the three calls in the same order
         self.tensor_comm = comm.split(color=self.d * pipeline + self.p, key=self.t)
         self.pipe_comm = comm.split(color=self.d * tensor + self.t, key=self.p)
@@ -72,19 +75,6 @@ class Grid3D:
             rest, d = divmod(rank, data)
             t, p = divmod(rest, pipeline)
         return d, p, t
-
-    def _check_tensor_in_node(self) -> None:
-        topo = topology_of(self.comm)
-        if topo is None:
-            return
-        ranks = world_ranks(self.comm)
-        for r in range(self.comm.world_size):
-            same = [q for q in range(self.comm.world_size) if self.coords(q)[:2] == self.coords(r)[:2]]
-            nodes = {topo.node(ranks[q]) for q in same}
-            if len(nodes) > 1:
-                raise ValueError(f"the tensor group of rank {r} spans nodes {sorted(nodes)}: tensor groups "
-                                 "must stay inside a node "
-                                 "(placement='tensor_inside', T dividing the node size)")
 
     def stage(self, blocks: list[tuple[Linear, object, Linear]], *, num_micro_batches: int = 1,
               schedule="gpipe") -> Sequential:
