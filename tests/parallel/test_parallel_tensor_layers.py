@@ -239,8 +239,7 @@ def _mismatched_batch(comm, kind):
         (
             "allreduce",
             (
-                r"collective mismatch: rank \d called allreduce\(algorithm='ring', op='sum', size=\d+, "
-                r"dtype=float64\), "
+                r"collective mismatch: rank \d called reduce_scatter\(op='sum', size=\d+, dtype=float64\), "
                 r"but not every rank made the same call"
             ),
         ),

@@ -6,8 +6,9 @@ operators on the P ranks of the tensor-parallel group:
     f: forward identity,   backward all-reduce      (in front of a column-parallel layer)
     g: forward all-reduce, backward identity        (behind a row-parallel layer)
 
-Costs per rank for n words: all-reduce 2(P−1)/P·n (``minidist.collectives.allreduce``, the ring every
-strategy uses), all-gather of the output slices (P−1)/P·n.
+Costs per rank for n words: all-reduce 2(P−1)/P·n (``minidist.collectives.pairwise_allreduce``: reduce-
+scatter then all-gather, the ring's bytes without the ring, which is lesson 05's exercise — these layers
+keep working in a student's copy), all-gather of the output slices (P−1)/P·n.
 
 Features are cut into P contiguous shards by ``minidist.split`` (np.array_split's rule: the first n mod P
 shards hold one feature more); here every shard must hold at least one feature.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.collectives import allgather, allreduce
+from minidist.collectives import allgather, pairwise_allreduce
 from minidist.nn import Module
 from minidist.split import split_bounds, split_range
 
@@ -50,9 +51,9 @@ def _check_not_empty(n: int, parts: int) -> None:
 
 
 def group_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """x reduced elementwise over the group's ranks, bitwise the same on every rank: the library's ring
-    allreduce, 2(P−1)/P·n words per rank. A group of one rank gets a copy (and needs no messages)."""
-    return allreduce(comm, x, op=op) if comm.world_size > 1 else x.copy()
+    """x reduced elementwise over the group's ranks, bitwise the same on every rank: reduce-scatter then
+    all-gather, 2(P−1)/P·n words per rank. A group of one rank gets a copy (and needs no messages)."""
+    return pairwise_allreduce(comm, x, op=op) if comm.world_size > 1 else x.copy()
 
 
 def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:

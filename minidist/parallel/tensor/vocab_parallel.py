@@ -14,8 +14,9 @@ Cross-entropy with rank p holding the logits z[:, V_p] (a column-parallel head, 
     loss = mean_n (log S + m − z_t),    dz_p = (exp(z_p − m)/S − onehot_p(t)) / N     (no communication)
 
 so the (N, V) logits are never gathered: 3 all-reduces of N words instead of an all-gather of N·V.
-Each all-reduce is the ring's (comm.group_allreduce), 2(t−1)/t·N words per rank when t divides N
-(all ranks together 2(t−1)·N for any N): the loss sends 6(t−1)/t·N·itemsize bytes per rank, 6(t−1) messages.
+Each all-reduce is a reduce-scatter then all-gather (comm.group_allreduce), 2(t−1)/t·N words per rank
+when t divides N (all ranks together 2(t−1)·N for any N): the loss sends 6(t−1)/t·N·itemsize bytes per
+rank, 6(t−1) messages.
 """
 
 from __future__ import annotations
