@@ -148,7 +148,8 @@ plt.close(fig)
 # Tensor parallelism allreduces activations (B × d) twice per layer pair, data parallelism the gradients
 # (d × h) once per step: with B = 2048 ≫ h the tensor groups move the most bytes and belong inside a node.
 # `Grid3D(comm, D, P, T)` numbers ranks tensor-fastest; `placement="tensor_across"` puts each tensor
-# group across the two nodes. Same training, same numbers — a different clock.
+# group across the two nodes. Same training, same numbers — a different clock. (The grid is a `Pipeline` of
+# tensor-parallel layers: the clock also charges each rank its share of the products, the same in both.)
 
 # %%
 

@@ -101,3 +101,15 @@ def topology_of(comm) -> Topology | None:
 def world_ranks(comm) -> list[int]:
     """The world ranks behind comm's ranks 0..world_size-1 (a communicator from ``split`` has a subset)."""
     return list(comm._ranks)
+
+
+def groups_across_nodes(comm, group_of) -> dict:
+    """{group: sorted nodes} of every group of comm's ranks (``group_of(rank)``) that spans more than one
+    node of the run's Topology; {} when none does, or the run has no Topology."""
+    topo = topology_of(comm)
+    if topo is None:
+        return {}
+    nodes: dict = {}
+    for rank, world in enumerate(world_ranks(comm)):
+        nodes.setdefault(group_of(rank), set()).add(topo.node(world))
+    return {group: sorted(found) for group, found in nodes.items() if len(found) > 1}

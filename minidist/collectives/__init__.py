@@ -16,10 +16,11 @@ from minidist.collectives.primitives import (
                                              barrier,
                                              broadcast,
                                              gather,
+                                             pairwise_allreduce,
                                              reduce,
                                              reduce_scatter,
                                              scatter,
 )
 
 __all__ = ["ALGORITHMS", "TOPOLOGY_ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
-           "choose_algorithm", "gather", "reduce", "reduce_scatter", "scatter"]
+           "choose_algorithm", "gather", "pairwise_allreduce", "reduce", "reduce_scatter", "scatter"]

@@ -1,4 +1,5 @@
-"""The other collectives: broadcast, reduce, gather, scatter, allgather, reduce_scatter, alltoall, barrier.
+"""The other collectives: broadcast, reduce, gather, scatter, allgather, reduce_scatter, alltoall, barrier,
+and pairwise_allreduce (reduce_scatter then allgather).
 
 P ranks; x is this rank's array. Each returns a new array (or list of arrays) and never modifies x.
 
@@ -9,6 +10,7 @@ P ranks; x is this rank's array. Each returns a new array (or list of arrays) an
     allgather(x)         [x_0, ..., x_{P-1}] on every rank    P − 1 pairwise exchanges, (P − 1) · n
     reduce_scatter(x)    piece r of the sum on rank r         P − 1 pairwise exchanges, (P − 1)/P · n
     alltoall(chunks)     out[j] = rank j's chunks[r]          P − 1 pairwise exchanges
+    pairwise_allreduce(x)  the sum on every rank              reduce_scatter + allgather, 2(P − 1)/P · n
 
 allgather and reduce_scatter exchange directly (round k: send to r + k, receive from r − k): the same
 messages and bytes per rank as the two phases of a ring allreduce, without its forwarding (the ring is
@@ -153,6 +155,19 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
             comm.sendrecv(flat[bounds[dst]:bounds[dst + 1]], dst=dst, src=(r - k) % p, sendtag=tag,
                           recvtag=tag, out=mine, op="sum" if op == "mean" else op)
     return finish(mine, op, p, mine.shape)
+
+
+def pairwise_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """allreduce = reduce_scatter, then allgather of the pieces (the identity ZeRO builds on).
+
+    x: any shape, the same shape and dtype on every rank. Returns a new array of x's shape, bitwise the same
+    on every rank: each piece is reduced once, by its owner, then only copied. 2(P − 1) messages and
+    2(P − 1)/P · n elements sent per rank, as the ring (summed over the ranks exactly 2(P − 1) · n for any
+    n), but by direct exchanges: it is not the ring exercise, so a strategy whose own tests must not
+    depend on that exercise (tensor parallelism) uses this one.
+    """
+    piece = reduce_scatter(comm, x, op=op)
+    return np.concatenate(allgather(comm, piece)).reshape(np.shape(x))
 
 
 def alltoall(comm, chunks: list[np.ndarray]) -> list[np.ndarray]:

@@ -141,7 +141,7 @@ EXERCISES = (
              "each rank holds the logits of its ids only; "
              "compute every token's loss log S + m − z_target without gathering the logits, with three "
              "all-reduces of one number per token (max, sum of exponentials, target logit).",
-             "allreduce(self.comm, x, op) in the same file; "
+             "group_allreduce(self.comm, x, op) from tensor/comm.py; "
              "keep e = exp(z − m) and the total S for backward; "
              "the target's logit is on the one rank whose slice holds it, 0 elsewhere."),
     Exercise("distributed_sampler", "lessons/20_input_pipeline.py",

@@ -10,12 +10,12 @@ fastest, r = (t·P + p)·D + d: the tensor groups then straddle nodes (the bad p
     stage = grid.stage(blocks)                              # this rank's (Linear, act, Linear) blocks
     loss = grid.train_step(stage, MSELoss(), optimizer, x, target)
 
-A step: the data group's batch slice B_d enters pipeline stage 0; each stage runs its blocks tensor-
-parallel (column- then row-parallel Linear, one allreduce forward, one backward), sends its activation
-to the next stage, the last stage computes the loss (scaled by B_d/B, as in hybrid.py), the gradients
-come back stage by stage, and each data group sums its gradients (recursive doubling) before the step.
-Nothing is rewritten here: the stage is tensor/'s layers run by the step runner, the messages are the
-pipeline's point-to-point (pipeline/comm.py), the gradient sum is data/comm.py's one-bucket allreduce.
+Nothing of one strategy is rewritten inside another. Tensor: each block becomes tensor/'s column- then
+row-parallel Linear over ``tensor_comm`` (one allreduce forward, one backward). Pipeline: pipeline/'s
+``Pipeline`` over ``pipe_comm`` keeps this rank's blocks (split_range over P), runs its schedule and charges
+each layer's FLOPs (this rank's share) to the clock. Data: group d's loss is weighted by B_d/B
+(data/shards.py) and the gradients summed over ``data_comm`` in one bucket (data/comm.py), so
+Σ_d (B_d/B)·mean_d is the mean over the whole batch.
 Source: the "Scaling Up Training" slides (hybrid data × model parallelism) and Megatron-LM's 3-D grid.
 """
 
@@ -26,15 +26,14 @@ import copy
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.cluster.topology import topology_of, world_ranks
+from minidist.cluster.topology import groups_across_nodes
 from minidist.nn import Linear, Sequential
-from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
-from .pipeline.comm import recv_activation, recv_gradient, send_activation, send_gradient
-from .tensor import ColumnParallelLinear, RowParallelLinear
+from .pipeline.pipeline import Pipeline
+from .tensor.layers import ColumnParallelLinear, RowParallelLinear
 
 PLACEMENTS = ("tensor_inside", "tensor_across")
 
@@ -55,12 +54,16 @@ class Grid3D:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.comm, self.sizes, self.placement = comm, sizes, placement
         self.d, self.p, self.t = self.coords(comm.rank)
-        if require_tensor_in_node:
-            self._check_tensor_in_node()
+        spans = groups_across_nodes(comm, lambda r: self.coords(r)[:2]) if require_tensor_in_node else {}
+        if spans:
+            (d, p), nodes = next(iter(spans.items()))
+            raise ValueError(f"the tensor group (d, p) = ({d}, {p}) spans nodes {nodes}: tensor groups must "
+                             "stay inside a node (placement='tensor_inside', T dividing the node size)")
         # split is collective: every rank makes the three calls in the same order
         self.tensor_comm = comm.split(color=self.d * pipeline + self.p, key=self.t)
         self.pipe_comm = comm.split(color=self.d * tensor + self.t, key=self.p)
         self.data_comm = comm.split(color=self.p * tensor + self.t, key=self.d)
+        self.pipeline: Pipeline | None = None
 
     def coords(self, rank: int) -> tuple[int, int, int]:
         """(d, p, t) of a rank of ``comm`` under this grid's placement."""
@@ -73,52 +76,37 @@ class Grid3D:
             t, p = divmod(rest, pipeline)
         return d, p, t
 
-    def _check_tensor_in_node(self) -> None:
-        topo = topology_of(self.comm)
-        if topo is None:
-            return
-        ranks = world_ranks(self.comm)
-        for r in range(self.comm.world_size):
-            same = [q for q in range(self.comm.world_size) if self.coords(q)[:2] == self.coords(r)[:2]]
-            nodes = {topo.node(ranks[q]) for q in same}
-            if len(nodes) > 1:
-                raise ValueError(f"the tensor group of rank {r} spans nodes {sorted(nodes)}: tensor groups "
-                                 "must stay inside a node "
-                                 "(placement='tensor_inside', T dividing the node size)")
-
-    def stage(self, blocks: list[tuple[Linear, object, Linear]]) -> Sequential:
+    def stage(self, blocks: list[tuple[Linear, object, Linear]], *, num_micro_batches: int = 1,
+              schedule="gpipe") -> Sequential:
         """This rank's pipeline stage: its share of ``blocks`` (split_range over P), each block
-        (Linear, element-wise activation, Linear) column- then row-parallel over ``tensor_comm``."""
-        lo, hi = split_range(len(blocks), self.sizes[1], self.p)
-        if hi == lo:
-            raise ValueError(f"{len(blocks)} blocks cannot fill {self.sizes[1]} pipeline stages")
+        (Linear, element-wise activation, Linear) column- then row-parallel over ``tensor_comm``.
+        num_micro_batches, schedule: the Pipeline's (M must not exceed a data group's batch slice)."""
+        P = self.sizes[1]
+        if len(blocks) < P:
+            raise ValueError(f"{len(blocks)} blocks cannot fill {P} pipeline stages")
         layers = []
-        for i, (first, act, second) in enumerate(blocks[lo:hi]):
-            needs_dx = self.p > 0 or i > 0         # the network's input needs no gradient
+        for i, (first, act, second) in enumerate(blocks):        # the network's input needs no gradient
             layers += [ColumnParallelLinear.from_linear(self.tensor_comm, first, gather_output=False,
-                                                        input_grad=needs_dx),
+                                                        input_grad=i > 0),
                        copy.deepcopy(act),
                        RowParallelLinear.from_linear(self.tensor_comm, second, input_is_parallel=True)]
-        return Sequential(*layers)
+        bounds = [3 * split_range(len(blocks), P, s)[0] for s in range(P)] + [len(layers)]
+        self.pipeline = Pipeline(self.pipe_comm, Sequential(*layers), loss_fn=None, boundaries=bounds,
+                                 num_micro_batches=num_micro_batches, schedule=schedule)
+        return self.pipeline.module
 
     def train_step(self, stage: Sequential, loss_fn, optimizer, x: np.ndarray, target: np.ndarray):
         """One step on the whole batch (x, target); returns the loss share (B_d/B)·loss_d on the last
         stage, None on the others."""
+        if self.pipeline is None or stage is not self.pipeline.module:
+            raise ValueError("train_step runs the stage the last call of grid.stage(blocks) returned")
         lo, hi = split_range(len(x), self.sizes[0], self.d)
         if hi == lo:
             raise ValueError(f"a batch of {len(x)} cannot feed {self.sizes[0]} data-parallel groups")
-        share, last = (hi - lo) / len(x), self.p == self.sizes[1] - 1
+        share = (hi - lo) / len(x)
+        self.pipeline.loss_fn = ShardWeightedLoss(loss_fn, share)    # the data group's weight B_d/B
         optimizer.zero_grad()
-        runner = StepRunner(stage, ShardWeightedLoss(loss_fn, share), input_grad=self.p > 0)
-        h = x[lo:hi] if self.p == 0 else recv_activation(self.pipe_comm, 0)   # the pipeline's p2p, M = 1
-        loss = None
-        if last:
-            loss = runner.forward_backward(h, target[lo:hi]) * share
-        else:
-            send_activation(self.pipe_comm, runner.forward(h), 0)
-            runner.dx = runner.backward(recv_gradient(self.pipe_comm, 0))
-        if self.p > 0:
-            send_gradient(self.pipe_comm, runner.dx, 0)
+        loss = self.pipeline.train_step(x[lo:hi], target[lo:hi])
         allreduce_gradients(self.data_comm, stage.parameters(), algorithm="recursive_doubling")
         optimizer.step()
-        return loss
+        return None if loss is None else loss * share

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.cluster.topology import topology_of, world_ranks
+from minidist.cluster.topology import groups_across_nodes
 from minidist.collectives import ALGORITHMS
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.nn.runner import StepRunner
@@ -61,8 +61,11 @@ class GridSpatial:
         self.comm, self.data, self.spatial, self.placement = comm, data, spatial, placement
         self.algorithm = algorithm
         self.d, self.s = self.coords(comm.rank)
-        if require_spatial_in_node:
-            self._check_spatial_in_node()
+        spans = groups_across_nodes(comm, lambda r: self.coords(r)[0]) if require_spatial_in_node else {}
+        if spans:
+            d, nodes = next(iter(spans.items()))
+            raise ValueError(f"spatial group {d} spans nodes {nodes}: spatial groups must stay inside a node "
+                             f"(placement='spatial_inside', Ph·Pw dividing the node size)")
         # split is collective: every rank makes both calls in the same order
         self.spatial_comm = comm.split(color=self.d, key=self.s)
         self.data_comm = comm.split(color=self.s, key=self.d)
@@ -74,17 +77,6 @@ class GridSpatial:
             return divmod(rank, size)
         s, d = divmod(rank, self.data)
         return d, s
-
-    def _check_spatial_in_node(self) -> None:
-        topo = topology_of(self.comm)
-        if topo is None:
-            return
-        ranks = world_ranks(self.comm)
-        for d in range(self.data):
-            nodes = {topo.node(ranks[q]) for q in range(self.comm.world_size) if self.coords(q)[0] == d}
-            if len(nodes) > 1:
-                raise ValueError(f"spatial group {d} spans nodes {sorted(nodes)}: spatial groups must stay "
-                                 f"inside a node (placement='spatial_inside', Ph·Pw dividing the node size)")
 
     def spatialize(self, model, input_hw: tuple[int, int]):
         """This rank's spatially parallel twin of ``model`` on ``spatial_comm`` (shares its Parameters).

@@ -73,3 +73,18 @@ def test_bad_topologies_are_refused(bad, error):
 def test_a_link_that_is_neither_is_refused():
     with pytest.raises(TypeError, match="LinkModel or a Topology"):
         run(ping_everyone, 2, link=(1e-6, 1e-9))
+
+
+def test_groups_across_nodes_names_the_groups_that_leave_a_node():
+    from minidist.cluster.topology import groups_across_nodes
+
+    def fn(comm):
+        pairs = groups_across_nodes(comm, lambda r: r // 2)           # (0, 1), (2, 3), ...: inside nodes
+        stripes = groups_across_nodes(comm, lambda r: r % 2)          # even and odd ranks: both nodes
+        sub = comm.split(color=comm.rank % 4, key=comm.rank)          # ranks {q, q + 4}: nodes 0 and 1
+        return pairs, stripes, groups_across_nodes(sub, lambda r: 0)
+
+    topo = Topology(2, 4, intra=LinkModel(), inter=LinkModel(beta=1e-9))
+    for pairs, stripes, sub in run(fn, 8, link=topo):
+        assert pairs == {} and stripes == {0: [0, 1], 1: [0, 1]} and sub == {0: [0, 1]}
+    assert run(lambda comm: groups_across_nodes(comm, lambda r: r % 2), 2) == [{}, {}]   # no Topology

@@ -3,7 +3,7 @@ rank for world sizes 1-8, any root, shapes (0-d, empty, lengths not divisible by
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import run
@@ -13,6 +13,7 @@ from minidist.collectives import (
     barrier,
     broadcast,
     gather,
+    pairwise_allreduce,
     reduce,
     reduce_scatter,
     scatter,
@@ -97,3 +98,22 @@ def test_primitive_traffic_matches_formulas(world_size):
     for c in results:
         assert c["allgather"] == ((p - 1) * nbytes, p - 1)
         assert c["reduce_scatter"] == ((p - 1) * nbytes // p, p - 1)
+
+
+def _pairwise(comm, n, op):
+    x = (np.arange(n) % 7 + comm.rank).astype(np.int64).reshape(-1, 1)   # integers: sums are exact
+    before = (comm.stats.bytes_sent, comm.stats.messages_sent)
+    out = pairwise_allreduce(comm, x, op=op)
+    return out, x, comm.stats.bytes_sent - before[0], comm.stats.messages_sent - before[1]
+
+
+@settings(max_examples=10)
+@given(world_size=st.integers(1, 8), n=st.integers(1, 40), op=st.sampled_from(["sum", "max", "min"]))
+def test_pairwise_allreduce_is_the_allreduce_with_the_rings_bytes(world_size, n, op):
+    """reduce_scatter then allgather: every rank holds the same reduction of x's shape, bitwise; each rank
+    sends 2(P − 1) messages and all ranks together 2(P − 1)·n elements, the ring's counts for any n."""
+    results = run(_pairwise, world_size, n, op)
+    expected = getattr(np, op)(np.stack([x for _, x, _, _ in results]), axis=0)
+    assert all(np.array_equal(out, expected) and out.dtype == np.int64 for out, _, _, _ in results)
+    assert sum(b for _, _, b, _ in results) == 2 * (world_size - 1) * n * 8
+    assert all(m == 2 * (world_size - 1) for _, _, _, m in results)

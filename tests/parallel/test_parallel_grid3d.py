@@ -88,3 +88,39 @@ def fn_bad(comm):
         Grid3D(comm, 2, 2, 3)
     except ValueError as error:
         return str(error)
+
+
+def train_micro(comm, schedule):
+    grid = Grid3D(comm, 2, 2, 1)
+    stage = grid.stage(make_blocks(), num_micro_batches=2, schedule=schedule)
+    opt, loss_fn = SGD(stage.parameters(), lr=0.1), MSELoss()
+    x, y = data()
+    losses = [grid.train_step(stage, loss_fn, opt, x, y) for _ in range(STEPS)]
+    return grid.p, [(l.weight.data, l.bias.data) for l in stage if hasattr(l, "weight")], losses
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_grid_with_micro_batches_equals_one_process(schedule):
+    """The pipeline of the grid is pipeline/'s Pipeline: any schedule, M micro-batches per data group."""
+    ref = reference()
+    results = run(train_micro, 4, schedule)
+    for stage_index, layers, _ in results:
+        for k, (w, b) in enumerate(layers):
+            full = ref[2 * stage_index + k]
+            np.testing.assert_allclose(w, full.weight.data, rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(b, full.bias.data, rtol=1e-12, atol=1e-14)
+    x, y = data()
+    first = Sequential(*[layer for block in make_blocks() for layer in block])
+    whole = MSELoss().forward(first.forward(x), y)          # the first step's loss, before any update
+    assert np.isclose(sum(losses[0] for p, _, losses in results if p == 1), whole, rtol=1e-12)
+
+
+def test_train_step_needs_the_grids_stage():
+    def fn(comm):
+        grid = Grid3D(comm, 1, 1, 1)
+        other = Sequential(Linear(6, 4))
+        try:
+            grid.train_step(other, MSELoss(), SGD(other.parameters(), lr=0.1), *data())
+        except ValueError as error:
+            return str(error)
+    assert "grid.stage(blocks)" in run(fn, 1)[0]

@@ -270,3 +270,25 @@ def test_parallel_tensor_one_rank_megatron_passes_gradcheck(rng):
     )
     errors = gradcheck(block, rng.standard_normal((5, 4)), rng)
     assert max(errors.values()) < 1e-6, errors
+
+
+def _flops_of_shards(comm, shape):
+    rng = np.random.default_rng(3)
+    first, second = Linear(7, 5, rng=rng), Linear(5, 4, rng=rng)
+    column = ColumnParallelLinear.from_linear(comm, first, gather_output=False)
+    row = RowParallelLinear.from_linear(comm, second, input_is_parallel=False)
+    block = MegatronMLP(comm, first, second, ReLU())
+    return column.flops(shape), row.flops((*shape[:-1], 5)), block.flops(shape)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_parallel_tensor_flops_are_each_ranks_share_of_the_whole_layers(parts):
+    """The shards' forward FLOPs add up to the single-process layers' (5 hidden units: uneven for 2, 3),
+    so the simulated clock charges each rank its share of the products."""
+    shape = (2, 3, 7)
+    first, second = Linear(7, 5), Linear(5, 4)
+    column, row, block = np.sum(run(_flops_of_shards, parts, shape), axis=0)
+    assert column == first.flops(shape) and row == second.flops((2, 3, 5))
+    assert block == first.flops(shape) + ReLU().flops((2, 3, 5)) + second.flops((2, 3, 5))
+    with pytest.raises(ValueError, match=r"input shape \(\.\.\., 7\)"):
+        ColumnParallelLinear(OneRank(), 7, 5).flops((2, 6))

@@ -9,10 +9,10 @@ from .comm import (
     GatherFromTensorParallel,
     ReduceFromTensorParallel,
     allgather_features,
-    allreduce_sum,
     check_same_on_all_ranks,
     feature_bounds,
     feature_slice,
+    group_allreduce,
 )
 from .cost import (
     column_parallel_words,
@@ -44,7 +44,6 @@ __all__ = [
     "VocabParallelCrossEntropy",
     "VocabParallelEmbedding",
     "allgather_features",
-    "allreduce_sum",
     "block_activation_bytes",
     "block_bytes_sent",
     "block_comm_seconds",
@@ -54,6 +53,7 @@ __all__ = [
     "data_parallel_words",
     "feature_bounds",
     "feature_slice",
+    "group_allreduce",
     "hybrid_words",
     "korthikanti_bytes",
     "megatron_parallel_mlp",

@@ -6,10 +6,9 @@ operators on the P ranks of the tensor-parallel group:
     f: forward identity,   backward all-reduce      (in front of a column-parallel layer)
     g: forward all-reduce, backward identity        (behind a row-parallel layer)
 
-Costs per rank for n words (ring): all-reduce 2(P−1)/P·n, all-gather of the output slices (P−1)/P·n.
-The all-reduce is composed from ``minidist.collectives``' reduce_scatter and allgather rather than taken
-from ``collectives.allreduce``, whose ring is a student exercise: these layers must keep working in a
-student's copy.
+Costs per rank for n words: all-reduce 2(P−1)/P·n (``minidist.collectives.pairwise_allreduce``: reduce-
+scatter then all-gather, the ring's bytes without the ring, which is lesson 05's exercise — these layers
+keep working in a student's copy), all-gather of the output slices (P−1)/P·n.
 
 Features are cut into P contiguous shards by ``minidist.split`` (np.array_split's rule: the first n mod P
 shards hold one feature more); here every shard must hold at least one feature.
@@ -20,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.collectives import allgather, reduce_scatter
+from minidist.collectives import allgather, pairwise_allreduce
 from minidist.nn import Module
 from minidist.split import split_bounds, split_range
 
@@ -51,18 +50,10 @@ def _check_not_empty(n: int, parts: int) -> None:
                          f"feature (use at most {n} ranks for this layer)")
 
 
-def allreduce_sum(comm, x: np.ndarray) -> np.ndarray:
-    """Σ over the ranks of x (same shape on every rank), bitwise equal on every rank.
-
-    Written as what a ring all-reduce is: a ring reduce-scatter (rank p ends with piece p of the sum,
-    pieces as np.array_split(x.ravel(), P)) then a ring all-gather of the pieces. Each rank sends
-    (P−1)/P·n words in each half, 2(P−1)/P·n in all; summed over the ranks exactly 2(P−1)·n for any n.
-    Each piece is summed once, by its owner, and then only copied: every rank gets the same bits.
-    """
-    if comm.world_size == 1:
-        return x.copy()
-    my_piece = reduce_scatter(comm, x, op="sum")
-    return np.concatenate(allgather(comm, my_piece)).reshape(x.shape)
+def group_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """x reduced elementwise over the group's ranks, bitwise the same on every rank: reduce-scatter then
+    all-gather, 2(P−1)/P·n words per rank. A group of one rank gets a copy (and needs no messages)."""
+    return pairwise_allreduce(comm, x, op=op) if comm.world_size > 1 else x.copy()
 
 
 def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:
@@ -109,7 +100,7 @@ class CopyToTensorParallel(Module):
 
     def backward(self, dx_partial: np.ndarray) -> np.ndarray:
         """dx_partial: this rank's term of dx, shape (..., d). Returns dx = Σ_p dx_partial_p, (..., d)."""
-        return allreduce_sum(self.comm, dx_partial)
+        return group_allreduce(self.comm, dx_partial)
 
 
 class ReduceFromTensorParallel(Module):
@@ -121,7 +112,7 @@ class ReduceFromTensorParallel(Module):
     def forward(self, z_partial: np.ndarray) -> np.ndarray:
         """z_partial: this rank's partial product, shape (..., out).
         Returns z = Σ_p z_partial_p, (..., out)."""
-        return allreduce_sum(self.comm, z_partial)
+        return group_allreduce(self.comm, z_partial)
 
     def backward(self, dz: np.ndarray) -> np.ndarray:
         """dz: upstream gradient, shape (..., out), whole on every rank. Returns dz itself."""

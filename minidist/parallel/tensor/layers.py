@@ -16,6 +16,8 @@ the single-process layer's slice.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from minidist.nn import Linear, Module, Parameter
@@ -35,6 +37,13 @@ def _full_layer(in_features, out_features, bias, rng, dtype) -> Linear:
     # Every rank draws the same full layer from the same seed, then keeps its slice.
     return Linear(in_features, out_features, bias, rng=rng, dtype=dtype)
 
+
+def _products(input_shape: tuple[int, ...], expected: int, inner: int, outer: int) -> int:
+    """2·N·inner·outer for an input (..., expected), N the product of the leading dimensions."""
+    input_shape = tuple(input_shape)
+    if not input_shape or input_shape[-1] != expected:
+        raise ValueError(f"flops expects an input shape (..., {expected}), got {input_shape}")
+    return 2 * math.prod(input_shape[:-1]) * inner * outer
 
 
 class ColumnParallelLinear(Module):
@@ -100,6 +109,11 @@ class ColumnParallelLinear(Module):
             return None
         dx_partial = (dy2d @ self.weight.data).reshape(*dy.shape[:-1], self.in_features)
         return self.f.backward(dx_partial)
+
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """This rank's forward FLOPs for x (..., in): 2·N·in·n_p, its 1/P share of Linear's (the bias and
+        the communication not counted). Backward costs twice that, as for Linear."""
+        return _products(input_shape, self.in_features, self.in_features, self.weight.shape[0])
 
     def __repr__(self) -> str:
         return (f"ColumnParallelLinear({self.in_features}, {self.out_features}, rows={self.rows.start}:"
@@ -168,6 +182,11 @@ class RowParallelLinear(Module):
         if self.input_is_parallel:
             return dx_part
         return allgather_features(self.comm, dx_part)
+
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """This rank's forward FLOPs for its input (..., n_p) or the whole x (..., in): 2·N·n_p·out."""
+        expected = self.weight.shape[1] if self.input_is_parallel else self.in_features
+        return _products(input_shape, expected, self.weight.shape[1], self.out_features)
 
     def __repr__(self) -> str:
         return (f"RowParallelLinear({self.in_features}, {self.out_features}, cols={self.cols.start}:"

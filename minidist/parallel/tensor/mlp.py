@@ -19,6 +19,7 @@ import copy
 import numpy as np
 
 from minidist.nn import Linear, Module, ReLU, Sequential
+from minidist.nn.checkpoint import forward_flops
 from minidist.nn.module import check_float_array
 
 from .layers import ColumnParallelLinear, RowParallelLinear
@@ -83,6 +84,11 @@ class MegatronMLP(Module):
         dx = self.f.backward(dh_part @ w1.data) if self.input_grad else None  # all-reduce of Σ_p terms
         # END SOLUTION
         return dx
+
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """This rank's forward FLOPs for x (N, d): its two Linear shares and its n_p activations."""
+        hidden = (*tuple(input_shape)[:-1], self.up.weight.shape[0])
+        return self.up.flops(input_shape) + forward_flops(self.activation, hidden) + self.down.flops(hidden)
 
 
 def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:

@@ -23,7 +23,7 @@ import numpy as np
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn import Module
 
-from .comm import CopyToTensorParallel, ReduceFromTensorParallel, allreduce_sum
+from .comm import CopyToTensorParallel, ReduceFromTensorParallel, group_allreduce
 
 
 def check_sequence_split(seq_len: int, parts: int) -> None:
@@ -101,7 +101,7 @@ def add_other_tokens(comm, params: list, before: list[np.ndarray]) -> None:
     """grad = before + Σ over comm's ranks of (grad − before): one all-reduce of the new terms, flattened."""
     if comm.world_size == 1 or not params:
         return
-    total = allreduce_sum(comm, np.concatenate([(p.grad - b).ravel() for p, b in zip(params, before)]))
+    total = group_allreduce(comm, np.concatenate([(p.grad - b).ravel() for p, b in zip(params, before)]))
     offset = 0
     for p, b in zip(params, before):
         p.grad[...] = b + total[offset:offset + p.grad.size].reshape(p.grad.shape)
