@@ -313,8 +313,10 @@ print("Megatron-LM's README, model FLOPs utilisation at data parallel 1: "
 # gradients, and the bubble of the table itself, walked in the cluster's event order rather than
 # (P − 1)/(M + P − 1): the tiny GPT's stages are far from equal. `minidist/plan/check.py` lists every
 # layout of that GPT that runs on ≤ 8 ranks — data × pipeline × context × tensor under 1F1B, interleaved,
-# ZB-H1 and Chimera: 73 of them — and runs one AdamW step of each; measured: each rank's simulated seconds,
-# the model states `held_bytes` counts, and the most activation bytes the executor held after any task.
+# ZB-H1 and Chimera: 73 of them, each with its fewest micro-batches (the test also runs every other count:
+# 171 layouts) — and runs one AdamW step of each; measured:
+# each rank's simulated seconds, the model states `held_bytes` counts, and the most activation bytes the
+# executor held after any task.
 # (`python -m minidist plan --mode minidist ... --measure` prints the same side by side.)
 
 # %%
@@ -322,7 +324,7 @@ from minidist.plan.check import measure, predict, runnable_layouts  # noqa: E402
 
 check_spec = ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11)
 slow, fast = Device(flops=1e9), LinkModel(alpha=1e-6, beta=1 / 5e9)
-layouts = runnable_layouts(check_spec)
+layouts = runnable_layouts(check_spec, fewest_micro_batches=True)
 measured = measure(check_spec, layouts, slow, fast)
 points = {}
 for lay in layouts:

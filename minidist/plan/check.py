@@ -2,13 +2,13 @@
 
 A layout of ``DataPipelineGrid`` is D data replicas × P pipeline ranks × c context ranks × t tensor ranks
 (D·P·c·t ≤ 8) with a task table: 1F1B (P stages), interleaved 1F1B (v = 2 chunks per rank: 2P stages),
-ZB-H1 or Chimera. What runs here is what divides: the GPT's L + 3 units into the stages, its heads and d_ff
-by t, its T tokens into the 2c zigzag pieces, its batch N into D replicas of M equal micro-batches. M is
-the smallest count the table accepts that divides N/D (1F1B, ZB-H1: M ≥ P; interleaved, Chimera: M a
-multiple of P). ``runnable_layouts`` lists them; ``measure`` runs one AdamW step of each and returns, per
-rank, its pipeline position, the simulated seconds of the step, the model states the ledger counts
-(``held_bytes``) and the most activation bytes the executor held after any task (``TaskPipeline.memory``).
-Layouts of one world size run in one ``run`` (a barrier before each step puts every clock level).
+ZB-H1 or Chimera, on M micro-batches. What runs here is what divides: the GPT's L + 3 units into the
+stages, its heads and d_ff by t, its T tokens into the 2c zigzag pieces, its batch N into D replicas of M
+equal micro-batches, M any count the table accepts (1F1B, ZB-H1: M ≥ P; interleaved, Chimera: a multiple
+of P). ``runnable_layouts`` lists them; ``measure`` runs one AdamW step of each and returns, per rank, its
+pipeline position, the simulated seconds of the step, the model states the ledger counts (``held_bytes``)
+and the most activation bytes the executor held after any task (``TaskPipeline.memory``). Layouts of one
+world size run in one ``run`` (a barrier before each step puts every clock level).
 """
 
 from __future__ import annotations
@@ -66,8 +66,10 @@ class GridLayout:
         return sizes + ("" if self.pipe == 1 else f" {self.schedule}")
 
 
-def runnable_layouts(spec: ModelSpec, max_ranks: int = 8) -> list[GridLayout]:
-    """Every layout of spec's GPT on at most max_ranks ranks (module docstring), smallest world first."""
+def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
+                     fewest_micro_batches: bool = False) -> list[GridLayout]:
+    """Every layout of spec's GPT on at most max_ranks ranks (module docstring), smallest world first; with
+    ``fewest_micro_batches`` only the smallest M of each."""
     units = spec.layers + 3
     out = []
     for data in (d for d in range(1, max_ranks + 1) if spec.batch % d == 0):
@@ -81,10 +83,10 @@ def runnable_layouts(spec: ModelSpec, max_ranks: int = 8) -> list[GridLayout]:
                                 (schedule == "chimera" and pipe % 2):
                             continue
                         step = pipe if schedule in ("interleaved", "chimera") else 1
-                        counts = [m for m in range(pipe, spec.batch // data + 1, step)
-                                  if spec.batch // data % m == 0]
-                        if counts:
-                            out.append(GridLayout(data, pipe, context, tensor, schedule, counts[0]))
+                        rows = spec.batch // data
+                        counts = [m for m in range(pipe, rows + 1, step) if rows % m == 0]
+                        out += [GridLayout(data, pipe, context, tensor, schedule, m)
+                                for m in counts[:1 if fewest_micro_batches else None]]
     return sorted(out, key=lambda lay: lay.world)
 
 

@@ -7,7 +7,7 @@ precision, Korthikanti's 16-bit activations, compute at the roofline's peak, the
 numbers to compare with published runs, but nothing here can run them. This mode (minidist_mode.py)
 prices what minidist's cluster does: float64 (32 bytes per parameter with AdamW), the activations its
 layers keep, each unit's FLOPs at the simulated device's rate, the task table walked on the α-β clock,
-every collective's rounds — and check.py finds it equal to runs of all 73 layouts of a tiny GPT on ≤ 8
+every collective's rounds — and check.py finds it equal to runs of all 171 layouts of a tiny GPT on ≤ 8
 ranks. A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
 """
 

@@ -1,12 +1,13 @@
 """The planner's minidist mode (minidist/plan/minidist_mode.py) against real runs of DataPipelineGrid.
 
 A float64 GPT (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads, batch 8) trained one AdamW step on
-every layout that runs on ≤ 8 ranks (minidist/plan/check.py: 73 of them — data × pipeline × context ×
-tensor under 1F1B, interleaved, ZB-H1 and Chimera): each rank's simulated clock over the step must equal
-the predicted step time (the issue asks for 5%; it matches to rounding, asserted at 1e-9, because the
-prediction walks the same table by the same rules), and the model states the memory ledger counts
-(held_bytes) plus the most activation bytes the executor held after any task (TaskPipeline.memory) must
-equal the predicted peak exactly (the issue asks for 2%). The layouts of one world size share one run."""
+every layout that runs on ≤ 8 ranks (minidist/plan/check.py: 171 of them — data × pipeline × context ×
+tensor under 1F1B, interleaved, ZB-H1 and Chimera, with every micro-batch count that divides): each rank's
+simulated clock over the step must equal the predicted step time (the issue asks for 5%; it matches to
+rounding, asserted at 1e-9, because the prediction walks the same table by the same rules), and the model
+states the memory ledger counts (held_bytes) plus the most activation bytes the executor held after any
+task (TaskPipeline.memory) must equal the predicted peak exactly (the issue asks for 2%). The layouts of
+one world size share one run."""
 
 from collections import Counter
 
@@ -34,9 +35,13 @@ def build() -> GPT:
 
 
 def test_plan_check_enumerates_every_axis_and_schedule():
-    assert len(LAYOUTS) == 73 and max(lay.world for lay in LAYOUTS) == 8
+    assert len(LAYOUTS) == 171 and max(lay.world for lay in LAYOUTS) == 8
     schedules = Counter(lay.schedule for lay in LAYOUTS if lay.pipe > 1)
-    assert schedules == {"1f1b": 18, "zb-h1": 18, "chimera": 13, "interleaved": 9}
+    assert schedules == {"1f1b": 37, "zb-h1": 37, "chimera": 29, "interleaved": 22}
+    assert {lay.micro_batches for lay in LAYOUTS} == {1, 2, 4, 8}
+    fewest = runnable_layouts(SPEC, fewest_micro_batches=True)                # lesson 19's 73
+    assert len(fewest) == 73 and {(lay.world, lay.schedule) for lay in fewest} == \
+        {(lay.world, lay.schedule) for lay in LAYOUTS}
     assert {lay.context for lay in LAYOUTS} == {1, 2, 4} and {lay.tensor for lay in LAYOUTS} == {1, 2}
     assert {lay.data for lay in LAYOUTS} == {1, 2, 4, 8} and {lay.pipe for lay in LAYOUTS} == {1, 2, 3, 4, 5}
     assert GridLayout(2, 2, 2, 1, "chimera", 2) in LAYOUTS                     # one with all but tensor
