@@ -181,7 +181,7 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
             forward = backward = 2 * pairwise_allreduce_seconds(b * T * d, tensor, 8, link)
             if context > 1:
                 ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
-                                              Device().flops, link)
+                                              Device().flops, link)   # RingAttention's own default device
                 forward, backward = forward + ring[0], backward + ring[1]
                 backward += pairwise_allreduce_seconds(block_params, context, 8, link)
             out.append((compute + forward, 2 * compute + backward, 0.0))
