@@ -5,7 +5,9 @@ tensor × context, placed on the cluster; what does not divide), predict.py (mem
 recomputation; step time from the roofline, the α-β model per link level and the schedule's bubble),
 report.py (the ranked table and ``python -m minidist plan``), minidist_mode.py (the same questions priced
 as minidist's cluster prices them — float64, its layers' activations, the table walked on the α-β clock —
-so a prediction can be checked against a run).
+so a prediction can be checked against a run; minidist_clock.py: its collectives, ring attention and
+Chimera's pair exchange on the α-β clock), check.py (every layout of a tiny GPT that runs on ≤ 8 ranks,
+predicted and measured), minidist_plan.py (that mode's ranked table: ``plan --mode minidist``).
 """
 
 from .layouts import Layout, check_layout, enumerate_layouts

@@ -1,57 +1,61 @@
 """The planner's "minidist mode": what a layout costs on minidist's own cluster, to check against a run.
 
 predict.py prices a real GPU job (16-bit Korthikanti activations, compute at the roofline's peak, nothing
-overlapped). A run of ``DataPipelineGrid`` (minidist/parallel/grid_pipeline.py) is priced by other rules,
-and this module follows them so the prediction can be compared with the simulated clock and the memory
-ledger of a run (tests/plan/test_plan_minidist_mode.py):
+overlapped). A run of ``DataPipelineGrid`` (minidist/parallel/grid_pipeline.py: data × pipeline × context ×
+tensor, any task table) is priced by other rules, and this module follows them so the prediction can be
+compared with the simulated clock and the memory ledger of a run (tests/plan/test_plan_minidist_mode.py).
+c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences per micro-batch.
 
-    compute    a unit's forward costs F_u = its FLOPs / device.flops (the layers' own ``flops``, which
-               the clock charges too); backward 2·F_u, or F_u for a split Linear under ZB-H1 plus F_u in
-               W. Nothing overlaps: TaskPipeline charges compute and messages to one clock, one after the
-               other (no ComputeClock(overlap=True) is attached), so the prediction has no overlap term
-               either; where a clock does overlap (ring attention's transfers beside its blocks, data
-               parallelism's buckets) this walk would over-count
-    messages   α + β·n on the sender's clock (n = b·T·d·itemsize per activation or gradient); a receive
+    compute    a unit's forward costs F_u = its FLOPs on (b, T') / device.flops (the layers' own ``flops``,
+               which the clock charges too; a tensor block 1/t of them); backward 2·F_u, or F_u for a
+               split Linear under ZB-H1 plus F_u in W. TaskPipeline charges compute and messages to one
+               clock, one after the other, so they add up — except inside ring attention (below)
+    messages   α + β·n on the sender's clock (n = b·T'·d·itemsize per activation or gradient); a receive
                ends at max(own clock, arrival): a rank waits, and that wait is the bubble
     schedule   the task table itself is walked in that event order (rank by rank, a task starting when
                its input arrived), so the bubble is the table's, not (P − 1)/(M + P − 1): that closed
                form assumes equal stages, and a tiny GPT's are not (the embeddings compute nothing,
                the blocks and the head most)
-    tensor     a tensor-parallel block (t ranks) does 1/t of the block's FLOPs and 2 ring all-reduces of
-               n = b·T·d·itemsize bytes in forward, 2 in backward, each 2(t − 1)(α + β·n/t) (tensor/comm.py's
-               ring; the group's ranks run the same work, so nobody waits inside it)
-    data       one ring all-reduce of the rank's gradient bytes over D ranks: 2(D − 1)(α + β·|W|/D) (exact
-               when D divides the element count) — the data group's ranks sit at the same pipeline
-               position, so they start it together
+    tensor     a tensor-parallel block does 2 all-reduces of b·T'·d words in forward, 2 in backward
+               (allreduce_sum; minidist_clock.py walks their rounds)
+    context    a block's attention is ring attention over c ranks: each of its c steps takes
+               max(K|V transfer, the block's attention FLOPs at the rate RingAttention prices them:
+               Device(), whatever the run's device), backward one more transfer; then the block's
+               gradients are summed over the group (allreduce_sum of its Ψ_block/t words); after the
+               table, the other units' gradients too (one ring all-reduce)
+    Chimera    the two holders of each stage exchange its gradients, parameter by parameter, when both
+               are done (minidist_clock.replica_sum_seconds)
+    data       one ring all-reduce of the rank's gradients over D ranks, after everything else
     memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
-               (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16)
-    activations  per unit and micro-batch of b sequences (N = b·T tokens, itemsize i), what minidist's
-               layers keep (nn.TransformerBlock stores the probabilities; the tensor-parallel block does
-               not: tensor/transformer_cost.py):
-                 embeddings   8·b·T + 8·T              the token and position ids (int64)
-                 block        2(N·d + N)·i + (5N·d + b·a·T²)·i + (N·d + 3N·f)·i   norms, attention, MLP
+               (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16); a context group
+               holds the same stages whole on each of its ranks, Chimera two stages per rank
+    activations  per unit and micro-batch (N = b·T' tokens, itemsize i), what minidist's layers keep
+               (nn.TransformerBlock stores the probabilities; the tensor-parallel block does not:
+               tensor/transformer_cost.py; under ring attention it keeps no T'×T' mask either):
+                 embeddings   8·b·T' + 8·T'            the token ids and positions (int64)
+                 block        2(N·d + N)·i + (5N·d + b·a·T'²)·i + (N·d + 3N·f)·i   norms, attention, MLP
                  final norm   (N·d + N)·i;   head  N·d·i
                the last stage also keeps the loss gradient N·V·i until B; under ZB-H1 the split head
                keeps its input and that gradient from B until W. The table is walked adding F's bytes,
                freeing B's (and W's); the peak is the most held after any task, as TaskPipeline.memory
                samples it
-
-Where it cannot match: Chimera sums its replicated stages' gradients parameter by parameter with
-sendrecv (a message per parameter, priced by the pair's clocks), and a context group adds ring attention's
-K/V messages inside the blocks and an all-reduce after; neither is priced here, so the check covers data ×
-pipeline × tensor layouts under 1F1B, ZB-H1 and interleaved tables.
 """
 
 from __future__ import annotations
 
 from minidist.cluster import Device, LinkModel
-from minidist.collectives.cost import allreduce_cost
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.linear import Linear
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
 
+from .minidist_clock import (
+    pairwise_allreduce_seconds,
+    replica_sum_seconds,
+    ring_allreduce_seconds,
+    ring_attention_seconds,
+)
 from .model import ModelSpec
 
 ADAMW_STATES = 2     # m and v, each the size of the parameter
@@ -71,47 +75,41 @@ def unit_params(spec: ModelSpec, tensor: int = 1) -> list[int]:
     return [first] + [block] * spec.layers + [2 * d, last - 2 * d]
 
 
+def rank_stages(schedule: TaskSchedule, rank: int) -> list[int]:
+    return sorted({t.stage for t in rank_tasks(schedule, rank)})
+
+
 def predict_states(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
                    itemsize: int = 8, tensor: int = 1) -> dict[str, int]:
     """Bytes of model states on pipeline rank ``rank`` (one tensor rank of t): parameters, gradients,
     optimizer (AdamW), total."""
     bounds = split_by_layers(spec.layers + 3, num_stages)
     sizes = unit_params(spec, tensor)
-    stages = sorted({t.stage for t in rank_tasks(schedule, rank)})
-    psi = sum(sum(sizes[bounds[k]:bounds[k + 1]]) for k in stages)
+    psi = sum(sum(sizes[bounds[k]:bounds[k + 1]]) for k in rank_stages(schedule, rank))
     out = {"parameters": itemsize * psi, "gradients": itemsize * psi,
            "optimizer": ADAMW_STATES * itemsize * psi}
     out["total"] = sum(out.values())
     return out
 
 
-def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_flops: list[int], split: list[bool],
-                         message_bytes: int, grad_bytes: list[int], data: int = 1,
-                         unit_comm: list[float] | None = None,
-                         device: Device | None = None, link: LinkModel | None = None) -> list[float]:
-    """Simulated seconds of one step on each pipeline rank, walking the table in the cluster's event order.
+Costs = list[tuple[float, float, float]]      # per unit: seconds of F, B, W on one micro-batch
 
-    unit_flops: forward FLOPs of each unit for one micro-batch; split: which units ZB-H1 splits (the
-    stage's top-level Linears, when the table has W tasks); message_bytes: one activation (or gradient)
-    between stages; grad_bytes: the gradient bytes each pipeline rank all-reduces over ``data`` ranks;
-    unit_comm: seconds of each unit's collectives in forward (backward has as many: ``tensor_seconds``)."""
-    device, link = device or Device(), link or LinkModel()
-    unit_comm = unit_comm or [0.0] * len(unit_flops)
-    bounds = split_by_layers(len(unit_flops), num_stages)
-    has_w = any(t.kind == "W" for tick in schedule for t in tick)
-    fwd, bwd, wgt = [], [], []
-    for k in range(num_stages):
-        units = range(bounds[k], bounds[k + 1])
-        comm = sum(unit_comm[u] for u in units)
-        fwd.append(sum(unit_flops[u] for u in units) / device.flops + comm)
-        bwd.append(sum((1 if has_w and split[u] else 2) * unit_flops[u] for u in units) / device.flops + comm)
-        wgt.append(sum(unit_flops[u] for u in units if has_w and split[u]) / device.flops)
+
+def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_seconds: Costs,
+                         send_seconds: float) -> list[float]:
+    """Simulated seconds of the task table on each pipeline rank, walked in the cluster's event order.
+
+    unit_seconds: per unit (in order), the seconds of its F, B and W on one micro-batch (W: 0 unless the
+    table splits the unit's backward); a stage costs the sum of its units'. send_seconds: one activation
+    (or gradient) between two ranks."""
+    bounds = split_by_layers(len(unit_seconds), num_stages)
+    cost = [[sum(unit_seconds[u][kind] for u in range(bounds[k], bounds[k + 1])) for k in range(num_stages)]
+            for kind in range(3)]
     ranks = sorted({t.rank for tick in schedule for t in tick})
     rank_of = {(t.micro_batch, t.stage): t.rank for tick in schedule for t in tick}
     todo = {r: list(rank_tasks(schedule, r)) for r in ranks}
     clock = dict.fromkeys(ranks, 0.0)
     arrival: dict[tuple, float] = {}          # (kind, micro_batch, receiving stage) -> arrival time
-    send = link.alpha + link.beta * message_bytes
     while any(todo.values()):
         progressed = False
         for r in ranks:
@@ -123,49 +121,40 @@ def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_flops: li
                     break                       # its input is not sent yet: another rank must go first
                 if needs is not None and rank_of[m, k + (1 if kind == "B" else -1)] != r:
                     clock[r] = max(clock[r], arrival[needs])
-                clock[r] += {"F": fwd, "B": bwd, "W": wgt}[kind][k]
+                clock[r] += cost["FBW".index(kind)][k]
                 target = {"F": k + 1, "B": k - 1, "W": -1}[kind]
                 if 0 <= target < num_stages:
                     if rank_of[m, target] != r:
-                        clock[r] += send
+                        clock[r] += send_seconds
                     arrival[kind, m, target] = clock[r]
                 todo[r].pop(0)
                 progressed = True
         if not progressed:
             raise ValueError("the table deadlocks: no rank can run its next task")
-    cost = [allreduce_cost("ring", data, grad_bytes[r], link.alpha, link.beta).time if data > 1 else 0.0
-            for r in ranks]
-    return [clock[r] + cost[r] for r in ranks]
-
-
-def tensor_seconds(tokens: int, d_model: int, tensor: int, itemsize: int = 8,
-                   link: LinkModel | None = None) -> float:
-    """Seconds of a tensor-parallel block's forward collectives: 2 ring all-reduces of tokens·d words."""
-    link = link or LinkModel()
-    if tensor == 1:
-        return 0.0
-    return 2 * allreduce_cost("ring", tensor, tokens * d_model * itemsize, link.alpha, link.beta).time
+    return [clock[r] for r in ranks]
 
 
 def unit_activation_bytes(spec: ModelSpec, micro_batch: int, tensor: int = 1, rank: int = 0,
-                          itemsize: int = 8) -> list[int]:
-    """Bytes each unit keeps for backward after one micro-batch's forward (tensor rank ``rank`` of t)."""
-    b, T, d, i = micro_batch, spec.seq, spec.d_model, itemsize
+                          itemsize: int = 8, context: int = 1) -> list[int]:
+    """Bytes each unit keeps for backward after one micro-batch's forward (tensor rank ``rank`` of t, T/c
+    tokens of each sequence)."""
+    b, T, d, i = micro_batch, spec.seq // context, spec.d_model, itemsize
     n = b * T
-    if tensor == 1:
+    if tensor == 1 and context == 1:
         block = (2 * (n * d + n) + 5 * n * d + b * spec.heads * T * T + n * d + 3 * n * spec.ff) * i
     else:
         block = block_activation_bytes(b, T, d, spec.heads, spec.ff, tensor, rank, i, False)["total"]
+        block -= T * T if context > 1 else 0           # ring attention keeps no causal mask
     return [8 * n + 8 * T] + [block] * spec.layers + [(n * d + n) * i, n * d * i]
 
 
 def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
-                            micro_batch: int, tensor: int = 1, itemsize: int = 8) -> int:
+                            micro_batch: int, tensor: int = 1, itemsize: int = 8, context: int = 1) -> int:
     """Most bytes pipeline rank ``rank`` holds for backward after any of its tasks (module docstring)."""
     bounds = split_by_layers(spec.layers + 3, num_stages)
-    units = unit_activation_bytes(spec, micro_batch, tensor, 0, itemsize)
+    units = unit_activation_bytes(spec, micro_batch, tensor, 0, itemsize, context)
     stage = [sum(units[bounds[k]:bounds[k + 1]]) for k in range(num_stages)]
-    dy = micro_batch * spec.seq * spec.vocab * itemsize               # the loss gradient, (b, T, V)
+    dy = micro_batch * spec.seq // context * spec.vocab * itemsize         # the loss gradient, (b, T', V)
     stage[-1] += dy
     has_w = any(t.kind == "W" for tick in schedule for t in tick)
     waiting = [0] * num_stages                    # the head (the only top-level Linear): its input and dy
@@ -179,8 +168,32 @@ def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages:
     return peak
 
 
+def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: int = 1, context: int = 1,
+                 device: Device | None = None, link: LinkModel | None = None) -> Costs:
+    """(F, B, W) seconds of each unit on one micro-batch (module docstring: compute, tensor, context)."""
+    device, link = device or Device(), link or LinkModel()
+    b, T, d = micro_batch, spec.seq // context, spec.d_model
+    block_params = unit_params(spec, tensor)[1]
+    out = []
+    for i, u in enumerate(units.layers):
+        if 1 <= i <= spec.layers:               # a block: 1/t of its FLOPs, its collectives
+            compute = forward_flops(u, (b, T, d)) // tensor / device.flops
+            forward = backward = 2 * pairwise_allreduce_seconds(b * T * d, tensor, 8, link)
+            if context > 1:
+                ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
+                                              Device().flops, link)   # RingAttention's own default device
+                forward, backward = forward + ring[0], backward + ring[1]
+                backward += pairwise_allreduce_seconds(block_params, context, 8, link)
+            out.append((compute + forward, 2 * compute + backward, 0.0))
+        else:
+            compute = forward_flops(u, (b, T) if i == 0 else (b, T, d)) / device.flops
+            halves = split and isinstance(u, Linear)
+            out.append((compute, compute if halves else 2 * compute, compute if halves else 0.0))
+    return out
+
+
 def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int, num_micro_batches: int,
-                 data: int = 1, tensor: int = 1, device: Device | None = None,
+                 data: int = 1, tensor: int = 1, context: int = 1, device: Device | None = None,
                  link: LinkModel | None = None) -> list[dict[str, float]]:
     """Per pipeline rank of a float64 ``DataPipelineGrid`` step (batch spec.batch, AdamW): "seconds",
     "states" (parameters + gradients + optimizer bytes), "activations" (peak) and "peak" (their sum).
@@ -188,19 +201,31 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
     layers = list(units.layers)
     if len(layers) != spec.layers + 3:
         raise ValueError(f"units must be gpt_units of a {spec.layers}-block GPT, got {len(layers)} units")
-    b, T, d = spec.batch // data // num_micro_batches, spec.seq, spec.d_model
-    blocks = range(1, 1 + spec.layers)
-    flops = [forward_flops(u, (b, T) if i == 0 else (b, T, d)) // (tensor if i in blocks else 1)
-             for i, u in enumerate(layers)]
-    comm = [tensor_seconds(b * T, d, tensor, link=link) if i in blocks else 0.0 for i in range(len(layers))]
-    pipe = len({t.rank for tick in schedule for t in tick})
-    states = [predict_states(spec, schedule, num_stages, r, tensor=tensor) for r in range(pipe)]
-    seconds = predict_step_seconds(schedule, num_stages, flops, [isinstance(u, Linear) for u in layers],
-                                   b * T * d * 8, [s["gradients"] for s in states], data, unit_comm=comm,
-                                   device=device, link=link)
+    link = link or LinkModel()
+    b = spec.batch // data // num_micro_batches
+    split = any(t.kind == "W" for tick in schedule for t in tick)
+    seconds = predict_step_seconds(schedule, num_stages,
+                                   unit_seconds(spec, units, b, split, tensor, context, device, link),
+                                   link.alpha + link.beta * (b * spec.seq // context * spec.d_model * 8))
+    bounds = split_by_layers(len(layers), num_stages)
+    sizes = unit_params(spec, tensor)
+    holders: dict[int, set[int]] = {}
+    for tick in schedule:
+        for t in tick:
+            holders.setdefault(t.stage, set()).add(t.rank)
     out = []
-    for r in range(pipe):
-        held = predict_activation_peak(spec, schedule, num_stages, r, b, tensor)
-        total = states[r]["total"]
-        out.append({"seconds": seconds[r], "states": total, "activations": held, "peak": total + held})
+    for r, clock in enumerate(seconds):
+        mine = [u for k in rank_stages(schedule, r) for u in range(bounds[k], bounds[k + 1])]
+        partners = {p for k in rank_stages(schedule, r) for p in holders[k] if p != r}
+        if partners:                  # Chimera: both holders of a stage are done, then exchange (one pair)
+            clock = max(clock, *(seconds[p] for p in partners))
+            arrays = sum(len(layers[u].parameters()) for u in mine)    # a tensor block: as many, 1/t the size
+            clock += replica_sum_seconds(arrays, sum(sizes[u] for u in mine), 8, link)
+        outside = sum(sizes[u] for u in mine if not 1 <= u <= spec.layers)
+        clock += ring_allreduce_seconds(outside, context, 8, link)
+        states = predict_states(spec, schedule, num_stages, r, tensor=tensor)
+        clock += ring_allreduce_seconds(states["parameters"] // 8, data, 8, link)
+        held = predict_activation_peak(spec, schedule, num_stages, r, b, tensor, context=context)
+        out.append({"seconds": clock, "states": states["total"], "activations": held,
+                    "peak": states["total"] + held})
     return out

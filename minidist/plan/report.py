@@ -3,19 +3,32 @@ rest ranked by predicted step time; a table a user reads, and ``python -m minidi
 
     python -m minidist plan --layers 32 --d-model 4096 --heads 32 --seq 4096 --batch 512 \\
         --devices 64 --memory 80 --topology 8x8 --hardware h100
+    python -m minidist plan --mode minidist --layers 2 --d-model 8 --heads 2 --seq 8 --batch 8 \\
+        --vocab 11 --devices 8 --flops 1e9 --alpha 1e-6 --beta 2e-10 --measure
+
+The second prices a small GPT on minidist's simulated cluster instead (minidist_plan.py says why the two
+modes differ), the prediction the tests check against runs; ``--measure`` runs each layout beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from minidist.cluster import LinkModel
+from minidist.cluster import Device, LinkModel
 from minidist.cluster.topology import Topology
 from minidist.roofline import Machine
 
 from .layouts import SCHEDULES, check_layout, enumerate_layouts
 from .model import RECOMPUTE, ModelSpec
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
+
+MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: 16 bytes per parameter in mixed
+precision with Adam, Korthikanti's 16-bit activations, compute at the roofline's peak, the bubble's
+closed form, the alpha-beta model per link level (--hardware, --topology, --memory). minidist prices a
+small GPT on minidist's simulated cluster (--flops, --alpha, --beta, --memory): float64, the activations
+its layers keep, the task table walked on the clock, every collective's rounds; the tests find it equal
+to the cluster's clock and memory ledger on every layout of a tiny GPT on <= 8 ranks (--measure runs
+them)."""
 
 # Per device: (peak dense 16-bit FLOP/s, HBM bytes/s, memory bytes, link inside a node, link between nodes).
 # Vendors' data sheets: H100 SXM 989 TFLOP/s BF16, 3.35 TB/s, 80 GB, NVLink 450 GB/s per direction, one
@@ -110,7 +123,8 @@ def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) 
 
 def add_parser(sub) -> None:
     """The ``plan`` command of python -m minidist."""
-    p = sub.add_parser("plan", help="predict memory and step time of every parallel layout, ranked")
+    p = sub.add_parser("plan", help="predict memory and step time of every parallel layout, ranked",
+                       description=MODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, default in (("layers", None), ("d-model", None), ("heads", None), ("seq", None),
                           ("batch", None), ("devices", None), ("vocab", 32000), ("d-ff", None),
                           ("experts", 0), ("top-k", 1), ("micro-batch", 1), ("chunks", 2), ("top", 10)):
@@ -122,6 +136,12 @@ def add_parser(sub) -> None:
     p.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
     p.add_argument("--zero", default="0,1", help="ZeRO stages to consider, e.g. 0,1,2,3")
     p.add_argument("--recompute", default="none,full", help=f"among {','.join(RECOMPUTE)}")
+    p.add_argument("--mode", default="analytic", choices=("analytic", "minidist"),
+                   help="analytic: a GPU job (--hardware, --topology, ...); minidist: the simulated cluster")
+    p.add_argument("--flops", type=float, default=Device.flops, help="minidist mode: FLOP/s per rank")
+    p.add_argument("--alpha", type=float, default=LinkModel.alpha, help="minidist mode: seconds per message")
+    p.add_argument("--beta", type=float, default=LinkModel.beta, help="minidist mode: seconds per byte")
+    p.add_argument("--measure", action="store_true", help="minidist mode: run each layout one step too")
     p.set_defaults(func=cmd_plan)
 
 
@@ -144,6 +164,8 @@ def cmd_plan(args) -> int:
                           args.experts, args.top_k)
         if args.devices < 1:
             raise ValueError(f"--devices must be >= 1, got {args.devices}")
+        if args.mode == "minidist":
+            return cmd_plan_minidist(model, args)
         per_node = parse_topology(args.topology, args.devices)
         memory = None if args.memory is None else args.memory * 1e9
         hw = hardware(args.hardware, args.devices, per_node, memory, args.precision)
@@ -153,6 +175,19 @@ def cmd_plan(args) -> int:
     except ValueError as error:
         raise SystemExit(f"plan: {error}") from None
     print(format_plan(model, predictions, args.top))
+    return 0
+
+
+def cmd_plan_minidist(model: ModelSpec, args) -> int:
+    """``--mode minidist``: the table of minidist_plan.py (ValueError on bad input, as cmd_plan)."""
+    from .minidist_plan import format_minidist_plan, plan_minidist  # imports format_bytes from here
+
+    memory = Device.memory if args.memory is None else int(args.memory * 1e9)
+    device, link = Device(flops=args.flops, memory=memory), LinkModel(alpha=args.alpha, beta=args.beta)
+    if model.moe or model.ff != 4 * model.d_model:
+        raise ValueError("minidist mode trains nn.GPT: a dense model with d_ff = 4·d_model")
+    plans = plan_minidist(model, args.devices, device, link, measured=args.measure)
+    print(format_minidist_plan(model, plans, device, link, args.top))
     return 0
 
 

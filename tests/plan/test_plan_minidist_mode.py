@@ -1,58 +1,65 @@
 """The planner's minidist mode (minidist/plan/minidist_mode.py) against real runs of DataPipelineGrid.
 
-A float64 GPT (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads) trained one AdamW step by D data
-replicas of a P-rank pipeline of t-rank tensor groups (D·P·t ≤ 8) under 1F1B, ZB-H1 and interleaved
-tables: each rank's simulated clock over the step must equal the predicted step time (the issue asks for
-5%; it matches to rounding, asserted at 1e-9, because the prediction walks the same table by the same
-rules); the model states the memory ledger counts (held_bytes) and the most activation bytes the executor
-held after any task (TaskPipeline.memory) must equal the predicted bytes exactly (the issue asks for 2%)."""
+A float64 GPT (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads, batch 8) trained one AdamW step on
+every layout that runs on ≤ 8 ranks (minidist/plan/check.py: 171 of them — data × pipeline × context ×
+tensor under 1F1B, interleaved, ZB-H1 and Chimera, with every micro-batch count that divides): each rank's
+simulated clock over the step must equal the predicted step time (the issue asks for 5%; it matches to
+rounding, asserted at 1e-9, because the prediction walks the same table by the same rules), and the model
+states the memory ledger counts (held_bytes) plus the most activation bytes the executor held after any
+task (TaskPipeline.memory) must equal the predicted peak exactly (the issue asks for 2%). The layouts of
+one world size share one run."""
+
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from minidist.cluster import Device, LinkModel, run
-from minidist.memory import held_bytes
-from minidist.nn import GPT, CrossEntropyLoss
-from minidist.optim import AdamW
-from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
-from minidist.parallel.pipeline.interleaved import interleaved_schedule
+from minidist.nn import GPT
+from minidist.parallel.grid_pipeline import gpt_units, tensor_gpt_units
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.tasks import Task, from_ops
-from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
+from minidist.plan.check import GridLayout, build_gpt, measure, predict, runnable_layouts
+from minidist.plan.minidist_clock import pairwise_allreduce_seconds, ring_allreduce_seconds
 from minidist.plan.minidist_mode import predict_grid, predict_states, predict_step_seconds, unit_params
 from minidist.plan.model import ModelSpec
 
-N, T, V, L, D_MODEL, HEADS = 8, 8, 11, 2, 8, 2
-SPEC = ModelSpec(layers=L, d_model=D_MODEL, heads=HEADS, seq=T, batch=N, vocab=V)
+SPEC = ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11)
+LAYOUTS = runnable_layouts(SPEC)
+# a slow device and a fast link, so that compute and every kind of traffic weigh in the step
+DEVICE, LINK = Device(flops=1e9), LinkModel(alpha=1e-6, beta=1 / 5e9)
 
 
 def build() -> GPT:
-    return GPT(V, T, L, D_MODEL, HEADS, rng=np.random.default_rng(5), dtype=np.float64)
+    return build_gpt(SPEC, seed=5)
 
 
-def _measure(comm, data, schedule, stages, micro_batches, tensor):
-    gpt = build()
-    units = gpt_units(gpt) if tensor == 1 else (lambda c: tensor_gpt_units(c, gpt))
-    rng = np.random.default_rng(9)
-    x, y = rng.integers(0, V, size=(N, T)), rng.integers(0, V, size=(N, T))
-    grid = DataPipelineGrid(comm, units, loss_fn=CrossEntropyLoss(), schedule=schedule,
-                            num_stages=stages, num_micro_batches=micro_batches, data=data, tensor=tensor)
-    opt = AdamW(grid.parameters(), lr=0.01)
-    start = comm.clock
-    grid.train_step(x, y, opt)
-    peak = max(held for _, held in grid.pipeline.memory)
-    return grid.position, comm.clock - start, held_bytes(parameters=grid.parameters(), optimizer=opt), peak
+def test_plan_check_enumerates_every_axis_and_schedule():
+    assert len(LAYOUTS) == 171 and max(lay.world for lay in LAYOUTS) == 8
+    schedules = Counter(lay.schedule for lay in LAYOUTS if lay.pipe > 1)
+    assert schedules == {"1f1b": 37, "zb-h1": 37, "chimera": 29, "interleaved": 22}
+    assert {lay.micro_batches for lay in LAYOUTS} == {1, 2, 4, 8}
+    fewest = runnable_layouts(SPEC, fewest_micro_batches=True)                # lesson 19's 73
+    assert len(fewest) == 73 and {(lay.world, lay.schedule) for lay in fewest} == \
+        {(lay.world, lay.schedule) for lay in LAYOUTS}
+    assert {lay.context for lay in LAYOUTS} == {1, 2, 4} and {lay.tensor for lay in LAYOUTS} == {1, 2}
+    assert {lay.data for lay in LAYOUTS} == {1, 2, 4, 8} and {lay.pipe for lay in LAYOUTS} == {1, 2, 3, 4, 5}
+    assert GridLayout(2, 2, 2, 1, "chimera", 2) in LAYOUTS                     # one with all but tensor
+    assert GridLayout(1, 2, 1, 4, "1f1b", 2) not in LAYOUTS                    # 2 heads over 4 ranks: no
+    assert all(lay.micro_batches % lay.pipe == 0 for lay in LAYOUTS if lay.schedule == "chimera")
 
 
-CASES = {   # data, table, stages, pipeline ranks, micro-batches, tensor
-    "dp1 x 1f1b pp4": (1, lambda: from_ops(one_f_one_b_schedule(4, 4)), 4, 4, 4, 1),
-    "dp2 x 1f1b pp2": (2, lambda: from_ops(one_f_one_b_schedule(2, 2)), 2, 2, 2, 1),
-    "dp2 x zb-h1 pp4": (2, lambda: zero_bubble_schedule(4, 4), 4, 4, 4, 1),
-    "dp2 x interleaved pp2 v2": (2, lambda: interleaved_schedule(2, 2, 2), 4, 2, 2, 1),
-    "dp2 x 1f1b pp2 x tp2": (2, lambda: from_ops(one_f_one_b_schedule(2, 2)), 2, 2, 2, 2),
-    "dp1 x zb-h1 pp2 x tp2": (1, lambda: zero_bubble_schedule(2, 2), 2, 2, 2, 2),
-    "dp4 x pp1 x tp2": (4, lambda: from_ops(one_f_one_b_schedule(1, 1)), 1, 1, 1, 2),
-}
+@pytest.mark.parametrize("world", sorted({lay.world for lay in LAYOUTS}))
+def test_plan_minidist_mode_predicts_the_clock_and_the_ledger(world):
+    layouts = [lay for lay in LAYOUTS if lay.world == world]
+    measured = measure(SPEC, layouts, DEVICE, LINK)
+    for lay in layouts:
+        predicted = predict(SPEC, lay, DEVICE, LINK)
+        assert len(predicted) == lay.pipe and len(measured[lay]) == world
+        for position, seconds, states, activations in measured[lay]:
+            p = predicted[position]
+            assert seconds == pytest.approx(p["seconds"], rel=1e-9), lay
+            assert (states, activations) == (p["states"], p["activations"]), lay
 
 
 def _tensor_units(comm):
@@ -66,20 +73,6 @@ def test_plan_unit_params_match_the_gpt(tensor):
     assert all(sizes == unit_params(SPEC, tensor) for sizes in run(_tensor_units, tensor))
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_plan_minidist_mode_predicts_the_clock_and_the_ledger(name):
-    data, make_schedule, stages, pipe, micro_batches, tensor = CASES[name]
-    schedule = make_schedule()
-    predicted = predict_grid(SPEC, gpt_units(build()), schedule, stages, micro_batches, data, tensor)
-    assert len(predicted) == pipe
-    results = run(_measure, data * pipe * tensor, data, schedule, stages, micro_batches, tensor, timeout=120)
-    for position, seconds, held, peak in results:
-        assert seconds == pytest.approx(predicted[position]["seconds"], rel=1e-9)
-        states = sum(held[key] for key in ("parameters", "gradients", "optimizer"))
-        assert states == predicted[position]["states"]
-        assert peak == predicted[position]["activations"]
-
-
 def test_plan_minidist_mode_states_by_category():
     gpt = build()
     full = predict_states(SPEC, from_ops(one_f_one_b_schedule(1, 1)), 1, 0)
@@ -87,17 +80,28 @@ def test_plan_minidist_mode_states_by_category():
     assert (full["parameters"], full["gradients"], full["optimizer"]) == (8 * psi, 8 * psi, 16 * psi)
 
 
+def test_plan_minidist_clock_collectives_equal_the_closed_form_when_the_pieces_are_equal():
+    link = LinkModel(alpha=1e-6, beta=1e-9)
+    for p in (2, 4, 8):                          # 2(P − 1)(α + β·n/P) for n = 24 words of 8 bytes
+        closed = 2 * (p - 1) * (link.alpha + link.beta * 8 * 24 / p)
+        assert ring_allreduce_seconds(24, p, 8, link) == pytest.approx(closed, rel=1e-12)
+        assert pairwise_allreduce_seconds(24, p, 8, link) == pytest.approx(closed, rel=1e-12)
+    # 5 words over 2 ranks: pieces of 3 and 2; each round waits for the larger piece
+    assert ring_allreduce_seconds(5, 2, 8, link) == pytest.approx(2 * (link.alpha + 24 * link.beta))
+    assert ring_allreduce_seconds(5, 1, 8, link) == 0.0
+
+
 def test_plan_minidist_mode_refuses_bad_units():
     with pytest.raises(ValueError, match="gpt_units"):
-        predict_grid(SPEC, gpt_units(GPT(V, T, 1, D_MODEL, HEADS, rng=np.random.default_rng(0))),
+        predict_grid(SPEC, gpt_units(GPT(11, 8, 1, 8, 2, rng=np.random.default_rng(0))),
                      from_ops(one_f_one_b_schedule(1, 1)), 1, 1)
+    with pytest.raises(ValueError, match="d_ff = 4"):
+        build_gpt(ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11, d_ff=16))
 
 
 def test_plan_minidist_mode_refuses_a_table_that_deadlocks():
     with pytest.raises(ValueError, match="deadlocks"):   # stage 1 waits for a stage 0 that nobody runs
-        predict_step_seconds([[Task(0, "F", 0, 1)]], 2, [1, 1], [False, False], 8, [0])
-    # rank 0 is walked first but must wait for rank 1's stage 0: 2 FLOPs, one message, on a 1 FLOP/s device
+        predict_step_seconds([[Task(0, "F", 0, 1)]], 2, [(1.0, 2.0, 0.0)] * 2, 0.5)
+    # rank 0 is walked first but must wait for rank 1's stage 0: 2 seconds of work and one message
     waits = [[Task(0, "F", 0, 1)], [Task(1, "F", 0, 0)]]
-    seconds = predict_step_seconds(waits, 2, [1, 1], [False, False], 8, [0, 0], device=Device(flops=1.0),
-                                   link=LinkModel(alpha=0.5, beta=0.0))
-    assert seconds == [2.5, 1.5]
+    assert predict_step_seconds(waits, 2, [(1.0, 2.0, 0.0)] * 2, 0.5) == [2.5, 1.5]

@@ -1,0 +1,138 @@
+"""The planner's minidist mode checked against the cluster: every layout of a tiny GPT that runs on ≤ 8 ranks.
+
+A layout of ``DataPipelineGrid`` is D data replicas × P pipeline ranks × c context ranks × t tensor ranks
+(D·P·c·t ≤ 8) with a task table: 1F1B (P stages), interleaved 1F1B (v = 2 chunks per rank: 2P stages),
+ZB-H1 or Chimera, on M micro-batches. What runs here is what divides: the GPT's L + 3 units into the
+stages, its heads and d_ff by t, its T tokens into the 2c zigzag pieces, its batch N into D replicas of M
+equal micro-batches, M any count the table accepts (1F1B, ZB-H1: M ≥ P; interleaved, Chimera: a multiple
+of P). ``runnable_layouts`` lists them; ``measure`` runs one AdamW step of each and returns, per rank, its
+pipeline position, the simulated seconds of the step, the model states the ledger counts (``held_bytes``)
+and the most activation bytes the executor held after any task (``TaskPipeline.memory``). Layouts of one
+world size run in one ``run`` (a barrier before each step puts every clock level).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minidist.cluster import Device, LinkModel, run
+from minidist.memory import held_bytes
+from minidist.nn import GPT, CrossEntropyLoss
+from minidist.optim import AdamW
+from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
+from minidist.parallel.pipeline.chimera import chimera_schedule
+from minidist.parallel.pipeline.interleaved import interleaved_schedule
+from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
+from minidist.parallel.pipeline.tasks import TaskSchedule, from_ops
+from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
+
+from .minidist_mode import predict_grid
+from .model import ModelSpec
+
+CHUNKS = 2        # interleaved: virtual stages per rank
+
+
+@dataclass(frozen=True)
+class GridLayout:
+    """D·P·c·t ranks running ``schedule`` ("1f1b", "interleaved", "zb-h1", "chimera") on M micro-batches."""
+
+    data: int
+    pipe: int
+    context: int
+    tensor: int
+    schedule: str
+    micro_batches: int
+
+    @property
+    def world(self) -> int:
+        return self.data * self.pipe * self.context * self.tensor
+
+    @property
+    def stages(self) -> int:
+        return CHUNKS * self.pipe if self.schedule == "interleaved" else self.pipe
+
+    def table(self) -> TaskSchedule:
+        P, M = self.pipe, self.micro_batches
+        return {"1f1b": lambda: from_ops(one_f_one_b_schedule(P, M)),
+                "interleaved": lambda: interleaved_schedule(P, M, CHUNKS),
+                "zb-h1": lambda: zero_bubble_schedule(P, M), "chimera": lambda: chimera_schedule(P, M)}[
+                    self.schedule]()
+
+    def name(self) -> str:
+        sizes = " ".join(f"{a}{n}" for a, n in (("dp", self.data), ("pp", self.pipe), ("cp", self.context),
+                                               ("tp", self.tensor)) if n > 1) or "single"
+        return sizes + ("" if self.pipe == 1 else f" {self.schedule}")
+
+
+def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
+                     fewest_micro_batches: bool = False) -> list[GridLayout]:
+    """Every layout of spec's GPT on at most max_ranks ranks (module docstring), smallest world first; with
+    ``fewest_micro_batches`` only the smallest M of each."""
+    units = spec.layers + 3
+    out = []
+    for data in (d for d in range(1, max_ranks + 1) if spec.batch % d == 0):
+        for pipe in range(1, min(units, max_ranks // data) + 1):
+            for context in (c for c in range(1, max_ranks + 1) if spec.seq % (2 * c) == 0 or c == 1):
+                for tensor in (t for t in range(1, max_ranks + 1) if spec.heads % t == spec.ff % t == 0):
+                    if data * pipe * context * tensor > max_ranks:
+                        continue
+                    for schedule in ("1f1b", "interleaved", "zb-h1", "chimera") if pipe > 1 else ("1f1b",):
+                        if (schedule == "interleaved" and CHUNKS * pipe > units) or \
+                                (schedule == "chimera" and pipe % 2):
+                            continue
+                        step = pipe if schedule in ("interleaved", "chimera") else 1
+                        rows = spec.batch // data
+                        counts = [m for m in range(pipe, rows + 1, step) if rows % m == 0]
+                        out += [GridLayout(data, pipe, context, tensor, schedule, m)
+                                for m in counts[:1 if fewest_micro_batches else None]]
+    return sorted(out, key=lambda lay: lay.world)
+
+
+def build_gpt(spec: ModelSpec, seed: int = 3, dtype=np.float64) -> GPT:
+    if spec.d_model * 4 != spec.ff or spec.moe:
+        raise ValueError("the check trains nn.GPT: a dense model with d_ff = 4·d_model")
+    return GPT(spec.vocab, spec.seq, spec.layers, spec.d_model, spec.heads, rng=np.random.default_rng(seed),
+               dtype=dtype)
+
+
+def predict(spec: ModelSpec, layout: GridLayout, device: Device | None = None,
+            link: LinkModel | None = None) -> list[dict[str, float]]:
+    """predict_grid for the layout: per pipeline rank seconds, states, activations, peak."""
+    return predict_grid(spec, gpt_units(build_gpt(spec)), layout.table(), layout.stages, layout.micro_batches,
+                        layout.data, layout.tensor, layout.context, device=device, link=link)
+
+
+def _measure_many(comm, spec: ModelSpec, layouts: list[GridLayout], tokens: np.ndarray) -> list[tuple]:
+    out = []
+    for lay in layouts:
+        gpt = build_gpt(spec)
+        split = lay.tensor > 1 or lay.context > 1
+        units = (lambda *g, gpt=gpt: tensor_gpt_units(g[0], gpt, *g[1:], seq_len=spec.seq)) if split \
+            else gpt_units(gpt)
+        grid = DataPipelineGrid(comm, units, loss_fn=CrossEntropyLoss(), schedule=lay.table(),
+                                num_stages=lay.stages, num_micro_batches=lay.micro_batches, data=lay.data,
+                                tensor=lay.tensor, context=lay.context, seq_len=spec.seq)
+        opt = AdamW(grid.parameters(), lr=0.01)
+        comm.barrier()
+        start = comm.clock
+        grid.train_step(tokens[0], tokens[1], opt)
+        held = held_bytes(parameters=grid.parameters(), optimizer=opt)
+        states = held["parameters"] + held["gradients"] + held["optimizer"]
+        out.append((grid.position, comm.clock - start, states, max(b for _, b in grid.pipeline.memory)))
+    return out
+
+
+def measure(spec: ModelSpec, layouts: list[GridLayout], device: Device | None = None,
+            link: LinkModel | None = None, seed: int = 9, timeout: float = 300) -> dict[GridLayout, list]:
+    """One AdamW step of each layout on the cluster: per rank (position, seconds, states bytes, activation
+    peak bytes), rank by rank."""
+    tokens = np.random.default_rng(seed).integers(0, spec.vocab, size=(2, spec.batch, spec.seq))
+    results = {}
+    for world in sorted({lay.world for lay in layouts}):
+        group = [lay for lay in layouts if lay.world == world]
+        ranks = run(_measure_many, world, spec, group, tokens, device=device, link=link, timeout=timeout)
+        for i, lay in enumerate(group):
+            results[lay] = [per_rank[i] for per_rank in ranks]
+    return results

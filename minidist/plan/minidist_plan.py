@@ -1,0 +1,81 @@
+"""The planner's table in minidist mode: every layout of a small GPT on D simulated ranks, ranked by the step
+time the cluster's clock will show, with the peak memory its ledger will count (``python -m minidist plan
+--mode minidist``; ``--measure`` runs each layout one step and prints the measurement beside).
+
+Why two modes. The analytic mode (predict.py) prices a real GPU job: 16 bytes per parameter in mixed
+precision, Korthikanti's 16-bit activations, compute at the roofline's peak, the bubble's closed form —
+numbers to compare with published runs, but nothing here can run them. This mode (minidist_mode.py)
+prices what minidist's cluster does: float64 (32 bytes per parameter with AdamW), the activations its
+layers keep, each unit's FLOPs at the simulated device's rate, the task table walked on the α-β clock,
+every collective's rounds — and check.py finds it equal to runs of all 171 layouts of a tiny GPT on ≤ 8
+ranks. A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minidist.cluster import Device, LinkModel
+
+from .check import GridLayout, measure, predict, runnable_layouts
+from .model import ModelSpec
+from .report import format_bytes
+
+
+@dataclass
+class GridPlan:
+    """One layout's prediction (largest over its ranks): seconds, states, activations, peak (bytes); and,
+    when measured, the same from a run."""
+
+    layout: GridLayout
+    predicted: dict = field(default_factory=dict)
+    measured: dict | None = None
+    excluded: str | None = None
+
+
+def worst(rows: list[dict]) -> dict:
+    return {key: max(row[key] for row in rows) for key in rows[0]}
+
+
+def plan_minidist(spec: ModelSpec, devices: int, device: Device | None = None, link: LinkModel | None = None,
+                  measured: bool = False) -> list[GridPlan]:
+    """Every runnable layout of spec's GPT on exactly ``devices`` ranks (check.runnable_layouts), predicted
+    in minidist mode (and run once each if ``measured``); those that fit device.memory first, fastest
+    first, then the ones that do not fit."""
+    device, link = device or Device(), link or LinkModel()
+    layouts = [lay for lay in runnable_layouts(spec, devices) if lay.world == devices]
+    plans = [GridPlan(lay, worst(predict(spec, lay, device, link))) for lay in layouts]
+    for p in plans:
+        if p.predicted["peak"] > device.memory:
+            p.excluded = f"does not fit: {format_bytes(p.predicted['peak'])} > {format_bytes(device.memory)}"
+    if measured:
+        runs = measure(spec, layouts, device, link)
+        for p in plans:
+            p.measured = worst([{"seconds": s, "states": st, "activations": a, "peak": st + a}
+                                for _, s, st, a in runs[p.layout]])
+    return sorted(plans, key=lambda p: (p.excluded is not None, p.predicted["seconds"], p.predicted["peak"]))
+
+
+def format_minidist_plan(spec: ModelSpec, plans: list[GridPlan], device: Device, link: LinkModel,
+                         top: int = 10) -> str:
+    """The table: layout, micro-batches, model states, activations and peak (kB) per rank, step (µs);
+    measured step and peak beside when run."""
+    runs = any(p.measured for p in plans)
+    head = (f"{'layout':<26}{'M':>3}{'states kB':>11}{'activ kB':>10}{'peak kB':>10}{'step us':>10}"
+            + (f"{'run: step us':>14}{'peak kB':>9}" if runs else ""))
+    lines = [f"minidist mode: {spec.total_params():,} parameters (float64, AdamW), {spec.layers} blocks, "
+             f"d={spec.d_model}, T={spec.seq}, batch {spec.batch}; device {device.flops:.3g} FLOP/s, "
+             f"link alpha {link.alpha:.3g} s, beta {link.beta:.3g} s/B", head, "-" * len(head)]
+    fits = [p for p in plans if p.excluded is None]
+    for p in fits[:top]:
+        q = p.predicted
+        row = (f"{p.layout.name():<26}{p.layout.micro_batches:>3}{q['states'] / 1e3:>11.2f}"
+               f"{q['activations'] / 1e3:>10.2f}{q['peak'] / 1e3:>10.2f}{q['seconds'] * 1e6:>10.3f}")
+        if p.measured:
+            row += f"{p.measured['seconds'] * 1e6:>14.3f}{p.measured['peak'] / 1e3:>9.2f}"
+        lines.append(row)
+    if not plans:
+        lines.append("no layout of this model runs on this many ranks (see minidist/plan/check.py)")
+    lines.append(f"\n{len(fits)} layouts fit, {len(plans) - len(fits)} do not")
+    lines += [f"  {p.layout.name():<26} {p.excluded}" for p in plans if p.excluded][:3]
+    return "\n".join(lines)
