@@ -28,7 +28,8 @@ import numpy as np
 
 from minidist.cluster import LinkModel, run, run_traced
 from minidist.cluster.ledger import Device
-from minidist.nn import GPT, CrossEntropyLoss, Linear, MSELoss, Sequential, Tanh
+from minidist.nn import GPT, CrossEntropyLoss, Linear, MSELoss, Sequential, SwitchTransformer, Tanh
+from minidist.nn.runner import StepRunner
 from minidist.optim import SGD, AdamW
 from minidist.parallel.grid_pipeline import DataPipelineGrid, tensor_gpt_units
 from minidist.parallel.pipeline.chimera import chimera_bubble, chimera_in_flight, chimera_schedule
@@ -75,8 +76,7 @@ for name, table in tables.items():
     assert abs(bubble(table, P) - formulas[name]) < 1e-12
 assert in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
 assert in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
-print()
-print(format_tasks(chimera_schedule(P, P), P))
+print("\n" + format_tasks(chimera_schedule(P, P), P))
 
 # %% [markdown]
 # A tick is not a unit of time: an interleaved task is one chunk (1/v of a rank's layers), and a whole
@@ -132,12 +132,10 @@ def build() -> Sequential:
 
 batch = np.random.default_rng(1).normal(size=(2, N, WIDTH))
 reference = build()
-opt = SGD(reference.parameters(), lr=0.1)
-for _ in range(STEPS):
+one_process, opt = StepRunner(reference, MSELoss()), SGD(reference.parameters(), lr=0.1)
+for _ in range(STEPS):          # the step runner: forward, loss, backward into the zeroed gradients
     reference.zero_grad()
-    loss_fn = MSELoss()
-    loss_fn.forward(reference.forward(batch[0]), batch[1])
-    reference.backward(loss_fn.backward())
+    one_process.forward_backward(batch[0], batch[1])
     opt.step()
 expected = [p.data for p in reference.parameters()]
 
@@ -179,13 +177,13 @@ for name, (table, stages) in runs.items():
 # %% [markdown]
 # ## 3. One grid: data × pipeline × tensor
 #
-# `DataPipelineGrid` places rank w = (d·P + p)·t + q on a grid with `comm.split`: the t ranks of a tensor
-# group run each block Megatron-style (heads and hidden units split, f/g all-reduces), the P ranks of a
-# pipeline group run the task table, the D ranks of a data group all-reduce their gradients. A tiny GPT
-# on 2 × 2 × 2 = 8 ranks (1F1B) must again equal one process. In the trace, ranks 0–3 are replica 0:
-# stage 0 on ranks 0, 1 (a tensor pair), stage 1 on ranks 2, 3; the data all-reduce closes the step.
-# The stages are cut by unit count, so stage 0 (embeddings and both blocks) does most of the work while
-# stage 1 (final LayerNorm and head) waits: balancing stages by cost is the next thing a planner fixes.
+# `DataPipelineGrid` places rank w = (d·P + p)·t + q on a grid with `comm.split`: a tensor group's t ranks
+# run each block Megatron-style (heads and hidden units split, f/g all-reduces), a pipeline group's P ranks
+# the task table, a data group's D ranks all-reduce their gradients. A tiny GPT on 2 × 2 × 2 = 8 ranks
+# (1F1B) must again equal one process. In the trace, ranks 0–3 are replica 0: stage 0 on ranks 0, 1 (a
+# tensor pair), stage 1 on ranks 2, 3; the data all-reduce closes the step. Stages are cut by unit count:
+# stage 0 (embeddings, both blocks) works while stage 1 (LayerNorm, head) waits — balancing stages by
+# cost is the next thing a planner fixes.
 
 # %%
 gpt_args = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "d_model": 8, "n_heads": 2}
@@ -201,8 +199,8 @@ def gpt_step(comm):
     return loss if grid.tensor_rank == 0 else None
 
 
-one = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
-expected_loss = CrossEntropyLoss().forward(one.forward(tokens[0]), tokens[1])
+expected_loss = CrossEntropyLoss().forward(
+    GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64).forward(tokens[0]), tokens[1])
 # a slow device and a fast link, so that compute and the three kinds of traffic are all visible
 losses, trace = run_traced(gpt_step, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=1 / 5e9))
 grid_loss = sum(loss for loss in losses if loss is not None)
@@ -223,7 +221,6 @@ print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_
 # steps, tokens dropped at capacity 1: one process routing the same 8 groups gives the same losses.
 
 # %%
-from minidist.nn import SwitchTransformer  # noqa: E402
 from minidist.parallel.grid_expert import switch_units  # noqa: E402
 
 switch_args = dict(gpt_args, num_experts=2, d_ff=16, capacity_factor=1.0, z_loss_coef=1e-3, groups=8)
@@ -352,13 +349,13 @@ print("Megatron-LM's README, model FLOPs utilisation at data parallel 1: "
 # (P − 1)/(M + P − 1): the tiny GPT's stages are far from equal. `minidist/plan/check.py` lists every
 # layout of that GPT that runs on ≤ 8 ranks — data × pipeline × context × tensor under 1F1B, interleaved,
 # ZB-H1 and Chimera: 73 of them, each with its fewest micro-batches (the test also runs every other count:
-# 171 layouts) — and runs one AdamW step of each; measured:
-# each rank's simulated seconds, the model states `held_bytes` counts, and the most activation bytes the
-# executor held after any task.
-# (`python -m minidist plan --mode minidist ... --measure` prints the same side by side.)
+# 171 layouts) — and runs one AdamW step of each; measured: each rank's simulated seconds, the model states
+# `held_bytes` counts, and the most activation bytes the executor held after any task
+# (`python -m minidist plan --mode minidist ... --measure` prints the same side by side).
 
 # %%
 from minidist.plan.check import measure, predict, runnable_layouts  # noqa: E402
+from minidist.plan.check_figure import plot_check  # noqa: E402
 
 check_spec = ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11)
 slow, fast = Device(flops=1e9), LinkModel(alpha=1e-6, beta=1 / 5e9)
@@ -378,51 +375,23 @@ print(f"{sum(map(len, points.values()))} ranks in {len(layouts)} layouts ({conte
       f"{worst_memory:.1e} (the issue asks for 5% and 2%)")
 assert worst_time < 1e-9 and worst_memory == 0
 
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-kinds = {"1f1b": ("tab:blue", "s", 70), "no pipeline": ("tab:gray", "o", 30), "zb-h1": ("tab:green", "^", 25),
-         "interleaved": ("tab:orange", "D", 30), "chimera": ("tab:red", "v", 35)}   # 1F1B around ZB-H1
-for lay, pts in sorted(points.items(), key=lambda item: list(kinds).index(
-        "no pipeline" if item[0].pipe == 1 else item[0].schedule)):
-    pts = np.array(pts)
-    color, marker, size = kinds["no pipeline" if lay.pipe == 1 else lay.schedule]
-    style = {"marker": marker, "s": size, "linewidths": 1, "edgecolors": color,   # filled: a context group
-             "facecolors": color if lay.context > 1 else "none"}
-    axes[0].scatter(pts[:, 0] * 1e6, pts[:, 1] * 1e6, **style)
-    axes[1].scatter(pts[:, 2] / 1e3, pts[:, 3] / 1e3, **style)
-for ax, unit, what, col, ticks in ((axes[0], "µs", "step time", 1, (70, 100, 200, 400, 700)),
-                                   (axes[1], "kB", "peak memory per rank", 3, (2, 5, 10, 20, 50, 100, 200))):
-    values = np.array([v[col] for pts in points.values() for v in pts]) * (1e6 if col == 1 else 1e-3)
-    lo, hi = values.min() / 1.2, values.max() * 1.2          # log axes: the small ranks' kB are seen too
-    ax.plot([lo, hi], [lo, hi], color="gray", lw=1, zorder=0)
-    ax.set(xlim=(lo, hi), ylim=(lo, hi), xscale="log", yscale="log", xlabel=f"predicted ({unit})",
-           ylabel=f"measured on the cluster ({unit})", title=f"{what}: prediction vs run, per rank")
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_locator(plt.FixedLocator(ticks))
-        axis.set_major_formatter(plt.FixedFormatter([str(t) for t in ticks]))
-        axis.set_minor_formatter(plt.NullFormatter())
-handles = [plt.Line2D([], [], ls="", marker=m, markersize=np.sqrt(z), color=c, markerfacecolor="none",
-                      label=k) for k, (c, m, z) in kinds.items()]
-handles.append(plt.Line2D([], [], ls="", marker="o", color="black", label="filled: context 2 or 4"))
-axes[0].legend(handles=handles, fontsize=7, title=f"{len(layouts)} layouts", title_fontsize=7)
-fig.tight_layout()
+fig = plot_check(points)   # minidist/plan/check_figure.py: one marker per rank, the diagonal is exact
 save_figure(fig, "19_predicted_vs_measured.png")
 plt.close(fig)
 
 # %% [markdown]
-# The planner predicts a step without overlap and at the compute roof, so its step times are lower bounds
-# on compute and upper bounds on exposed communication; real runs fall well short of the roof (40–56% of
-# peak in the published runs above), which is why its throughput is 1.5–2× theirs. What it gets right is
-# the shape of the answer: which layouts fit (NeMo's 70B layout only with a sharded optimizer and
-# selective recomputation), how memory splits between weights, optimizer state and activations, and which
+# The planner predicts a step without overlap and at the compute roof: lower bounds on compute, upper
+# bounds on exposed communication; real runs reach 40–56% of the roof, hence its 1.5–2× throughput. It
+# gets the shape of the answer right: which layouts fit (NeMo's 70B only with a sharded optimizer and
+# selective recomputation), how memory splits between weights, optimizer state and activations, which
 # groups must stay inside a node. On minidist's own cluster, where every cost is known, it is exact.
 #
 # ## What to remember
 #
-# The pipeline bubble shrinks by cutting the work finer (interleaving: more, smaller fills), by filling it
-# with work nobody waits for (zero-bubble: the weight gradients), or by running two pipelines into each
-# other (Chimera: one's fill is the other's drain, for twice the weights). A layout is five numbers; what
-# it costs follows from the formulas of the lessons before this one — and here they are checked against
-# the cluster.
+# The pipeline bubble shrinks by cutting the work finer (interleaving), by filling it with work nobody
+# waits for (zero-bubble: the weight gradients), or by running two pipelines into each other (Chimera:
+# one's fill is the other's drain, for twice the weights). A layout is five numbers; what it costs follows
+# from the formulas of the lessons before, here checked against the cluster.
 #
 # ## Exercises
 #
