@@ -24,6 +24,7 @@ from typing import NamedTuple
 import multiprocess
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.split import split_range
 
 
@@ -84,14 +85,13 @@ def hogwild(problem: SparseProblem, processes: int, epochs: int, lr: float, *, l
     Each process takes its contiguous share of the examples (minidist.split), in its own random order
     each epoch (seeded by SeedSequence(seed).spawn).
     """
-    if isinstance(processes, bool) or not isinstance(processes, (int, np.integer)) or processes < 1:
-        raise ValueError(f"hogwild: processes must be an integer >= 1, got {processes!r}")
+    processes, epochs = check_count(processes, "hogwild: processes"), check_count(epochs, "hogwild: epochs")
     if processes > len(problem.label):
         raise ValueError(
             f"hogwild: {processes} processes for {len(problem.label)} examples: one would have none"
         )
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1 or not lr > 0:
-        raise ValueError(f"hogwild: epochs must be an integer >= 1 and lr > 0, got {epochs!r}, {lr}")
+    if not lr > 0:
+        raise ValueError(f"hogwild: lr must be > 0, got {lr}")
     ctx = multiprocess.get_context("fork")
     weights = ctx.RawArray(ctypes.c_double, problem.dim)
     versions = ctx.RawArray(ctypes.c_int64, problem.dim)

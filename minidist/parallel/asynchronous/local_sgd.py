@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.collectives import ALGORITHMS, allreduce
 from minidist.nn.flat import flatten, unflatten
 
+from .stragglers import check_seconds
+
 
 def check_common(comm, seconds, every: int, what: str) -> np.ndarray:
-    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-        raise ValueError(f"{what}: the averaging period must be an integer >= 1, got {every!r}")
-    seconds = np.asarray(seconds, dtype=np.float64)
-    if seconds.ndim != 2 or seconds.shape[0] != comm.world_size or seconds.shape[1] < 1:
-        raise ValueError(
-            f"{what}: seconds must have shape (world size = {comm.world_size}, steps), got {seconds.shape}"
-        )
-    return seconds
+    """The checks local SGD and EASGD share: the period, and one row of step times per rank."""
+    check_count(every, f"{what}: the averaging period")
+    return check_seconds(seconds, what, workers=comm.world_size)
 
 
 def local_step(comm, model, optimizer, loss_fn, x, y, duration: float) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import is_count
 from minidist.cluster import LinkModel
 from minidist.nn import Parameter
 from minidist.nn.flat import flatten, unflatten
@@ -26,6 +27,7 @@ from minidist.split import split_bounds
 
 from .schedule import ps_schedule
 from .staleness import check_bound
+from .stragglers import check_seconds
 
 
 def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: np.ndarray, servers: int = 1,
@@ -40,20 +42,13 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     every record_every updates};
     workers return {"losses": [(clock, loss)], "clock"}.
     """
-    if (
-        isinstance(servers, bool)
-        or not isinstance(servers, (int, np.integer))
-        or not 1 <= servers < comm.world_size
-    ):
+    if not is_count(servers) or servers >= comm.world_size:
         raise ValueError(f"servers must be an integer with 1 <= servers < world size = {comm.world_size} "
                          f"(at least one worker), got {servers!r}")
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr}")
     bound, link = check_bound(bound), LinkModel() if link is None else link
-    workers = comm.world_size - servers
-    seconds = np.asarray(seconds, dtype=np.float64)
-    if seconds.ndim != 2 or seconds.shape[0] != workers:
-        raise ValueError(f"seconds must have shape (workers = {workers}, steps), got {seconds.shape}")
+    seconds = check_seconds(seconds, "train_parameter_server", workers=comm.world_size - servers)
     params = model.parameters()
     flat = flatten([p.data for p in params])
     pieces = split_bounds(flat.size, servers)
