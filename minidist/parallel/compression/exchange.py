@@ -21,6 +21,7 @@ from minidist.checks import check_count
 from minidist.collectives import allgather
 from minidist.nn.flat import flatten, unflatten
 from minidist.nn.runner import Attachment, StepRunner
+from minidist.parallel.data.shards import check_trainer
 from minidist.split import split_range
 
 from .error_feedback import ErrorFeedback
@@ -52,11 +53,7 @@ class CompressedDataParallel(Attachment):
     """
 
     def __init__(self, comm, model, optimizer, loss_fn, compressor=None):
-        if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
-            raise TypeError(f"comm must be a Communicator, got {type(comm).__name__}")
-        self.params = model.parameters()
-        if not self.params:
-            raise ValueError("model has no parameters")
+        self.params = check_trainer(comm, model, loss_fn)
         self.n = sum(p.size for p in self.params)
         self.dtype = self.params[0].data.dtype
         if compressor is None:

@@ -132,10 +132,7 @@ class ShardedMixedPrecision(Attachment):
         if applied, the wrapper shares the updated masters. Returns True if the update was applied."""
         for g in wrapper.groups:
             g.shard.grad[...] = reduce_scatter(wrapper.comm, g.grad)
-        applied = self.step(wrapper.comm, [g.shard for g in wrapper.groups], wrapper.optimizer)
-        if applied:
-            wrapper.share_masters()
-        return applied
+        return wrapper._update()
 
     def flag_bytes(self, world_size: int, rank: int) -> int:
         """Bytes rank sends per step to agree on found_inf (module function ``flag_bytes``)."""
