@@ -114,11 +114,7 @@ class FSDP(ShardedWrapper):
     def full_parameters(self) -> list[np.ndarray]:
         """The full parameters in model.parameters() order, gathered (a collective: every rank calls it;
         its bytes count in comm.stats). The model's Parameters stay freed."""
-        out = []
-        for g in self.groups:
-            full = np.concatenate(allgather(self.comm, g.low))
-            out += [view.copy() for view in g.views(full)]
-        return out
+        return self._gather_full(lambda g: g.low)
 
     def largest_layer(self) -> int:
         """max_l Ψ_l: elements of the largest layer, gathered whole while it runs."""
@@ -128,7 +124,4 @@ class FSDP(ShardedWrapper):
         """Bytes this rank sends per step: two allgathers and one reduce-scatter of every layer (flat.py);
         with mixed precision also the found_inf flag (applied: no difference, nothing is gathered
         at the step)."""
-        p, r = self.comm.world_size, self.comm.rank
-        return self.precision.flag_bytes(p, r) + sum(
-            2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")
-            + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter") for g in self.groups)
+        return self._bytes_sent(allgathers=2)

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.collectives import allgather
 from minidist.memory import held_bytes
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.optim import LARS
 from minidist.parallel.clock import ComputeClock
 from minidist.parallel.memory import MemoryRecorder
 
+from . import flat
 from .replicas import check_same_layout, check_same_values
 from .shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
-from .zero_mixed import check_mixed, gather_masters
+from .zero_mixed import check_mixed
 
 
 class ShardedWrapper(Attachment):
@@ -102,9 +104,26 @@ class ShardedWrapper(Attachment):
         """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
         return held_bytes(self.model, self.optimizer, **self.precision.held(self.groups))
 
+    def _gather_full(self, piece) -> list[np.ndarray]:
+        """Copies of the full parameters in model.parameters() order, allgathered from every group's
+        ``piece(g)`` (a collective: every rank calls it; its bytes count in comm.stats)."""
+        found = {}
+        for g in self.groups:
+            full = np.concatenate(allgather(self.comm, piece(g)))
+            found.update({id(p): view.copy() for p, view in zip(g.params, g.views(full))})
+        return [found[id(p)] for p in self.model.parameters()]
+
     def master_parameters(self) -> list[np.ndarray]:
         """Mixed precision: the full fp32 masters in model.parameters() order (a collective)."""
-        return gather_masters(self.comm, self.groups, self.model.parameters())
+        return self._gather_full(lambda g: g.shard.data)
+
+    def _bytes_sent(self, allgathers: int) -> int:
+        """Bytes this rank sends per step: one reduce-scatter and ``allgathers`` allgathers of every group
+        (flat.send_bytes), and with mixed precision the found_inf flag."""
+        p, r = self.comm.world_size, self.comm.rank
+        return self.precision.flag_bytes(p, r) + sum(
+            flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
+            + allgathers * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
 
     def shard_elements(self) -> int:
         """Ψ_r: the elements of this rank's shards (Σ over groups of split_sizes(n, P)[rank])."""

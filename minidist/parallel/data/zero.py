@@ -145,10 +145,7 @@ class ZeRO(ShardedWrapper):
     def bytes_per_step(self, applied: bool = True) -> int:
         """Bytes this rank sends per step: a reduce-scatter and an allgather of every bucket (flat.py); with
         mixed precision also the found_inf flag, and no allgather when the step was skipped."""
-        p, r = self.comm.world_size, self.comm.rank
-        return self.precision.flag_bytes(p, r) + sum(
-            flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
-            + applied * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
+        return self._bytes_sent(allgathers=int(applied))
 
 
 def zero_data_parallel(comm, model, make_optimizer, loss_fn, *, stage: int, **options):

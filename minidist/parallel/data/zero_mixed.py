@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives import allgather, allreduce, reduce_scatter
+from minidist.collectives import allreduce, reduce_scatter
 from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
 from minidist.precision.formats import check_format
@@ -135,8 +135,10 @@ class ShardedMixedPrecision(Attachment):
         return wrapper._update()
 
     def flag_bytes(self, world_size: int, rank: int) -> int:
-        """Bytes rank sends per step to agree on found_inf (module function ``flag_bytes``)."""
-        return flag_bytes(world_size, rank)
+        """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag: its
+        reduce-scatter sends every chunk but its own, its allgather every chunk but its right neighbour's."""
+        sizes = split_sizes(1, world_size)
+        return 8 * (1 - sizes[rank]) + 8 * (1 - sizes[(rank + 1) % world_size])
 
     def held(self, groups) -> dict:
         """held_bytes keywords: the fp32 master shards are optimizer state (the paper's K), their .grad
@@ -146,24 +148,19 @@ class ShardedMixedPrecision(Attachment):
                           "gradients": [s.grad for s in shards], "optimizer": [s.data for s in shards]}}
 
     def save(self, groups) -> dict:
-        """A wrapper's state_dict entries: the fp32 master shards and the loss scale."""
-        return {"mixed": {"masters": [g.shard.data.copy() for g in groups], **self.state()}}
+        """A wrapper's state_dict entries: the fp32 master shards and the scaler's scale and clean steps."""
+        return {"mixed": {"masters": [g.shard.data.copy() for g in groups], "scale": self.scaler.scale,
+                          "clean_steps": getattr(self.scaler, "clean_steps", 0)}}
 
     def restore(self, state: dict, wrapper) -> None:
         """Load ``save``'s entries; the low-precision parameters follow (``share_masters``, a collective)."""
-        for g, master in zip(wrapper.groups, state["mixed"]["masters"]):
+        mixed = state["mixed"]
+        for g, master in zip(wrapper.groups, mixed["masters"]):
             g.shard.data[...] = master
-        self.load(state["mixed"])
-        wrapper.share_masters()
-
-    def state(self) -> dict:
-        """The scaler's state (scale and clean steps), for a wrapper's state_dict."""
-        return {"scale": self.scaler.scale, "clean_steps": getattr(self.scaler, "clean_steps", 0)}
-
-    def load(self, state: dict) -> None:
-        self.scaler.scale = float(state["scale"])
+        self.scaler.scale = float(mixed["scale"])
         if hasattr(self.scaler, "clean_steps"):
-            self.scaler.clean_steps = int(state["clean_steps"])
+            self.scaler.clean_steps = int(mixed["clean_steps"])
+        wrapper.share_masters()
 
 
 class ShardedFullPrecision(Attachment):
@@ -221,20 +218,3 @@ def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
         raise TypeError("mixed must be a ShardedMixedPrecision(fmt, grad_fmt=..., scaler=...) (the sharded "
                         f"wrappers build the optimizer on fp32 master shards), got {type(mixed).__name__}")
     return mixed
-
-
-def flag_bytes(world_size: int, rank: int) -> int:
-    """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag: its reduce-scatter
-    sends every chunk but its own, its allgather every chunk but its right neighbour's."""
-    sizes = split_sizes(1, world_size)
-    return 8 * (1 - sizes[rank]) + 8 * (1 - sizes[(rank + 1) % world_size])
-
-
-def gather_masters(comm, groups, params) -> list[np.ndarray]:
-    """The full fp32 masters in the order of params (a collective: allgather of every master shard)."""
-    found = {}
-    for g in groups:
-        full = np.concatenate(allgather(comm, g.shard.data))
-        found.update({id(p): view.copy() for p, view in zip(g.params, g.views(full))})
-    return [found[id(p)] for p in params]
-
