@@ -28,13 +28,11 @@ import numpy as np
 from minidist.collectives import allreduce, reduce_scatter
 from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
-from minidist.precision.formats import check_format
-from minidist.precision.mixed import boundaries
-from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
+from minidist.precision.mixed import Recipe, boundaries
 from minidist.split import split_sizes
 
 
-class ShardedMixedPrecision(Attachment):
+class ShardedMixedPrecision(Recipe):
     """The mixed-precision recipe of a sharded wrapper (ZeRO stages 1-2, FSDP).
 
     Args:
@@ -45,16 +43,7 @@ class ShardedMixedPrecision(Attachment):
     """
 
     def __init__(self, fmt, *, grad_fmt=None, scaler=None, master_fmt=FP32):
-        self.fmt = check_format(fmt)
-        self.grad_fmt = check_format(grad_fmt if grad_fmt is not None else fmt)
-        self.master_fmt = check_format(master_fmt)
-        self.scaler = scaler if scaler is not None else DynamicLossScaler()
-        if not isinstance(self.scaler, (StaticLossScaler, DynamicLossScaler)):
-            raise TypeError("scaler must be a StaticLossScaler or DynamicLossScaler, got "
-                            f"{type(scaler).__name__}")
-        self.steps_taken, self.steps_skipped = 0, 0
-        self.ends: set[int] = set()
-        self.starts: set[int] = set()
+        super().__init__(fmt, grad_fmt, scaler, master_fmt)
         self.bound = False
 
     def bind(self, model, params) -> None:
@@ -84,14 +73,7 @@ class ShardedMixedPrecision(Attachment):
     def begin(self, runner) -> None:
         self._errors = np.seterr(over="ignore", invalid="ignore")   # Inf/NaN expected: the step is skipped
 
-    def before_forward(self, i, layer, x):
-        """x (B, ...) as float32 in fmt."""
-        return quantize(np.asarray(x, dtype=np.float32), self.fmt) if i == 0 else x
-
-    def after_forward(self, i, layer, y):
-        """Layer i's output, quantized to fmt if it ends a top-level layer."""
-        return quantize(y, self.fmt) if i in self.ends else y
-
+    # before_forward, after_forward: Recipe's (the input and each top-level layer's output in fmt)
     def after_loss(self, dy):
         """dL/dlogits · s in grad_fmt."""
         return quantize(dy * np.float32(self.scaler.scale), self.grad_fmt)
@@ -111,21 +93,9 @@ class ShardedMixedPrecision(Attachment):
         Rounds the pieces to grad_fmt, unscales, agrees on found_inf (a one-element allreduce, max), then
         steps the optimizer unless any rank found Inf/NaN. Returns True if the update was applied."""
         with np.errstate(over="ignore", invalid="ignore"):
-            for m in masters:
-                m.grad[...] = quantize(m.grad, self.grad_fmt)
-            found_inf = self.scaler.unscale([m.grad for m in masters])
-        flag = allreduce(comm, np.array([float(found_inf)]), op="max", algorithm="ring")
-        found_inf = bool(flag[0])
-        if found_inf:
-            self.steps_skipped += 1
-        else:
-            optimizer.step()
-            if self.master_fmt != FP32:
-                for m in masters:
-                    m.data[...] = quantize(m.data, self.master_fmt, saturate=True)
-            self.steps_taken += 1
-        self.scaler.update(found_inf)
-        return not found_inf
+            found_inf = self._agree([m.grad for m in masters],
+                                    lambda flag: allreduce(comm, flag, op="max", algorithm="ring"))
+        return self._apply(found_inf, optimizer, [m.data for m in masters])
 
     def zero1_step(self, wrapper) -> bool:
         """ZeRO-1's update: reduce-scatter every bucket's gradient into its master shard, then ``step``;
