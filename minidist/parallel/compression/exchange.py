@@ -21,8 +21,7 @@ from minidist.checks import check_count
 from minidist.collectives import allgather
 from minidist.nn.flat import flatten, unflatten
 from minidist.nn.runner import Attachment, StepRunner
-from minidist.parallel.data.shards import check_trainer
-from minidist.split import split_range
+from minidist.parallel.data.shards import check_trainer, shard_range
 
 from .error_feedback import ErrorFeedback
 from .topk import check_dtype, check_gradient, check_message
@@ -71,12 +70,9 @@ class CompressedDataParallel(Attachment):
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One step on the global batch (x, y), the same on every rank; returns this rank's shard loss."""
-        batch, p = len(x), self.comm.world_size
-        if batch < p:
-            raise ValueError(f"a global batch of {batch} examples cannot be split over {p} ranks (P <= B)")
-        lo, hi = split_range(batch, p, self.comm.rank)
+        lo, hi = shard_range(self.comm, x, y)
         self.model.zero_grad()
-        self._weight = self.dtype.type((hi - lo) / batch)
+        self._weight = self.dtype.type((hi - lo) / len(x))
         loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])      # end_backward: the exchange
         self.optimizer.step()
         return float(loss)
