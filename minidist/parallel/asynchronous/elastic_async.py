@@ -31,6 +31,7 @@ from minidist.cluster import LinkModel
 from minidist.nn.flat import flatten, unflatten
 
 from .local_sgd import local_step
+from .schedule import recv_on_schedule
 from .stragglers import check_seconds
 
 
@@ -111,10 +112,7 @@ def _center(comm, center: np.ndarray, plan: list[Exchange], alpha: float) -> dic
     incoming = np.empty_like(center)
     history, exchanges = [(comm.clock, center.copy())], []
     for ex in plan:
-        comm.recv(1 + ex.worker, out=incoming)
-        if comm.clock != ex.received:
-            raise RuntimeError(f"center: the clock ({comm.clock}) left the schedule ({ex.received}); "
-                               f"pass train_elastic_async the LinkModel the run uses")
+        recv_on_schedule(comm, 1 + ex.worker, incoming, ex.received, "train_elastic_async")
         elastic = alpha * (incoming - center)
         center += elastic
         comm.send(elastic, 1 + ex.worker)

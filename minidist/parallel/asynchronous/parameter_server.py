@@ -25,7 +25,7 @@ from minidist.nn.flat import flatten, unflatten
 from minidist.optim import SGD
 from minidist.split import split_bounds
 
-from .schedule import ps_schedule
+from .schedule import ps_schedule, recv_on_schedule
 from .staleness import check_bound
 from .stragglers import check_seconds
 
@@ -70,12 +70,7 @@ def _serve(comm, flat, piece, pushes, servers, lr, momentum, record_every) -> di
     version, sent = 0, {}
     staleness, times, history = [], [], [(comm.clock, shard.data.copy())]
     for push in pushes:
-        comm.recv(servers + push.worker, out=shard.grad)
-        if comm.clock != push.received:
-            raise RuntimeError(
-                f"server {comm.rank}: the clock ({comm.clock}) left the schedule ({push.received}); "
-                f"pass train_parameter_server the LinkModel the run uses"
-            )
+        recv_on_schedule(comm, servers + push.worker, shard.grad, push.received, "train_parameter_server")
         staleness.append(version - sent.get(push.worker, 0))
         times.append(comm.clock)
         optimizer.step()

@@ -40,6 +40,15 @@ class PSSchedule(NamedTuple):
     server_clock: np.ndarray   # each server's clock at the end, shape (S,)
 
 
+def recv_on_schedule(comm, src: int, out: np.ndarray, expected: float, trainer: str) -> None:
+    """A server's receive from ``src`` into ``out``, which must end at the clock its schedule computed
+    (else the run's link differs from the one the schedule was computed with: a RuntimeError)."""
+    comm.recv(src, out=out)
+    if comm.clock != expected:
+        raise RuntimeError(f"rank {comm.rank}: the clock ({comm.clock}) left the schedule ({expected}); "
+                           f"pass {trainer} the LinkModel the run uses")
+
+
 def ps_schedule(seconds: np.ndarray, push_bytes: list[int], pull_bytes: list[int], alpha: float, beta: float,
                 bound: int | None = None) -> PSSchedule:
     """Simulate asynchronous SGD on S = len(push_bytes) servers and W workers for K steps each.
