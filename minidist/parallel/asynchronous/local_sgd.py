@@ -21,9 +21,12 @@ from minidist.nn.flat import flatten, unflatten
 from .stragglers import check_seconds
 
 
-def check_common(comm, seconds, every: int, what: str) -> np.ndarray:
-    """The checks local SGD and EASGD share: the period, and one row of step times per rank."""
+def check_common(comm, seconds, every: int, algorithm: str, what: str) -> np.ndarray:
+    """The checks local SGD and EASGD share: the period, the allreduce algorithm, one row of step times per
+    rank (returned as a float64 table)."""
     check_count(every, f"{what}: the averaging period")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     return check_seconds(seconds, what, workers=comm.world_size)
 
 
@@ -44,9 +47,7 @@ def train_local_sgd(comm, model, optimizer, loss_fn, batch, *, seconds, every: i
     batch(rank, step) -> (x, y); seconds: (P, K) compute seconds (fixes K steps); every: H >= 1.
     The last step always averages, so every rank ends with the same model.
     """
-    seconds = check_common(comm, seconds, every, "train_local_sgd")
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    seconds = check_common(comm, seconds, every, algorithm, "train_local_sgd")
     params, steps = model.parameters(), seconds.shape[1]
     losses, averages = [], []
     for step in range(steps):
