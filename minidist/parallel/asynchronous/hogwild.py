@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import multiprocess
@@ -64,16 +65,13 @@ def _worker(problem, rank, processes, epochs, lr, weights, versions, lock, seed,
     for _ in range(epochs):
         for i in lo + rng.permutation(hi - lo):
             e, v, y = problem.index[i], problem.value[i], problem.label[i]
-            if lock is not None:
-                lock.acquire()
-            seen = version[e].copy()
-            m = float(w[e] @ v)
-            w[e] += lr * y / (1.0 + np.exp(y * m)) * v       # y·σ(−y m)·v
-            if np.any(version[e] != seen):                   # someone wrote here since we read
-                conflicts += 1
-            version[e] += 1
-            if lock is not None:
-                lock.release()
+            with lock:                                       # Hogwild!: a nullcontext, no lock at all
+                seen = version[e].copy()
+                m = float(w[e] @ v)
+                w[e] += lr * y / (1.0 + np.exp(y * m)) * v   # y·σ(−y m)·v
+                if np.any(version[e] != seen):               # someone wrote here since we read
+                    conflicts += 1
+                version[e] += 1
     counts[rank] = conflicts
 
 
@@ -97,7 +95,7 @@ def hogwild(problem: SparseProblem, processes: int, epochs: int, lr: float, *, l
     versions = ctx.RawArray(ctypes.c_int64, problem.dim)
     counts = ctx.RawArray(ctypes.c_int64, processes)
     start = ctx.Event()
-    the_lock = ctx.Lock() if lock else None
+    the_lock = ctx.Lock() if lock else nullcontext()
     seeds = np.random.SeedSequence(seed).spawn(processes)
     procs = [ctx.Process(target=_worker, args=(problem, r, processes, epochs, lr, weights, versions, the_lock,
                                               seeds[r], start, counts)) for r in range(processes)]
