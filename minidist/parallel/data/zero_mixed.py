@@ -74,6 +74,7 @@ class ShardedMixedPrecision(Recipe):
         self._errors = np.seterr(over="ignore", invalid="ignore")   # Inf/NaN expected: the step is skipped
 
     # before_forward, after_forward: Recipe's (the input and each top-level layer's output in fmt)
+
     def after_loss(self, dy):
         """dL/dlogits · s in grad_fmt."""
         return quantize(dy * np.float32(self.scaler.scale), self.grad_fmt)
