@@ -70,12 +70,9 @@ class _BatchNorm(Module):
                 f"{what}: expected {self.num_features} channels in dimension 1, got shape {x.shape}"
             )
         self._axes = (0, *range(2, x.ndim))  # every axis but the channels
-        count = x.size // self.num_features
         self._batch_statistics = self.training  # which statistics this forward used decides the backward
         if self.training:
-            if count < 2:
-                raise ValueError(f"{what}: training needs more than 1 value per channel, got shape {x.shape}")
-            mean, var = x.mean(axis=self._axes), x.var(axis=self._axes)
+            mean, var, count = self._statistics(x, what)
             m = self.momentum
             self.running_mean[...] = (1 - m) * self.running_mean + m * mean
             self.running_var[...] = (1 - m) * self.running_var + m * var * (count / (count - 1))
@@ -83,12 +80,20 @@ class _BatchNorm(Module):
             mean, var = self.running_mean.astype(x.dtype), self.running_var.astype(x.dtype)
         self.remember_output_shape(x.shape)
         self._inv_std = self._per_channel(1.0 / np.sqrt(var + self.eps), x.ndim).astype(x.dtype)
-        self._x_hat = (x - self._per_channel(mean, x.ndim)) * self._inv_std
+        self._x_hat = (x - self._per_channel(mean, x.ndim).astype(x.dtype)) * self._inv_std
         if self.weight is None:
             return self._x_hat
         return self._x_hat * self._per_channel(self.weight.data, x.ndim) + self._per_channel(
             self.bias.data, x.ndim
         )
+
+    def _statistics(self, x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """Training: the per-channel mean and biased variance (C,) of x over every axis but the channels,
+        and the number of values per channel (SyncBatchNorm: over the global batch of all ranks)."""
+        count = x.size // self.num_features
+        if count < 2:
+            raise ValueError(f"{what}: training needs more than 1 value per channel, got shape {x.shape}")
+        return x.mean(axis=self._axes), x.var(axis=self._axes), count
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: upstream gradient, shape of x; returns dx, shape of x; adds dγ (C,) into weight.grad and

@@ -39,7 +39,52 @@ from .rounding import ROUNDINGS, quantize
 from .scaling import DynamicLossScaler, StaticLossScaler
 
 
-class MixedPrecisionTrainer(Attachment):
+class Recipe(Attachment):
+    """What every mixed-precision attachment shares (MixedPrecisionTrainer here, the sharded wrappers'
+    ShardedMixedPrecision): the formats and the loss scaler, checked; the casts of activations at the
+    layer boundaries ``starts`` / ``ends`` (``boundaries``); the agreement on an overflow and the update."""
+
+    def __init__(self, fmt: FloatFormat, grad_fmt: FloatFormat | None, scaler, master_fmt: FloatFormat):
+        self.fmt = check_format(fmt)
+        self.grad_fmt = check_format(grad_fmt if grad_fmt is not None else fmt)
+        self.master_fmt = check_format(master_fmt)
+        self.scaler = scaler if scaler is not None else DynamicLossScaler()
+        if not isinstance(self.scaler, (StaticLossScaler, DynamicLossScaler)):
+            raise TypeError("scaler must be a StaticLossScaler or DynamicLossScaler, "
+                            f"got {type(scaler).__name__}")
+        self.starts, self.ends = set(), set()
+        self.steps_taken, self.steps_skipped = 0, 0
+
+    def before_forward(self, i, layer, x):
+        return quantize(np.asarray(x, dtype=np.float32), self.fmt) if i == 0 else x
+
+    def after_forward(self, i, layer, y):
+        return quantize(y, self.fmt) if i in self.ends else y
+
+    def _agree(self, grads: list[np.ndarray], reduce_max) -> bool:
+        """Round the summed scaled gradients to grad_fmt (as an allreduce in that format delivers them),
+        unscale them in place, and return found_inf of any rank through ``reduce_max(flag)``."""
+        for g in grads:
+            g[...] = quantize(g, self.grad_fmt)
+        found_inf = self.scaler.unscale(grads)             # elementwise: the clock treats it as free
+        return bool(reduce_max(np.array([float(found_inf)]))[0])
+
+    def _apply(self, found_inf: bool, optimizer, masters: list[np.ndarray], **rounding) -> bool:
+        """Skip the update if found_inf, else optimizer.step() and round the masters into master_fmt;
+        update the scaler. Returns True if the update was applied."""
+        if found_inf:
+            self.steps_skipped += 1
+        else:
+            optimizer.step()
+            if self.master_fmt != FP32:
+                for m in masters:
+                    m[...] = quantize(m, self.master_fmt, saturate=True, **rounding)
+            self.steps_taken += 1
+        self.scaler.update(found_inf)
+        return not found_inf
+
+
+class MixedPrecisionTrainer(Recipe):
     """Train ``model`` with ``optimizer`` (built on model.parameters()) in low precision.
 
     Args:
@@ -63,26 +108,18 @@ class MixedPrecisionTrainer(Attachment):
             if not callable(getattr(optimizer, name, None)):
                 raise TypeError(f"optimizer must have .{name}(), got {type(optimizer).__name__}")
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
-        self.fmt = check_format(fmt)
-        self.grad_fmt = check_format(grad_fmt if grad_fmt is not None else fmt)
-        self.master_fmt = check_format(master_fmt)
+        super().__init__(fmt, grad_fmt, scaler, master_fmt)
         if update_rounding not in ROUNDINGS:
             raise ValueError(f"update_rounding must be one of {ROUNDINGS}, got {update_rounding!r}")
         if update_rounding == "stochastic" and rng is None:
             raise ValueError("update_rounding='stochastic' needs rng=np.random.default_rng(seed)")
         self.update_rounding, self.rng = update_rounding, rng
-        self.scaler = scaler if scaler is not None else DynamicLossScaler()
-        if not isinstance(self.scaler, (StaticLossScaler, DynamicLossScaler)):
-            raise TypeError("scaler must be a StaticLossScaler or DynamicLossScaler, "
-                            f"got {type(scaler).__name__}")
         self.params = model.parameters()
         for p in self.params:
             if p.data.dtype != np.float32:
                 raise TypeError(f"master weights must be float32, got {p.data.dtype}")
         self.runner = StepRunner(model, loss_fn, [self])
         self.starts, self.ends = boundaries(model)
-        self.steps_taken = 0
-        self.steps_skipped = 0
 
     # -- forward and backward in low precision: attached to the step runner -----------------------------
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -105,12 +142,6 @@ class MixedPrecisionTrainer(Attachment):
             p.data = quantize(p.data, self.fmt, saturate=True)
         # overflow to Inf (and Inf − Inf = NaN) is expected: unscale() reports it, step() skips
         self._errors = np.seterr(over="ignore", invalid="ignore")
-
-    def before_forward(self, i, layer, x):
-        return quantize(np.asarray(x, dtype=np.float32), self.fmt) if i == 0 else x
-
-    def after_forward(self, i, layer, y):
-        return quantize(y, self.fmt) if i in self.ends else y
 
     def after_loss(self, dy):
         self._earlier = {}                    # this pass's dW is rounded alone, then added to the earlier
@@ -138,10 +169,7 @@ class MixedPrecisionTrainer(Attachment):
         """After the scaled gradients were summed over ranks: round the sums to grad_fmt (as an allreduce
         in that format delivers them), unscale, and return found_inf of any rank, through
         ``reduce_max(flag)`` (e.g. an allreduce with max of a 1-element array), so every rank skips alike."""
-        for p in self.params:
-            p.grad[...] = quantize(p.grad, self.grad_fmt)
-        found_inf = self.unscale()                # elementwise: the clock treats it as free
-        return bool(reduce_max(np.array([float(found_inf)]))[0])
+        return self._agree([p.grad for p in self.params], reduce_max)
 
     def step(self, found_inf: bool) -> bool:
         """Skip the update if found_inf, else optimizer.step() and round the masters; update the scaler.
@@ -149,18 +177,8 @@ class MixedPrecisionTrainer(Attachment):
         Returns True if the update was applied. In data parallelism found_inf must be the same on every
         rank (allreduce it with max), or the replicas drift apart.
         """
-        found_inf = check_flag(found_inf, "found_inf")
-        if found_inf:
-            self.steps_skipped += 1
-        else:
-            self.optimizer.step()
-            if self.master_fmt != FP32:
-                for p in self.params:
-                    p.data[...] = quantize(p.data, self.master_fmt, rounding=self.update_rounding,
-                                           rng=self.rng, saturate=True)
-            self.steps_taken += 1
-        self.scaler.update(found_inf)
-        return not found_inf
+        return self._apply(check_flag(found_inf, "found_inf"), self.optimizer, [p.data for p in self.params],
+                           rounding=self.update_rounding, rng=self.rng)
 
     def train_step(self, x: np.ndarray, target: np.ndarray) -> tuple[float, bool]:
         """zero_grad, forward_backward, unscale, step: returns (loss, applied)."""

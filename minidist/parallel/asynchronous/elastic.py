@@ -17,7 +17,7 @@ Every rank keeps its copy of x̃; the sum Σ_r x_r,t is one allreduce, so the co
 
 from __future__ import annotations
 
-from minidist.collectives import ALGORITHMS, allreduce
+from minidist.collectives import allreduce
 from minidist.nn.flat import flatten, unflatten
 
 from .local_sgd import check_common, local_step
@@ -29,14 +29,12 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
 
     batch(rank, step) -> (x, y); seconds: (P, K) compute seconds; every: τ >= 1; alpha: 0 < α, P·α <= 1.
     """
-    seconds = check_common(comm, seconds, every, "train_elastic")
+    seconds = check_common(comm, seconds, every, algorithm, "train_elastic")
     if not (alpha > 0 and comm.world_size * alpha <= 1):
         raise ValueError(
             f"train_elastic: the moving rate needs 0 < alpha and beta = P·alpha <= 1, got alpha={alpha} "
             f"with P = {comm.world_size}"
         )
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     params, steps = model.parameters(), seconds.shape[1]
     center = flatten([p.data for p in params])      # x̃ starts at the common initial model
     losses, centers = [], [(comm.clock, center.copy())]

@@ -26,10 +26,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.cluster import LinkModel
 from minidist.nn.flat import flatten, unflatten
 
 from .local_sgd import local_step
+from .schedule import recv_on_schedule
+from .stragglers import check_seconds
 
 
 class Exchange(NamedTuple):
@@ -41,11 +44,7 @@ class Exchange(NamedTuple):
     replied: float       # when the reply e reaches the worker
 
 
-def check_every(every) -> int:
-    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-        raise ValueError(f"asynchronous EASGD: the communication period tau must be an integer >= 1, "
-                         f"got {every!r}")
-    return int(every)
+TAU = "asynchronous EASGD: the communication period tau"
 
 
 def easgd_schedule(seconds: np.ndarray, every: int, nbytes: int, alpha: float, beta: float) -> list[Exchange]:
@@ -54,11 +53,7 @@ def easgd_schedule(seconds: np.ndarray, every: int, nbytes: int, alpha: float, b
     seconds: (P, K) compute seconds per worker and local step; every: τ; nbytes: bytes of x_i (and of the
     reply e); alpha, beta: the link model (a message costs α + nβ).
     """
-    seconds = np.asarray(seconds, dtype=np.float64)
-    if seconds.ndim != 2 or seconds.size == 0 or not np.all(seconds >= 0):
-        raise ValueError(f"easgd_schedule: seconds must be a non-empty (workers, steps) table of times >= 0, "
-                         f"got shape {seconds.shape}")
-    every = check_every(every)
+    seconds, every = check_seconds(seconds, "easgd_schedule"), check_count(every, TAU)
     workers, steps = seconds.shape
     clock, next_step, heap = [0.0] * workers, [0] * workers, []
 
@@ -99,14 +94,10 @@ def train_elastic_async(comm, model, optimizer, loss_fn, batch, *, seconds, ever
     if comm.world_size < 2:
         raise ValueError(f"asynchronous EASGD needs a center rank and at least one worker: world size >= 2, "
                          f"got {comm.world_size}")
-    every = check_every(every)
+    every = check_count(every, TAU)
     if not 0 < alpha < 1:
         raise ValueError(f"asynchronous EASGD: the moving rate alpha must be in (0, 1), got {alpha}")
-    seconds = np.asarray(seconds, dtype=np.float64)
-    workers = comm.world_size - 1
-    if seconds.ndim != 2 or seconds.shape[0] != workers or seconds.shape[1] < 1:
-        raise ValueError(f"asynchronous EASGD: seconds must have shape (workers = {workers}, steps), "
-                         f"got {seconds.shape}")
+    seconds = check_seconds(seconds, "asynchronous EASGD", workers=comm.world_size - 1)
     link = LinkModel() if link is None else link
     params = model.parameters()
     flat = flatten([p.data for p in params])
@@ -121,10 +112,7 @@ def _center(comm, center: np.ndarray, plan: list[Exchange], alpha: float) -> dic
     incoming = np.empty_like(center)
     history, exchanges = [(comm.clock, center.copy())], []
     for ex in plan:
-        comm.recv(1 + ex.worker, out=incoming)
-        if comm.clock != ex.received:
-            raise RuntimeError(f"center: the clock ({comm.clock}) left the schedule ({ex.received}); "
-                               f"pass train_elastic_async the LinkModel the run uses")
+        recv_on_schedule(comm, 1 + ex.worker, incoming, ex.received, "train_elastic_async")
         elastic = alpha * (incoming - center)
         center += elastic
         comm.send(elastic, 1 + ex.worker)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import ctypes
 import time
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import multiprocess
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.split import split_range
 
 
@@ -63,16 +65,13 @@ def _worker(problem, rank, processes, epochs, lr, weights, versions, lock, seed,
     for _ in range(epochs):
         for i in lo + rng.permutation(hi - lo):
             e, v, y = problem.index[i], problem.value[i], problem.label[i]
-            if lock is not None:
-                lock.acquire()
-            seen = version[e].copy()
-            m = float(w[e] @ v)
-            w[e] += lr * y / (1.0 + np.exp(y * m)) * v       # y·σ(−y m)·v
-            if np.any(version[e] != seen):                   # someone wrote here since we read
-                conflicts += 1
-            version[e] += 1
-            if lock is not None:
-                lock.release()
+            with lock:                                       # Hogwild!: a nullcontext, no lock at all
+                seen = version[e].copy()
+                m = float(w[e] @ v)
+                w[e] += lr * y / (1.0 + np.exp(y * m)) * v   # y·σ(−y m)·v
+                if np.any(version[e] != seen):               # someone wrote here since we read
+                    conflicts += 1
+                version[e] += 1
     counts[rank] = conflicts
 
 
@@ -84,20 +83,19 @@ def hogwild(problem: SparseProblem, processes: int, epochs: int, lr: float, *, l
     Each process takes its contiguous share of the examples (minidist.split), in its own random order
     each epoch (seeded by SeedSequence(seed).spawn).
     """
-    if isinstance(processes, bool) or not isinstance(processes, (int, np.integer)) or processes < 1:
-        raise ValueError(f"hogwild: processes must be an integer >= 1, got {processes!r}")
+    processes, epochs = check_count(processes, "hogwild: processes"), check_count(epochs, "hogwild: epochs")
     if processes > len(problem.label):
         raise ValueError(
             f"hogwild: {processes} processes for {len(problem.label)} examples: one would have none"
         )
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1 or not lr > 0:
-        raise ValueError(f"hogwild: epochs must be an integer >= 1 and lr > 0, got {epochs!r}, {lr}")
+    if not lr > 0:
+        raise ValueError(f"hogwild: lr must be > 0, got {lr}")
     ctx = multiprocess.get_context("fork")
     weights = ctx.RawArray(ctypes.c_double, problem.dim)
     versions = ctx.RawArray(ctypes.c_int64, problem.dim)
     counts = ctx.RawArray(ctypes.c_int64, processes)
     start = ctx.Event()
-    the_lock = ctx.Lock() if lock else None
+    the_lock = ctx.Lock() if lock else nullcontext()
     seeds = np.random.SeedSequence(seed).spawn(processes)
     procs = [ctx.Process(target=_worker, args=(problem, r, processes, epochs, lr, weights, versions, the_lock,
                                               seeds[r], start, counts)) for r in range(processes)]

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.collectives import ALGORITHMS, allreduce
 from minidist.nn.flat import flatten, unflatten
 
+from .stragglers import check_seconds
 
-def check_common(comm, seconds, every: int, what: str) -> np.ndarray:
-    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-        raise ValueError(f"{what}: the averaging period must be an integer >= 1, got {every!r}")
-    seconds = np.asarray(seconds, dtype=np.float64)
-    if seconds.ndim != 2 or seconds.shape[0] != comm.world_size or seconds.shape[1] < 1:
-        raise ValueError(
-            f"{what}: seconds must have shape (world size = {comm.world_size}, steps), got {seconds.shape}"
-        )
-    return seconds
+
+def check_common(comm, seconds, every: int, algorithm: str, what: str) -> np.ndarray:
+    """The checks local SGD and EASGD share: the period, the allreduce algorithm, one row of step times per
+    rank (returned as a float64 table)."""
+    check_count(every, f"{what}: the averaging period")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    return check_seconds(seconds, what, workers=comm.world_size)
 
 
 def local_step(comm, model, optimizer, loss_fn, x, y, duration: float) -> float:
@@ -46,9 +47,7 @@ def train_local_sgd(comm, model, optimizer, loss_fn, batch, *, seconds, every: i
     batch(rank, step) -> (x, y); seconds: (P, K) compute seconds (fixes K steps); every: H >= 1.
     The last step always averages, so every rank ends with the same model.
     """
-    seconds = check_common(comm, seconds, every, "train_local_sgd")
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    seconds = check_common(comm, seconds, every, algorithm, "train_local_sgd")
     params, steps = model.parameters(), seconds.shape[1]
     losses, averages = [], []
     for step in range(steps):

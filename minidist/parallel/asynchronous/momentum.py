@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import is_count
+from minidist.checks import check_count, is_count
 from minidist.cluster import LinkModel
 from minidist.nn import Parameter
 from minidist.nn.flat import flatten, unflatten
@@ -33,9 +33,7 @@ from .staleness import check_bound
 
 def implicit_momentum(workers: int) -> float:
     """The queueing model's implicit momentum 1 − 1/P for P >= 1 asynchronous workers."""
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise ValueError(f"implicit_momentum: workers must be an integer >= 1, got {workers!r}")
-    return 1.0 - 1.0 / workers
+    return 1.0 - 1.0 / check_count(workers, "implicit_momentum: workers")
 
 
 def least_squares(samples: int, features: int, condition: float, rng: np.random.Generator):
@@ -57,14 +55,6 @@ def least_squares(samples: int, features: int, condition: float, rng: np.random.
     return x, x @ rng.standard_normal((features, 1))
 
 
-def _flat(params, attr: str) -> np.ndarray:
-    return flatten([getattr(p, attr) for p in params])
-
-
-def _load(params, flat: np.ndarray) -> None:
-    unflatten(flat, [p.data for p in params])
-
-
 def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.ndarray, momentum: float = 0.0,
                             bound: int | None = None, link: LinkModel | None = None,
                             record_every: int = 0) -> dict:
@@ -82,7 +72,7 @@ def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.nda
     bound, link = check_bound(bound), LinkModel() if link is None else link
     seconds = np.asarray(seconds, dtype=np.float64)
     params = model.parameters()
-    shard = Parameter(_flat(params, "data"))
+    shard = Parameter(flatten([p.data for p in params]))
     nbytes = shard.data.nbytes
     plan = ps_schedule(seconds, [nbytes], [nbytes], link.alpha, link.beta, bound)
     optimizer = SGD([shard], lr=lr, momentum=momentum)
@@ -90,12 +80,12 @@ def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.nda
     version, sent = 0, [0] * seconds.shape[0]
     staleness, times, history = [], [], [(0.0, shard.data.copy())]
     for push in plan.pushes[0]:
-        _load(params, pulled[push.worker])
+        unflatten(pulled[push.worker], [p.data for p in params])
         x, y = batch(push.worker, push.step)
         model.zero_grad()
         loss_fn.forward(model.forward(x), y)
         model.backward(loss_fn.backward())
-        shard.grad[...] = _flat(params, "grad")
+        flatten([p.grad for p in params], out=shard.grad)
         staleness.append(version - sent[push.worker])
         times.append(push.received)
         optimizer.step()

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import is_count
 from minidist.cluster import LinkModel
 from minidist.nn import Parameter
 from minidist.nn.flat import flatten, unflatten
 from minidist.optim import SGD
 from minidist.split import split_bounds
 
-from .schedule import ps_schedule
+from .schedule import ps_schedule, recv_on_schedule
 from .staleness import check_bound
+from .stragglers import check_seconds
 
 
 def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: np.ndarray, servers: int = 1,
@@ -40,20 +42,13 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     every record_every updates};
     workers return {"losses": [(clock, loss)], "clock"}.
     """
-    if (
-        isinstance(servers, bool)
-        or not isinstance(servers, (int, np.integer))
-        or not 1 <= servers < comm.world_size
-    ):
+    if not is_count(servers) or servers >= comm.world_size:
         raise ValueError(f"servers must be an integer with 1 <= servers < world size = {comm.world_size} "
                          f"(at least one worker), got {servers!r}")
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr}")
     bound, link = check_bound(bound), LinkModel() if link is None else link
-    workers = comm.world_size - servers
-    seconds = np.asarray(seconds, dtype=np.float64)
-    if seconds.ndim != 2 or seconds.shape[0] != workers:
-        raise ValueError(f"seconds must have shape (workers = {workers}, steps), got {seconds.shape}")
+    seconds = check_seconds(seconds, "train_parameter_server", workers=comm.world_size - servers)
     params = model.parameters()
     flat = flatten([p.data for p in params])
     pieces = split_bounds(flat.size, servers)
@@ -75,12 +70,7 @@ def _serve(comm, flat, piece, pushes, servers, lr, momentum, record_every) -> di
     version, sent = 0, {}
     staleness, times, history = [], [], [(comm.clock, shard.data.copy())]
     for push in pushes:
-        comm.recv(servers + push.worker, out=shard.grad)
-        if comm.clock != push.received:
-            raise RuntimeError(
-                f"server {comm.rank}: the clock ({comm.clock}) left the schedule ({push.received}); "
-                f"pass train_parameter_server the LinkModel the run uses"
-            )
+        recv_on_schedule(comm, servers + push.worker, shard.grad, push.received, "train_parameter_server")
         staleness.append(version - sent.get(push.worker, 0))
         times.append(comm.clock)
         optimizer.step()

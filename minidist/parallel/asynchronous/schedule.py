@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .staleness import check_bound, may_start
+from .stragglers import check_seconds
 
 
 class Push(NamedTuple):
@@ -39,6 +40,15 @@ class PSSchedule(NamedTuple):
     server_clock: np.ndarray   # each server's clock at the end, shape (S,)
 
 
+def recv_on_schedule(comm, src: int, out: np.ndarray, expected: float, trainer: str) -> None:
+    """A server's receive from ``src`` into ``out``, which must end at the clock its schedule computed
+    (else the run's link differs from the one the schedule was computed with: a RuntimeError)."""
+    comm.recv(src, out=out)
+    if comm.clock != expected:
+        raise RuntimeError(f"rank {comm.rank}: the clock ({comm.clock}) left the schedule ({expected}); "
+                           f"pass {trainer} the LinkModel the run uses")
+
+
 def ps_schedule(seconds: np.ndarray, push_bytes: list[int], pull_bytes: list[int], alpha: float, beta: float,
                 bound: int | None = None) -> PSSchedule:
     """Simulate asynchronous SGD on S = len(push_bytes) servers and W workers for K steps each.
@@ -46,10 +56,7 @@ def ps_schedule(seconds: np.ndarray, push_bytes: list[int], pull_bytes: list[int
     seconds: (W, K) compute seconds per worker and step; push_bytes / pull_bytes: bytes of one push /
     one reply of each server; alpha, beta: the link model; bound: the staleness bound s (None: none).
     """
-    seconds = np.asarray(seconds, dtype=np.float64)
-    if seconds.ndim != 2 or seconds.size == 0 or not np.all(seconds >= 0):
-        raise ValueError(f"ps_schedule: seconds must be a non-empty (workers, steps) table of times >= 0, "
-                         f"got shape {seconds.shape}")
+    seconds = check_seconds(seconds, "ps_schedule")
     if len(push_bytes) != len(pull_bytes) or not push_bytes:
         raise ValueError("ps_schedule: push_bytes and pull_bytes need one entry per server (at least one)")
     bound = check_bound(bound)

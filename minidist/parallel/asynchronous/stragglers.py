@@ -13,6 +13,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
+
+
+def check_seconds(seconds, where: str, workers: int | None = None) -> np.ndarray:
+    """seconds as a float64 (workers, steps) table of times >= 0 with steps >= 1 (and ``workers`` rows when
+    given), else a ValueError naming ``where``: the check of every trainer and schedule that reads one."""
+    table = np.asarray(seconds, dtype=np.float64)
+    rows = "workers" if workers is None else f"workers = {workers}"
+    if table.ndim != 2 or table.size == 0 or not np.all(table >= 0) or workers not in (None, len(table)):
+        raise ValueError(f"{where}: seconds must have shape ({rows}, steps), times >= 0, got shape "
+                         f"{table.shape}")
+    return table
+
 
 def step_seconds(workers: int, steps: int, base: float, slowdown=None, jitter: float = 0.0,
                  rng: np.random.Generator | None = None) -> np.ndarray:
@@ -21,9 +34,7 @@ def step_seconds(workers: int, steps: int, base: float, slowdown=None, jitter: f
     slowdown: one factor >= 1 ... per worker (e.g. [1, 1, 1, 3]: the last worker 3x slower), None = all 1.
     jitter: the mean extra fraction of a random slowdown per step (needs ``rng`` when > 0).
     """
-    for name, value in (("workers", workers), ("steps", steps)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"step_seconds: {name} must be an integer >= 1, got {value!r}")
+    workers, steps = check_count(workers, "step_seconds: workers"), check_count(steps, "step_seconds: steps")
     if not base > 0:
         raise ValueError(f"step_seconds: base must be > 0 seconds, got {base}")
     factor = np.ones(workers) if slowdown is None else np.asarray(slowdown, dtype=np.float64)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .topk import TopK, check_gradient, k_of
 
 
@@ -51,8 +53,7 @@ class DGC:
             raise ValueError(f"DGC: momentum must be in [0, 1), got {momentum}")
         if clip_norm is not None and not clip_norm > 0:
             raise ValueError(f"DGC: clip_norm must be > 0 or None, got {clip_norm}")
-        if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
-            raise ValueError(f"DGC: world_size must be an integer >= 1, got {world_size!r}")
+        check_count(world_size, "DGC: world_size")
         warmup_density(0, warmup_steps, density, max(density, start_density))   # checks the schedule
         self.codec = TopK(n, ratio=density, dtype=dtype)
         self.n, self.dtype, self.density, self.momentum = self.codec.n, self.codec.dtype, density, momentum

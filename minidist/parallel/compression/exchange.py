@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.collectives import allgather
 from minidist.nn.flat import flatten, unflatten
 from minidist.nn.runner import Attachment, StepRunner
-from minidist.split import split_range
+from minidist.parallel.data.shards import check_trainer, shard_range
 
+from .error_feedback import ErrorFeedback
 from .topk import check_dtype, check_gradient, check_message
 
 
@@ -29,9 +31,7 @@ class Dense:
     """No compression: the message is the flat gradient's bytes (n · itemsize)."""
 
     def __init__(self, n: int, dtype=np.float32):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"Dense: n must be an integer >= 1, got {n!r}")
-        self.n, self.dtype = int(n), check_dtype(dtype)
+        self.n, self.dtype = check_count(n, "Dense: n"), check_dtype(dtype)
         self.message_bytes = self.n * self.dtype.itemsize
 
     def encode(self, x: np.ndarray) -> np.ndarray:
@@ -52,15 +52,10 @@ class CompressedDataParallel(Attachment):
     """
 
     def __init__(self, comm, model, optimizer, loss_fn, compressor=None):
-        if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
-            raise TypeError(f"comm must be a Communicator, got {type(comm).__name__}")
-        self.params = model.parameters()
-        if not self.params:
-            raise ValueError("model has no parameters")
+        self.params = check_trainer(comm, model, loss_fn)
         self.n = sum(p.size for p in self.params)
         self.dtype = self.params[0].data.dtype
         if compressor is None:
-            from .error_feedback import ErrorFeedback
             compressor = ErrorFeedback(Dense(self.n, self.dtype), enabled=False)
         if not (
             callable(getattr(compressor, "compress", None)) and callable(getattr(compressor, "decode", None))
@@ -68,24 +63,16 @@ class CompressedDataParallel(Attachment):
             raise TypeError(f"compressor needs compress() and decode(), got {type(compressor).__name__}")
         if getattr(compressor, "n", self.n) != self.n:
             raise ValueError(f"the compressor is built for {compressor.n} entries, the model has {self.n}")
-        self.comm, self.model, self.optimizer, self.loss_fn, self.compressor = (
-            comm,
-            model,
-            optimizer,
-            loss_fn,
-            compressor,
-        )
+        self.comm, self.model, self.optimizer, self.loss_fn = comm, model, optimizer, loss_fn
+        self.compressor = compressor
         self.bytes_per_step: list[int] = []
         self.runner = StepRunner(model, loss_fn, [self])
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One step on the global batch (x, y), the same on every rank; returns this rank's shard loss."""
-        batch, p = len(x), self.comm.world_size
-        if batch < p:
-            raise ValueError(f"a global batch of {batch} examples cannot be split over {p} ranks (P <= B)")
-        lo, hi = split_range(batch, p, self.comm.rank)
+        lo, hi = shard_range(self.comm, x, y)
         self.model.zero_grad()
-        self._weight = self.dtype.type((hi - lo) / batch)
+        self._weight = self.dtype.type((hi - lo) / len(x))
         loss = self.runner.forward_backward(x[lo:hi], y[lo:hi])      # end_backward: the exchange
         self.optimizer.step()
         return float(loss)

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import check_count, is_count
+
 FLOATS = (np.float32, np.float64)
 
 
@@ -61,12 +63,11 @@ class TopK:
     """
 
     def __init__(self, n: int, k: int | None = None, ratio: float | None = None, dtype=np.float32):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"TopK: n must be an integer >= 1, got {n!r}")
+        n = check_count(n, "TopK: n")
         if (k is None) == (ratio is None):
             raise ValueError("TopK: give exactly one of k and ratio")
         k = k_of(n, ratio) if k is None else k
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 < k <= n:
+        if not is_count(k) or k > n:
             raise ValueError(f"TopK: k must be an integer with 0 < k <= n = {n}, got {k!r}")
         if n >= 2**31:
             raise ValueError(f"TopK: int32 indices address at most 2**31 - 1 entries, got n = {n}")

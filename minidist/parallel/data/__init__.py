@@ -2,8 +2,8 @@
 data_parallel.py (DataParallel), comm.py (gradient buckets and their allreduce), replicas.py (the
 replicas-are-identical checks), shards.py (a rank's slice of the batch, loss weights), overlap.py
 (communication overlapping backward, in closed form), sync_batchnorm.py (batch statistics over the global
-batch); ZeRO: flat.py (shards of flat parameter groups), zero.py (stages 1-2),
-fsdp.py (stage 3), zero_mixed.py (fp32 master shards for mixed precision)."""
+batch); ZeRO: flat.py (shards of flat parameter groups), sharded.py (what the stages share), zero.py
+(stages 1-2), fsdp.py (stage 3), zero_mixed.py (fp32 master shards for mixed precision)."""
 
 from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept here by its old name
 

@@ -40,7 +40,7 @@ from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 
 from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
 from .replicas import check_same_layout, check_same_values
-from .shards import ShardWeightedLoss, leaf_layers, shard_range
+from .shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 
 __all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers"]
 
@@ -69,16 +69,10 @@ class DataParallel(Attachment):
                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, overlap: bool = True,
                  mixed: MixedPrecisionTrainer | None = None, broadcast_parameters: bool = False,
                  check_every_step: bool = False, gradient_as_bucket_view: bool = False, memory=None):
-        if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
-            raise TypeError(f"comm must be a Communicator, got {type(comm).__name__}")
-        if not isinstance(model, Module):
-            raise TypeError(f"model must be a minidist Module, got {type(model).__name__}")
+        self.params = check_trainer(comm, model, loss_fn)
         for name in ("step", "zero_grad"):
             if not callable(getattr(optimizer, name, None)):
                 raise TypeError(f"optimizer must have .{name}(), got {type(optimizer).__name__}")
-        if not (callable(getattr(loss_fn, "forward", None)) and callable(getattr(loss_fn, "backward", None))):
-            raise TypeError("loss_fn must have forward(logits, target) and backward(), got "
-                            f"{type(loss_fn).__name__}")
         if algorithm != "auto" and algorithm not in ALGORITHMS and algorithm not in TOPOLOGY_ALGORITHMS:
             raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
                              f"(on a Topology) or 'auto', got {algorithm!r}")
@@ -90,12 +84,6 @@ class DataParallel(Attachment):
         self.comm, self.model, self.optimizer, self.loss_fn = comm, model, optimizer, loss_fn
         self.algorithm, self.overlap, self.mixed = algorithm, bool(overlap), mixed
         self.check_every_step, self.memory = check_every_step, memory
-        self.params = model.parameters()
-        if not self.params:
-            raise ValueError("model has no parameters: nothing to train data-parallel")
-        if len({p.data.dtype for p in self.params}) > 1:
-            raise TypeError("all parameters must share one dtype, got "
-                            f"{sorted({str(p.data.dtype) for p in self.params})}")
         self.layers = units(model)
         self.buckets = assign_buckets(self.params, bucket_bytes)
         self.ready_at: list[list] = [[] for _ in self.layers]   # buckets completed by layer i's backward

@@ -27,7 +27,7 @@ from minidist.nn.module import Parameter
 
 from . import flat
 from .sharded import ShardedWrapper
-from .zero_mixed import ShardedMixedPrecision, check_mixed
+from .zero_mixed import ShardedMixedPrecision
 
 
 class FSDP(ShardedWrapper):
@@ -43,11 +43,7 @@ class FSDP(ShardedWrapper):
 
     def __init__(self, comm, model, make_optimizer, loss_fn, *, algorithm: str = "ring", memory=None,
                  mixed: ShardedMixedPrecision | None = None):
-        self.layers = flat.check_wrapper_inputs(comm, model, make_optimizer, loss_fn)
-        flat.check_algorithm(algorithm)
-        self.mixed, self.precision = mixed, check_mixed(mixed)
-        self.precision.bind(model, model.parameters())
-        self.comm, self.model, self.loss_fn, self.memory = comm, model, loss_fn, memory
+        super().__init__(comm, model, make_optimizer, loss_fn, algorithm, memory, mixed)
         p, r = comm.world_size, comm.rank
         self.group_of: list[flat.ShardGroup | None] = []
         for layer in self.layers:
@@ -56,7 +52,7 @@ class FSDP(ShardedWrapper):
         self.groups = [g for g in self.group_of if g is not None]
         for g in self.groups:
             g.shard = Parameter(g.data[g.lo:g.hi].copy())     # this rank's piece
-        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
+        self.optimizer = self._build_optimizer(make_optimizer)
         for g in self.groups:                                  # only now let the rest go
             g.free_data()
             g.free_grad()
@@ -84,9 +80,7 @@ class FSDP(ShardedWrapper):
         Returns this rank's mean loss over its shard.
         """
         loss = self._forward_backward(x, y)
-        self.applied = self.precision.step(self.comm, [g.shard for g in self.groups], self.optimizer)
-        if self.applied:
-            self.share_masters()
+        self._update()
         self.recorder.record("after step")
         return loss
 
@@ -120,11 +114,7 @@ class FSDP(ShardedWrapper):
     def full_parameters(self) -> list[np.ndarray]:
         """The full parameters in model.parameters() order, gathered (a collective: every rank calls it;
         its bytes count in comm.stats). The model's Parameters stay freed."""
-        out = []
-        for g in self.groups:
-            full = np.concatenate(allgather(self.comm, g.low))
-            out += [view.copy() for view in g.views(full)]
-        return out
+        return self._gather_full(lambda g: g.low)
 
     def largest_layer(self) -> int:
         """max_l Ψ_l: elements of the largest layer, gathered whole while it runs."""
@@ -134,7 +124,4 @@ class FSDP(ShardedWrapper):
         """Bytes this rank sends per step: two allgathers and one reduce-scatter of every layer (flat.py);
         with mixed precision also the found_inf flag (applied: no difference, nothing is gathered
         at the step)."""
-        p, r = self.comm.world_size, self.comm.rank
-        return self.precision.flag_bytes(p, r) + sum(
-            2 * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather")
-            + flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter") for g in self.groups)
+        return self._bytes_sent(allgathers=2)

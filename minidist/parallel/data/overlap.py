@@ -20,11 +20,11 @@ draws them).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from minidist.cluster import LinkModel, Span, Trace
 from minidist.collectives.schedule import schedule, simulate
+from minidist.memory import save_chrome
 
 
 def step_time(forward_seconds: list[float], bucket_ready_layer: list[int], bucket_seconds: list[float],
@@ -70,6 +70,4 @@ def save_overlap_chrome(trace: Trace, compute_spans: list[list[Span]], path: str
                 events.append({"name": s.label, "cat": s.kind, "ph": "X", "pid": 0, "tid": tid,
                                "ts": s.start * 1e6, "dur": (s.end - s.start) * 1e6,
                                "args": {"peer": s.peer, "bytes": s.nbytes}})
-    path = Path(path)
-    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
-    return path
+    return save_chrome(path, events)

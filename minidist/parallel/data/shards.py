@@ -1,16 +1,36 @@
-"""The loss weight that makes the shards' gradients add up to the full-batch gradient (see
-data_parallel.py). Which slice of the global batch a rank takes is minidist.split's rule:
-split_range(B, P, rank); the layers backward runs one by one are the step runner's units
-(``leaf_layers``, minidist.nn.runner.units); the clock's charges are parallel/clock.py's."""
+"""What every data-parallel trainer shares: the checks of its arguments, the slice of the global batch a
+rank takes (minidist.split's rule: split_range(B, P, rank)) and the loss weight that makes the shards'
+gradients add up to the full-batch gradient (see data_parallel.py). The layers backward runs one by one
+are the step runner's units (``leaf_layers``, minidist.nn.runner.units)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import units as leaf_layers
 from minidist.split import split_range
 
-__all__ = ["ShardWeightedLoss", "leaf_layers", "shard_range"]
+__all__ = ["ShardWeightedLoss", "check_trainer", "leaf_layers", "shard_range"]
+
+
+def check_trainer(comm, model, loss_fn) -> list[Parameter]:
+    """The checks every data-parallel trainer makes before it changes anything: a Communicator, a minidist
+    Module with parameters, all of one dtype, and a loss with forward and backward. Returns the parameters."""
+    if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
+        raise TypeError(f"comm must be a Communicator, got {type(comm).__name__}")
+    if not isinstance(model, Module):
+        raise TypeError(f"model must be a minidist Module, got {type(model).__name__}")
+    if not (callable(getattr(loss_fn, "forward", None)) and callable(getattr(loss_fn, "backward", None))):
+        raise TypeError("loss_fn must have forward(logits, target) and backward(), got "
+                        f"{type(loss_fn).__name__}")
+    params = model.parameters()
+    if not params:
+        raise ValueError("model has no parameters: nothing to train data-parallel")
+    dtypes = sorted({str(p.data.dtype) for p in params})
+    if len(dtypes) > 1:
+        raise TypeError(f"all parameters must share one dtype, got {dtypes}")
+    return params
 
 
 def shard_range(comm, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import ALGORITHMS, allreduce
-from minidist.nn.module import Module, Sequential, check_float_array
+from minidist.nn.module import Module, Sequential
 from minidist.nn.norm import BatchNorm1d, BatchNorm2d, _BatchNorm
 
 __all__ = ["SyncBatchNorm", "convert_sync_batchnorm"]
@@ -57,39 +57,20 @@ class SyncBatchNorm(_BatchNorm):
     def _allreduce(self, values: np.ndarray) -> np.ndarray:
         return allreduce(self.comm, values, op="sum", algorithm=self.algorithm)
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: this rank's shard, shape (n_r, C, *) with n_r ≥ 0; returns y, shape of x (one allreduce)."""
-        what = f"{type(self).__name__} input"
-        check_float_array(x, what, ndim=self.expected_ndim)
-        if x.shape[1] != self.num_features:
-            raise ValueError(f"{what}: expected {self.num_features} channels in dimension 1, got shape "
-                             f"{x.shape}")
-        self._axes = (0, *range(2, x.ndim))
-        self._batch_statistics = self.training
-        if self.training:
-            wide = x.astype(np.float64)                          # sums in float64 (see the module docstring)
-            local = np.concatenate([[x.size // self.num_features], wide.sum(axis=self._axes),
-                                    (wide * wide).sum(axis=self._axes)])
-            total = self._allreduce(local)
-            count = int(total[0])
-            if count < 2:
-                raise ValueError(f"{what}: training needs more than 1 value per channel over all "
-                                 f"{self.comm.world_size} ranks, got {count} (every shard empty?)")
-            self._count = count
-            mean = total[1:1 + self.num_features] / count
-            var = np.maximum(total[1 + self.num_features:] / count - mean * mean, 0.0)
-            m = self.momentum
-            self.running_mean[...] = (1 - m) * self.running_mean + m * mean
-            self.running_var[...] = (1 - m) * self.running_var + m * var * (count / (count - 1))
-        else:
-            mean, var = self.running_mean, self.running_var
-        self.remember_output_shape(x.shape)
-        self._inv_std = self._per_channel(1.0 / np.sqrt(var + self.eps), x.ndim).astype(x.dtype)
-        self._x_hat = (x - self._per_channel(mean, x.ndim).astype(x.dtype)) * self._inv_std
-        if self.weight is None:
-            return self._x_hat
-        return (self._x_hat * self._per_channel(self.weight.data, x.ndim)
-                + self._per_channel(self.bias.data, x.ndim))
+    def _statistics(self, x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """forward is BatchNorm's (minidist/nn/norm.py) on this rank's shard x, (n_r, C, *) with n_r ≥ 0;
+        in training its (μ, σ², M) come from one allreduce of (M, S₁, S₂): μ, σ² (C,) in float64."""
+        wide = x.astype(np.float64)                          # sums in float64 (see the module docstring)
+        local = np.concatenate([[x.size // self.num_features], wide.sum(axis=self._axes),
+                                (wide * wide).sum(axis=self._axes)])
+        total = self._allreduce(local)
+        count = int(total[0])
+        if count < 2:
+            raise ValueError(f"{what}: training needs more than 1 value per channel over all "
+                             f"{self.comm.world_size} ranks, got {count} (every shard empty?)")
+        self._count = count
+        mean = total[1:1 + self.num_features] / count
+        return mean, np.maximum(total[1 + self.num_features:] / count - mean * mean, 0.0), count
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: upstream gradient of this rank's output, shape (n_r, C, *); returns dx, shape (n_r, C, *).

@@ -27,7 +27,7 @@ from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
 from .fsdp import FSDP
 from .sharded import ShardedWrapper
-from .zero_mixed import ShardedMixedPrecision, check_mixed
+from .zero_mixed import ShardedMixedPrecision
 
 
 def zero1_shard_update(comm, groups: list[flat.ShardGroup], optimizer) -> None:
@@ -74,12 +74,9 @@ class ZeRO(ShardedWrapper):
                  mixed: ShardedMixedPrecision | None = None):
         if stage not in (1, 2) or isinstance(stage, bool):
             raise ValueError(f"ZeRO stage must be 1 or 2 (stage 3 is FSDP, fsdp.py), got {stage!r}")
-        self.layers = flat.check_wrapper_inputs(comm, model, make_optimizer, loss_fn)
-        flat.check_algorithm(algorithm)
-        self.mixed, self.precision = mixed, check_mixed(mixed)
-        self.precision.bind(model, model.parameters())
+        super().__init__(comm, model, make_optimizer, loss_fn, algorithm, memory, mixed)
         buckets = assign_buckets(model.parameters(), bucket_bytes)
-        self.comm, self.model, self.loss_fn, self.stage, self.memory = comm, model, loss_fn, stage, memory
+        self.stage = stage
         p, r = comm.world_size, comm.rank
         self.groups = [flat.ShardGroup(b.params, r, p) for b in buckets]
         self.ready_at: list[list[flat.ShardGroup]] = [[] for _ in self.layers]   # reduced after layer i
@@ -89,7 +86,7 @@ class ZeRO(ShardedWrapper):
         self.first_layer = {id(g): max(layer_of[id(q)] for q in g.params) for g in self.groups}
         for g in self.groups:                          # shards first: a refused optimizer changes nothing
             g.shard = Parameter(self.precision.master(g.data[g.lo:g.hi]))   # mixed: an fp32 copy
-        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
+        self.optimizer = self._build_optimizer(make_optimizer)
         for g in self.groups:
             g.data = self.precision.working(g.data)   # mixed: the parameters live in low precision
             g.bind_data(g.data)                       # the model's parameters become views of the flat vector
@@ -115,9 +112,7 @@ class ZeRO(ShardedWrapper):
         if self.stage == 1:                    # reduce-scatter, step, allgather (plain: the exercise)
             self.applied = self.precision.zero1_step(self)
         else:                                  # the gradients were reduce-scattered during backward
-            self.applied = self.precision.step(self.comm, [g.shard for g in self.groups], self.optimizer)
-            if self.applied:
-                self.share_masters()
+            self._update()
         self.recorder.record("after step")
         return loss
 
@@ -150,10 +145,7 @@ class ZeRO(ShardedWrapper):
     def bytes_per_step(self, applied: bool = True) -> int:
         """Bytes this rank sends per step: a reduce-scatter and an allgather of every bucket (flat.py); with
         mixed precision also the found_inf flag, and no allgather when the step was skipped."""
-        p, r = self.comm.world_size, self.comm.rank
-        return self.precision.flag_bytes(p, r) + sum(
-            flat.send_bytes(g.n, p, r, g.dtype.itemsize, "reduce_scatter")
-            + applied * flat.send_bytes(g.n, p, r, g.dtype.itemsize, "allgather") for g in self.groups)
+        return self._bytes_sent(allgathers=int(applied))
 
 
 def zero_data_parallel(comm, model, make_optimizer, loss_fn, *, stage: int, **options):

@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives import allgather, allreduce, reduce_scatter
+from minidist.collectives import allreduce, reduce_scatter
 from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
-from minidist.precision.formats import check_format
-from minidist.precision.mixed import boundaries
-from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
+from minidist.precision.mixed import Recipe, boundaries
 from minidist.split import split_sizes
 
 
-class ShardedMixedPrecision(Attachment):
+class ShardedMixedPrecision(Recipe):
     """The mixed-precision recipe of a sharded wrapper (ZeRO stages 1-2, FSDP).
 
     Args:
@@ -45,16 +43,7 @@ class ShardedMixedPrecision(Attachment):
     """
 
     def __init__(self, fmt, *, grad_fmt=None, scaler=None, master_fmt=FP32):
-        self.fmt = check_format(fmt)
-        self.grad_fmt = check_format(grad_fmt if grad_fmt is not None else fmt)
-        self.master_fmt = check_format(master_fmt)
-        self.scaler = scaler if scaler is not None else DynamicLossScaler()
-        if not isinstance(self.scaler, (StaticLossScaler, DynamicLossScaler)):
-            raise TypeError("scaler must be a StaticLossScaler or DynamicLossScaler, got "
-                            f"{type(scaler).__name__}")
-        self.steps_taken, self.steps_skipped = 0, 0
-        self.ends: set[int] = set()
-        self.starts: set[int] = set()
+        super().__init__(fmt, grad_fmt, scaler, master_fmt)
         self.bound = False
 
     def bind(self, model, params) -> None:
@@ -84,13 +73,7 @@ class ShardedMixedPrecision(Attachment):
     def begin(self, runner) -> None:
         self._errors = np.seterr(over="ignore", invalid="ignore")   # Inf/NaN expected: the step is skipped
 
-    def before_forward(self, i, layer, x):
-        """x (B, ...) as float32 in fmt."""
-        return quantize(np.asarray(x, dtype=np.float32), self.fmt) if i == 0 else x
-
-    def after_forward(self, i, layer, y):
-        """Layer i's output, quantized to fmt if it ends a top-level layer."""
-        return quantize(y, self.fmt) if i in self.ends else y
+    # before_forward, after_forward: Recipe's (the input and each top-level layer's output in fmt)
 
     def after_loss(self, dy):
         """dL/dlogits · s in grad_fmt."""
@@ -111,35 +94,22 @@ class ShardedMixedPrecision(Attachment):
         Rounds the pieces to grad_fmt, unscales, agrees on found_inf (a one-element allreduce, max), then
         steps the optimizer unless any rank found Inf/NaN. Returns True if the update was applied."""
         with np.errstate(over="ignore", invalid="ignore"):
-            for m in masters:
-                m.grad[...] = quantize(m.grad, self.grad_fmt)
-            found_inf = self.scaler.unscale([m.grad for m in masters])
-        flag = allreduce(comm, np.array([float(found_inf)]), op="max", algorithm="ring")
-        found_inf = bool(flag[0])
-        if found_inf:
-            self.steps_skipped += 1
-        else:
-            optimizer.step()
-            if self.master_fmt != FP32:
-                for m in masters:
-                    m.data[...] = quantize(m.data, self.master_fmt, saturate=True)
-            self.steps_taken += 1
-        self.scaler.update(found_inf)
-        return not found_inf
+            found_inf = self._agree([m.grad for m in masters],
+                                    lambda flag: allreduce(comm, flag, op="max", algorithm="ring"))
+        return self._apply(found_inf, optimizer, [m.data for m in masters])
 
     def zero1_step(self, wrapper) -> bool:
         """ZeRO-1's update: reduce-scatter every bucket's gradient into its master shard, then ``step``;
         if applied, the wrapper shares the updated masters. Returns True if the update was applied."""
         for g in wrapper.groups:
             g.shard.grad[...] = reduce_scatter(wrapper.comm, g.grad)
-        applied = self.step(wrapper.comm, [g.shard for g in wrapper.groups], wrapper.optimizer)
-        if applied:
-            wrapper.share_masters()
-        return applied
+        return wrapper._update()
 
     def flag_bytes(self, world_size: int, rank: int) -> int:
-        """Bytes rank sends per step to agree on found_inf (module function ``flag_bytes``)."""
-        return flag_bytes(world_size, rank)
+        """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag: its
+        reduce-scatter sends every chunk but its own, its allgather every chunk but its right neighbour's."""
+        sizes = split_sizes(1, world_size)
+        return 8 * (1 - sizes[rank]) + 8 * (1 - sizes[(rank + 1) % world_size])
 
     def held(self, groups) -> dict:
         """held_bytes keywords: the fp32 master shards are optimizer state (the paper's K), their .grad
@@ -149,24 +119,19 @@ class ShardedMixedPrecision(Attachment):
                           "gradients": [s.grad for s in shards], "optimizer": [s.data for s in shards]}}
 
     def save(self, groups) -> dict:
-        """A wrapper's state_dict entries: the fp32 master shards and the loss scale."""
-        return {"mixed": {"masters": [g.shard.data.copy() for g in groups], **self.state()}}
+        """A wrapper's state_dict entries: the fp32 master shards and the scaler's scale and clean steps."""
+        return {"mixed": {"masters": [g.shard.data.copy() for g in groups], "scale": self.scaler.scale,
+                          "clean_steps": getattr(self.scaler, "clean_steps", 0)}}
 
     def restore(self, state: dict, wrapper) -> None:
         """Load ``save``'s entries; the low-precision parameters follow (``share_masters``, a collective)."""
-        for g, master in zip(wrapper.groups, state["mixed"]["masters"]):
+        mixed = state["mixed"]
+        for g, master in zip(wrapper.groups, mixed["masters"]):
             g.shard.data[...] = master
-        self.load(state["mixed"])
-        wrapper.share_masters()
-
-    def state(self) -> dict:
-        """The scaler's state (scale and clean steps), for a wrapper's state_dict."""
-        return {"scale": self.scaler.scale, "clean_steps": getattr(self.scaler, "clean_steps", 0)}
-
-    def load(self, state: dict) -> None:
-        self.scaler.scale = float(state["scale"])
+        self.scaler.scale = float(mixed["scale"])
         if hasattr(self.scaler, "clean_steps"):
-            self.scaler.clean_steps = int(state["clean_steps"])
+            self.scaler.clean_steps = int(mixed["clean_steps"])
+        wrapper.share_masters()
 
 
 class ShardedFullPrecision(Attachment):
@@ -224,20 +189,3 @@ def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
         raise TypeError("mixed must be a ShardedMixedPrecision(fmt, grad_fmt=..., scaler=...) (the sharded "
                         f"wrappers build the optimizer on fp32 master shards), got {type(mixed).__name__}")
     return mixed
-
-
-def flag_bytes(world_size: int, rank: int) -> int:
-    """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag: its reduce-scatter
-    sends every chunk but its own, its allgather every chunk but its right neighbour's."""
-    sizes = split_sizes(1, world_size)
-    return 8 * (1 - sizes[rank]) + 8 * (1 - sizes[(rank + 1) % world_size])
-
-
-def gather_masters(comm, groups, params) -> list[np.ndarray]:
-    """The full fp32 masters in the order of params (a collective: allgather of every master shard)."""
-    found = {}
-    for g in groups:
-        full = np.concatenate(allgather(comm, g.shard.data))
-        found.update({id(p): view.copy() for p, view in zip(g.params, g.views(full))})
-    return [found[id(p)] for p in params]
-

@@ -56,9 +56,8 @@ class StageLinks:
     comm: the communicator (stage s = rank s); ops: row s of the schedule, in order.
 
     Pairing: when a send goes to the neighbour that the *next* op in the row receives from, both
-    travel in one sendrecv and the received message waits here until that op asks for it. In 1F1B's
-    steady state stage s runs F(m) then B(j) while stage s+1 runs B(j) then F(m): two plain sends
-    toward each other could both wait for room in a full mailbox; a sendrecv cannot deadlock.
+    travel in one sendrecv (send_activation_recv_gradient and its other side: why, see there) and the
+    received message waits here until that op asks for it.
     """
 
     def __init__(self, comm, ops: list[Op]):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_saving, nbytes_of
 from minidist.nn.module import Sequential
 from minidist.nn.runner import StepRunner
@@ -59,10 +60,7 @@ class Pipeline:
         self.comm, P = comm, comm.world_size
         self.stage, self.num_stages, self.loss_fn = comm.rank, P, loss_fn
         self.boundaries = self._boundaries(model, boundaries, sample)
-        if (isinstance(num_micro_batches, bool) or not isinstance(num_micro_batches, int)
-                or num_micro_batches < 1):
-            raise ValueError(f"number of micro-batches must be an integer >= 1, got {num_micro_batches!r}")
-        self.num_micro_batches = num_micro_batches
+        self.num_micro_batches = check_count(num_micro_batches, "number of micro-batches")
         if isinstance(schedule, str):
             schedule = make_schedule(schedule, P, num_micro_batches)
         check_schedule(schedule, P, num_micro_batches)
@@ -167,8 +165,9 @@ class Pipeline:
         """F(m): receive x_m, run the stage keeping its activations, send y_m on (last stage: the loss)."""
         x = self._x[m] if self.is_first else self.links.recv_activation(m)
         self.ledger.begin()
-        y, saved, unit_flops = self._run_forward(x, label=f"F{m}")
-        dy = None
+        self.charges.label = f"F{m}"           # each unit is charged to the clock as it runs (ledger.py)
+        y, saved = forward_saving(self._runner, x, self.stage_runner.forward)
+        unit_flops, dy = self.charges.flops, None
         if self.is_last:  # the loss's gradient is known now; keep it (scaled by n_m / N) until B(m)
             self._outputs[m] = y
             self._losses[m] = self.loss_fn.forward(y, self._target[m])
@@ -186,25 +185,16 @@ class Pipeline:
         self.ledger.begin()
         held = self._held_bytes()
         saved.restore()
-        dx, recomputed = self._run_backward(dy, unit_flops, label=f"B{m}")
+        # charged 2× forward per unit, +1× to recompute a checkpointed segment; charges.recomputed: the
+        # largest activation such a recompute held for a moment (bytes)
+        self.charges.label, self.charges.flops, self.charges.recomputed = f"B{m}", unit_flops, 0
+        dx = self.stage_runner.backward(dy)
         saved.release()
         del self._in_flight[m]
-        self.ledger.backward_done(m, held_during=held + recomputed, held_after=self._held_bytes())
+        held_during = held + self.charges.recomputed
+        self.ledger.backward_done(m, held_during=held_during, held_after=self._held_bytes())
         if not self.is_first:
             self.links.send_gradient(dx, m)
-
-    # -- the stage's layers through the step runner, each charged to the clock as it runs (ledger.py) --------
-    def _run_forward(self, x: np.ndarray, label: str) -> tuple[np.ndarray, SavedActivations, list[int]]:
-        """y = stage(x) and what it saved for backward; also each unit's forward FLOPs."""
-        self.charges.label = label
-        y, saved = forward_saving(self._runner, x, self.stage_runner.forward)
-        return y, saved, self.charges.flops
-
-    def _run_backward(self, dy: np.ndarray, unit_flops: list[int], label: str) -> tuple[np.ndarray, int]:
-        """dx from dy through the units in reverse (2× forward FLOPs, +1× to recompute a checkpointed
-        segment); also the largest activation a recompute held for a moment (bytes)."""
-        self.charges.label, self.charges.flops, self.charges.recomputed = label, unit_flops, 0
-        return self.stage_runner.backward(dy), self.charges.recomputed
 
     def _held_bytes(self) -> int:
         """Bytes of the activations (and the last stage's loss gradients) kept between F(m) and B(m)."""

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from minidist.checks import check_count
+
 SCHEDULES = ("naive", "gpipe", "1f1b")
 
 
@@ -35,9 +37,8 @@ Schedule = list[list[Op]]
 
 
 def _check_sizes(num_stages: int, num_micro_batches: int) -> None:
-    for name, value in (("number of stages P", num_stages), ("number of micro-batches M", num_micro_batches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_count(num_stages, "number of stages P")
+    check_count(num_micro_batches, "number of micro-batches M")
 
 
 def naive_schedule(num_stages: int, num_micro_batches: int = 1) -> Schedule:

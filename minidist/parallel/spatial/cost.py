@@ -26,7 +26,7 @@ import numpy as np
 from minidist.collectives import allreduce
 from minidist.nn import Conv2d
 
-from .comm import shift_step
+from .comm import _dst, _src, shift_step
 from .partition import HaloPlan, length
 
 REHEARSAL_TAG = 105
@@ -45,13 +45,9 @@ def _rehearse_exchange(comm, plan: HaloPlan, planes: int, dtype, backward: bool)
         steps = plan.steps(comm.rank, phase)
         for send, recv in (reversed(steps) if backward else steps):
             if backward:  # the gradient of what was received goes back to its sender
-                outgoing = recv
-                dst = None if recv is None else recv.src
-                src = None if send is None else send.dst
+                outgoing, dst, src = recv, _src(recv), _dst(send)
             else:
-                outgoing = send
-                dst = None if send is None else send.dst
-                src = None if recv is None else recv.src
+                outgoing, dst, src = send, _dst(send), _src(recv)
             slab = None if outgoing is None else np.zeros((planes, length(outgoing.rows),
                                                            length(outgoing.cols)), dtype)
             shift_step(comm, slab, dst, src, REHEARSAL_TAG)

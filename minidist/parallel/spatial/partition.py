@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from minidist.checks import check_count
 from minidist.split import split_bounds
 
 Range = tuple[int, int]  # half-open [start, stop)
@@ -40,12 +39,6 @@ def intersect(a: Range, b: Range) -> Range:
 
 def length(r: Range) -> int:
     return r[1] - r[0]
-
-
-def _check_int(value, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -72,11 +65,11 @@ class AxisPartition:
     @classmethod
     def build(cls, n_in: int, kernel: int, stride: int, padding: int, parts: int,
               axis: str = "H") -> AxisPartition:
-        n_in = _check_int(n_in, f"input size along {axis}", 1)
-        kernel = _check_int(kernel, "kernel_size", 1)
-        stride = _check_int(stride, "stride", 1)
-        padding = _check_int(padding, "padding", 0)
-        parts = _check_int(parts, f"number of ranks along {axis}", 1)
+        n_in = check_count(n_in, f"input size along {axis}", 1)
+        kernel = check_count(kernel, "kernel_size", 1)
+        stride = check_count(stride, "stride", 1)
+        padding = check_count(padding, "padding", 0)
+        parts = check_count(parts, f"number of ranks along {axis}", 1)
         n_out = (n_in + 2 * padding - kernel) // stride + 1
         if n_in + 2 * padding < kernel:
             raise ValueError(f"kernel {kernel} is larger than the padded input along {axis} "

@@ -124,26 +124,30 @@ class SpatialConv2d(_SpatialLayer):
         return dx_local
 
 
-class SpatialMaxPool2d(_SpatialLayer):
+class _SpatialPool(_SpatialLayer):
+    """A pool of class ``wraps`` over a grid-split image: the local pool has padding 0, the padding is made
+    around the window (``pad_value``)."""
+
+    wraps: type
+
+    def __init__(self, pool, comm, grid: tuple[int, int], input_hw: tuple[int, int]):
+        if not isinstance(pool, self.wraps):
+            raise TypeError(f"{type(self).__name__} wraps {self.wraps.__name__} layers, got "
+                            f"{type(pool).__name__}")
+        super().__init__(self.wraps(pool.kernel_size, pool.stride, padding=0), comm, grid, input_hw,
+                         pool.kernel_size, pool.stride, pool.padding)
+
+
+class SpatialMaxPool2d(_SpatialPool):
     """MaxPool2d over a grid-split image; the padding it makes itself is −∞, as MaxPool2d's."""
 
-    pad_value = -np.inf
-
-    def __init__(self, pool: MaxPool2d, comm, grid: tuple[int, int], input_hw: tuple[int, int]):
-        if not isinstance(pool, MaxPool2d):
-            raise TypeError(f"SpatialMaxPool2d wraps a MaxPool2d, got {type(pool).__name__}")
-        super().__init__(MaxPool2d(pool.kernel_size, pool.stride, padding=0), comm, grid, input_hw,
-                         pool.kernel_size, pool.stride, pool.padding)
+    wraps, pad_value = MaxPool2d, -np.inf
 
 
-class SpatialAvgPool2d(_SpatialLayer):
+class SpatialAvgPool2d(_SpatialPool):
     """AvgPool2d over a grid-split image; padding zeros count in the mean (count_include_pad=True)."""
 
-    def __init__(self, pool: AvgPool2d, comm, grid: tuple[int, int], input_hw: tuple[int, int]):
-        if not isinstance(pool, AvgPool2d):
-            raise TypeError(f"SpatialAvgPool2d wraps an AvgPool2d, got {type(pool).__name__}")
-        super().__init__(AvgPool2d(pool.kernel_size, pool.stride, padding=0), comm, grid, input_hw,
-                         pool.kernel_size, pool.stride, pool.padding)
+    wraps = AvgPool2d
 
 
 # -- moving whole images to and from the grid ---------------------------------------------------------
