@@ -139,6 +139,9 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         unlink_names(shm, doorbells)              # now, not when the last reference goes (a traceback's)
         if block is not None:
             release_block(block, shm)
+        # A semaphore stays mapped until its last reference goes, and a ClusterError's traceback keeps
+        # this frame (and the parent Endpoint, which shares the list): empty it, so they close now.
+        doorbells.clear()
 
 
 def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
