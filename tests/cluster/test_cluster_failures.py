@@ -13,6 +13,7 @@ import pytest
 
 from minidist.cluster import ClusterError, launcher, process_setup, run
 from minidist.cluster.launcher import last_resource_names
+from tests.cluster.test_cluster_release import shared_maps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -220,25 +221,26 @@ class InterruptAt:
 
 @pytest.mark.parametrize("how, method", [("raise", "fork"), ("signal", "fork"), ("raise", "spawn")])
 def test_an_interrupt_anywhere_in_start_up_leaves_nothing_behind(how, method):
-    before = child_pids()
+    before, maps_before = child_pids(), shared_maps()
     k = 0
     while True:
         k += 1
         tracer = InterruptAt(k, how)
-        interrupted = False
+        interrupted = None
         sys.settrace(tracer)
         try:
             result = run(lambda comm: comm.rank, 2, start_method=method, timeout=60)
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as err:
+            interrupted = err                         # kept, as a notebook keeps the last error
         finally:
             sys.settrace(None)
         assert_nothing_left(before)
+        assert shared_maps() <= maps_before, f"the run interrupted at line {k} left shared memory mapped"
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "Ctrl-C's handler not restored"
         if tracer.lines < k:                          # start-up ended before line k: every line was tried
-            assert not interrupted and result == [0, 1]
+            assert interrupted is None and result == [0, 1]
             break
-        assert interrupted, f"the interrupt at line {k} was lost"
+        assert interrupted is not None, f"the interrupt at line {k} was lost"
     assert k > 20, "too few lines traced: is the tracer looking at the right files?"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidist.cluster import ClusterError, run
+from minidist.cluster import ClusterError, process_setup, run
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and /dev/shm")
 
@@ -73,3 +73,24 @@ def test_a_run_that_succeeds_unmaps_its_shared_memory(method):
     before_maps = shared_maps()
     assert run(ring_then("none"), 3, start_method=method, timeout=30.0) == [0, 1, 2]
     assert shared_maps() <= before_maps
+
+
+def test_a_failure_while_making_the_doorbells_unmaps_what_was_made(monkeypatch):
+    """Under spawn the segment comes first, then one named semaphore per rank: the third one fails here."""
+    made = []
+
+    class Failing(process_setup._Doorbell):
+        def __init__(self, prefix, ctx):
+            if len(made) == 2:
+                raise OSError("no more semaphores")
+            super().__init__(prefix, ctx)
+            made.append(self)
+
+    monkeypatch.setattr(process_setup, "_Doorbell", Failing)
+    before_maps, before_names = shared_maps(), run_names()
+    with pytest.raises(OSError, match="no more semaphores") as info:
+        run(lambda comm: comm.rank, 3, start_method="spawn", timeout=30.0)
+    made.clear()                                          # (this test's own references)
+    assert info.value.__traceback__ is not None
+    assert shared_maps() <= before_maps, "the segment or a semaphore made before the failure is still mapped"
+    assert run_names() <= before_names
