@@ -13,7 +13,6 @@ import pytest
 
 from minidist.cluster import ClusterError, launcher, process_setup, run
 from minidist.cluster.launcher import last_resource_names
-from tests.cluster.test_cluster_release import shared_maps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +38,14 @@ def names_left() -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith((prefix, "sem." + prefix))]
 
 
+def shared_maps() -> set[str]:
+    """This process's mappings of shared memory ('start-end path'): /dev/shm files (segments, POSIX
+    semaphores) and shared anonymous memory (fork's block: "/dev/zero (deleted)")."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return {f"{line.split()[0]} {line.split(None, 5)[-1]}" for line in maps
+            if "/dev/shm/" in line or line.endswith("/dev/zero (deleted)")}
+
+
 def assert_nothing_left(before: set[int]) -> None:
     assert child_pids() <= before, "a worker process outlived the run"
     for name in last_resource_names():
@@ -48,7 +55,8 @@ def assert_nothing_left(before: set[int]) -> None:
 
 
 def ring_then(failure):
-    """A ring step on every rank; then rank 1 fails in the given way while the others wait on it."""
+    """A ring step on every rank; then rank 1 fails in the given way while rank 0 waits on it ("interrupt":
+    Ctrl-C reaches the launcher)."""
     def fn(comm):
         right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
         comm.sendrecv(np.arange(5.0), right, left)
@@ -59,7 +67,9 @@ def ring_then(failure):
                 os._exit(3)
             if failure == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-            if failure == "hang":
+            if failure == "interrupt":
+                os.kill(os.getppid(), signal.SIGINT)
+            if failure in ("hang", "interrupt"):
                 time.sleep(60)
         comm.recv(1) if comm.rank == 0 else None   # rank 0 waits on rank 1, the others return
         return comm.rank
