@@ -5,6 +5,10 @@ its tests start and anything those start share one process group. Results come f
 that the grader's plugin writes (pytest_report.py), never from pipes: a stray grandchild that holds an
 output pipe cannot stall the grade. When pytest ends, or when the submission's time limit passes, the
 whole group is killed, so nothing a student's code started outlives its grade.
+
+``run_in_group`` is that loop, with the decision to stop left to a ``check()`` the caller passes:
+``run_watched`` (the isolation check) stops at a time limit; sessions.py (the grader) also stops a
+test that runs too long, reading the report file.
 """
 
 from __future__ import annotations
