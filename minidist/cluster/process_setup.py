@@ -71,19 +71,14 @@ def one_blas_thread(method: str):
                 os.environ[k] = v
 
 
-_blas = None
-
-
 def _blas_controller():
-    """threadpoolctl's view of the BLAS libraries loaded in this process (found once), or None."""
-    global _blas
-    if _blas is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-            _blas = ThreadpoolController()
-        except ImportError:                          # then the workers keep the default thread count
-            _blas = False
-    return _blas or None
+    """threadpoolctl's view of the BLAS libraries loaded in this process now, or None. Looked up at every
+    run (a few ms): a module imported since the last run may have brought a BLAS of its own (SciPy's)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:                              # then the workers keep the default thread count
+        return None
+    return ThreadpoolController()
 
 
 def die_with_parent(launcher: int) -> None:
