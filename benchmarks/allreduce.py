@@ -29,12 +29,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 from floor import floor_allreduce  # benchmarks/floor.py, beside this script
 from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
+from timing import best_block  # benchmarks/timing.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -45,7 +45,6 @@ def parse_size(text: str) -> int:
 
 
 FLOOR_MAX_BYTES = 64 * 1024  # the floor is measured for short arrays only
-BLOCKS = 5  # the machine is shared: time 5 blocks of allreduces and keep the fastest block
 WARMUP_SECONDS = 0.3  # this VM's cores run slower for a while after they idle: warm them up first
 
 
@@ -63,18 +62,8 @@ def warmup_calls(nbytes: int) -> int:
 
 
 def timed_loop(allreduce_once, barrier, nbytes: int) -> float:
-    """Seconds per allreduce on this rank: warm up, then the best of BLOCKS timed blocks."""
-    for _ in range(warmup_calls(nbytes)):
-        allreduce_once()
-    count, best = iterations(nbytes), float("inf")
-    for _ in range(BLOCKS):
-        barrier()
-        start = time.perf_counter()
-        for _ in range(count):
-            allreduce_once()
-        barrier()
-        best = min(best, (time.perf_counter() - start) / count)
-    return best
+    """Seconds per allreduce on this rank: warm up, then the best of 5 timed blocks (timing.py)."""
+    return best_block(allreduce_once, iterations(nbytes), warmup_calls(nbytes), barrier=barrier)
 
 
 # -- minidist ------------------------------------------------------------------------------------------

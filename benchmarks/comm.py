@@ -18,43 +18,32 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
+from timing import best_block  # benchmarks/timing.py, beside this script
 
 SMALL, LARGE = 64, 64 * 2**20
 
 
 def pingpong(send, recv, rank: int, x: np.ndarray, reps: int, batches: int) -> float:
     """Best one-way time (seconds) over ``batches`` batches of ``reps`` round trips, seen from rank 0/1."""
-    best = float("inf")
-    for _ in range(batches):
-        start = time.perf_counter()
-        for _ in range(reps):
-            if rank == 0:
-                send(x)
-                recv(x)
-            else:
-                recv(x)
-                send(x)
-        best = min(best, (time.perf_counter() - start) / reps / 2)
-    return best
+    return best_block(lambda: round_trip(send, recv, rank, x, x), count=reps, blocks=batches) / 2
 
 
 def stream(send, recv, rank: int, x: np.ndarray, ack: np.ndarray, reps: int) -> float:
     """Best time (seconds) to move ``x`` from rank 0 to rank 1, acknowledged by a 1-byte reply."""
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        if rank == 0:
-            send(x)
-            recv(ack)
-        else:
-            recv(x)
-            send(ack)
-        best = min(best, time.perf_counter() - start)
-    return best
+    return best_block(lambda: round_trip(send, recv, rank, x, ack), count=1, blocks=reps)
+
+
+def round_trip(send, recv, rank: int, there: np.ndarray, back: np.ndarray) -> None:
+    """Rank 0 sends ``there`` to rank 1, which answers with ``back``."""
+    if rank == 0:
+        send(there)
+        recv(back)
+    else:
+        recv(there)
+        send(back)
 
 
 def measure(send, recv, rank, reps, batches, streams):

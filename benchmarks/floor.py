@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import time
 
 import numpy as np
-
-BLOCKS = 5
+from timing import best_block  # benchmarks/timing.py, beside this script
 
 
 class Slot:
@@ -48,21 +46,6 @@ class Slot:
         self.full.acquire()
         np.add(out, np.frombuffer(self.memory, out.dtype, out.size), out=out)
         self.empty.release()
-
-
-def _best_block(once, barrier, count: int, warmup: int) -> float:
-    """Seconds per call of ``once``: warm up, then the fastest of BLOCKS blocks between barriers."""
-    for _ in range(warmup):
-        once()
-    best = float("inf")
-    for _ in range(BLOCKS):
-        barrier()
-        start = time.perf_counter()
-        for _ in range(count):
-            once()
-        barrier()
-        best = min(best, (time.perf_counter() - start) / count)
-    return best
 
 
 def _run(target, world_size: int, *args) -> list[float]:
@@ -97,7 +80,7 @@ def _allreduce_rank(rank, p, nbytes, slots, barrier, results):
             distance <<= 1
         return out
 
-    results[rank] = _best_block(once, barrier.wait, count=200, warmup=2000)
+    results[rank] = best_block(once, count=200, warmup=2000, barrier=barrier.wait)
 
 
 def floor_allreduce(world_size: int, nbytes: int) -> float:
@@ -120,7 +103,7 @@ def _latency_rank(rank, p, slots, idle, results, reps=2000):
             slots[0, 1].recv_add(x)
             slots[1, 0].send(x)
 
-    results[rank] = _best_block(round_trip, lambda: None, count=reps, warmup=reps) / 2
+    results[rank] = best_block(round_trip, count=reps, warmup=reps) / 2
     if rank == 0:
         for _ in range(2, p):
             idle.release()
@@ -137,7 +120,8 @@ def _minidist_allreduce(comm, nbytes):
     from minidist.collectives import allreduce
 
     x = np.ones(nbytes // 4, np.float32)
-    return _best_block(lambda: allreduce(comm, x, algorithm="auto"), comm.barrier, count=200, warmup=2000)
+    return best_block(lambda: allreduce(comm, x, algorithm="auto"), count=200, warmup=2000,
+                      barrier=comm.barrier)
 
 
 def minidist_allreduce(world_size: int, nbytes: int) -> float:
@@ -160,7 +144,7 @@ def _minidist_latency(comm, reps=2000):
             comm.recv(0, out=x)
             comm.send(x, 0)
 
-    best = _best_block(round_trip, lambda: None, count=reps, warmup=reps) / 2
+    best = best_block(round_trip, count=reps, warmup=reps) / 2
     if comm.rank == 0:
         for other in range(2, comm.world_size):
             comm.send(x, other)

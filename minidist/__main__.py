@@ -16,6 +16,8 @@ import os
 import runpy
 import sys
 
+from minidist.checks import count_option
+
 LESSONS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lessons")
 
 
@@ -89,17 +91,6 @@ def cmd_book(args) -> int:
     return 0
 
 
-def process_count(text: str) -> int:
-    """--mpi's value: an integer >= 1 (argparse turns the error into a usage message, exit status 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"the number of MPI processes must be an integer >= 1, got {text!r}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minidist", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("lessons", help="list the lessons").set_defaults(func=cmd_lessons)
     run = sub.add_parser("run", help="run one lesson by number")
     run.add_argument("number")
-    run.add_argument("--mpi", type=process_count, metavar="P", help="run it under mpiexec on P processes")
+    run.add_argument("--mpi", type=count_option(1, "the number of MPI processes"), metavar="P",
+                     help="run it under mpiexec on P processes")
     run.set_defaults(func=cmd_run)
     book = sub.add_parser("book", help="execute the lessons into a static site (HTML pages + index)")
     book.add_argument("out", help="the folder to write index.html and one page per lesson into")

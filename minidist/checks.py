@@ -4,12 +4,16 @@ A size or count must be an integer and never a bool: ``True`` is an int in Pytho
 without this check ``Grid3D(comm, True, 2, 2)`` would quietly build a 1 × 2 × 2 grid. A real number
 (a bandwidth, a time) must be finite: NaN compares false with everything, so a NaN slips through
 ``x > 0`` checks and poisons every later result. Each check raises an error saying what was expected,
-before the caller changes anything.
+before the caller changes anything. The command line's options go through the same rules
+(``count_option``, ``seconds_option``): a bad value is argparse's one-line usage error (exit status 2)
+naming the option, never a traceback and never a value quietly replaced.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,4 +45,32 @@ def check_real(value, name: str, minimum: float = -math.inf, *, strict: bool = F
             f"{name} must be a finite number{'' if minimum == -math.inf else f' {relation} {minimum:g}'}, "
             f"got {value!r}"
         )
+    return value
+
+
+def count_option(minimum: int = 1, what: str = "") -> Callable[[str], int]:
+    """An argparse ``type=``: the option's text as an integer >= ``minimum``. Anything else (0, -2, 1.5,
+    nan, True) stops the command: "argument --jobs: expected an integer >= 1, got '0'" (or "<what> must
+    be an integer >= 1, ..." when ``what`` names the quantity)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            expected = f"{what} must be" if what else "expected"
+            raise argparse.ArgumentTypeError(f"{expected} an integer >= {minimum}, got {text!r}")
+        return value
+    return parse
+
+
+def seconds_option(text: str) -> float:
+    """An argparse ``type=``: a finite number of seconds > 0; 0, -1, nan, inf stop the command with
+    "argument --limit: expected a finite number of seconds > 0, got 'nan'"."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
     return value

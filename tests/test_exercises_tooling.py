@@ -14,6 +14,7 @@ from minidist.exercises import (
     grade,
     grade_submission,
     make_student_copy,
+    read_registry,
     splice_functions,
 )
 from minidist.exercises.tree import cut_lines, rewrite_regions
@@ -163,6 +164,16 @@ def test_a_region_no_test_reaches_is_an_error(tmp_path):
         json.dumps({"tests/test_toy.py::test_add": ["toy_add"]}))
     with pytest.raises(MarkerError, match=r"no test reaches exercise\(s\) \['toy_scale'\]"):
         make_student_copy(root, tmp_path / "out")
+
+
+def test_an_exercise_registered_twice_is_an_error(tmp_path):
+    root = write_toy_repo(tmp_path / "repo")
+    registry = root / "minidist" / "exercises" / "registry.py"
+    registry.write_text(REGISTRY.replace('"double a number", "multiply"))',
+                                         '"double a number", "multiply"),\n'
+                                         '             Exercise("toy_add", "lessons/01_toy.py", "again"))'))
+    with pytest.raises(MarkerError, match="exercise 'toy_add' is registered twice"):
+        read_registry(root)
 
 
 def test_splice_replaces_only_the_named_functions():

@@ -14,7 +14,8 @@ How a run goes:
    send/recv raise at once; ranks busy computing are terminated after ``GRACE`` seconds, killed if they
    ignore that. Then ``ClusterError`` names the rank that failed first, how (exception, exit code or
    signal), and carries its traceback. Ctrl-C in the parent goes the same way. Shared memory and
-   semaphores are released in every case, and a rank never outlives its launcher (process_setup.py).
+   semaphores are unlinked and unmapped in every case, at once (not when the error's traceback, which
+   holds this frame, is collected), and a rank never outlives its launcher (process_setup.py).
 """
 
 from __future__ import annotations
@@ -137,8 +138,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         if parent is not None:
             parent.close()
         unlink_names(shm, doorbells)              # now, not when the last reference goes (a traceback's)
-        if block is not None:
-            release_block(block, shm)
+        release_block(block, shm, doorbells)      # unmapped now, for the same reason
 
 
 def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):

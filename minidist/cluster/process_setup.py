@@ -71,19 +71,14 @@ def one_blas_thread(method: str):
                 os.environ[k] = v
 
 
-_blas = None
-
-
 def _blas_controller():
-    """threadpoolctl's view of the BLAS libraries loaded in this process (found once), or None."""
-    global _blas
-    if _blas is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-            _blas = ThreadpoolController()
-        except ImportError:                          # then the workers keep the default thread count
-            _blas = False
-    return _blas or None
+    """threadpoolctl's view of the BLAS libraries loaded in this process now, or None. Looked up at every
+    run (a few ms): a module imported since the last run may have brought a BLAS of its own (SciPy's)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:                              # then the workers keep the default thread count
+        return None
+    return ThreadpoolController()
 
 
 def die_with_parent(launcher: int) -> None:
@@ -167,6 +162,8 @@ def shared_resources(ctx, method: str, nbytes: int, world_size: int, prefix: str
         bells.extend(_Doorbell(prefix, ctx) for _ in range(world_size))
     except BaseException:
         unlink_names(shm, bells)
+        shm.close()
+        bells.clear()           # unmapped now, not when the traceback that holds this frame goes
         raise
     return shm.buf, shm, bells
 
@@ -187,8 +184,14 @@ def unlink_names(shm, doorbells) -> None:
                     pass
 
 
-def release_block(block, shm) -> None:
-    """Unmap the shared block (if no view of it survives; else the garbage collector will)."""
+def release_block(block, shm, doorbells: list) -> None:
+    """Unmap the shared block and close the doorbells in this process, now rather than when their last
+    reference goes: the traceback of a failed run's error keeps the launcher's frame, which holds them.
+    A semaphore closes when its object is freed, so the list is emptied in place (the parent Endpoint
+    shares it). A block of which some view survives is left to the garbage collector."""
+    doorbells.clear()
+    if block is None:
+        return
     try:
         block.release()
         if shm is not None:

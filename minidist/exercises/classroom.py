@@ -16,6 +16,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from minidist.checks import check_count, check_real
+
 from .grade import Job, SubmissionReport, assemble, check_submission, graded_ids, run_job, student_code
 from .results import ExerciseResult
 
@@ -35,6 +37,9 @@ def grade_class(submissions: list[Path], root: Path, exercises: list[str] | None
     jobs: sessions at a time; integration: also run the tests that reach several exercises;
     echo(line): progress (a line per student; per exercise too when there is one student).
     """
+    jobs = check_count(jobs, "jobs")
+    timeout = check_real(timeout, "timeout", 0, strict=True)
+    limit = check_real(limit, "limit", 0, strict=True)
     root = Path(root).resolve()
     submissions = [Path(s).resolve() for s in submissions]
     for submission in submissions:
@@ -51,7 +56,7 @@ def grade_class(submissions: list[Path], root: Path, exercises: list[str] | None
             return run_job(job, root, Path(tmp), Path(hidden) if hidden else None, timeout, limit)
 
     with tempfile.TemporaryDirectory(prefix="minidist-class-") as work, \
-            ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            ThreadPoolExecutor(max_workers=jobs) as pool:
         shared: dict[tuple, Future] = {}
         waiting: dict[Future, list[Job]] = {}
         for job in queue:

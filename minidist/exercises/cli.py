@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from minidist.checks import count_option, seconds_option
+
 from .catalog import locations, render_markdown
 from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
@@ -167,10 +169,10 @@ def add_parser(sub) -> None:
     gr.add_argument("submissions", nargs="+", help="one or more student copies (e.g. SUBMISSIONS/*)")
     gr.add_argument("--only", action="append", metavar="ID", help="grade only these exercises")
     gr.add_argument("--hidden", help="a directory of extra (hidden) test files")
-    gr.add_argument("--timeout", type=float, default=30.0,
+    gr.add_argument("--timeout", type=seconds_option, default=30.0,
                     help="seconds one test may run before it is killed and counted hung (default 30)")
-    gr.add_argument("--limit", type=float, default=300.0, help="seconds per exercise (default 300)")
-    gr.add_argument("--jobs", type=int, default=2, help="pytest sessions at a time (default 2)")
+    gr.add_argument("--limit", type=seconds_option, default=300.0, help="seconds per exercise (default 300)")
+    gr.add_argument("--jobs", type=count_option(1), default=2, help="pytest sessions at a time (default 2)")
     gr.add_argument("--integration", action="store_true",
                     help="also run the integration tests (they reach several exercises; never scored)")
     gr.add_argument("--json", action="store_true", help="the full report as JSON")
@@ -180,8 +182,8 @@ def add_parser(sub) -> None:
     gr.set_defaults(func=_reference_only(cmd_grade))
     ck = verbs.add_parser("check", help="CI: each exercise, solved alone, passes its own tests")
     ck.add_argument("--only", action="append", metavar="ID", help="check only these exercises")
-    ck.add_argument("--jobs", type=int, default=2, help="copies checked at a time (default 2)")
-    ck.add_argument("--limit", type=float, default=900.0, help="seconds per exercise (default 900)")
+    ck.add_argument("--jobs", type=count_option(1), default=2, help="copies checked at a time (default 2)")
+    ck.add_argument("--limit", type=seconds_option, default=900.0, help="seconds per exercise (default 900)")
     ck.set_defaults(func=_reference_only(cmd_check))
     mp = verbs.add_parser("map", help="re-measure which tests reach which exercise "
                                       "(and which pass on stand-ins)")
@@ -190,5 +192,5 @@ def add_parser(sub) -> None:
     st.add_argument("--write", action="store_true",
                     help="measure anew and record the tests that pass on a stand-in "
                          "(tests/exercise_standins.json)")
-    st.add_argument("--jobs", type=int, default=2, help="sessions at a time (default 2)")
+    st.add_argument("--jobs", type=count_option(1), default=2, help="sessions at a time (default 2)")
     st.set_defaults(func=_reference_only(cmd_standins))

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from minidist.checks import check_count, check_real
+
 from .exercise_map import STANDINS_PATH, load_map, own_exercise
 from .markers import all_regions
 from .runner import run_watched
@@ -68,6 +70,7 @@ def check_alone(root: Path, exercise: str, tests: list[str], limit: float) -> Al
 def check_each_alone(root: Path, exercises: list[str] | None = None, jobs: int = 2,
                      limit: float = 900.0, echo=print) -> list[AloneResult]:
     """Run check_alone for every exercise (or the given ones), ``jobs`` at a time; echo each result."""
+    jobs, limit = check_count(jobs, "jobs"), check_real(limit, "limit", 0, strict=True)
     root = Path(root).resolve()
     ids = exercises or sorted({r.exercise for r in all_regions(root)})
     tests = own_tests(root)
@@ -82,7 +85,7 @@ def check_each_alone(root: Path, exercises: list[str] | None = None, jobs: int =
             echo("     " + result.detail.replace("\n", "\n     "))
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(one, ids))
     bad = [r.exercise for r in results if not r.ok]
     echo(f"{len(ids) - len(bad)}/{len(ids)} exercises pass their own tests alone; "

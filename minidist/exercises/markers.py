@@ -162,7 +162,7 @@ def read_registry(root: Path) -> dict[str, Exercise]:
     """{id: Exercise} of the tree at root (its minidist/exercises/registry.py)."""
     try:
         return load_registry(root)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         raise MarkerError(str(err)) from err
 
 

@@ -154,10 +154,6 @@ EXERCISES = (
              "LAMB's trust ratio: |w| / |u| for a layer w and its Adam-plus-weight-decay update u (1 when "
              "either norm is zero), so that every layer moves by lr·|w| per step.",
              "Euclidean norms of the whole arrays (minidist.optim.lars.norm)."),
-    Exercise("moe_dispatch", "lessons/18_mixture_of_experts.py",
-             "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
-             "add gate · expert output back into the token's row (dropped tokens stay 0).",
-             "Routing.assignments(e) gives the tokens and choices of expert e; gates[tokens, choices]."),
     Exercise("interleaved_orders", "lessons/19_putting_it_together.py",
              "Each rank's task order under Megatron's interleaved 1F1B with v chunks: "
              "min(v·M, 2(P − r − 1) + (v − 1)·P) warm-up forwards, then one forward and one backward, "
@@ -173,7 +169,9 @@ _LOADING = threading.Lock()
 
 
 def load_registry(root: Path) -> dict[str, Exercise]:
-    """{id: Exercise} from ``root/minidist/exercises/registry.py`` (this file, in the tree at root)."""
+    """{id: Exercise} from ``root/minidist/exercises/registry.py`` (this file, in the tree at root).
+
+    Raises FileNotFoundError if it is missing, ValueError if it registers an id twice."""
     path = Path(root) / "minidist" / "exercises" / "registry.py"
     if not path.exists():
         raise FileNotFoundError(f"missing exercise registry {path}")
@@ -185,4 +183,8 @@ def load_registry(root: Path) -> dict[str, Exercise]:
             spec.loader.exec_module(module)
         finally:
             del sys.modules[spec.name]
-    return {ex.id: ex for ex in module.EXERCISES}
+    registry: dict[str, Exercise] = {}
+    for ex in module.EXERCISES:
+        if registry.setdefault(ex.id, ex) is not ex:
+            raise ValueError(f"{path}: exercise {ex.id!r} is registered twice")
+    return registry

@@ -18,13 +18,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .results import TestResult
-from .runner import kill_group
+from .runner import run_in_group
 
 POLL_SECONDS = 0.25
 
@@ -98,10 +98,8 @@ def run_session(base_cmd: list[str], paths: list[str], cwd: Path, env: dict[str,
         report = _Report(work / f"report-{attempt}.jsonl")
         log = work / f"pytest-{attempt}.log"
         cmd_env = dict(env, MINIDIST_GRADE_REPORT=str(report.path))
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(base_cmd + args, cwd=cwd, env=cmd_env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            stopped = _watch(proc, report, per_test, start + limit)
+        proc, stopped = run_in_group(base_cmd + args, cwd, cmd_env, log, POLL_SECONDS,
+                                     _limits(report, per_test, start + limit))
         report.read()
         collected.update(report.collected)
         final.update(report.results)
@@ -138,31 +136,17 @@ def run_session(base_cmd: list[str], paths: list[str], cwd: Path, env: dict[str,
     return SessionOutcome(tests, time.monotonic() - start, incidents=incidents)
 
 
-def _watch(proc: subprocess.Popen, report: _Report, per_test: float, deadline: float) -> str:
-    """Wait for proc; kill its group when a test outlasts per_test or the deadline passes. Returns why it
-    was killed ("" if it ended by itself)."""
-    why = ""
-    try:
-        while True:
-            try:
-                proc.wait(timeout=POLL_SECONDS)
-                break
-            except subprocess.TimeoutExpired:
-                report.read()
-                now = time.monotonic()
-                if report.running is not None and now - report.running_since > per_test:
-                    why = f"still running after {per_test:.0f} s (the per-test timeout): killed"
-                elif now > deadline:
-                    why = "still running when the exercise's time limit was reached: killed"
-                if why:
-                    kill_group(proc.pid)
-                    proc.wait()
-                    break
-    finally:
-        kill_group(proc.pid)      # strays left by a finished pytest, or everything on an interrupt
-        if proc.poll() is None:
-            proc.wait()
-    return why
+def _limits(report: _Report, per_test: float, deadline: float) -> Callable[[], str]:
+    """The check run_in_group makes while pytest runs: why to kill it now ("" while all is well)."""
+    def check() -> str:
+        report.read()
+        now = time.monotonic()
+        if report.running is not None and now - report.running_since > per_test:
+            return f"still running after {per_test:.0f} s (the per-test timeout): killed"
+        if now > deadline:
+            return "still running when the exercise's time limit was reached: killed"
+        return ""
+    return check
 
 
 def _tail(log: Path, lines: int = 25) -> str:

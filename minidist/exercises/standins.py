@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from minidist.checks import check_count, check_real
+
 from .exercise_map import STANDINS_PATH
 from .grade import Job, run_job
 from .markers import Region, all_regions, parse_python
@@ -124,6 +126,7 @@ def grade_standins(root: Path, jobs: int = 2, timeout: float = 30.0, every_test:
     """{(kind, exercise): (passed, run, ids of the passing tests)} for every stand-in of every exercise.
 
     every_test: also run the tests already recorded as passing on a stand-in (to measure them anew)."""
+    jobs, timeout = check_count(jobs, "jobs"), check_real(timeout, "timeout", 0, strict=True)
     root = Path(root).resolve()
     ids = exercises or sorted({r.exercise for r in all_regions(root)})
     with_comm = takes_comm(root)
@@ -146,7 +149,7 @@ def grade_standins(root: Path, jobs: int = 2, timeout: float = 30.0, every_test:
                 echo(f"{kind:9s} {ex:28s} {len(passing):3d}/{len(run):<3d} own tests pass")
                 return pair, (len(passing), len(run), passing)
 
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
                 return dict(pool.map(one, pairs))
     finally:
         if every_test:

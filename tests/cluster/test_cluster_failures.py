@@ -38,6 +38,14 @@ def names_left() -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith((prefix, "sem." + prefix))]
 
 
+def shared_maps() -> set[str]:
+    """This process's mappings of shared memory ('start-end path'): /dev/shm files (segments, POSIX
+    semaphores) and shared anonymous memory (fork's block: "/dev/zero (deleted)")."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return {f"{line.split()[0]} {line.split(None, 5)[-1]}" for line in maps
+            if "/dev/shm/" in line or line.endswith("/dev/zero (deleted)")}
+
+
 def assert_nothing_left(before: set[int]) -> None:
     assert child_pids() <= before, "a worker process outlived the run"
     for name in last_resource_names():
@@ -47,7 +55,8 @@ def assert_nothing_left(before: set[int]) -> None:
 
 
 def ring_then(failure):
-    """A ring step on every rank; then rank 1 fails in the given way while the others wait on it."""
+    """A ring step on every rank; then rank 1 fails in the given way while rank 0 waits on it ("interrupt":
+    Ctrl-C reaches the launcher)."""
     def fn(comm):
         right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
         comm.sendrecv(np.arange(5.0), right, left)
@@ -58,7 +67,9 @@ def ring_then(failure):
                 os._exit(3)
             if failure == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-            if failure == "hang":
+            if failure == "interrupt":
+                os.kill(os.getppid(), signal.SIGINT)
+            if failure in ("hang", "interrupt"):
                 time.sleep(60)
         comm.recv(1) if comm.rank == 0 else None   # rank 0 waits on rank 1, the others return
         return comm.rank
@@ -220,25 +231,26 @@ class InterruptAt:
 
 @pytest.mark.parametrize("how, method", [("raise", "fork"), ("signal", "fork"), ("raise", "spawn")])
 def test_an_interrupt_anywhere_in_start_up_leaves_nothing_behind(how, method):
-    before = child_pids()
+    before, maps_before = child_pids(), shared_maps()
     k = 0
     while True:
         k += 1
         tracer = InterruptAt(k, how)
-        interrupted = False
+        interrupted = None
         sys.settrace(tracer)
         try:
             result = run(lambda comm: comm.rank, 2, start_method=method, timeout=60)
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as err:
+            interrupted = err                         # kept, as a notebook keeps the last error
         finally:
             sys.settrace(None)
         assert_nothing_left(before)
+        assert shared_maps() <= maps_before, f"the run interrupted at line {k} left shared memory mapped"
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "Ctrl-C's handler not restored"
         if tracer.lines < k:                          # start-up ended before line k: every line was tried
-            assert not interrupted and result == [0, 1]
+            assert interrupted is None and result == [0, 1]
             break
-        assert interrupted, f"the interrupt at line {k} was lost"
+        assert interrupted is not None, f"the interrupt at line {k} was lost"
     assert k > 20, "too few lines traced: is the tracer looking at the right files?"
 
 

@@ -1,6 +1,11 @@
 """send/recv/sendrecv/barrier move arrays exactly: every dtype and shape, tags, streams, world sizes 1-8."""
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.cluster import ClusterError, run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
           np.float16, np.float32, np.float64, np.complex64, np.complex128, "U3", "S5", "datetime64[ms]"]
@@ -256,6 +263,33 @@ def test_one_blas_thread_per_worker_and_the_parent_is_left_alone(start_method):
     after = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
     assert after == before
 
+
+BLAS_LOADED_LATER = """
+import json
+import numpy as np
+from threadpoolctl import threadpool_info
+from minidist.cluster import run
+
+def blas_threads(comm=None):
+    from threadpoolctl import threadpool_info
+    return sorted(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+
+run(blas_threads, 2)                                 # the first run, before SciPy brings its own BLAS
+import scipy.linalg  # noqa: E402
+print(json.dumps({"parent": blas_threads(), "ranks": run(blas_threads, 2)}))
+"""
+
+
+def test_a_blas_library_loaded_after_the_first_run_also_gets_one_thread():
+    pytest.importorskip("threadpoolctl")
+    pytest.importorskip("scipy")
+    out = subprocess.run([sys.executable, "-c", BLAS_LOADED_LATER], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    threads = json.loads(out.stdout)
+    if len(threads["parent"]) < 2 or max(threads["parent"]) == 1:
+        pytest.skip(f"SciPy brought no second BLAS with more than one thread: {threads['parent']}")
+    assert threads["ranks"] == [[1, 1], [1, 1]]
 
 @pytest.mark.slow
 @given(world_size=st.integers(2, 6), sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=3))
