@@ -75,7 +75,7 @@ class Pipeline:
         self.units = [Checkpoint(self.module)] if self.checkpointed else list(self.module.layers)
         self._runner = Sequential(*self.units)  # what forward_saving watches for saved activations
         self.ledger = StageLedger(comm, self.stage)  # clock, timeline, memory: kept to the side
-        self.charges = StageCharges(self.ledger)
+        self.charges = StageCharges(self.ledger.charge)
         self.stage_runner = StepRunner(self._runner, None, [self.charges], input_grad=True)
         self.loss: float | None = None
         self.output: np.ndarray | None = None
