@@ -233,12 +233,17 @@ def bubble_fraction(schedule: Schedule, num_stages: int) -> float:
 def format_schedule(schedule: Schedule, num_stages: int) -> str:
     """A text timeline: one row per stage, one column per tick ("F3" / "B3", "." when idle)."""
     width = max(3, 1 + max((len(str(op.micro_batch)) for tick in schedule for op in tick), default=1))
+    return format_rows(schedule, num_stages, "stage", lambda op: f"{op.kind}{op.micro_batch}", width)
+
+
+def format_rows(schedule: Schedule, num_ranks: int, name: str, cell, width: int) -> str:
+    """One row per rank ("<name> r: "), one column per tick: cell(op), or "." when idle; width chars."""
     rows = []
-    for s in range(num_stages):
+    for r in range(num_ranks):
         cells = ["."] * len(schedule)
         for t, tick in enumerate(schedule):
             for op in tick:
-                if op.stage == s:
-                    cells[t] = f"{op.kind}{op.micro_batch}"
-        rows.append(f"stage {s}: " + "".join(c.ljust(width) for c in cells))
+                if op.rank == r:
+                    cells[t] = cell(op)
+        rows.append(f"{name} {r}: " + "".join(c.ljust(width) for c in cells))
     return "\n".join(rows)

@@ -33,6 +33,7 @@ from .schedule import (
     bubble_fraction,
     check_order,
     dependencies,
+    format_rows,
     key_of,
     max_in_flight,
     place_in_ticks,
@@ -129,15 +130,7 @@ def format_tasks(schedule: TaskSchedule, num_ranks: int) -> str:
         return f"{task.kind}{task.micro_batch}" + (f".{task.stage}" if several else "")
 
     width = 1 + max((len(cell(task)) for tick in schedule for task in tick), default=2)
-    rows = []
-    for r in range(num_ranks):
-        cells = ["."] * len(schedule)
-        for t, tick in enumerate(schedule):
-            for task in tick:
-                if task.rank == r:
-                    cells[t] = cell(task)
-        rows.append(f"rank {r}: " + "".join(c.ljust(width) for c in cells))
-    return "\n".join(rows)
+    return format_rows(schedule, num_ranks, "rank", cell, width)
 
 
 def replay(schedule: TaskSchedule, duration: Callable[[Task], float]) -> dict[Task, tuple[float, float]]:

@@ -31,9 +31,9 @@ from minidist.nn.checkpoint import forward_saving, nbytes_of
 from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
 from minidist.nn.runner import StepRunner
-from minidist.split import split_offsets
 
 from .ledger import StageCharges
+from .pipeline import split_micro_batches
 from .split import split_by_layers
 from .split_backward import DeferredWeightGrad
 from .tasks import Task, TaskSchedule, check_tasks, rank_tasks
@@ -119,13 +119,7 @@ class TaskPipeline:
         """Run this rank's row of the table over the batch (x (N, ...), target (N, ...)), sum replicated
         stages' gradients, step the optimizer. Returns Σ (n_m / N)·loss_m over the micro-batches whose
         last stage ran here (the batch's loss is the sum over ranks), None if none did."""
-        N, M = len(x), self.M
-        if len(target) != N or M > N:
-            raise ValueError(f"need len(target) == len(x) >= M = {M}, got {len(x)} and {len(target)}")
-        edges = split_offsets(N, M)
-        self._x = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
-        self._target = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]
-        self._weight = [(edges[m + 1] - edges[m]) / N for m in range(M)]
+        self._x, self._target, self._weight = split_micro_batches(x, target, self.M)
         self._saved, self._deferred, self._losses = {}, {}, {}
         for stage in self.stages.values():
             stage.zero_grad()
