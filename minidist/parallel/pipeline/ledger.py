@@ -18,6 +18,7 @@ from minidist.nn.checkpoint import Checkpoint, forward_flops
 from minidist.nn.runner import Attachment
 
 from .schedule import Op
+from .split_backward import DeferredWeightGrad
 
 
 class StageLedger:
@@ -53,12 +54,14 @@ class StageLedger:
 
 
 class StageCharges(Attachment):
-    """The step runner's attachment that charges each unit of a stage to the ledger as it runs: forward
-    its FLOPs, backward twice that (+1× to recompute a checkpointed segment). ``flops`` holds the last
-    forward's per-unit FLOPs; ``recomputed`` the largest activation a recompute held (bytes)."""
+    """The step runner's attachment that charges each unit of a stage as it runs: forward its FLOPs,
+    backward twice that (+1× to recompute a checkpointed segment; 1× for a split Linear, whose weight
+    gradient W charges). charge(flops, label=...): StageLedger.charge, or a communicator's compute.
+    ``flops`` holds the last forward's per-unit FLOPs; ``recomputed`` the largest activation a recompute
+    held (bytes)."""
 
-    def __init__(self, ledger: StageLedger):
-        self.ledger, self.label, self.flops, self.recomputed, self.shape = ledger, "", [], 0, ()
+    def __init__(self, charge):
+        self.charge, self.label, self.flops, self.recomputed, self.shape = charge, "", [], 0, ()
 
     def before_forward(self, i, unit, x):
         if i == 0:
@@ -68,11 +71,12 @@ class StageCharges(Attachment):
 
     def after_forward(self, i, unit, y):
         self.flops.append(forward_flops(unit, self.shape))     # a Checkpoint knows its FLOPs after forward
-        self.ledger.charge(self.flops[i], self.label)
+        self.charge(self.flops[i], label=self.label)
         return y
 
     def after_backward(self, i, unit, dx):
+        times = 1 if isinstance(unit, DeferredWeightGrad) else 2
         recompute = self.flops[i] if isinstance(unit, Checkpoint) else 0
         self.recomputed = max(self.recomputed, getattr(unit, "recompute_nbytes", 0))
-        self.ledger.charge(2 * self.flops[i] + recompute, self.label)
+        self.charge(times * self.flops[i] + recompute, label=self.label)
         return dx

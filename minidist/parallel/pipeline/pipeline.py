@@ -75,7 +75,7 @@ class Pipeline:
         self.units = [Checkpoint(self.module)] if self.checkpointed else list(self.module.layers)
         self._runner = Sequential(*self.units)  # what forward_saving watches for saved activations
         self.ledger = StageLedger(comm, self.stage)  # clock, timeline, memory: kept to the side
-        self.charges = StageCharges(self.ledger)
+        self.charges = StageCharges(self.ledger.charge)
         self.stage_runner = StepRunner(self._runner, None, [self.charges], input_grad=True)
         self.loss: float | None = None
         self.output: np.ndarray | None = None
@@ -130,16 +130,8 @@ class Pipeline:
         (every rank is given both). Returns the batch's mean loss on the last stage (also kept with the
         output, shape (N, ...), in .loss and .output), None elsewhere.
         """
-        N, M = len(x), self.num_micro_batches
-        if len(target) != N:
-            raise ValueError(f"x has {N} samples but target has {len(target)}")
-        if M > N:
-            raise ValueError(f"cannot split a batch of {N} samples into {M} micro-batches (M must be <= N)")
-        edges = split_offsets(N, M)
-        # Contiguous copies, not views: each micro-batch owns its memory (and is counted as such).
-        self._x = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
-        self._target = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]
-        self._weight = [(edges[m + 1] - edges[m]) / N for m in range(M)]
+        M = self.num_micro_batches
+        self._x, self._target, self._weight = split_micro_batches(x, target, M)
         self._in_flight: dict[int, tuple[SavedActivations, list[int], np.ndarray | None]] = {}
         self._outputs: dict[int, np.ndarray] = {}
         self._losses: dict[int, float] = {}
@@ -199,3 +191,18 @@ class Pipeline:
     def _held_bytes(self) -> int:
         """Bytes of the activations (and the last stage's loss gradients) kept between F(m) and B(m)."""
         return nbytes_of([(saved.entries, dy) for saved, _, dy in self._in_flight.values()])
+
+
+def split_micro_batches(x: np.ndarray, target: np.ndarray, M: int):
+    """The batch (x, target), N samples each, as M micro-batches of n_m samples (minidist.split's sizes):
+    lists of the M inputs, the M targets and the M weights n_m / N of their losses."""
+    N = len(x)
+    if len(target) != N:
+        raise ValueError(f"x has {N} samples but target has {len(target)}")
+    if M > N:
+        raise ValueError(f"cannot split a batch of {N} samples into {M} micro-batches (M must be <= N)")
+    edges = split_offsets(N, M)
+    # Contiguous copies, not views: each micro-batch owns its memory (and is counted as such).
+    xs = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
+    targets = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]
+    return xs, targets, [(edges[m + 1] - edges[m]) / N for m in range(M)]

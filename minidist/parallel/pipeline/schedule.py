@@ -16,6 +16,10 @@ with Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
             GPipe's ticks and bubble, but at most P − s micro-batches in flight at stage s
 
 Bubble fraction = idle stage-ticks / all stage-ticks = (P·T − 2·P·M) / (P·T) for T ticks.
+
+tasks.py's tables (several stages per rank, a split backward) are placed, checked and measured by the
+same functions: ``place_in_ticks``, ``check_order``, ``max_in_flight``, ``bubble_fraction`` read an op's
+``rank`` (an Op's is its stage) and its ``key_of`` (kind, micro-batch, stage).
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ class Op(NamedTuple):
     stage: int
     kind: str  # "F" or "B"
     micro_batch: int
+
+    @property
+    def rank(self) -> int:
+        """Stage s runs on rank s (a tasks.py Task names its rank apart from its stage)."""
+        return self.stage
 
 
 Schedule = list[list[Op]]
@@ -91,29 +100,53 @@ def one_f_one_b_orders(num_stages: int, num_micro_batches: int) -> list[list[Op]
     return orders
 
 
-def place_in_ticks(orders: list[list[Op]]) -> Schedule:
-    """Give each op the earliest tick after its stage's previous op and after the ops it depends on."""
-    tick_of: dict[Op, int] = {}
+def key_of(op) -> tuple[str, int, int]:
+    """What an Op (or a tasks.py Task) does, whichever rank runs it: (kind, micro_batch, stage)."""
+    return op.kind, op.micro_batch, op.stage
+
+
+def dependencies(key: tuple[str, int, int], num_stages: int) -> list[tuple[str, int, int]]:
+    """The keys the op of key (kind, micro_batch m, stage s) waits for: F(s, m) after F(s−1, m);
+    B(s, m) after F(s, m) and B(s+1, m); tasks.py's W(s, m) after B(s, m)."""
+    kind, m, s = key
+    if kind == "F":
+        return [("F", m, s - 1)] if s > 0 else []
+    if kind == "W":
+        return [("B", m, s)]
+    return [("F", m, s)] + ([("B", m, s + 1)] if s < num_stages - 1 else [])
+
+
+def place_in_ticks(orders: list[list[Op]], num_stages: int | None = None) -> Schedule:
+    """Each rank's order of ops -> ticks: every op at the earliest tick after its rank's previous op and
+    after the ops it depends on. Also places tasks.py's Tasks (orders per rank, num_stages given; an Op's
+    rank is its stage). Raises ValueError if the orders wait on each other (a deadlock)."""
+    num_stages = len(orders) if num_stages is None else num_stages
+    tick_of: dict[tuple[str, int, int], int] = {}
     position = [0] * len(orders)
     remaining = sum(len(order) for order in orders)
     while remaining:
         progressed = False
-        for s, order in enumerate(orders):
-            if position[s] == len(order):
+        for r, order in enumerate(orders):
+            if position[r] == len(order):
                 continue
-            op = order[position[s]]
-            needs = _dependencies(op, len(orders))
+            op = order[position[r]]
+            needs = dependencies(key_of(op), num_stages)
             if any(d not in tick_of for d in needs):
                 continue
-            earliest = tick_of[order[position[s] - 1]] + 1 if position[s] else 0
-            tick_of[op] = max([earliest] + [tick_of[d] + 1 for d in needs])
-            position[s] += 1
+            earliest = tick_of[key_of(order[position[r] - 1])] + 1 if position[r] else 0
+            tick_of[key_of(op)] = max([earliest] + [tick_of[d] + 1 for d in needs])
+            position[r] += 1
             remaining -= 1
             progressed = True
         if not progressed:
-            raise ValueError("the stage orders wait on each other: no op can run (a deadlock)")
-    ticks: Schedule = [[] for _ in range(max(tick_of.values()) + 1)]
-    for op, t in sorted(tick_of.items(), key=lambda item: (item[1], item[0])):
+            raise ValueError("the orders wait on each other: no op can run (a deadlock)")
+    return to_ticks([(op, tick_of[key_of(op)]) for order in orders for op in order])
+
+
+def to_ticks(placed: list[tuple[Op, int]]) -> Schedule:
+    """(op, tick) pairs -> the list of ticks, each tick's ops by rank."""
+    ticks: Schedule = [[] for _ in range(max(t for _, t in placed) + 1)]
+    for op, t in sorted(placed, key=lambda item: (item[1], item[0].rank)):
         ticks[t].append(op)
     return ticks
 
@@ -132,25 +165,16 @@ def make_schedule(name: str, num_stages: int, num_micro_batches: int) -> Schedul
     return builders[name](num_stages, num_micro_batches)
 
 
-def _dependencies(op: Op, num_stages: int) -> list[Op]:
-    if op.kind == "F":
-        return [Op(op.stage - 1, "F", op.micro_batch)] if op.stage > 0 else []
-    after_own_forward = [Op(op.stage, "F", op.micro_batch)]
-    if op.stage < num_stages - 1:
-        return after_own_forward + [Op(op.stage + 1, "B", op.micro_batch)]
-    return after_own_forward
-
-
 def stage_ops(schedule: Schedule, stage: int) -> list[Op]:
-    """The ops stage runs, in tick order (what the executor follows on that stage's rank)."""
-    return [op for tick in schedule for op in tick if op.stage == stage]
+    """The ops stage runs, in tick order (what the executor follows on rank = stage); of a tasks.py
+    table, the tasks rank ``stage`` runs."""
+    return [op for tick in schedule for op in tick if op.rank == stage]
 
 
 def check_schedule(schedule: Schedule, num_stages: int, num_micro_batches: int) -> None:
     """Raise ValueError unless every (stage, micro-batch) runs F once and B once, at most one op per stage
     and tick, each op strictly after the ops it depends on."""
     _check_sizes(num_stages, num_micro_batches)
-    tick_of: dict[Op, int] = {}
     for t, tick in enumerate(schedule):
         stages = [op.stage for op in tick]
         if len(stages) != len(set(stages)):
@@ -160,27 +184,43 @@ def check_schedule(schedule: Schedule, num_stages: int, num_micro_batches: int) 
                     or not 0 <= op.micro_batch < num_micro_batches:
                 raise ValueError(f"tick {t}: {op!r} is not an Op(stage < {num_stages}, 'F'|'B', "
                                  f"micro_batch < {num_micro_batches})")
-            if op in tick_of:
-                raise ValueError(f"{op} runs twice (ticks {tick_of[op]} and {t})")
-            tick_of[op] = t
-    every_op = [Op(s, kind, m) for s in range(num_stages) for m in range(num_micro_batches) for kind in "FB"]
-    for op in every_op:
-        if op not in tick_of:
-            raise ValueError(f"{op} never runs")
-    for op in every_op:
-        for dep in _dependencies(op, num_stages):
-            if tick_of[dep] >= tick_of[op]:
-                raise ValueError(f"{op} at tick {tick_of[op]} does not come after {dep} at tick "
+    check_order(schedule, num_stages, num_micro_batches)
+
+
+def check_order(schedule: Schedule, num_stages: int, num_micro_batches: int) -> None:
+    """Of a table of well-formed Ops or Tasks: raise ValueError unless every (micro-batch, stage) runs F
+    and B once (and W, if any op is a W), all on one rank, each after the ops it depends on."""
+    tick_of: dict[tuple[str, int, int], int] = {}
+    rank_of: dict[tuple[int, int], int] = {}
+    for t, tick in enumerate(schedule):
+        for op in tick:
+            if key_of(op) in tick_of:
+                raise ValueError(f"{op} runs twice (ticks {tick_of[key_of(op)]} and {t})")
+            if rank_of.setdefault((op.micro_batch, op.stage), op.rank) != op.rank:
+                raise ValueError(f"{op}: micro-batch {op.micro_batch}'s stage {op.stage} also runs on "
+                                 f"rank {rank_of[op.micro_batch, op.stage]}")
+            tick_of[key_of(op)] = t
+    kinds = "FBW" if any(kind == "W" for kind, _, _ in tick_of) else "FB"
+    every = [(kind, m, s) for m in range(num_micro_batches) for s in range(num_stages) for kind in kinds]
+    for key in every:
+        if key not in tick_of:
+            raise ValueError(f"{key[0]}(micro-batch {key[1]}, stage {key[2]}) never runs")
+    for key in every:
+        for dep in dependencies(key, num_stages):
+            if tick_of[dep] >= tick_of[key]:
+                raise ValueError(f"{key} at tick {tick_of[key]} does not come after {dep} at tick "
                                  f"{tick_of[dep]}")
 
 
-def max_in_flight(schedule: Schedule, num_stages: int) -> list[int]:
-    """Per stage, the most micro-batches whose F has run and whose B has not (activations held)."""
+def max_in_flight(schedule: Schedule, num_stages: int, until: str = "B") -> list[int]:
+    """Per stage (per rank, for a tasks.py table), the most micro-batches whose F has run and whose
+    ``until`` op has not: the activations held. With a split backward (tasks.py), until="B" counts the
+    activations B needs, until="W" what W still holds."""
     held, peak = [0] * num_stages, [0] * num_stages
     for tick in schedule:
         for op in tick:
-            held[op.stage] += 1 if op.kind == "F" else -1
-            peak[op.stage] = max(peak[op.stage], held[op.stage])
+            held[op.rank] += 1 if op.kind == "F" else -1 if op.kind == until else 0
+            peak[op.rank] = max(peak[op.rank], held[op.rank])
     return peak
 
 
@@ -193,12 +233,17 @@ def bubble_fraction(schedule: Schedule, num_stages: int) -> float:
 def format_schedule(schedule: Schedule, num_stages: int) -> str:
     """A text timeline: one row per stage, one column per tick ("F3" / "B3", "." when idle)."""
     width = max(3, 1 + max((len(str(op.micro_batch)) for tick in schedule for op in tick), default=1))
+    return format_rows(schedule, num_stages, "stage", lambda op: f"{op.kind}{op.micro_batch}", width)
+
+
+def format_rows(schedule: Schedule, num_ranks: int, name: str, cell, width: int) -> str:
+    """One row per rank ("<name> r: "), one column per tick: cell(op), or "." when idle; width chars."""
     rows = []
-    for s in range(num_stages):
+    for r in range(num_ranks):
         cells = ["."] * len(schedule)
         for t, tick in enumerate(schedule):
             for op in tick:
-                if op.stage == s:
-                    cells[t] = f"{op.kind}{op.micro_batch}"
-        rows.append(f"stage {s}: " + "".join(c.ljust(width) for c in cells))
+                if op.rank == r:
+                    cells[t] = cell(op)
+        rows.append(f"{name} {r}: " + "".join(c.ljust(width) for c in cells))
     return "\n".join(rows)

@@ -18,6 +18,9 @@ activations of (m, k) from F(m, k) until its last backward task (B, or W when sp
 
 ``place_tasks`` turns each rank's order of tasks into ticks (each task as early as its rank and its
 dependencies allow); ``greedy_tasks`` lets each rank pick, tick by tick, the ready task it prefers.
+Placing, checking the order and measuring are schedule.py's functions (``place_in_ticks``,
+``check_order``, ``bubble_fraction``, ``max_in_flight``): they read a task's rank and stage as they read
+an Op's.
 """
 
 from __future__ import annotations
@@ -25,7 +28,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .schedule import Schedule
+from .schedule import (
+    Schedule,
+    bubble_fraction,
+    check_order,
+    dependencies,
+    format_rows,
+    key_of,
+    max_in_flight,
+    place_in_ticks,
+    stage_ops,
+    to_ticks,
+)
 
 
 class Task(NamedTuple):
@@ -45,42 +59,11 @@ def check_positive(**values: int) -> None:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
-def dependencies(task: Task, num_stages: int) -> list[tuple[str, int, int]]:
-    """The (kind, micro_batch, stage) keys task must wait for."""
-    _, kind, m, k = task
-    if kind == "F":
-        return [("F", m, k - 1)] if k > 0 else []
-    if kind == "W":
-        return [("B", m, k)]
-    return [("F", m, k)] + ([("B", m, k + 1)] if k < num_stages - 1 else [])
-
-
-def _key(task: Task) -> tuple[str, int, int]:
-    return task.kind, task.micro_batch, task.stage
-
-
-def place_tasks(orders: list[list[Task]], num_stages: int) -> TaskSchedule:
-    """Each rank's order of tasks -> ticks: every task at the earliest tick after its rank's previous task
-    and after the tasks it depends on. Raises ValueError if the orders wait on each other (deadlock)."""
-    tick_of: dict[tuple[str, int, int], int] = {}
-    position = [0] * len(orders)
-    remaining = sum(len(order) for order in orders)
-    while remaining:
-        progressed = False
-        for r, order in enumerate(orders):
-            while position[r] < len(order):
-                task = order[position[r]]
-                needs = dependencies(task, num_stages)
-                if any(d not in tick_of for d in needs):
-                    break
-                previous = tick_of[_key(order[position[r] - 1])] + 1 if position[r] else 0
-                tick_of[_key(task)] = max([previous] + [tick_of[d] + 1 for d in needs])
-                position[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise ValueError("the ranks' task orders wait on each other: no task can run (a deadlock)")
-    return _to_ticks([(task, tick_of[_key(task)]) for order in orders for task in order])
+# The same placement, checks and measures as schedule.py's (a Task's rank is its own, not its stage).
+place_tasks = place_in_ticks
+bubble = bubble_fraction
+in_flight = max_in_flight
+rank_tasks = stage_ops   # the tasks a rank runs, in tick order (what the executor follows)
 
 
 def greedy_tasks(tasks_by_rank: list[list[Task]], num_stages: int,
@@ -98,7 +81,7 @@ def greedy_tasks(tasks_by_rank: list[list[Task]], num_stages: int,
         ran = []
         for r, tasks in enumerate(pending):
             for task in tasks:
-                if any(done.get(d, t) >= t for d in dependencies(task, num_stages)):
+                if any(done.get(d, t) >= t for d in dependencies(key_of(task), num_stages)):
                     continue
                 if task.kind == "F" and limit is not None and held[r] >= limit[r]:
                     continue
@@ -109,17 +92,10 @@ def greedy_tasks(tasks_by_rank: list[list[Task]], num_stages: int,
         if not ran:
             raise ValueError("no rank can run a task (the limits leave no room): a deadlock")
         for task in ran:
-            done[_key(task)] = t
+            done[key_of(task)] = t
             placed.append((task, t))
         t += 1
-    return _to_ticks(placed)
-
-
-def _to_ticks(placed: list[tuple[Task, int]]) -> TaskSchedule:
-    ticks: TaskSchedule = [[] for _ in range(max(t for _, t in placed) + 1)]
-    for task, t in sorted(placed, key=lambda item: (item[1], item[0].rank)):
-        ticks[t].append(task)
-    return ticks
+    return to_ticks(placed)
 
 
 def from_ops(schedule: Schedule) -> TaskSchedule:
@@ -127,17 +103,10 @@ def from_ops(schedule: Schedule) -> TaskSchedule:
     return [[Task(op.stage, op.kind, op.micro_batch, op.stage) for op in tick] for tick in schedule]
 
 
-def rank_tasks(schedule: TaskSchedule, rank: int) -> list[Task]:
-    """The tasks rank runs, in tick order (what the executor follows on that rank)."""
-    return [task for tick in schedule for task in tick if task.rank == rank]
-
-
 def check_tasks(schedule: TaskSchedule, num_ranks: int, num_stages: int, num_micro_batches: int) -> None:
     """Raise ValueError unless every (micro-batch, stage) runs F and B once (and W once, if any task is a
     W), all on one rank, at most one task per rank and tick, each after the tasks it depends on."""
     check_positive(num_ranks=num_ranks, num_stages=num_stages, num_micro_batches=num_micro_batches)
-    tick_of: dict[tuple[str, int, int], int] = {}
-    rank_of: dict[tuple[int, int], int] = {}
     for t, tick in enumerate(schedule):
         ranks = [task.rank for task in tick]
         if len(ranks) != len(set(ranks)):
@@ -148,40 +117,7 @@ def check_tasks(schedule: TaskSchedule, num_ranks: int, num_stages: int, num_mic
                     or not 0 <= task.stage < num_stages or not 0 <= task.micro_batch < num_micro_batches:
                 raise ValueError(f"tick {t}: {task!r} is not a Task(rank < {num_ranks}, 'F'|'B'|'W', "
                                  f"micro_batch < {num_micro_batches}, stage < {num_stages})")
-            if _key(task) in tick_of:
-                raise ValueError(f"{task} runs twice (ticks {tick_of[_key(task)]} and {t})")
-            if rank_of.setdefault((task.micro_batch, task.stage), task.rank) != task.rank:
-                raise ValueError(f"{task}: micro-batch {task.micro_batch}'s stage {task.stage} also runs on "
-                                 f"rank {rank_of[task.micro_batch, task.stage]}")
-            tick_of[_key(task)] = t
-    kinds = "FBW" if any(key[0] == "W" for key in tick_of) else "FB"
-    every = [(kind, m, k) for m in range(num_micro_batches) for k in range(num_stages) for kind in kinds]
-    for key in every:
-        if key not in tick_of:
-            raise ValueError(f"{key[0]}(micro-batch {key[1]}, stage {key[2]}) never runs")
-    for key in every:
-        for dep in dependencies(Task(0, *key), num_stages):
-            if tick_of[dep] >= tick_of[key]:
-                raise ValueError(f"{key} at tick {tick_of[key]} does not come after {dep} at tick "
-                                 f"{tick_of[dep]}")
-
-
-def bubble(schedule: TaskSchedule, num_ranks: int) -> float:
-    """Idle rank-ticks / all rank-ticks."""
-    return 1.0 - sum(len(tick) for tick in schedule) / (num_ranks * len(schedule))
-
-
-def in_flight(schedule: TaskSchedule, num_ranks: int, until: str = "B") -> list[int]:
-    """Per rank, the most (micro-batch, stage) pairs whose F has run and whose ``until`` task ("B" or "W")
-    has not: the activations held at the peak, in units of one stage's activations for one micro-batch.
-    With a split backward, until="B" counts the activations B needs, until="W" what W still holds."""
-    last = until
-    held, peak = [0] * num_ranks, [0] * num_ranks
-    for tick in schedule:
-        for task in tick:
-            held[task.rank] += 1 if task.kind == "F" else -1 if task.kind == last else 0
-            peak[task.rank] = max(peak[task.rank], held[task.rank])
-    return peak
+    check_order(schedule, num_stages, num_micro_batches)
 
 
 def format_tasks(schedule: TaskSchedule, num_ranks: int) -> str:
@@ -194,15 +130,7 @@ def format_tasks(schedule: TaskSchedule, num_ranks: int) -> str:
         return f"{task.kind}{task.micro_batch}" + (f".{task.stage}" if several else "")
 
     width = 1 + max((len(cell(task)) for tick in schedule for task in tick), default=2)
-    rows = []
-    for r in range(num_ranks):
-        cells = ["."] * len(schedule)
-        for t, tick in enumerate(schedule):
-            for task in tick:
-                if task.rank == r:
-                    cells[t] = cell(task)
-        rows.append(f"rank {r}: " + "".join(c.ljust(width) for c in cells))
-    return "\n".join(rows)
+    return format_rows(schedule, num_ranks, "rank", cell, width)
 
 
 def replay(schedule: TaskSchedule, duration: Callable[[Task], float]) -> dict[Task, tuple[float, float]]:
@@ -215,7 +143,8 @@ def replay(schedule: TaskSchedule, duration: Callable[[Task], float]) -> dict[Ta
     times = {}
     for tick in schedule:   # tick order: a task's dependencies and its rank's earlier tasks come first
         for task in tick:
-            start = max([rank_free.get(task.rank, 0.0)] + [ended[d] for d in dependencies(task, num_stages)])
+            needs = dependencies(key_of(task), num_stages)
+            start = max([rank_free.get(task.rank, 0.0)] + [ended[d] for d in needs])
             times[task] = (start, start + duration(task))
-            ended[_key(task)] = rank_free[task.rank] = times[task][1]
+            ended[key_of(task)] = rank_free[task.rank] = times[task][1]
     return times

@@ -27,37 +27,16 @@ from collections import deque
 
 import numpy as np
 
-from minidist.nn.checkpoint import forward_flops, forward_saving, nbytes_of
+from minidist.nn.checkpoint import forward_saving, nbytes_of
 from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
-from minidist.nn.runner import Attachment, StepRunner
-from minidist.split import split_offsets
+from minidist.nn.runner import StepRunner
 
+from .ledger import StageCharges
+from .pipeline import split_micro_batches
 from .split import split_by_layers
 from .split_backward import DeferredWeightGrad
 from .tasks import Task, TaskSchedule, check_tasks, rank_tasks
-
-
-class _Charges(Attachment):
-    """Charges each unit to the clock: forward its FLOPs, backward 2× (1× for a split Linear)."""
-
-    def __init__(self, comm):
-        self.comm, self.label, self.flops, self.shape = comm, "", [], ()
-
-    def before_forward(self, i, unit, x):
-        self.flops = [] if i == 0 else self.flops
-        self.shape = x.shape
-        return x
-
-    def after_forward(self, i, unit, y):
-        self.flops.append(forward_flops(unit, self.shape))
-        self.comm.compute(self.flops[i], label=self.label)
-        return y
-
-    def after_backward(self, i, unit, dx):
-        times = 1 if isinstance(unit, DeferredWeightGrad) else 2
-        self.comm.compute(times * self.flops[i], label=self.label)
-        return dx
 
 
 class Inbox:
@@ -114,7 +93,7 @@ class TaskPipeline:
         bounds = split_by_layers(len(model), num_stages)
         self.holders = {k: sorted({r for (_, s), r in self.rank_of.items() if s == k})
                         for k in range(num_stages)}
-        self.charges = _Charges(comm)
+        self.charges = StageCharges(comm.compute)
         self.stages: dict[int, Sequential] = {}
         self.runners: dict[int, StepRunner] = {}
         for k in sorted({t.stage for t in self.my_tasks}):
@@ -140,13 +119,7 @@ class TaskPipeline:
         """Run this rank's row of the table over the batch (x (N, ...), target (N, ...)), sum replicated
         stages' gradients, step the optimizer. Returns Σ (n_m / N)·loss_m over the micro-batches whose
         last stage ran here (the batch's loss is the sum over ranks), None if none did."""
-        N, M = len(x), self.M
-        if len(target) != N or M > N:
-            raise ValueError(f"need len(target) == len(x) >= M = {M}, got {len(x)} and {len(target)}")
-        edges = split_offsets(N, M)
-        self._x = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
-        self._target = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]
-        self._weight = [(edges[m + 1] - edges[m]) / N for m in range(M)]
+        self._x, self._target, self._weight = split_micro_batches(x, target, self.M)
         self._saved, self._deferred, self._losses = {}, {}, {}
         for stage in self.stages.values():
             stage.zero_grad()
