@@ -17,7 +17,7 @@ batch split into D·e token sets of M micro-batches each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class GridLayout:
     schedule: str
     micro_batches: int
     expert: int = 1
+    zero1: bool = False
 
     @property
     def world(self) -> int:
@@ -69,13 +70,13 @@ class GridLayout:
     def name(self) -> str:
         sizes = " ".join(f"{a}{n}" for a, n in (("dp", self.data), ("pp", self.pipe), ("cp", self.context),
                                                ("tp", self.tensor), ("ep", self.expert)) if n > 1) or "single"
-        return sizes + ("" if self.pipe == 1 else f" {self.schedule}")
+        return sizes + ("" if self.pipe == 1 else f" {self.schedule}") + (" zero1" if self.zero1 else "")
 
 
 def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
-                     fewest_micro_batches: bool = False) -> list[GridLayout]:
+                     fewest_micro_batches: bool = False, zero1: bool = False) -> list[GridLayout]:
     """Every layout of spec's GPT on at most max_ranks ranks (module docstring), smallest world first; with
-    ``fewest_micro_batches`` only the smallest M of each."""
+    ``fewest_micro_batches`` only the smallest M of each; with ``zero1`` those with D > 1, ZeRO-1 on."""
     units = spec.layers + 3
     experts = [e for e in range(2, spec.experts + 1) if spec.experts % e == 0] if spec.moe else [1]
     out = []
@@ -95,6 +96,8 @@ def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
                         counts = [m for m in range(pipe, rows + 1, step) if rows % m == 0]
                         out += [GridLayout(data, pipe, context, tensor, schedule, m, expert)
                                 for m in counts[:1 if fewest_micro_batches else None]]
+    if zero1:
+        out = [replace(lay, zero1=True) for lay in out if lay.data > 1]
     return sorted(out, key=lambda lay: lay.world)
 
 
@@ -125,7 +128,7 @@ def predict(spec: ModelSpec, layout: GridLayout, device: Device | None = None,
     """predict_grid for the layout: per pipeline rank seconds, states, activations, peak."""
     return predict_grid(spec, gpt_units(build_model(spec)), layout.table(), layout.stages,
                         layout.micro_batches, layout.data, layout.tensor, layout.context, device=device,
-                        link=link, expert=layout.expert)
+                        link=link, expert=layout.expert, zero1=layout.zero1)
 
 
 def _measure_many(comm, spec: ModelSpec, layouts: list[GridLayout], tokens: np.ndarray) -> list[tuple]:
@@ -139,8 +142,9 @@ def _measure_many(comm, spec: ModelSpec, layouts: list[GridLayout], tokens: np.n
             units = (lambda tc, cc, ec, gpt=gpt: switch_units(tc, cc, ec, gpt, spec.seq))
         grid = DataPipelineGrid(comm, units, loss_fn=CrossEntropyLoss(), schedule=lay.table(),
                                 num_stages=lay.stages, num_micro_batches=lay.micro_batches, data=lay.data,
-                                tensor=lay.tensor, context=lay.context, expert=lay.expert, seq_len=spec.seq)
-        opt = AdamW(grid.parameters(), lr=0.01)
+                                tensor=lay.tensor, context=lay.context, expert=lay.expert, seq_len=spec.seq,
+                                zero1=lay.zero1)
+        opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
         comm.barrier()
         start = comm.clock
         grid.train_step(tokens[0], tokens[1], opt)

@@ -27,7 +27,10 @@ c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences
                are done (minidist_clock.replica_sum_seconds)
     expert     a Switch model's blocks over an expert group of e ranks (all-to-alls, the experts' rows,
                the replicated parameters' all-reduce over the group): minidist_switch.py
-    data       one ring all-reduce of the rank's gradients over D ranks, after everything else
+    data       one ring all-reduce of the rank's gradients over D ranks, after everything else; with
+               ZeRO-1 (grid's zero1: one bucket of all of them) a reduce-scatter and an allgather instead
+               (collectives/primitives.py: the pairwise all-reduce's rounds), and AdamW's state of the
+               rank's piece only: replica 0's, the largest of np.array_split's, is the one predicted
     memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
                (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16); a context group
                holds the same stages whole on each of its ranks, Chimera two stages per rank
@@ -48,9 +51,11 @@ from __future__ import annotations
 from minidist.cluster import Device, LinkModel
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.linear import Linear
+from minidist.parallel.data.comm import DEFAULT_BUCKET_BYTES
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
+from minidist.split import split_sizes
 
 from .minidist_clock import (
     pairwise_allreduce_seconds,
@@ -213,11 +218,13 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
 
 def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int, num_micro_batches: int,
                  data: int = 1, tensor: int = 1, context: int = 1, device: Device | None = None,
-                 link: LinkModel | None = None, expert: int = 1) -> list[dict[str, float]]:
+                 link: LinkModel | None = None, expert: int = 1,
+                 zero1: bool = False) -> list[dict[str, float]]:
     """Per pipeline rank of a float64 ``DataPipelineGrid`` step (batch spec.batch, AdamW): "seconds",
     "states" (parameters + gradients + optimizer bytes), "activations" (peak) and "peak" (their sum).
     units: the whole GPT's ``gpt_units`` (each unit's ``flops`` prices it; a tensor block does 1/t), or a
-    SwitchTransformer's (spec.experts > 0, over ``expert`` ranks; spec.top_k must equal spec.experts)."""
+    SwitchTransformer's (spec.experts > 0, over ``expert`` ranks; spec.top_k must equal spec.experts).
+    zero1: the optimizer sharded over the data group (module docstring: data)."""
     layers = list(units.layers)
     if len(layers) != spec.layers + 3:
         raise ValueError(f"units must be gpt_units of a {spec.layers}-block GPT, got {len(layers)} units")
@@ -251,7 +258,15 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
             clock += ring_allreduce_seconds(replicated, expert, 8, link)
         clock += ring_allreduce_seconds(outside, context, 8, link)
         states = predict_states(spec, schedule, num_stages, r, tensor=tensor, expert=expert)
-        clock += ring_allreduce_seconds(states["parameters"] // 8, data, 8, link)
+        psi = states["parameters"] // 8
+        if zero1:              # one bucket: one reduce-scatter, one allgather; replica 0's shard the largest
+            if 8 * psi >= DEFAULT_BUCKET_BYTES:
+                raise ValueError(f"ZeRO-1 is priced for one bucket, got {8 * psi} bytes of gradients")
+            states["optimizer"] = ADAMW_STATES * 8 * split_sizes(psi, data)[0]
+            states["total"] = states["parameters"] + states["gradients"] + states["optimizer"]
+            clock += pairwise_allreduce_seconds(psi, data, 8, link)
+        else:
+            clock += ring_allreduce_seconds(psi, data, 8, link)
         held = predict_activation_peak(spec, schedule, num_stages, r, b, tensor, context=context,
                                        expert=expert)
         out.append({"seconds": clock, "states": states["total"], "activations": held,

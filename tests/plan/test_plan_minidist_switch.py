@@ -6,12 +6,14 @@ and E = 4 experts, every token routed to every expert (top-k with k = E, capacit
 routing whose loads are known without running), trained one AdamW step on every layout with an expert
 axis e > 1 that runs on ≤ 8 ranks (check.runnable_layouts: data × pipeline × context × tensor × expert
 under 1F1B, interleaved, ZB-H1 and Chimera, every micro-batch count that divides — 55 layouts for E = 2,
-66 for E = 4). Each rank's simulated clock over the step must equal the prediction (the issue asks for
-5%; asserted at 1e-9, because the prediction prices what the code does, round by round), and the model
-states plus the most activation bytes the executor held must equal the predicted peak exactly (the issue
-asks for 2%). The layouts of one world size share one run."""
+66 for E = 4; with ZeRO-1 on the data axis, the 11 and 12 with D > 1). Each rank's simulated clock over
+the step must equal the prediction (the issue asks for 5%; asserted at 1e-9, because the prediction
+prices what the code does, round by round), and the model states plus the most activation bytes the
+executor held must equal the predicted peak exactly (the issue asks for 2%). The layouts of one world
+size share one run."""
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -61,6 +63,23 @@ def test_plan_minidist_mode_predicts_the_clock_and_the_ledger_of_a_switch_model(
             p = predicted[position]
             assert seconds == pytest.approx(p["seconds"], rel=1e-9), lay
             assert (states, activations) == (p["states"], p["activations"]), lay
+
+
+@pytest.mark.parametrize("experts", [2, 4])
+def test_plan_minidist_mode_predicts_zero1_over_the_data_axis_of_a_switch_model(experts):
+    layouts = runnable_layouts(SPECS[experts], zero1=True)      # ZeRO-1: every layout with D > 1
+    assert len(layouts) == {2: 11, 4: 12}[experts]
+    assert all(lay.zero1 and lay.data > 1 for lay in layouts)
+    measured = measure(SPECS[experts], layouts, DEVICE, LINK)
+    for lay in layouts:
+        predicted = predict(SPECS[experts], lay, DEVICE, LINK)
+        plain = predict(SPECS[experts], replace(lay, zero1=False), DEVICE, LINK)
+        for position, seconds, states, activations in measured[lay]:
+            p = predicted[position]
+            assert seconds == pytest.approx(p["seconds"], rel=1e-9), lay
+            assert (states, activations) == (p["states"], p["activations"]), lay
+            psi = plain[position]["states"] // 32     # parameters and gradients stay whole, m and v / D
+            assert states == 16 * psi + 16 * psi // lay.data
 
 
 @pytest.mark.parametrize("experts", [2, 4])
