@@ -166,3 +166,16 @@ def measure(spec: ModelSpec, layouts: list[GridLayout], device: Device | None = 
         for i, lay in enumerate(group):
             results[lay] = [per_rank[i] for per_rank in ranks]
     return results
+
+
+def compare(spec: ModelSpec, layouts: list[GridLayout], device: Device | None = None,
+            link: LinkModel | None = None) -> dict[GridLayout, list[tuple[float, float, int, int]]]:
+    """measure and predict each layout: per rank (predicted seconds, measured seconds, predicted peak bytes,
+    measured peak bytes: the model states plus the most activation bytes held), rank by rank."""
+    measured = measure(spec, layouts, device, link)
+    out = {}
+    for lay in layouts:
+        predicted = predict(spec, lay, device, link)
+        out[lay] = [(predicted[p]["seconds"], seconds, predicted[p]["peak"], states + held)
+                    for p, seconds, states, held in measured[lay]]
+    return out
