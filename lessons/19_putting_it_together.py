@@ -349,10 +349,10 @@ print("Megatron-LM's README, model FLOPs utilisation at data parallel 1: "
 # (P − 1)/(M + P − 1): the tiny GPT's stages are far from equal. `minidist/plan/check.py` lists every
 # layout of that GPT that runs on ≤ 8 ranks — data × pipeline × context × tensor under 1F1B, interleaved,
 # ZB-H1 and Chimera: 73 of them, each with its fewest micro-batches (the test also runs every other count:
-# 171 layouts) — and 30 of a Switch model with an expert group of 2 besides (`minidist_switch.py`: its
-# all-to-alls, the experts' rows; every token goes to both experts, so the bytes are known without
-# running). It runs one AdamW step of each; measured: each rank's simulated seconds, the model states
-# `held_bytes` counts, and the most activation bytes the executor held after any task.
+# 171 layouts) — and 30 of a Switch model with an expert group of 2 (`minidist_switch.py`: all-to-alls,
+# experts' rows; every token goes to both experts, so the bytes are known without running). It runs one
+# AdamW step of each and measures each rank's simulated seconds, the model states `held_bytes` counts and
+# the most activation bytes held after any task (`python -m minidist plan --mode minidist ... --measure`).
 
 # %%
 from minidist.plan.check import compare, runnable_layouts  # noqa: E402
