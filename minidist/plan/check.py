@@ -41,7 +41,8 @@ CHUNKS = 2        # interleaved: virtual stages per rank
 
 @dataclass(frozen=True)
 class GridLayout:
-    """D·P·c·t ranks running ``schedule`` ("1f1b", "interleaved", "zb-h1", "chimera") on M micro-batches."""
+    """D·P·c·t·e ranks running ``schedule`` ("1f1b", "interleaved", "zb-h1", "chimera") on M micro-batches;
+    e > 1 only for a Switch model; zero1: AdamW sharded over the D data ranks (ZeRO-1)."""
 
     data: int
     pipe: int

@@ -230,6 +230,8 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
         raise ValueError(f"units must be gpt_units of a {spec.layers}-block GPT, got {len(layers)} units")
     if spec.moe:
         check_switch(spec, expert)
+    elif expert != 1:
+        raise ValueError(f"a dense GPT has no experts to spread: expert must be 1, got {expert}")
     link = link or LinkModel()
     b = spec.batch // data // expert // num_micro_batches
     split = any(t.kind == "W" for tick in schedule for t in tick)

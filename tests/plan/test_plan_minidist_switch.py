@@ -106,4 +106,7 @@ def test_plan_minidist_mode_refuses_a_switch_model_whose_routing_depends_on_the_
         predict(top1, GridLayout(1, 1, 1, 1, "1f1b", 1, 2))
     with pytest.raises(ValueError, match="expert = 4 must divide experts = 2"):
         predict(SPECS[2], GridLayout(1, 1, 1, 1, "1f1b", 1, 4))
+    with pytest.raises(ValueError, match="a dense GPT has no experts"):
+        predict(ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11), GridLayout(1, 1, 1, 1,
+                                                                                          "1f1b", 1, 2))
     assert np.isfinite(predict(SPECS[2], GridLayout(1, 1, 1, 1, "1f1b", 1, 2))[0]["seconds"])
