@@ -8,7 +8,9 @@ numbers to compare with published runs, but nothing here can run them. This mode
 prices what minidist's cluster does: float64 (32 bytes per parameter with AdamW), the activations its
 layers keep, each unit's FLOPs at the simulated device's rate, the task table walked on the α-β clock,
 every collective's rounds — and check.py finds it equal to runs of all 171 layouts of a tiny GPT on ≤ 8
-ranks. A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
+ranks, and of every layout with an expert axis of a tiny Switch model (``--experts E --top-k E``: every
+token to every expert, so the routing is known without running); ``--zero1`` shards AdamW over D.
+A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
 """
 
 from __future__ import annotations
