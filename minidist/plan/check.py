@@ -9,18 +9,23 @@ of P). ``runnable_layouts`` lists them; ``measure`` runs one AdamW step of each 
 pipeline position, the simulated seconds of the step, the model states the ledger counts (``held_bytes``)
 and the most activation bytes the executor held after any task (``TaskPipeline.memory``). Layouts of one
 world size run in one ``run`` (a barrier before each step puts every clock level).
+
+A spec with experts is a Switch model (``build_switch``: every token to every expert, so its routing is
+known without running, minidist_switch.py) and its layouts all have an expert axis e > 1 dividing E, the
+batch split into D·e token sets of M micro-batches each.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from minidist.cluster import Device, LinkModel, run
 from minidist.memory import held_bytes
-from minidist.nn import GPT, CrossEntropyLoss
+from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
 from minidist.optim import AdamW
+from minidist.parallel.grid_expert import switch_units
 from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
 from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
@@ -36,7 +41,8 @@ CHUNKS = 2        # interleaved: virtual stages per rank
 
 @dataclass(frozen=True)
 class GridLayout:
-    """D·P·c·t ranks running ``schedule`` ("1f1b", "interleaved", "zb-h1", "chimera") on M micro-batches."""
+    """D·P·c·t·e ranks running ``schedule`` ("1f1b", "interleaved", "zb-h1", "chimera") on M micro-batches;
+    e > 1 only for a Switch model; zero1: AdamW sharded over the D data ranks (ZeRO-1)."""
 
     data: int
     pipe: int
@@ -44,10 +50,12 @@ class GridLayout:
     tensor: int
     schedule: str
     micro_batches: int
+    expert: int = 1
+    zero1: bool = False
 
     @property
     def world(self) -> int:
-        return self.data * self.pipe * self.context * self.tensor
+        return self.data * self.pipe * self.context * self.tensor * self.expert
 
     @property
     def stages(self) -> int:
@@ -62,31 +70,35 @@ class GridLayout:
 
     def name(self) -> str:
         sizes = " ".join(f"{a}{n}" for a, n in (("dp", self.data), ("pp", self.pipe), ("cp", self.context),
-                                               ("tp", self.tensor)) if n > 1) or "single"
-        return sizes + ("" if self.pipe == 1 else f" {self.schedule}")
+                                               ("tp", self.tensor), ("ep", self.expert)) if n > 1) or "single"
+        return sizes + ("" if self.pipe == 1 else f" {self.schedule}") + (" zero1" if self.zero1 else "")
 
 
 def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
-                     fewest_micro_batches: bool = False) -> list[GridLayout]:
+                     fewest_micro_batches: bool = False, zero1: bool = False) -> list[GridLayout]:
     """Every layout of spec's GPT on at most max_ranks ranks (module docstring), smallest world first; with
-    ``fewest_micro_batches`` only the smallest M of each."""
+    ``fewest_micro_batches`` only the smallest M of each; with ``zero1`` those with D > 1, ZeRO-1 on."""
     units = spec.layers + 3
+    experts = [e for e in range(2, spec.experts + 1) if spec.experts % e == 0] if spec.moe else [1]
     out = []
-    for data in (d for d in range(1, max_ranks + 1) if spec.batch % d == 0):
+    layouts = ((d, e) for d in range(1, max_ranks + 1) for e in experts if spec.batch % (d * e) == 0)
+    for data, expert in layouts:
         for pipe in range(1, min(units, max_ranks // data) + 1):
             for context in (c for c in range(1, max_ranks + 1) if spec.seq % (2 * c) == 0 or c == 1):
                 for tensor in (t for t in range(1, max_ranks + 1) if spec.heads % t == spec.ff % t == 0):
-                    if data * pipe * context * tensor > max_ranks:
+                    if data * pipe * context * tensor * expert > max_ranks:
                         continue
                     for schedule in ("1f1b", "interleaved", "zb-h1", "chimera") if pipe > 1 else ("1f1b",):
                         if (schedule == "interleaved" and CHUNKS * pipe > units) or \
                                 (schedule == "chimera" and pipe % 2):
                             continue
                         step = pipe if schedule in ("interleaved", "chimera") else 1
-                        rows = spec.batch // data
+                        rows = spec.batch // data // expert
                         counts = [m for m in range(pipe, rows + 1, step) if rows % m == 0]
-                        out += [GridLayout(data, pipe, context, tensor, schedule, m)
+                        out += [GridLayout(data, pipe, context, tensor, schedule, m, expert)
                                 for m in counts[:1 if fewest_micro_batches else None]]
+    if zero1:
+        out = [replace(lay, zero1=True) for lay in out if lay.data > 1]
     return sorted(out, key=lambda lay: lay.world)
 
 
@@ -97,24 +109,43 @@ def build_gpt(spec: ModelSpec, seed: int = 3, dtype=np.float64) -> GPT:
                dtype=dtype)
 
 
+def build_switch(spec: ModelSpec, seed: int = 3, dtype=np.float64) -> SwitchTransformer:
+    """spec's Switch model routing every token to every expert (k = E, capacity factor E: nothing
+    dropped), so what the all-to-alls carry is known without running (minidist_switch.py)."""
+    if spec.top_k != spec.experts:
+        raise ValueError(f"the check's Switch model routes every token to every expert: top_k = experts, "
+                         f"got top_k = {spec.top_k}, experts = {spec.experts}")
+    return SwitchTransformer(spec.vocab, spec.seq, spec.layers, spec.d_model, spec.heads, spec.experts,
+                             spec.ff, k=spec.top_k, capacity_factor=float(spec.experts), z_loss_coef=0.001,
+                             rng=np.random.default_rng(seed), dtype=dtype)
+
+
+def build_model(spec: ModelSpec, seed: int = 3, dtype=np.float64) -> GPT:
+    return build_switch(spec, seed, dtype) if spec.moe else build_gpt(spec, seed, dtype)
+
+
 def predict(spec: ModelSpec, layout: GridLayout, device: Device | None = None,
             link: LinkModel | None = None) -> list[dict[str, float]]:
     """predict_grid for the layout: per pipeline rank seconds, states, activations, peak."""
-    return predict_grid(spec, gpt_units(build_gpt(spec)), layout.table(), layout.stages, layout.micro_batches,
-                        layout.data, layout.tensor, layout.context, device=device, link=link)
+    return predict_grid(spec, gpt_units(build_model(spec)), layout.table(), layout.stages,
+                        layout.micro_batches, layout.data, layout.tensor, layout.context, device=device,
+                        link=link, expert=layout.expert, zero1=layout.zero1)
 
 
 def _measure_many(comm, spec: ModelSpec, layouts: list[GridLayout], tokens: np.ndarray) -> list[tuple]:
     out = []
     for lay in layouts:
-        gpt = build_gpt(spec)
+        gpt = build_model(spec)
         split = lay.tensor > 1 or lay.context > 1
         units = (lambda *g, gpt=gpt: tensor_gpt_units(g[0], gpt, *g[1:], seq_len=spec.seq)) if split \
             else gpt_units(gpt)
+        if spec.moe:
+            units = (lambda tc, cc, ec, gpt=gpt: switch_units(tc, cc, ec, gpt, spec.seq))
         grid = DataPipelineGrid(comm, units, loss_fn=CrossEntropyLoss(), schedule=lay.table(),
                                 num_stages=lay.stages, num_micro_batches=lay.micro_batches, data=lay.data,
-                                tensor=lay.tensor, context=lay.context, seq_len=spec.seq)
-        opt = AdamW(grid.parameters(), lr=0.01)
+                                tensor=lay.tensor, context=lay.context, expert=lay.expert, seq_len=spec.seq,
+                                zero1=lay.zero1)
+        opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
         comm.barrier()
         start = comm.clock
         grid.train_step(tokens[0], tokens[1], opt)
@@ -136,3 +167,16 @@ def measure(spec: ModelSpec, layouts: list[GridLayout], device: Device | None = 
         for i, lay in enumerate(group):
             results[lay] = [per_rank[i] for per_rank in ranks]
     return results
+
+
+def compare(spec: ModelSpec, layouts: list[GridLayout], device: Device | None = None,
+            link: LinkModel | None = None) -> dict[GridLayout, list[tuple[float, float, int, int]]]:
+    """measure and predict each layout: per rank (predicted seconds, measured seconds, predicted peak bytes,
+    measured peak bytes: the model states plus the most activation bytes held), rank by rank."""
+    measured = measure(spec, layouts, device, link)
+    out = {}
+    for lay in layouts:
+        predicted = predict(spec, lay, device, link)
+        out[lay] = [(predicted[p]["seconds"], seconds, predicted[p]["peak"], states + held)
+                    for p, seconds, states, held in measured[lay]]
+    return out

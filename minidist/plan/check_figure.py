@@ -2,8 +2,8 @@
 
 ``points`` maps each layout (``check.GridLayout``) to its ranks' (predicted seconds, measured seconds,
 predicted peak bytes, measured peak bytes). Log axes, so the small ranks' kilobytes are seen too; a
-marker's shape is the schedule, filled when the layout has a context group; on the gray diagonal the
-prediction is exact.
+marker's shape is the schedule, filled when the layout has a context group, with a black dot inside when
+it has an expert group (a Switch model); on the gray diagonal the prediction is exact.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ def plot_check(points: dict) -> plt.Figure:
                  "facecolors": color if lay.context > 1 else "none"}          # filled: a context group
         axes[0].scatter(pts[:, 0] * 1e6, pts[:, 1] * 1e6, **style)
         axes[1].scatter(pts[:, 2] / 1e3, pts[:, 3] / 1e3, **style)
+        if lay.expert > 1:                                            # a dot inside: a Switch model
+            axes[0].scatter(pts[:, 0] * 1e6, pts[:, 1] * 1e6, marker=".", s=6, color="black")
+            axes[1].scatter(pts[:, 2] / 1e3, pts[:, 3] / 1e3, marker=".", s=6, color="black")
     panels = ((axes[0], "µs", "step time", 1, (70, 100, 200, 400, 700)),
               (axes[1], "kB", "peak memory per rank", 3, (2, 5, 10, 20, 50, 100, 200)))
     for ax, unit, what, col, ticks in panels:
@@ -41,6 +44,8 @@ def plot_check(points: dict) -> plt.Figure:
     handles = [plt.Line2D([], [], ls="", marker=m, markersize=np.sqrt(z), color=c, markerfacecolor="none",
                           label=k) for k, (c, m, z) in kinds.items()]
     handles.append(plt.Line2D([], [], ls="", marker="o", color="black", label="filled: context 2 or 4"))
+    if any(lay.expert > 1 for lay in points):
+        handles.append(plt.Line2D([], [], ls="", marker=".", color="black", label="dot: Switch, expert 2"))
     axes[0].legend(handles=handles, fontsize=7, title=f"{len(points)} layouts", title_fontsize=7)
     fig.tight_layout()
     return fig

@@ -25,7 +25,12 @@ c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences
                table, the other units' gradients too (one ring all-reduce)
     Chimera    the two holders of each stage exchange its gradients, parameter by parameter, when both
                are done (minidist_clock.replica_sum_seconds)
-    data       one ring all-reduce of the rank's gradients over D ranks, after everything else
+    expert     a Switch model's blocks over an expert group of e ranks (all-to-alls, the experts' rows,
+               the replicated parameters' all-reduce over the group): minidist_switch.py
+    data       one ring all-reduce of the rank's gradients over D ranks, after everything else; with
+               ZeRO-1 (grid's zero1: one bucket of all of them) a reduce-scatter and an allgather instead
+               (collectives/primitives.py: the pairwise all-reduce's rounds), and AdamW's state of the
+               rank's piece only: replica 0's, the largest of np.array_split's, is the one predicted
     memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
                (float64 here: 32 bytes per parameter; predict.py's mixed precision is 16); a context group
                holds the same stages whole on each of its ranks, Chimera two stages per rank
@@ -46,9 +51,11 @@ from __future__ import annotations
 from minidist.cluster import Device, LinkModel
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.linear import Linear
+from minidist.parallel.data.comm import DEFAULT_BUCKET_BYTES
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
+from minidist.split import split_sizes
 
 from .minidist_clock import (
     pairwise_allreduce_seconds,
@@ -56,22 +63,33 @@ from .minidist_clock import (
     ring_allreduce_seconds,
     ring_attention_seconds,
 )
+from .minidist_switch import (
+    check_switch,
+    switch_block_activation_bytes,
+    switch_block_arrays,
+    switch_block_params,
+    switch_block_seconds,
+    switch_replicated_params,
+)
 from .model import ModelSpec
 
 ADAMW_STATES = 2     # m and v, each the size of the parameter
 
 
-def unit_params(spec: ModelSpec, tensor: int = 1) -> list[int]:
-    """Parameters of each unit of ``gpt_units`` (``tensor_gpt_units`` over t ranks) on one rank: the
-    embeddings (V·d + T·d), L blocks (attention 4d² + 4d, two LayerNorms 4d, MLP 2df + f + d; split
-    over t: (4d² + 3d + 2df + f)/t + 6d, the proj and second MLP biases and the norms stay whole), the
-    final LayerNorm (2d), the head (V·d, no bias). t must divide d, the heads and f."""
+def unit_params(spec: ModelSpec, tensor: int = 1, expert: int = 1) -> list[int]:
+    """Parameters of each unit of ``gpt_units`` (``tensor_gpt_units`` over t ranks; a Switch model's
+    blocks over e expert ranks: minidist_switch.py) on one rank: the embeddings (V·d + T·d), L blocks
+    (attention 4d² + 4d, two LayerNorms 4d, MLP 2df + f + d; split over t: (4d² + 3d + 2df + f)/t + 6d,
+    the proj and second MLP biases and the norms stay whole), the final LayerNorm (2d), the head (V·d, no
+    bias). t must divide d, the heads and f."""
     d, f = spec.d_model, spec.ff
     if spec.heads % tensor or f % tensor:
         raise ValueError(f"tensor = {tensor} must divide heads = {spec.heads} and d_ff = {f}")
     first, last = spec.outside_params()
     split = (4 * d * d + 3 * d + 2 * d * f + f) // tensor + 6 * d
     block = spec.dense_block_params() if tensor == 1 else split
+    if spec.moe:
+        block = switch_block_params(spec, tensor, expert)
     return [first] + [block] * spec.layers + [2 * d, last - 2 * d]
 
 
@@ -80,11 +98,11 @@ def rank_stages(schedule: TaskSchedule, rank: int) -> list[int]:
 
 
 def predict_states(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
-                   itemsize: int = 8, tensor: int = 1) -> dict[str, int]:
+                   itemsize: int = 8, tensor: int = 1, expert: int = 1) -> dict[str, int]:
     """Bytes of model states on pipeline rank ``rank`` (one tensor rank of t): parameters, gradients,
     optimizer (AdamW), total."""
     bounds = split_by_layers(spec.layers + 3, num_stages)
-    sizes = unit_params(spec, tensor)
+    sizes = unit_params(spec, tensor, expert)
     psi = sum(sum(sizes[bounds[k]:bounds[k + 1]]) for k in rank_stages(schedule, rank))
     out = {"parameters": itemsize * psi, "gradients": itemsize * psi,
            "optimizer": ADAMW_STATES * itemsize * psi}
@@ -135,7 +153,7 @@ def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_seconds: 
 
 
 def unit_activation_bytes(spec: ModelSpec, micro_batch: int, tensor: int = 1, rank: int = 0,
-                          itemsize: int = 8, context: int = 1) -> list[int]:
+                          itemsize: int = 8, context: int = 1, expert: int = 1) -> list[int]:
     """Bytes each unit keeps for backward after one micro-batch's forward (tensor rank ``rank`` of t, T/c
     tokens of each sequence)."""
     b, T, d, i = micro_batch, spec.seq // context, spec.d_model, itemsize
@@ -145,14 +163,17 @@ def unit_activation_bytes(spec: ModelSpec, micro_batch: int, tensor: int = 1, ra
     else:
         block = block_activation_bytes(b, T, d, spec.heads, spec.ff, tensor, rank, i, False)["total"]
         block -= T * T if context > 1 else 0           # ring attention keeps no causal mask
+    if spec.moe:
+        block = switch_block_activation_bytes(spec, b, tensor, expert, i, context)
     return [8 * n + 8 * T] + [block] * spec.layers + [(n * d + n) * i, n * d * i]
 
 
 def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
-                            micro_batch: int, tensor: int = 1, itemsize: int = 8, context: int = 1) -> int:
+                            micro_batch: int, tensor: int = 1, itemsize: int = 8, context: int = 1,
+                            expert: int = 1) -> int:
     """Most bytes pipeline rank ``rank`` holds for backward after any of its tasks (module docstring)."""
     bounds = split_by_layers(spec.layers + 3, num_stages)
-    units = unit_activation_bytes(spec, micro_batch, tensor, 0, itemsize, context)
+    units = unit_activation_bytes(spec, micro_batch, tensor, 0, itemsize, context, expert)
     stage = [sum(units[bounds[k]:bounds[k + 1]]) for k in range(num_stages)]
     dy = micro_batch * spec.seq // context * spec.vocab * itemsize         # the loss gradient, (b, T', V)
     stage[-1] += dy
@@ -169,14 +190,17 @@ def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages:
 
 
 def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: int = 1, context: int = 1,
-                 device: Device | None = None, link: LinkModel | None = None) -> Costs:
+                 device: Device | None = None, link: LinkModel | None = None, expert: int = 1) -> Costs:
     """(F, B, W) seconds of each unit on one micro-batch (module docstring: compute, tensor, context)."""
     device, link = device or Device(), link or LinkModel()
     b, T, d = micro_batch, spec.seq // context, spec.d_model
     block_params = unit_params(spec, tensor)[1]
     out = []
     for i, u in enumerate(units.layers):
-        if 1 <= i <= spec.layers:               # a block: 1/t of its FLOPs, its collectives
+        if spec.moe and 1 <= i <= spec.layers:
+            forward, backward = switch_block_seconds(spec, u, b, tensor, expert, context, device, link)
+            out.append((forward, backward, 0.0))
+        elif 1 <= i <= spec.layers:               # a block: 1/t of its FLOPs, its collectives
             compute = forward_flops(u, (b, T, d)) // tensor / device.flops
             forward = backward = 2 * pairwise_allreduce_seconds(b * T * d, tensor, 8, link)
             if context > 1:
@@ -194,21 +218,28 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
 
 def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int, num_micro_batches: int,
                  data: int = 1, tensor: int = 1, context: int = 1, device: Device | None = None,
-                 link: LinkModel | None = None) -> list[dict[str, float]]:
+                 link: LinkModel | None = None, expert: int = 1,
+                 zero1: bool = False) -> list[dict[str, float]]:
     """Per pipeline rank of a float64 ``DataPipelineGrid`` step (batch spec.batch, AdamW): "seconds",
     "states" (parameters + gradients + optimizer bytes), "activations" (peak) and "peak" (their sum).
-    units: the whole GPT's ``gpt_units`` (each unit's ``flops`` prices it; a tensor block does 1/t)."""
+    units: the whole GPT's ``gpt_units`` (each unit's ``flops`` prices it; a tensor block does 1/t), or a
+    SwitchTransformer's (spec.experts > 0, over ``expert`` ranks; spec.top_k must equal spec.experts).
+    zero1: the optimizer sharded over the data group (module docstring: data)."""
     layers = list(units.layers)
     if len(layers) != spec.layers + 3:
         raise ValueError(f"units must be gpt_units of a {spec.layers}-block GPT, got {len(layers)} units")
+    if spec.moe:
+        check_switch(spec, expert)
+    elif expert != 1:
+        raise ValueError(f"a dense GPT has no experts to spread: expert must be 1, got {expert}")
     link = link or LinkModel()
-    b = spec.batch // data // num_micro_batches
+    b = spec.batch // data // expert // num_micro_batches
     split = any(t.kind == "W" for tick in schedule for t in tick)
     seconds = predict_step_seconds(schedule, num_stages,
-                                   unit_seconds(spec, units, b, split, tensor, context, device, link),
+                                   unit_seconds(spec, units, b, split, tensor, context, device, link, expert),
                                    link.alpha + link.beta * (b * spec.seq // context * spec.d_model * 8))
     bounds = split_by_layers(len(layers), num_stages)
-    sizes = unit_params(spec, tensor)
+    sizes = unit_params(spec, tensor, expert)
     holders: dict[int, set[int]] = {}
     for tick in schedule:
         for t in tick:
@@ -219,13 +250,27 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
         partners = {p for k in rank_stages(schedule, r) for p in holders[k] if p != r}
         if partners:                  # Chimera: both holders of a stage are done, then exchange (one pair)
             clock = max(clock, *(seconds[p] for p in partners))
-            arrays = sum(len(layers[u].parameters()) for u in mine)    # a tensor block: as many, 1/t the size
+            arrays = sum(switch_block_arrays(spec, expert) if spec.moe and 1 <= u <= spec.layers
+                         else len(layers[u].parameters()) for u in mine)   # a tensor block: 1/t the size
             clock += replica_sum_seconds(arrays, sum(sizes[u] for u in mine), 8, link)
         outside = sum(sizes[u] for u in mine if not 1 <= u <= spec.layers)
+        if spec.moe:              # AverageGradients: the replicated parameters over the expert group
+            blocks = sum(1 <= u <= spec.layers for u in mine)
+            replicated = outside + blocks * switch_replicated_params(spec, tensor, expert)
+            clock += ring_allreduce_seconds(replicated, expert, 8, link)
         clock += ring_allreduce_seconds(outside, context, 8, link)
-        states = predict_states(spec, schedule, num_stages, r, tensor=tensor)
-        clock += ring_allreduce_seconds(states["parameters"] // 8, data, 8, link)
-        held = predict_activation_peak(spec, schedule, num_stages, r, b, tensor, context=context)
+        states = predict_states(spec, schedule, num_stages, r, tensor=tensor, expert=expert)
+        psi = states["parameters"] // 8
+        if zero1:              # one bucket: one reduce-scatter, one allgather; replica 0's shard the largest
+            if 8 * psi >= DEFAULT_BUCKET_BYTES:
+                raise ValueError(f"ZeRO-1 is priced for one bucket, got {8 * psi} bytes of gradients")
+            states["optimizer"] = ADAMW_STATES * 8 * split_sizes(psi, data)[0]
+            states["total"] = states["parameters"] + states["gradients"] + states["optimizer"]
+            clock += pairwise_allreduce_seconds(psi, data, 8, link)
+        else:
+            clock += ring_allreduce_seconds(psi, data, 8, link)
+        held = predict_activation_peak(spec, schedule, num_stages, r, b, tensor, context=context,
+                                       expert=expert)
         out.append({"seconds": clock, "states": states["total"], "activations": held,
                     "peak": states["total"] + held})
     return out

@@ -8,7 +8,9 @@ numbers to compare with published runs, but nothing here can run them. This mode
 prices what minidist's cluster does: float64 (32 bytes per parameter with AdamW), the activations its
 layers keep, each unit's FLOPs at the simulated device's rate, the task table walked on the α-β clock,
 every collective's rounds — and check.py finds it equal to runs of all 171 layouts of a tiny GPT on ≤ 8
-ranks. A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
+ranks, and of every layout with an expert axis of a tiny Switch model (``--experts E --top-k E``: every
+token to every expert, so the routing is known without running); ``--zero1`` shards AdamW over D.
+A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ def worst(rows: list[dict]) -> dict:
 
 
 def plan_minidist(spec: ModelSpec, devices: int, device: Device | None = None, link: LinkModel | None = None,
-                  measured: bool = False) -> list[GridPlan]:
-    """Every runnable layout of spec's GPT on exactly ``devices`` ranks (check.runnable_layouts), predicted
-    in minidist mode (and run once each if ``measured``); those that fit device.memory first, fastest
-    first, then the ones that do not fit."""
+                  measured: bool = False, zero1: bool = False) -> list[GridPlan]:
+    """Every runnable layout of spec's GPT (or Switch model: an expert axis e > 1, minidist_switch.py;
+    with ``zero1`` the layouts with D > 1, ZeRO-1 on) on exactly ``devices`` ranks (check.runnable_layouts),
+    predicted in minidist mode (and run once each if ``measured``); those that fit device.memory first,
+    fastest first, then the ones that do not fit."""
     device, link = device or Device(), link or LinkModel()
-    layouts = [lay for lay in runnable_layouts(spec, devices) if lay.world == devices]
+    layouts = [lay for lay in runnable_layouts(spec, devices, zero1=zero1) if lay.world == devices]
     plans = [GridPlan(lay, worst(predict(spec, lay, device, link))) for lay in layouts]
     for p in plans:
         if p.predicted["peak"] > device.memory:
@@ -61,15 +64,16 @@ def format_minidist_plan(spec: ModelSpec, plans: list[GridPlan], device: Device,
     """The table: layout, micro-batches, model states, activations and peak (kB) per rank, step (µs);
     measured step and peak beside when run."""
     runs = any(p.measured for p in plans)
-    head = (f"{'layout':<26}{'M':>3}{'states kB':>11}{'activ kB':>10}{'peak kB':>10}{'step us':>10}"
+    head = (f"{'layout':<34}{'M':>3}{'states kB':>11}{'activ kB':>10}{'peak kB':>10}{'step us':>10}"
             + (f"{'run: step us':>14}{'peak kB':>9}" if runs else ""))
-    lines = [f"minidist mode: {spec.total_params():,} parameters (float64, AdamW), {spec.layers} blocks, "
-             f"d={spec.d_model}, T={spec.seq}, batch {spec.batch}; device {device.flops:.3g} FLOP/s, "
-             f"link alpha {link.alpha:.3g} s, beta {link.beta:.3g} s/B", head, "-" * len(head)]
+    experts = f" with {spec.experts} experts (every token to each)" if spec.moe else ""
+    lines = [f"minidist mode: {spec.total_params():,} parameters (float64, AdamW), {spec.layers} blocks"
+             f"{experts}, d={spec.d_model}, T={spec.seq}, batch {spec.batch}; device {device.flops:.3g} "
+             f"FLOP/s, link alpha {link.alpha:.3g} s, beta {link.beta:.3g} s/B", head, "-" * len(head)]
     fits = [p for p in plans if p.excluded is None]
     for p in fits[:top]:
         q = p.predicted
-        row = (f"{p.layout.name():<26}{p.layout.micro_batches:>3}{q['states'] / 1e3:>11.2f}"
+        row = (f"{p.layout.name():<34}{p.layout.micro_batches:>3}{q['states'] / 1e3:>11.2f}"
                f"{q['activations'] / 1e3:>10.2f}{q['peak'] / 1e3:>10.2f}{q['seconds'] * 1e6:>10.3f}")
         if p.measured:
             row += f"{p.measured['seconds'] * 1e6:>14.3f}{p.measured['peak'] / 1e3:>9.2f}"
@@ -77,5 +81,5 @@ def format_minidist_plan(spec: ModelSpec, plans: list[GridPlan], device: Device,
     if not plans:
         lines.append("no layout of this model runs on this many ranks (see minidist/plan/check.py)")
     lines.append(f"\n{len(fits)} layouts fit, {len(plans) - len(fits)} do not")
-    lines += [f"  {p.layout.name():<26} {p.excluded}" for p in plans if p.excluded][:3]
+    lines += [f"  {p.layout.name():<34} {p.excluded}" for p in plans if p.excluded][:3]
     return "\n".join(lines)

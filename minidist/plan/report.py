@@ -5,6 +5,7 @@ rest ranked by predicted step time; a table a user reads, and ``python -m minidi
         --devices 64 --memory 80 --topology 8x8 --hardware h100
     python -m minidist plan --mode minidist --layers 2 --d-model 8 --heads 2 --seq 8 --batch 8 \\
         --vocab 11 --devices 8 --flops 1e9 --alpha 1e-6 --beta 2e-10 --measure
+    (a Switch model: add --d-ff 16 --experts 2 --top-k 2; --zero1 shards AdamW over the data axis)
 
 The second prices a small GPT on minidist's simulated cluster instead (minidist_plan.py says why the two
 modes differ), the prediction the tests check against runs; ``--measure`` runs each layout beside it.
@@ -142,6 +143,7 @@ def add_parser(sub) -> None:
     p.add_argument("--alpha", type=float, default=LinkModel.alpha, help="minidist mode: seconds per message")
     p.add_argument("--beta", type=float, default=LinkModel.beta, help="minidist mode: seconds per byte")
     p.add_argument("--measure", action="store_true", help="minidist mode: run each layout one step too")
+    p.add_argument("--zero1", action="store_true", help="minidist mode: ZeRO-1 over the data axis (D > 1)")
     p.set_defaults(func=cmd_plan)
 
 
@@ -184,9 +186,12 @@ def cmd_plan_minidist(model: ModelSpec, args) -> int:
 
     memory = Device.memory if args.memory is None else int(args.memory * 1e9)
     device, link = Device(flops=args.flops, memory=memory), LinkModel(alpha=args.alpha, beta=args.beta)
-    if model.moe or model.ff != 4 * model.d_model:
+    if model.moe and model.top_k != model.experts:
+        raise ValueError("minidist mode prices a Switch model whose routing is known without running: "
+                         "--top-k must equal --experts (every token to every expert)")
+    if not model.moe and model.ff != 4 * model.d_model:
         raise ValueError("minidist mode trains nn.GPT: a dense model with d_ff = 4·d_model")
-    plans = plan_minidist(model, args.devices, device, link, measured=args.measure)
+    plans = plan_minidist(model, args.devices, device, link, measured=args.measure, zero1=args.zero1)
     print(format_minidist_plan(model, plans, device, link, args.top))
     return 0
 

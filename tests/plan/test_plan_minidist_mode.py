@@ -62,6 +62,19 @@ def test_plan_minidist_mode_predicts_the_clock_and_the_ledger(world):
             assert (states, activations) == (p["states"], p["activations"]), lay
 
 
+def test_plan_minidist_mode_predicts_zero1_over_the_data_axis():
+    layouts = runnable_layouts(SPEC, fewest_micro_batches=True, zero1=True)    # every axis, D > 1
+    assert len(layouts) == 30 and {lay.schedule for lay in layouts} == {"1f1b", "interleaved", "zb-h1",
+                                                                           "chimera"}
+    measured = measure(SPEC, layouts, DEVICE, LINK)
+    for lay in layouts:
+        predicted = predict(SPEC, lay, DEVICE, LINK)
+        for position, seconds, states, activations in measured[lay]:
+            p = predicted[position]
+            assert seconds == pytest.approx(p["seconds"], rel=1e-9), lay
+            assert (states, activations) == (p["states"], p["activations"]), lay
+
+
 def _tensor_units(comm):
     return [sum(p.data.size for p in u.parameters()) for u in tensor_gpt_units(comm, build()).layers]
 

@@ -21,8 +21,8 @@ def rows(out: str) -> dict[tuple[str, int], list[float]]:
     for line in out.splitlines()[3:]:
         if not line.strip():
             break
-        numbers = [float(v) for v in line[26:].split()]
-        table[line[:26].strip(), int(numbers[0])] = numbers
+        numbers = [float(v) for v in line[34:].split()]
+        table[line[:34].strip(), int(numbers[0])] = numbers
     return table
 
 
@@ -63,10 +63,25 @@ def test_plan_cli_minidist_mode_excludes_what_does_not_fit(capsys):
     assert all(p.predicted["peak"] <= 160_000 < q.predicted["peak"] for p in fits for q in out_)
     assert list(rows(out)) == [key(p) for p in fits] and 0 < len(fits) < len(plans)
     assert f"{len(fits)} layouts fit, {len(plans) - len(fits)} do not" in out
-    assert "dp2" + " " * 24 + "does not fit: 162.6 kB > 160.0 kB" in out             # dp2 with M = 1
+    assert "dp2" + " " * 32 + "does not fit: 162.6 kB > 160.0 kB" in out             # dp2 with M = 1
 
 
-@pytest.mark.parametrize("bad, message", [(["--d-ff", "16"], "d_ff = 4"), (["--experts", "2"], "d_ff = 4")])
+def test_plan_cli_minidist_mode_prices_a_switch_model_and_zero1(capsys):
+    switch = ["--d-ff", "16", "--experts", "2", "--top-k", "2"]
+    assert main([*ARGS, *switch, "--devices", "4", "--zero1", "--measure", "--top", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "2 blocks with 2 experts (every token to each)" in out
+    table = rows(out)
+    spec = ModelSpec(2, 8, 2, 8, 8, 11, d_ff=16, experts=2, top_k=2)
+    plans = plan_minidist(spec, 4, DEVICE, LINK, zero1=True)
+    assert list(table) == [key(p) for p in plans]
+    assert set(table) == {("dp2 ep2 zero1", 1), ("dp2 ep2 zero1", 2)}
+    for numbers in table.values():          # the run equals the prediction (test_plan_minidist_switch.py)
+        assert numbers[5:] == numbers[3:5][::-1]
+
+
+@pytest.mark.parametrize("bad, message", [(["--d-ff", "16"], "d_ff = 4"),
+                                          (["--experts", "2"], "--top-k must equal --experts")])
 def test_plan_cli_minidist_mode_refuses_other_models(bad, message):
     with pytest.raises(SystemExit, match=message):
         main([*ARGS, "--devices", "2", *bad])
