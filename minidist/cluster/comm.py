@@ -76,6 +76,11 @@ class Communicator(Group):
         """Simulated seconds on this rank (shared by all communicators of the process)."""
         return self._ledger.clock
 
+    @property
+    def device(self):
+        """The simulated accelerator of this rank (``run(..., device=)``): what ``compute`` divides by."""
+        return self._ledger.device
+
     def compute(self, flops: float, label: str = "") -> None:
         """Charge ``flops`` floating-point operations: the clock advances by flops / device.flops."""
         self._ledger.compute(flops, label)

@@ -13,9 +13,9 @@ collectives/cost.py, 2(P − 1)(α + β·n/P), is exact only when it does):
 
     ring all-reduce      collectives/ring.py (``allreduce_gradients``): P − 1 rounds, rank r sends chunk
                          (r − s − 1) mod P to r + 1, then P − 1 rounds sending chunk (r − s) mod P
-    pairwise all-reduce  collectives/primitives.py (``allreduce_sum``: tensor parallelism's f and g, the
-                         context group's sum of the blocks' gradients): round k, rank r sends piece r + k to
-                         rank r + k (reduce-scatter), then its own piece r to rank r + k (all-gather)
+    pairwise all-reduce  collectives/primitives.py (``pairwise_allreduce``: tensor parallelism's f and g,
+                         the context group's sum of the blocks' gradients): round k, rank r sends piece
+                         r + k to rank r + k (reduce-scatter), then its own piece r to rank r + k (all-gather)
     ring attention       context/ring.py: c steps; step s moves K|V (and, in backward, dK|dV) one rank on,
                          beside the block's compute: the step takes max(transfers, FLOPs / rate); backward
                          ends with one more transfer (dK|dV home). The zigzag split gives every rank the
@@ -58,7 +58,7 @@ def ring_allreduce_seconds(elements: int, parts: int, itemsize: int, link: LinkM
 
 
 def pairwise_allreduce_seconds(elements: int, parts: int, itemsize: int, link: LinkModel) -> float:
-    """collectives/primitives.py's reduce_scatter + allgather (``allreduce_sum``) over ``parts`` ranks."""
+    """collectives.pairwise_allreduce (reduce_scatter + allgather) over ``parts`` ranks."""
     p, sizes = parts, split_sizes(elements, parts)
     if p == 1:
         return 0.0

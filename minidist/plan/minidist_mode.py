@@ -17,12 +17,11 @@ c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences
                form assumes equal stages, and a tiny GPT's are not (the embeddings compute nothing,
                the blocks and the head most)
     tensor     a tensor-parallel block does 2 all-reduces of b·T'·d words in forward, 2 in backward
-               (allreduce_sum; minidist_clock.py walks their rounds)
+               (pairwise_allreduce; minidist_clock.py walks their rounds)
     context    a block's attention is ring attention over c ranks: each of its c steps takes
-               max(K|V transfer, the block's attention FLOPs at the rate RingAttention prices them:
-               Device(), whatever the run's device), backward one more transfer; then the block's
-               gradients are summed over the group (allreduce_sum of its Ψ_block/t words); after the
-               table, the other units' gradients too (one ring all-reduce)
+               max(K|V transfer, the block's attention FLOPs / device.flops), backward one more
+               transfer; then the block's gradients are summed over the group (pairwise_allreduce of
+               its Ψ_block/t words); after the table, the other units' gradients too (one ring all-reduce)
     Chimera    the two holders of each stage exchange its gradients, parameter by parameter, when both
                are done (minidist_clock.replica_sum_seconds)
     expert     a Switch model's blocks over an expert group of e ranks (all-to-alls, the experts' rows,
@@ -205,7 +204,7 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
             forward = backward = 2 * pairwise_allreduce_seconds(b * T * d, tensor, 8, link)
             if context > 1:
                 ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
-                                              Device().flops, link)   # RingAttention's own default device
+                                              device.flops, link)
                 forward, backward = forward + ring[0], backward + ring[1]
                 backward += pairwise_allreduce_seconds(block_params, context, 8, link)
             out.append((compute + forward, 2 * compute + backward, 0.0))

@@ -97,7 +97,7 @@ def switch_block_seconds(spec: ModelSpec, block, micro_batch: int, tensor: int, 
     backward = 2 * attention + 2 * experts + 2 * tokens + reduces
     if context > 1:
         ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
-                                      Device().flops, link)   # RingAttention's own default device
+                                      device.flops, link)
         forward, backward = forward + ring[0], backward + ring[1]
         backward += pairwise_allreduce_seconds(switch_block_params(spec, tensor, expert), context, itemsize,
                                                link)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from minidist.cluster import LinkModel, run
+from minidist.cluster import Device, LinkModel, run
 from minidist.gradcheck import numerical_gradient, relative_error
 from minidist.parallel.context import (
     RingAttention,
@@ -147,6 +147,20 @@ def test_clock_equals_the_closed_form(c, seq_len, overlap):
         other = step_seconds(seq_len, c, batch, heads, d_k, 8, overlap=not overlap)
         assert (forward < other[0]) == overlap
 
+
+
+def _device_charge(comm):
+    attn = RingAttention(comm, 8, causal=False)
+    data = _data(8, (1, 2, 8, 4))
+    attn.forward(*(shard(a, comm.world_size, comm.rank, "naive") for a in data[:3]))
+    return attn.flops, attn.compute_seconds, comm.device.flops
+
+
+def test_ring_attention_computes_at_the_runs_device():
+    """Without device=, the blocks' FLOPs are charged at the device the run was given, like every layer."""
+    slow = Device(flops=1e9)
+    for flops, seconds, rate in run(_device_charge, 2, device=slow):
+        assert rate == slow.flops and flops > 0 and seconds == pytest.approx(flops / slow.flops, rel=1e-12)
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="need >= 8"):

@@ -38,7 +38,7 @@ class RingAttention:
 
     seq_len: T, the whole sequence; this rank holds the tokens ``layout.positions(T, c, rank, layout)``.
     causal: mask keys after the query (by global position). overlap: transfers beside compute on the clock.
-    device: the simulated accelerator of the run (default Device(), run's default): it turns a block's
+    device: the simulated accelerator (default ``comm.device``, the run's): it turns a block's
     FLOPs into seconds of the compute stream. ``flops`` and ``compute_seconds`` add up what was charged.
     """
 
@@ -46,7 +46,7 @@ class RingAttention:
                  overlap: bool = True, device: Device | None = None):
         c, rank = comm.world_size, comm.rank
         self.comm, self.causal, self.layout, self.overlap = comm, bool(causal), layout, bool(overlap)
-        self.device = device or Device()
+        self.device = device or comm.device
         self.positions = [positions(seq_len, c, r, layout) for r in range(c)]
         self.mine = self.positions[rank]
         self.left, self.right = (rank - 1) % c, (rank + 1) % c
