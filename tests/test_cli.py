@@ -79,3 +79,13 @@ def test_the_functions_behind_the_options_refuse_the_same_values(call, message):
     submission "nowhere" does not exist: it is never looked at)."""
     with pytest.raises(ValueError, match=re.escape(message)):
         call()
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "1.5", "nan"])
+def test_plan_refuses_a_table_of_no_rows(bad, capsys):
+    """--top is how many rows of the plan to print: fewer than one is a usage error, not an empty table."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["plan", "--layers", "4", "--d-model", "64", "--heads", "4", "--seq", "32", "--batch", "8",
+                  "--devices", "4", f"--top={bad}"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(f"argument --top: expected an integer >= 1, got {bad!r}")

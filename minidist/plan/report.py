@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from minidist.checks import count_option
 from minidist.cluster import Device, LinkModel
 from minidist.cluster.topology import Topology
 from minidist.roofline import Machine
@@ -128,8 +129,9 @@ def add_parser(sub) -> None:
                        description=MODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, default in (("layers", None), ("d-model", None), ("heads", None), ("seq", None),
                           ("batch", None), ("devices", None), ("vocab", 32000), ("d-ff", None),
-                          ("experts", 0), ("top-k", 1), ("micro-batch", 1), ("chunks", 2), ("top", 10)):
+                          ("experts", 0), ("top-k", 1), ("micro-batch", 1), ("chunks", 2)):
         p.add_argument(f"--{name}", type=int, default=default, required=default is None and name != "d-ff")
+    p.add_argument("--top", type=count_option(1), default=10, help="rows of the table (default 10)")
     p.add_argument("--memory", type=float, default=None, help="GB per device (default: the hardware's)")
     p.add_argument("--topology", default=None, help="NODESxPER_NODE, e.g. 8x8 (default: nodes of 8)")
     p.add_argument("--hardware", default="h100", choices=tuple(PRESETS))
