@@ -36,7 +36,7 @@ import numpy as np
 
 from minidist.nn.module import Parameter
 
-from .optimizer import Optimizer, check_number
+from .optimizer import Optimizer, check_betas, check_number
 
 
 class Adam(Optimizer):
@@ -71,10 +71,7 @@ class Adam(Optimizer):
         super().__init__(params, lr)
 
     def check_hyper_parameters(self) -> None:
-        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2), each in [0, 1), got {self.betas!r}")
-        self.betas = (check_number("betas[0]", self.betas[0], high=1.0, high_open=True),
-                      check_number("betas[1]", self.betas[1], high=1.0, high_open=True))
+        self.betas = check_betas(self.betas)
         self.eps = check_number("eps", self.eps, low_open=True)
         self.weight_decay = check_number("weight_decay", self.weight_decay)
         if not isinstance(self.amsgrad, (bool, np.bool_)):

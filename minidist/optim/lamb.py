@@ -26,7 +26,7 @@ import numpy as np
 from minidist.nn.module import Parameter
 
 from .lars import norm
-from .optimizer import Optimizer, check_number
+from .optimizer import Optimizer, check_betas, check_number
 
 
 def lamb_trust_ratio(w: np.ndarray, update: np.ndarray) -> float:
@@ -73,10 +73,7 @@ class LAMB(Optimizer):
         self.last_trust_ratios: list[float] = []
 
     def check_hyper_parameters(self) -> None:
-        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2), each in [0, 1), got {self.betas!r}")
-        self.betas = (check_number("betas[0]", self.betas[0], high=1.0, high_open=True),
-                      check_number("betas[1]", self.betas[1], high=1.0, high_open=True))
+        self.betas = check_betas(self.betas)
         self.eps = check_number("eps", self.eps, low_open=True)
         self.weight_decay = check_number("weight_decay", self.weight_decay)
         if self.max_trust is not None:

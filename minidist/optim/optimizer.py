@@ -74,6 +74,14 @@ def check_number(name: str, value: Any, *, low: float = 0.0, high: float = math.
     return value
 
 
+
+def check_betas(betas: Any) -> tuple[float, float]:
+    """Adam's and LAMB's (β1, β2) as a pair of floats, each in [0, 1); ValueError/TypeError otherwise."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), each in [0, 1), got {betas!r}")
+    return (check_number("betas[0]", betas[0], high=1.0, high_open=True),
+            check_number("betas[1]", betas[1], high=1.0, high_open=True))
+
 class Optimizer:
     """Base class: subclasses set their hyper-parameters, then define ``_init_state`` and ``_update``.
 
