@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.data import DistributedSampler, Loader, batched, load_digits
-from minidist.input_clock import simulate_input_pipeline
+from minidist.data.input_clock import simulate_input_pipeline
 from minidist.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
@@ -34,7 +34,7 @@ DATA = load_digits()
 # ## 1. When does a step wait for its data?
 #
 # A step computes for C seconds; loading one batch takes L seconds on one worker. The loader
-# (`minidist.loader.Loader`, like torch's DataLoader) gives batch i to worker i mod k and lets every
+# (`minidist.data.loader.Loader`, like torch's DataLoader) gives batch i to worker i mod k and lets every
 # worker hold q requests ahead of the loop. `simulate_input_pipeline` plays that loop on a simulated
 # clock, event by event, and the two rules come out of it:
 #
@@ -107,7 +107,7 @@ plt.close(fig)
 #
 # With data parallelism (lesson 06) each of P ranks must see a *different* part of every epoch, and the
 # ranks must agree on the split without talking. torch's `DistributedSampler` rule, which
-# `minidist.sampler.DistributedSampler` follows: a permutation of range(N) drawn from (seed, epoch) —
+# `minidist.data.sampler.DistributedSampler` follows: a permutation of range(N) drawn from (seed, epoch) —
 # the same on every rank —, padded by wrapping around to a multiple of P (or cut, with `drop_last`),
 # then rank r takes every P-th index starting at r. `set_epoch(e)` reshuffles.
 
@@ -208,7 +208,7 @@ except ImportError:
     print('pyarrow is not installed: pip install -e ".[data]" to run this section')
 
 if pyarrow is not None:
-    from minidist.columnar import CountingFile, column_chunk_bytes, read_columns, write_parquet
+    from minidist.data.columnar import CountingFile, column_chunk_bytes, read_columns, write_parquet
 
     rng = np.random.default_rng(0)
     table = {f"feature_{i:02d}": rng.normal(size=20_000) for i in range(19)}

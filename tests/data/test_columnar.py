@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from minidist.columnar import CountingFile, column_chunk_bytes, read_columns, write_parquet
+from minidist.data.columnar import CountingFile, column_chunk_bytes, read_columns, write_parquet
 
 FOOTER_READ = 64 * 1024      # pyarrow reads the file's last 64 KiB at once to find the footer
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.input_clock import simulate_input_pipeline
+from minidist.data.input_clock import simulate_input_pipeline
 
 
 @given(compute=st.integers(1, 20), load=st.integers(0, 60), k=st.integers(1, 6), q=st.integers(1, 3))

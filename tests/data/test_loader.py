@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidist.loader import Loader, LoaderError
-from minidist.sampler import batched
+from minidist.data.loader import Loader, LoaderError
+from minidist.data.sampler import batched
 
 ROOT = Path(__file__).resolve().parents[2]
 X = np.random.default_rng(0).normal(size=(103, 5)).astype(np.float32)
@@ -131,7 +131,7 @@ def test_ctrl_c_while_waiting_leaves_nothing_behind():
     script = textwrap.dedent("""
         import os, signal, threading, time
         import numpy as np
-        from minidist.loader import Loader
+        from minidist.data.loader import Loader
         def slow(idx):
             time.sleep(30)
         loader = Loader(slow, [np.arange(4)] * 6, num_workers=3)

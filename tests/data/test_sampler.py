@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.sampler import DistributedSampler, batched
+from minidist.data.sampler import DistributedSampler, batched
 
 sampler_exercise = pytest.mark.exercise("distributed_sampler")
 

@@ -14,6 +14,10 @@ once (drop_last) or once plus the padding. The order is a pure function of (seed
 computes the same permutation without talking to the others, and ``set_epoch(e)`` gives a new one each
 epoch. (That is why it takes an integer seed and not a ``Generator``: P generators would have to be kept
 in the same state on P processes.) Cost: O(N) per epoch and rank, no communication.
+
+Beside it, for one process or a batch already drawn: ``batched`` cuts a rank's indices into batches,
+``iterate_batches`` draws one epoch's mini-batches from an explicit rng, ``shard`` gives rank r of P its
+contiguous piece of a batch.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import numbers
 from collections.abc import Iterator
 
 import numpy as np
+
+from minidist.split import split_range
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -98,3 +104,31 @@ def batched(indices: np.ndarray, batch_size: int, drop_last: bool = False) -> li
     indices = np.asarray(indices)
     stop = len(indices) - len(indices) % batch_size if drop_last else len(indices)
     return [indices[i:i + batch_size] for i in range(0, stop, batch_size)]
+
+
+def iterate_batches(n: int, batch_size: int, rng: np.random.Generator | None, shuffle: bool = True,
+                    drop_last: bool = False) -> Iterator[np.ndarray]:
+    """Index arrays of mini-batches over range(n), shuffled by ``rng`` (one epoch).
+
+    Use as ``for idx in iterate_batches(len(x), 64, rng): xb, yb = x[idx], y[idx]``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if shuffle and rng is None:
+        raise ValueError("iterate_batches(shuffle=True) needs an explicit rng")
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    stop = n - n % batch_size if drop_last else n
+    for start in range(0, stop, batch_size):
+        yield order[start:start + batch_size]
+
+
+def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """Rank ``rank``'s contiguous piece of ``indices`` (shape (n, ...)): minidist.split's rule, as
+    np.array_split cuts it into world_size pieces.
+
+    Pieces differ in length by at most one; when world_size > len(indices) some pieces are empty.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"shard needs 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    lo, hi = split_range(len(indices), world_size, rank)
+    return np.asarray(indices)[lo:hi]

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist import data
-from minidist.text import TextCorpus, load_text
+from minidist.data.text import TextCorpus, load_text
 
 CORPUS = load_text()
 

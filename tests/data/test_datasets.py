@@ -1,4 +1,4 @@
-"""minidist.data: the digits, MNIST IDX files, synthetic sets, batching, sharding."""
+"""minidist.data: digits, MNIST IDX files, synthetic sets (datasets.py); batching, sharding (sampler.py)."""
 
 import gzip
 import struct

@@ -1,28 +1,20 @@
-"""Data: the real handwritten digits, MNIST from IDX files, small synthetic sets, batching, sharding.
+"""Datasets: the real handwritten digits, MNIST from IDX files, small synthetic sets.
 
 * ``load_digits()`` — scikit-learn's bundled 8×8 digits (1,797 real images, no download), pixel values
   scaled to [0, 1], split once and for all into 1,437 training and 360 test images (a fixed permutation).
 * ``load_mnist(directory)`` — the standard IDX files, when a user has them.
 * ``spirals``, ``blobs`` — tiny 2-D classification sets for tests and figures.
-* ``iterate_batches`` — mini-batches in an order drawn from an explicit rng.
-* ``shard`` — the slice of a batch that rank r of P works on (data parallelism).
-* ``load_text()`` — CPython's bundled help() text as a character-level corpus (minidist.text).
 
-The input pipeline lives beside this file and is re-exported here: ``DistributedSampler`` and
-``batched`` (sampler.py), ``Loader`` with k worker processes (loader.py); Parquet columns in columnar.py.
+Text is the other dataset (text.py); which examples each rank reads, and in which batches, is sampler.py's.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
-
-from minidist.split import split_range
-from minidist.text import TextCorpus, load_text  # noqa: F401  (re-exported: minidist.data.load_text())
 
 DIGITS_TEST_SIZE = 360
 DIGITS_SPLIT_SEED = 1797
@@ -102,35 +94,3 @@ def blobs(n_per_class: int, classes: int, features: int, rng: np.random.Generato
     x = np.concatenate([c + spread * rng.standard_normal((n_per_class, features)) for c in centres])
     y = np.repeat(np.arange(classes, dtype=np.int64), n_per_class)
     return x.astype(dtype), y
-
-
-def iterate_batches(n: int, batch_size: int, rng: np.random.Generator | None, shuffle: bool = True,
-                    drop_last: bool = False) -> Iterator[np.ndarray]:
-    """Index arrays of mini-batches over range(n), shuffled by ``rng`` (one epoch).
-
-    Use as ``for idx in iterate_batches(len(x), 64, rng): xb, yb = x[idx], y[idx]``.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if shuffle and rng is None:
-        raise ValueError("iterate_batches(shuffle=True) needs an explicit rng")
-    order = rng.permutation(n) if shuffle else np.arange(n)
-    stop = n - n % batch_size if drop_last else n
-    for start in range(0, stop, batch_size):
-        yield order[start:start + batch_size]
-
-
-def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """Rank ``rank``'s contiguous piece of ``indices`` (shape (n, ...)): minidist.split's rule, as
-    np.array_split cuts it into world_size pieces.
-
-    Pieces differ in length by at most one; when world_size > len(indices) some pieces are empty.
-    """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"shard needs 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-    lo, hi = split_range(len(indices), world_size, rank)
-    return np.asarray(indices)[lo:hi]
-
-
-from minidist.loader import Loader, LoaderError  # noqa: E402, F401 - the input pipeline, re-exported
-from minidist.sampler import DistributedSampler, batched  # noqa: E402, F401

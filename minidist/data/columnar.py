@@ -27,7 +27,7 @@ def _pq():
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise ImportError('minidist.columnar needs pyarrow: pip install -e ".[data]"') from exc
+        raise ImportError('minidist.data.columnar needs pyarrow: pip install -e ".[data]"') from exc
     return pq
 
 
