@@ -3,8 +3,10 @@
 A size or count must be an integer and never a bool: ``True`` is an int in Python (``True == 1``), so
 without this check ``Grid3D(comm, True, 2, 2)`` would quietly build a 1 × 2 × 2 grid. A real number
 (a bandwidth, a time) must be finite: NaN compares false with everything, so a NaN slips through
-``x > 0`` checks and poisons every later result. Each check raises an error saying what was expected,
-before the caller changes anything. The command line's options go through the same rules
+``x > 0`` checks and poisons every later result; an array of numbers must hold real numbers (no
+strings, objects or complex values, which NumPy would otherwise coerce or drop quietly) and, where the
+formula needs it, only finite ones. Each check raises an error saying what was expected, before the
+caller changes anything. The command line's options go through the same rules
 (``count_option``, ``seconds_option``): a bad value is argparse's one-line usage error (exit status 2)
 naming the option, never a traceback and never a value quietly replaced.
 """
@@ -46,6 +48,27 @@ def check_real(value, name: str, minimum: float = -math.inf, *, strict: bool = F
             f"got {value!r}"
         )
     return value
+
+
+def check_rank(rank, world_size: int, name: str = "rank") -> int:
+    """``rank`` as an int in [0, world_size), or ValueError: "<name> must be an integer in [0, 4), got 4".
+    ``world_size`` is the caller's, already checked as a count >= 1."""
+    if not is_count(rank, 0) or rank >= world_size:
+        raise ValueError(f"{name} must be an integer in [0, {world_size}), got {rank!r}")
+    return int(rank)
+
+
+def check_real_array(x, name: str, *, finite: bool = False) -> np.ndarray:
+    """``x`` as an ndarray of real numbers (integer or floating dtype; bools, strings, objects and complex
+    numbers are a TypeError). With ``finite``, a NaN or ±Inf element is a ValueError saying how many."""
+    array = np.asarray(x)
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be an array of real numbers (integer or float), got {array.dtype}")
+    if finite and array.dtype.kind == "f":
+        bad = int(np.count_nonzero(~np.isfinite(array)))
+        if bad:
+            raise ValueError(f"{name} must be finite, got {bad} NaN or infinite value(s) of {array.size}")
+    return array
 
 
 def count_option(minimum: int = 1, what: str = "") -> Callable[[str], int]:

@@ -1,5 +1,6 @@
-"""A size or count is an integer, never a bool (True == 1 in Python): every size argument refuses True
-through minidist.checks, with a ValueError that says what was expected."""
+"""A size or count is an integer, never a bool (True == 1 in Python) and never a fraction that int() would
+truncate: every size argument refuses True and 2.5 through minidist.checks, with a ValueError that says
+what was expected. Arrays of numbers refuse strings, objects and complex values, and NaN where it matters."""
 
 from types import SimpleNamespace
 
@@ -7,16 +8,19 @@ import numpy as np
 import pytest
 
 from minidist import nn
-from minidist.checks import check_count, check_real, is_count
+from minidist.checks import check_count, check_rank, check_real, check_real_array, is_count
 from minidist.collectives.schedule import schedule
 from minidist.parallel.asynchronous.momentum import least_squares
 from minidist.parallel.compression import OneBit
+from minidist.parallel.context.gpt import ContextParallelGPT
+from minidist.parallel.context.layout import positions
 from minidist.parallel.data.comm import assign_buckets
 from minidist.parallel.grid3d import Grid3D
 from minidist.parallel.hybrid import Grid
 from minidist.parallel.pipeline.split import check_boundaries, split_by_layers
 from minidist.parallel.tensor.comm import feature_bounds
 from minidist.parallel.tensor.cost import megatron_words
+from minidist.parallel.tensor.sequence import sequence_shard
 from minidist.roofline import communication_intensity, layer_cost
 
 RNG = np.random.default_rng(0)
@@ -42,6 +46,28 @@ BOOL_AS_SIZE = {
     "roofline shape": lambda: layer_cost(nn.ReLU(), (True, 3)),
     "roofline batch": lambda: communication_intensity([4, 4], True, "data", 2),
     "least_squares": lambda: least_squares(True, 1, 2.0, rng=RNG),
+    "GPT n_layers": lambda: nn.GPT(5, 4, True, 8, 2, rng=RNG),
+    "LSTM input_size": lambda: nn.LSTM(True, 4, rng=RNG),
+    "Embedding": lambda: nn.Embedding(True, 4, rng=RNG),
+    "MoE groups": lambda: nn.MoE(4, 8, 2, groups=True, rng=RNG),
+}
+
+GPT = nn.GPT(5, 8, 1, 8, 2, rng=RNG)
+
+# Each of these used to run as if int() of the size had been given (GPT(5, 2.5, ...) built block_size 2).
+FRACTION_AS_SIZE = {
+    "GPT block_size": lambda: nn.GPT(5, 2.5, 1, 8, 2, rng=RNG),
+    "GPT d_model": lambda: nn.GPT(5, 4, 1, 8.5, 2, rng=RNG),
+    "CausalSelfAttention d_model": lambda: nn.CausalSelfAttention(8.5, 2, rng=RNG),
+    "TransformerBlock d_ff": lambda: nn.TransformerBlock(8, 2, 16.5, rng=RNG),
+    "RNN hidden_size": lambda: nn.RNN(3, 4.5, rng=RNG),
+    "MoE d_ff": lambda: nn.MoE(4, 8.5, 2, rng=RNG),
+    "Embedding embedding_dim": lambda: nn.Embedding(5, 4.5, rng=RNG),
+    "generate max_new_tokens": lambda: GPT.generate(np.array([[1]]), 2.5, rng=np.random.default_rng(0)),
+    "generate top_k": lambda: GPT.generate(np.array([[1]]), 2, top_k=1.5, rng=np.random.default_rng(0)),
+    "context positions seq_len": lambda: positions(7.5, 2, 0),
+    "ContextParallelGPT seq_len": lambda: ContextParallelGPT(COMM4, GPT, 7.5),
+    "sequence_shard parts": lambda: sequence_shard(np.zeros((1, 4, 2)), 2.0, 0),
 }
 
 
@@ -49,6 +75,12 @@ BOOL_AS_SIZE = {
 def test_a_bool_is_not_a_size(case):
     with pytest.raises(ValueError, match="int"):
         BOOL_AS_SIZE[case]()
+
+
+@pytest.mark.parametrize("case", sorted(FRACTION_AS_SIZE))
+def test_a_fraction_is_not_a_size(case):
+    with pytest.raises(ValueError, match=r"must be an integer >= \d, got \d+\.\d"):
+        FRACTION_AS_SIZE[case]()
 
 
 def test_the_shared_checks():
@@ -65,3 +97,14 @@ def test_the_shared_checks():
         check_real(0.0, "x", 0.0, strict=True)
     with pytest.raises(ValueError, match="finite"):
         check_real(float("nan"), "x")
+    assert check_rank(np.int64(3), 4) == 3
+    for bad in (4, -1, 1.0, True):
+        with pytest.raises(ValueError, match=r"rank must be an integer in \[0, 4\)"):
+            check_rank(bad, 4)
+    assert check_real_array([1, 2], "a").dtype.kind == "i"
+    for bad in (np.array(["a"]), np.array([None]), np.array([1j]), np.array([True])):
+        with pytest.raises(TypeError, match="a must be an array of real numbers"):
+            check_real_array(bad, "a")
+    check_real_array(np.array([np.inf]), "a")                    # finite only when asked
+    with pytest.raises(ValueError, match=r"a must be finite, got 2 NaN or infinite value\(s\) of 3"):
+        check_real_array(np.array([np.nan, 1.0, -np.inf]), "a", finite=True)

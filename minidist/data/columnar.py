@@ -17,7 +17,7 @@ pyarrow (``pip install -e ".[data]"``); the rest of minidist does not.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,28 +51,38 @@ def read_columns(source, columns: Sequence[str] | None = None) -> dict[str, np.n
 
     Only the chosen columns' chunks are read (projection). Returns {name: array of shape (rows,)}.
     """
-    pq = _pq()
-    parquet = pq.ParquetFile(source)
-    names = parquet.schema_arrow.names
-    unknown = [c for c in (columns or []) if c not in names]
-    if unknown:
-        raise ValueError(f"no column(s) {unknown} in the file; it has {names}")
-    table = parquet.read(columns=list(columns) if columns is not None else None)
+    parquet = _pq().ParquetFile(source)
+    table = parquet.read(columns=_chosen(columns, parquet.schema_arrow.names))
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
 def column_chunk_bytes(path: str | Path, columns: Sequence[str] | None = None) -> int:
     """Bytes on disk of the chosen columns' chunks (all columns if None), summed over the row groups,
     as the file's footer records them (``ColumnChunkMetaData.total_compressed_size``)."""
-    meta = _pq().ParquetFile(str(path)).metadata
-    total = 0
+    parquet = _pq().ParquetFile(str(path))
+    chosen = _chosen(columns, parquet.schema_arrow.names)
+    meta, total = parquet.metadata, 0
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         for c in range(group.num_columns):
             chunk = group.column(c)
-            if columns is None or chunk.path_in_schema in columns:
+            if chosen is None or chunk.path_in_schema in chosen:
                 total += chunk.total_compressed_size
     return total
+
+
+def _chosen(columns: Sequence[str] | None, names: list[str]) -> list[str] | None:
+    """The column names asked for (None: all), each one of the file's ``names``: a str is refused (it would
+    be read as its letters), and so is a name the file does not have."""
+    if columns is None:
+        return None
+    listed = None if isinstance(columns, (str, bytes)) or not isinstance(columns, Iterable) else list(columns)
+    if listed is None or not all(isinstance(c, str) for c in listed):
+        raise TypeError(f"columns must be a list of column names (or None for all), got {columns!r}")
+    unknown = [c for c in listed if c not in names]
+    if unknown:
+        raise ValueError(f"no column(s) {unknown} in the file; it has {names}")
+    return listed
 
 
 class CountingFile(io.RawIOBase):

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.checks import check_count
+
 
 @dataclass(frozen=True)
 class InputTimeline:
@@ -43,7 +45,10 @@ class InputTimeline:
         return self.step_start - previous_end
 
     def steady_step_time(self, last: int) -> float:
-        """Mean step time over the last ``last`` steps (past the pipeline's start-up)."""
+        """Mean step time over the last ``last`` steps (past the pipeline's start-up), 1 <= last < steps."""
+        if not 1 <= check_count(last, "steady_step_time last") < len(self.step_end):
+            raise ValueError(f"steady_step_time needs 1 <= last <= steps - 1 = {len(self.step_end) - 1} "
+                             f"(it measures from the end of the step before those), got {last}")
         return float((self.step_end[-1] - self.step_end[-1 - last]) / last)
 
 

@@ -22,6 +22,7 @@ with their parent. Cost: one pickled copy of every batch through a pipe.
 
 from __future__ import annotations
 
+import math
 import numbers
 import signal
 import sys
@@ -32,6 +33,7 @@ from typing import Any
 import multiprocess
 from multiprocess.connection import wait
 
+from minidist.checks import check_real
 from minidist.cluster.process_setup import check_picklable, die_with_parent, one_blas_thread, signals_deferred
 
 GRACE = 1.0      # seconds a worker gets to leave on its own before it is terminated (then killed)
@@ -54,7 +56,7 @@ class Loader:
         batches: the index arrays of one epoch, in order (e.g. ``sampler.batched(sampler.indices(), 64)``).
         num_workers: k >= 0 processes (0: load in this process when the loop asks).
         prefetch: q >= 1 requests each worker may hold ahead of the loop (torch's prefetch_factor).
-        timeout: seconds to wait for one batch before giving up (None: no limit).
+        timeout: seconds to wait for one batch before giving up (None or math.inf: no limit).
         start_method: "fork" (Linux default) or "spawn" (then fetch must be picklable).
 
     ``for batch in loader:`` runs one epoch; workers start with the epoch and end with it.
@@ -68,8 +70,10 @@ class Loader:
         for name, value, low in (("num_workers", num_workers, 0), ("prefetch", prefetch, 1)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if timeout is not None and not (isinstance(timeout, numbers.Real) and timeout > 0):
-            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
+        if timeout == math.inf:   # as the cluster's run: inf is no limit (selectors cannot wait that long)
+            timeout = None
+        if timeout is not None:
+            timeout = check_real(timeout, "Loader timeout (seconds, or None for no limit)", 0.0, strict=True)
         method = start_method or ("fork" if sys.platform.startswith("linux") else "spawn")
         if method not in ("fork", "spawn") or method not in multiprocess.get_all_start_methods():
             raise ValueError("start_method must be 'fork' or 'spawn' (where available), "

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count, check_real
+
 
 class TextCorpus:
     """A text, its character vocabulary, and its train/validation ids (see the module docstring)."""
@@ -24,7 +26,7 @@ class TextCorpus:
     def __init__(self, text: str, val_fraction: float = 0.1):
         if not text:
             raise ValueError("TextCorpus needs a non-empty text")
-        if not 0.0 < val_fraction < 1.0:
+        if not 0.0 < check_real(val_fraction, "val_fraction") < 1.0:
             raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
         self.text = text
         self.chars = sorted(set(text))
@@ -33,6 +35,10 @@ class TextCorpus:
         ids = self.encode(text)
         n_train = round(len(ids) * (1.0 - val_fraction))
         self.train, self.val = ids[:n_train], ids[n_train:]
+        if min(len(self.train), len(self.val)) < 2:   # fewer holds no (input, next character) pair
+            raise ValueError(f"TextCorpus: a text of {len(ids)} characters with val_fraction={val_fraction} "
+                             f"leaves {len(self.train)} training and {len(self.val)} validation characters; "
+                             "each split needs at least 2")
 
     def encode(self, s: str) -> np.ndarray:
         """s: a string of characters from the vocabulary; returns their ids, int64, shape (len(s),)."""
@@ -63,7 +69,8 @@ class TextCorpus:
         ids = {"train": self.train, "val": self.val}.get(split)
         if ids is None:
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        if batch_size < 1 or not 1 <= block_size < len(ids):
+        check_count(batch_size, "windows batch_size")
+        if check_count(block_size, "windows block_size") >= len(ids):
             raise ValueError(f"windows needs batch_size >= 1 and 1 <= block_size < {len(ids)}, "
                              f"got {batch_size}, {block_size}")
         starts = rng.integers(0, len(ids) - block_size, batch_size)

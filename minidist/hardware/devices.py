@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from minidist.checks import check_count
 from minidist.roofline import Machine
 
 MHZ, GB, TERA = 1e6, 1e9, 1e12
@@ -48,7 +51,10 @@ def linear_crossing_batch(machine: Machine, in_features: int, out_features: int,
     I(B) = 2·B·i·o / (s·(B·i + i·o + o + B·o)) ≥ R  ⇔  B ≥ s·R·o·(i + 1) / (2·i·o − s·R·(i + o))
     (x, W, b and y each moved once, s = itemsize). math.inf when no batch gets there: as B → ∞ the
     intensity tends to 2·i·o / (s·(i + o)), which must exceed R."""
-    i, o, s, ridge = in_features, out_features, itemsize, machine.ridge
+    if not isinstance(machine, Machine):
+        raise TypeError(f"linear_crossing_batch needs a roofline Machine, got {type(machine).__name__}")
+    i, o = check_count(in_features, "in_features"), check_count(out_features, "out_features")
+    s, ridge = check_count(itemsize, "itemsize"), machine.ridge
     denominator = 2 * i * o - s * ridge * (i + o)
     if denominator <= 0:
         return math.inf
@@ -58,8 +64,10 @@ def linear_crossing_batch(machine: Machine, in_features: int, out_features: int,
 def rnn_step_cost(hidden: int, batch: int, persistent: bool, itemsize: int = 4) -> tuple[int, int]:
     """(FLOPs, bytes) of one recurrent step h ← σ(W_hh·h) for ``batch`` sequences: 2·N·H² FLOPs; bytes
     read h and write h (2·N·H·s), plus W_hh (H²·s) unless it stays on chip (``persistent``)."""
-    if hidden < 1 or batch < 1:
-        raise ValueError(f"rnn_step_cost needs hidden, batch >= 1, got {hidden}, {batch}")
+    hidden, batch = check_count(hidden, "rnn_step_cost hidden"), check_count(batch, "rnn_step_cost batch")
+    itemsize = check_count(itemsize, "rnn_step_cost itemsize")
+    if not isinstance(persistent, (bool, np.bool_)):
+        raise TypeError(f"rnn_step_cost persistent must be True or False, got {persistent!r}")
     flops = 2 * batch * hidden * hidden
     nbytes = 2 * batch * hidden * itemsize + (0 if persistent else hidden * hidden * itemsize)
     return flops, nbytes
@@ -67,4 +75,5 @@ def rnn_step_cost(hidden: int, batch: int, persistent: bool, itemsize: int = 4) 
 
 def largest_persistent_rnn(register_bytes: int, itemsize: int = 4) -> int:
     """The largest H whose H × H recurrent weight fits in ``register_bytes``: ⌊√(bytes / s)⌋."""
-    return math.isqrt(register_bytes // itemsize)
+    register_bytes = check_count(register_bytes, "register_bytes", 0)
+    return math.isqrt(register_bytes // check_count(itemsize, "itemsize"))

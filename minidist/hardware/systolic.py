@@ -28,6 +28,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import check_real_array
+
 
 def tile_cycles(n: int, k: int) -> int:
     """Cycles of one k × k weight tile streaming n rows: fill (k − 1) + stream n + drain (k − 1)."""
@@ -96,7 +98,9 @@ def systolic_matmul(a: np.ndarray, w: np.ndarray, k: int) -> tuple[np.ndarray, i
     if a.shape[1] != w.shape[0]:
         raise ValueError(f"systolic_matmul: inner dimensions differ, a {a.shape} and w {w.shape}")
     _check_positive(n=a.shape[0], k=k)
-    dtype = np.result_type(a, w)
+    check_real_array(a, "systolic_matmul a"), check_real_array(w, "systolic_matmul w")
+    both_integer = a.dtype.kind in "iu" and w.dtype.kind in "iu"
+    dtype = np.int64 if both_integer else np.result_type(a, w)     # int8 operands, a wide accumulator
     acc = np.zeros((a.shape[0], w.shape[1]), dtype=dtype)
     total = busy = 0
     for rows, cols in tile_schedule(w.shape[0], w.shape[1], k):

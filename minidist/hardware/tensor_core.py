@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_real_array
 from minidist.precision import FP16, FP32, FloatFormat, quantize
 
 TILE = 4
@@ -30,6 +31,7 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, accum: FloatFormat = FP32) 
         if not isinstance(x, np.ndarray) or x.shape[-2:] != (TILE, TILE):
             raise ValueError(f"mma: {name} must be an array of 4 × 4 tiles (..., 4, 4), got "
                              f"{getattr(x, 'shape', type(x).__name__)}")
+        check_real_array(x, f"mma {name}")
     a, b = quantize(a.astype(np.float64), FP16), quantize(b.astype(np.float64), FP16)
     d = quantize(c.astype(np.float64), accum)
     for k in range(TILE):
@@ -43,6 +45,7 @@ def tensor_core_matmul(a: np.ndarray, b: np.ndarray, accum: FloatFormat = FP32) 
         raise TypeError("tensor_core_matmul expects 2-D numpy arrays a (M, K) and b (K, N)")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"tensor_core_matmul: inner dimensions differ, a {a.shape} and b {b.shape}")
+    check_real_array(a, "tensor_core_matmul a"), check_real_array(b, "tensor_core_matmul b")
     (m, k), n = a.shape, b.shape[1]
     mt, kt, nt = -(-m // TILE), -(-k // TILE), -(-n // TILE)
     ap = np.zeros((mt * TILE, kt * TILE))

@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .activation import Dropout
 from .linear import Linear
 from .module import Module, check_float_array, resolve_rng
@@ -55,7 +57,7 @@ class CausalSelfAttention(Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, *, causal: bool = True,
                  rng: np.random.Generator | None = None, dtype=np.float32):
-        if int(d_model) < 1 or int(n_heads) < 1 or int(d_model) % int(n_heads):
+        if check_count(d_model, "CausalSelfAttention d_model") % check_count(n_heads, "n_heads"):
             raise ValueError(f"CausalSelfAttention needs d_model divisible by n_heads (both >= 1), "
                              f"got d_model={d_model}, n_heads={n_heads}")
         rng = resolve_rng(rng)
@@ -72,9 +74,9 @@ class CausalSelfAttention(Module):
         """x: input, shape (B, T, d_model); returns y, shape (B, T, d_model).
         Per head, q, k, v are (B, h, T, d_k) and the probabilities P (B, h, T, T)."""
         check_float_array(x, "CausalSelfAttention input", ndim=3)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"CausalSelfAttention expects input of shape (B, T, {self.d_model}), "
-                             f"got {x.shape}")
+        if x.shape[-1] != self.d_model or x.shape[1] < 1:
+            raise ValueError(f"CausalSelfAttention expects input of shape (B, T, {self.d_model}) with "
+                             f"T >= 1, got {x.shape}")
         self.remember_output_shape(x.shape)
         q, k, v = np.split(self.qkv.forward(x), 3, axis=-1)               # (B, T, d) each
         q, k, v = (split_heads(a, self.n_heads) for a in (q, k, v))        # (B, h, T, d_k) each

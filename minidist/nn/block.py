@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .activation import GELU, Dropout
 from .attention import CausalSelfAttention
 from .linear import Linear
@@ -26,9 +28,8 @@ class TransformerBlock(Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.0, *,
                  rng: np.random.Generator | None = None, dtype=np.float32):
-        d_ff = 4 * int(d_model) if d_ff is None else int(d_ff)
-        if d_ff < 1:
-            raise ValueError(f"TransformerBlock needs d_ff >= 1, got {d_ff}")
+        d_ff = 4 * check_count(d_model, "TransformerBlock d_model") if d_ff is None else d_ff
+        d_ff = check_count(d_ff, "TransformerBlock d_ff")
         rng = resolve_rng(rng)
         self.d_model, self.d_ff = int(d_model), d_ff
         attn = CausalSelfAttention(d_model, n_heads, dropout, rng=rng, dtype=dtype)  # validates d, heads

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .module import Module, Parameter, resolve_rng
 
 
@@ -35,9 +37,8 @@ class Embedding(Module):
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, rng: np.random.Generator | None = None,
                  dtype=np.float32):
-        if int(num_embeddings) < 1 or int(embedding_dim) < 1:
-            raise ValueError(f"Embedding needs num_embeddings, embedding_dim >= 1, got {num_embeddings}, "
-                             f"{embedding_dim}")
+        check_count(num_embeddings, "Embedding num_embeddings")
+        check_count(embedding_dim, "Embedding embedding_dim")
         rng = resolve_rng(rng)
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.weight = Parameter(rng.standard_normal((self.num_embeddings, self.embedding_dim)).astype(dtype))

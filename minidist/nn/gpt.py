@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count, check_real, check_real_array
+
 from .activation import Dropout
 from .block import TransformerBlock
 from .embedding import Embedding, check_tokens
@@ -35,9 +37,9 @@ class GPT(Module):
     def __init__(self, vocab_size: int, block_size: int, n_layers: int, d_model: int, n_heads: int, *,
                  tie_weights: bool = False, dropout: float = 0.0, rng: np.random.Generator | None = None,
                  dtype=np.float32):
-        if min(int(vocab_size), int(block_size), int(n_layers)) < 1:
-            raise ValueError(f"GPT needs vocab_size, block_size, n_layers >= 1, got {vocab_size}, "
-                             f"{block_size}, {n_layers}")
+        for name, size in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layers", n_layers),
+                           ("d_model", d_model), ("n_heads", n_heads)):
+            check_count(size, f"GPT {name}")
         rng = resolve_rng(rng)
         self.vocab_size, self.block_size, self.n_layers = int(vocab_size), int(block_size), int(n_layers)
         self.d_model, self.n_heads = int(d_model), int(n_heads)
@@ -97,17 +99,17 @@ class GPT(Module):
         check_tokens(tokens, self.vocab_size, "GPT.generate tokens")
         if tokens.ndim != 2 or tokens.shape[1] < 1:
             raise ValueError(f"GPT.generate tokens: expected shape (B, T0) with T0 >= 1, got {tokens.shape}")
-        if not temperature > 0 or int(max_new_tokens) < 0:
-            raise ValueError("GPT.generate needs temperature > 0 and max_new_tokens >= 0, "
-                             f"got {temperature}, {max_new_tokens}")
-        if top_k is not None and not 1 <= int(top_k) <= self.vocab_size:
+        temperature = check_real(temperature, "GPT.generate temperature", 0.0, strict=True)
+        max_new_tokens = check_count(max_new_tokens, "GPT.generate max_new_tokens", 0)
+        if top_k is not None and check_count(top_k, "GPT.generate top_k") > self.vocab_size:
             raise ValueError(f"GPT.generate top_k must lie in [1, {self.vocab_size}], got {top_k}")
         was_training = self.training
         self.eval()
         try:
             out = tokens
-            for _ in range(int(max_new_tokens)):
+            for _ in range(max_new_tokens):
                 logits = self.forward(out[:, -self.block_size:])[:, -1, :].astype(np.float64) / temperature
+                check_real_array(logits, "GPT.generate logits / temperature", finite=True)  # NaN weights?
                 if top_k is not None:
                     kth = np.sort(logits, axis=-1)[:, -int(top_k)][:, None]
                     logits = np.where(logits < kth, -np.inf, logits)

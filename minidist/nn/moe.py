@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count, check_real
+
 from .activation import GELU
 from .linear import Linear
 from .module import Module, Sequential, check_float_array, resolve_rng
@@ -83,10 +85,8 @@ class MoE(Module):
                  aux_loss_coef: float = 0.01, z_loss_coef: float = 0.0, groups: int = 1, *,
                  rng: np.random.Generator | None = None, dtype=np.float32):
         check_routing_options(num_experts, k, capacity_factor, groups)
-        if int(d_model) < 1 or int(d_ff) < 1:
-            raise ValueError(f"MoE needs d_model, d_ff >= 1, got {d_model}, {d_ff}")
-        if aux_loss_coef < 0 or z_loss_coef < 0:
-            raise ValueError(f"loss coefficients must be >= 0, got {aux_loss_coef}, {z_loss_coef}")
+        check_count(d_model, "MoE d_model"), check_count(d_ff, "MoE d_ff")
+        check_real(aux_loss_coef, "MoE aux_loss_coef", 0.0), check_real(z_loss_coef, "MoE z_loss_coef", 0.0)
         rng = resolve_rng(rng)
         self.d_model, self.d_ff, self.num_experts, self.k = int(d_model), int(d_ff), int(num_experts), int(k)
         self.capacity_factor, self.groups = float(capacity_factor), int(groups)

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.checks import check_count, check_real, is_count
+
+from .module import check_float_array
+
 
 @dataclass
 class Routing:
@@ -74,15 +78,10 @@ class Routing:
 
 def check_routing_options(num_experts: int, k: int, capacity_factor: float, groups: int = 1) -> None:
     """Refuse impossible settings with a message that says what is expected."""
-    if int(num_experts) != num_experts or num_experts < 1:
-        raise ValueError(f"mixture of experts needs num_experts >= 1, got {num_experts}")
-    if int(k) != k or not 1 <= k <= num_experts:
+    check_count(num_experts, "mixture of experts num_experts"), check_count(groups, "groups")
+    if not is_count(k) or not 1 <= k <= num_experts:
         raise ValueError(f"top-k routing needs 1 <= k <= num_experts ({num_experts}), got k={k}")
-    if not (isinstance(capacity_factor, (int, float)) and math.isfinite(capacity_factor)
-            and capacity_factor > 0):
-        raise ValueError(f"capacity_factor must be a finite number > 0, got {capacity_factor!r}")
-    if int(groups) != groups or groups < 1:
-        raise ValueError(f"groups must be an integer >= 1, got {groups!r}")
+    check_real(capacity_factor, "capacity_factor", 0.0, strict=True)
 
 
 def capacity(tokens_per_group: int, num_experts: int, capacity_factor: float) -> int:
@@ -92,7 +91,10 @@ def capacity(tokens_per_group: int, num_experts: int, capacity_factor: float) ->
 
 def route(logits: np.ndarray, k: int, capacity_factor: float, groups: int = 1) -> Routing:
     """Route N tokens given the router logits (N, E); the N tokens form ``groups`` equal groups."""
+    check_float_array(logits, "route logits (N tokens, E experts)", ndim=2)
     n, e = logits.shape
+    if n == 0:  # the balance loss is a mean over the group's tokens: 0/0 for none
+        raise ValueError(f"routing needs at least one token, got logits of shape {logits.shape}")
     check_routing_options(e, k, capacity_factor, groups)
     if n % groups:
         raise ValueError(f"{n} tokens do not split into {groups} equal groups")

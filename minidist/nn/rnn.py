@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .module import Module, Parameter, check_float_array, resolve_rng
 
 
@@ -62,10 +64,9 @@ class _Recurrent(Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, *, rng: np.random.Generator | None = None, dtype=np.float32):
-        if int(input_size) < 1 or int(hidden_size) < 1:
-            raise ValueError(f"{type(self).__name__} needs input_size, hidden_size >= 1, "
-                             f"got {input_size}, {hidden_size}")
-        if num_layers != 1:
+        name = type(self).__name__
+        check_count(input_size, f"{name} input_size"), check_count(hidden_size, f"{name} hidden_size")
+        if check_count(num_layers, f"{name} num_layers") != 1:
             raise ValueError(f"{type(self).__name__}: only num_layers=1 is implemented (stack layers in a "
                              f"Sequential), got {num_layers}")
         rng = resolve_rng(rng)
@@ -86,6 +87,8 @@ class _Recurrent(Module):
             layout = "(N, T, input_size)" if self.batch_first else "(T, N, input_size)"
             raise ValueError(f"{name} expects input of shape {layout} with input_size={self.input_size}, "
                              f"got {x.shape}")
+        if x.shape[1 if self.batch_first else 0] == 0:   # as torch: no final state without a step
+            raise ValueError(f"{name} expects a sequence of at least one step, got input of shape {x.shape}")
         return x.transpose(1, 0, 2) if self.batch_first else x
 
     def _state(self, h: np.ndarray | None, n: int, dtype, what: str) -> np.ndarray:

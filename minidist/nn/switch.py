@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count
+
 from .gpt import GPT
 from .module import resolve_rng
 from .moe import MoE
@@ -27,7 +29,7 @@ class SwitchTransformer(GPT):
                  rng: np.random.Generator | None = None, dtype=np.float32):
         rng = resolve_rng(rng)
         super().__init__(vocab_size, block_size, n_layers, d_model, n_heads, rng=rng, dtype=dtype)
-        d_ff = 4 * int(d_model) if d_ff is None else int(d_ff)
+        d_ff = 4 * int(d_model) if d_ff is None else check_count(d_ff, "SwitchTransformer d_ff")
         for block in self.blocks:
             block.mlp = MoE(d_model, d_ff, num_experts, k, capacity_factor, aux_loss_coef, z_loss_coef,
                             groups, rng=rng, dtype=dtype)  # the Switch layer in place of the dense MLP

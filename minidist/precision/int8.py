@@ -21,6 +21,7 @@ import copy
 
 import numpy as np
 
+from minidist.checks import check_real, check_real_array
 from minidist.nn import Conv2d, Linear, Module, Sequential
 from minidist.nn.module import check_float_array
 
@@ -35,6 +36,7 @@ def quantize_symmetric(x: np.ndarray, scale) -> np.ndarray:
 def per_channel_scales(w: np.ndarray) -> np.ndarray:
     """max|W[c]| / 127 for each output channel c (axis 0); an all-zero channel gets scale 1."""
     check_float_array(w, "per_channel_scales weight")
+    check_real_array(w, "per_channel_scales weight", finite=True)    # NaN would hide in max, inf zero all
     peak = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
     return np.where(peak > 0, peak, QMAX) / QMAX
 
@@ -42,6 +44,7 @@ def per_channel_scales(w: np.ndarray) -> np.ndarray:
 def per_tensor_scale(x: np.ndarray) -> float:
     """max|x| / 127 (1 when x is all zero)."""
     check_float_array(x, "per_tensor_scale input")
+    check_real_array(x, "per_tensor_scale input", finite=True)
     peak = float(np.abs(x).max(initial=0.0))
     return (peak if peak > 0 else QMAX) / QMAX
 
@@ -52,9 +55,7 @@ class Int8Layer(Module):
     def __init__(self, layer: Linear | Conv2d, input_scale: float):
         if not isinstance(layer, (Linear, Conv2d)):
             raise TypeError(f"Int8Layer quantises Linear or Conv2d, got {type(layer).__name__}")
-        if not input_scale > 0:
-            raise ValueError(f"Int8Layer needs input_scale > 0, got {input_scale}")
-        self.input_scale = float(input_scale)
+        self.input_scale = check_real(input_scale, "Int8Layer input_scale", 0.0, strict=True)
         self.weight_scale = per_channel_scales(layer.weight.data).astype(np.float32)
         shape = (-1,) + (1,) * (layer.weight.data.ndim - 1)
         self.weight_q = quantize_symmetric(layer.weight.data, self.weight_scale.reshape(shape))
@@ -70,8 +71,10 @@ class Int8Layer(Module):
         return acc.astype(np.int64)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x (the float layer's input shape) → y (its output shape), float32."""
+        """x (the float layer's input shape) → y (its output shape), float32. A NaN or ±inf in x is a
+        ValueError: int8 has no such values, and clipping them would give a finite, wrong answer."""
         check_float_array(x, "Int8Layer input")
+        check_real_array(x, "Int8Layer input", finite=True)
         acc = self.accumulate(x)
         shape = [1] * acc.ndim
         shape[self._channel_axis] = -1

@@ -56,3 +56,19 @@ def test_bad_input_is_refused(table, tmp_path):
         write_parquet(tmp_path / "x.parquet", {"a": np.zeros(3), "b": np.zeros(4)})
     with pytest.raises(ValueError, match="1-D columns of one length"):
         write_parquet(tmp_path / "x.parquet", {"a": np.zeros((3, 2))})
+
+
+def test_columns_are_a_list_of_whole_names(tmp_path):
+    """A str used to be read letter by letter ("ab" read columns a and b), a missing name counted 0 bytes
+    and a str matched column names as substrings."""
+    columns = {"a": np.arange(3), "b": np.arange(3.0), "ab": np.arange(3)}
+    path = write_parquet(tmp_path / "abc.parquet", columns)
+    for call in (read_columns, column_chunk_bytes):
+        with pytest.raises(TypeError, match="columns must be a list of column names"):
+            call(path, "ab")
+        with pytest.raises(TypeError, match="columns must be a list of column names"):
+            call(path, 3)
+        with pytest.raises(ValueError, match=r"no column\(s\) \['zz'\]"):
+            call(path, ["zz"])
+    assert list(read_columns(path, ("ab",))) == ["ab"]
+    assert column_chunk_bytes(path, ["ab"]) < column_chunk_bytes(path, ["a", "ab"]) < column_chunk_bytes(path)

@@ -46,3 +46,13 @@ def test_bad_arguments_are_refused():
         simulate_input_pipeline(3, 1.0, float("nan"), workers=1, prefetch=1)
     with pytest.raises(ValueError, match="steps must be a finite int >= 1"):
         simulate_input_pipeline(0, 1.0, 1.0, workers=1, prefetch=1)
+
+
+def test_steady_step_time_needs_a_window_inside_the_run():
+    """0 used to give NaN, −1 a negative time, and last = steps an IndexError."""
+    t = simulate_input_pipeline(5, 1.0, 0.5, workers=1, prefetch=1)
+    assert t.steady_step_time(4) == 1.0
+    for bad, match in ((0, "last must be an integer >= 1"), (-1, "last must be an integer >= 1"),
+                       (2.5, "last must be an integer >= 1"), (5, r"1 <= last <= steps - 1 = 4")):
+        with pytest.raises(ValueError, match=match):
+            t.steady_step_time(bad)

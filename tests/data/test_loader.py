@@ -1,6 +1,7 @@
 """Loader: the same batches bitwise for any number of workers; a worker's error ends the epoch with its
 traceback; nothing is left behind (processes, pipes, shared memory) after an error or an epoch cut short."""
 
+import math
 import os
 import signal
 import subprocess
@@ -181,3 +182,14 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="timeout"):
         Loader(fetch, [], timeout=0)
     assert list(Loader(fetch, [], num_workers=2)) == []
+
+
+def test_timeout_inf_means_no_limit_and_a_bool_is_not_seconds():
+    """inf is "no limit" as for the cluster's run (it used to reach selectors and overflow there); True
+    used to be taken as 1 s."""
+    loader = Loader(fetch, batched(np.arange(4), 2), num_workers=1, timeout=math.inf)
+    assert loader.timeout is None
+    assert [y.tolist() for _, y in loader] == [[0, 1], [2, 3]]
+    for bad, error in ((True, TypeError), ("1", TypeError), (math.nan, ValueError), (-1.0, ValueError)):
+        with pytest.raises(error, match="Loader timeout"):
+            Loader(fetch, [], timeout=bad)

@@ -63,3 +63,17 @@ def test_text_bad_input():
         CORPUS.windows("val", 2, len(CORPUS.val), np.random.default_rng(0))
     with pytest.raises(ValueError, match="val_fraction"):
         TextCorpus("abc", val_fraction=1.0)
+
+
+def test_window_sizes_are_integers_and_every_split_has_a_window():
+    """windows(…, 2.5, …) used to fail inside NumPy; TextCorpus("abc") left an empty validation split
+    whose unigram loss was NaN."""
+    rng = np.random.default_rng(0)
+    for batch_size, block_size in ((2, 2.5), (2.0, 2), (True, 2), (2, True)):
+        with pytest.raises(ValueError, match="must be an integer >= 1"):
+            CORPUS.windows("train", batch_size, block_size, rng)
+    with pytest.raises(ValueError, match="leaves 3 training and 0 validation characters"):
+        TextCorpus("abc")
+    with pytest.raises(TypeError, match="val_fraction"):
+        TextCorpus("abcd" * 10, val_fraction="0.1")
+    assert np.isfinite(TextCorpus("abcd" * 5, val_fraction=0.1).unigram_loss())

@@ -58,3 +58,27 @@ def test_persistent_rnn_turns_memory_bound_into_compute_bound():
     assert flops / nbytes == 1152 / 4
     with pytest.raises(ValueError):
         rnn_step_cost(0, 4, True)
+
+
+def test_sizes_and_counts_are_checked():
+    """linear_crossing_batch(m, 0, 10) used to return inf, rnn_step_cost(nan, 1, True) (nan, nan) and
+    largest_persistent_rnn(100, 0) raise ZeroDivisionError."""
+    machine = DEVICES["V100 (FP32)"]
+    cases = [
+        (lambda: linear_crossing_batch(machine, 0, 10), "in_features must be an integer >= 1"),
+        (lambda: linear_crossing_batch(machine, 10, 2.5), "out_features must be an integer >= 1"),
+        (lambda: linear_crossing_batch(machine, 10, 10, itemsize=0), "itemsize must be an integer >= 1"),
+        (lambda: rnn_step_cost(math.nan, 1, True), "hidden must be an integer >= 1"),
+        (lambda: rnn_step_cost(8, True, True), "batch must be an integer >= 1"),
+        (lambda: largest_persistent_rnn(100, 0), "itemsize must be an integer >= 1"),
+        (lambda: largest_persistent_rnn(-4), "register_bytes must be an integer >= 0"),
+        (lambda: largest_persistent_rnn(math.inf), "register_bytes must be an integer >= 0"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
+    with pytest.raises(TypeError, match="persistent must be True or False"):
+        rnn_step_cost(8, 1, "yes")
+    with pytest.raises(TypeError, match="Machine"):
+        linear_crossing_batch("V100", 10, 10)
+    assert largest_persistent_rnn(100, 4) == 5 and rnn_step_cost(2, 3, True) == (24, 48)

@@ -60,3 +60,18 @@ def test_systolic_bad_input_is_refused():
         systolic_matmul(np.ones((2, 3)), np.ones((3, 2)), 0)
     with pytest.raises(TypeError, match="2-D"):
         systolic_matmul(np.ones(3), np.ones((3, 2)), 2)
+
+
+def test_int8_operands_accumulate_wide_and_non_numbers_are_refused():
+    """int8 operands used to be multiplied and summed in int8 (1×4 · 4×1 of 100s gave 64, not 40000)."""
+    for dtype in (np.int8, np.uint8, np.int16):
+        a, w = np.full((1, 4), 100, dtype), np.full((4, 1), 100, dtype)
+        for k in (1, 2, 4):
+            c, _, _ = systolic_matmul(a, w, k)
+            assert c.tolist() == [[40000]] and c.dtype == np.int64
+    a = np.random.default_rng(0).integers(-128, 128, (3, 5)).astype(np.int8)
+    w = np.random.default_rng(1).integers(-128, 128, (5, 2)).astype(np.int8)
+    assert np.array_equal(systolic_matmul(a, w, 2)[0], a.astype(np.int64) @ w.astype(np.int64))
+    for bad in (np.array([["a"]]), np.array([[None]]), np.array([[1j]]), np.array([[True]])):
+        with pytest.raises(TypeError, match="systolic_matmul a must be an array of real numbers"):
+            systolic_matmul(bad, np.ones((1, 1)), 2)

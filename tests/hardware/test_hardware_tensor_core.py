@@ -56,3 +56,14 @@ def test_tensor_core_bad_input_is_refused():
         mma(np.ones((4, 3)), np.ones((4, 4)), np.ones((4, 4)))
     with pytest.raises(ValueError, match="inner dimensions"):
         tensor_core_matmul(np.ones((2, 3)), np.ones((4, 2)))
+
+
+def test_non_real_operands_are_refused():
+    """An object array of None used to give NaN, and complex input lost its imaginary part."""
+    for bad in (np.array([[None]]), np.array([[1 + 1j]]), np.array([["1"]])):
+        with pytest.raises(TypeError, match="tensor_core_matmul a must be an array of real numbers"):
+            tensor_core_matmul(bad, np.ones((1, 1)))
+        with pytest.raises(TypeError, match="tensor_core_matmul b must be an array of real numbers"):
+            tensor_core_matmul(np.ones((1, 1)), bad)
+    with pytest.raises(TypeError, match="mma c must be an array of real numbers"):
+        mma(np.ones((4, 4)), np.ones((4, 4)), np.full((4, 4), 1j))

@@ -140,7 +140,7 @@ def test_moe_top2_second_choices_fill_free_slots_after_all_first_choices():
 @pytest.mark.parametrize("kwargs,match", [
     ({"num_experts": 2, "k": 3}, "1 <= k <= num_experts"), ({"capacity_factor": 0.0}, "capacity_factor"),
     ({"capacity_factor": -1.0}, "capacity_factor"), ({"capacity_factor": float("nan")}, "capacity_factor"),
-    ({"groups": 0}, "groups"), ({"num_experts": 0}, "num_experts"), ({"aux": -1.0}, "coefficients"),
+    ({"groups": 0}, "groups"), ({"num_experts": 0}, "num_experts"), ({"aux": -1.0}, "aux_loss_coef"),
 ])
 def test_moe_refuses_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -14,6 +14,7 @@ from minidist.optim import SGD
 from minidist.precision.int8 import (
     Int8Layer,
     per_channel_scales,
+    per_tensor_scale,
     quantize_model,
     quantize_symmetric,
     weight_bytes,
@@ -76,7 +77,27 @@ def test_int8_linear_is_the_integer_accumulator_rescaled(out, inp, n, seed):
 def test_int8_bad_input_is_refused():
     with pytest.raises(TypeError, match="Linear or Conv2d"):
         Int8Layer(ReLU(), 1.0)
-    with pytest.raises(ValueError, match="input_scale > 0"):
+    with pytest.raises(ValueError, match="input_scale must be a finite number > 0"):
         Int8Layer(Linear(2, 2, rng=np.random.default_rng(0)), 0.0)
     with pytest.raises(NotImplementedError, match="inference only"):
         Int8Layer(Linear(2, 2, rng=np.random.default_rng(0)), 1.0).backward(np.ones((1, 2)))
+
+
+def test_int8_refuses_values_it_cannot_represent():
+    """An inf used to make the scale inf (every value quantised to 0), a NaN was skipped by max (scale 1),
+    an infinite input scale was accepted, and a NaN input gave a finite output: each is now refused."""
+    for bad in (np.array([np.inf, 1.0]), np.array([np.nan, 1.0])):
+        with pytest.raises(ValueError, match="per_tensor_scale input must be finite"):
+            per_tensor_scale(bad)
+    assert per_tensor_scale(np.array([-254.0, 1.0])) == 2.0
+    layer = Linear(2, 2, rng=np.random.default_rng(0))
+    for bad in (np.inf, np.nan, True, "1"):
+        with pytest.raises((ValueError, TypeError), match="input_scale"):
+            Int8Layer(layer, bad)
+    quantised = Int8Layer(layer, 0.01)
+    for bad in (np.nan, np.inf, -np.inf):
+        with pytest.raises(ValueError, match="Int8Layer input must be finite"):
+            quantised.forward(np.array([[bad, 1.0]]))
+    layer.weight.data[0, 0] = np.nan
+    with pytest.raises(ValueError, match="per_channel_scales weight must be finite"):
+        Int8Layer(layer, 0.01)

@@ -14,6 +14,7 @@ import copy
 
 import numpy as np
 
+from minidist.checks import check_count
 from minidist.nn import GPT, Module
 from minidist.nn.runner import backward_through
 from minidist.parallel.tensor.sequence import add_other_tokens
@@ -32,7 +33,7 @@ class ContextParallelGPT(Module):
     def __init__(self, comm, gpt: GPT, seq_len: int, *, layout: str = "zigzag"):
         if gpt.drop.p:
             raise ValueError(f"ContextParallelGPT supports dropout = 0 only, got {gpt.drop.p}")
-        if not 1 <= seq_len <= gpt.block_size:
+        if not 1 <= check_count(seq_len, "ContextParallelGPT seq_len") <= gpt.block_size:
             raise ValueError(f"seq_len must lie in [1, block_size = {gpt.block_size}], got {seq_len}")
         self.comm, self.seq_len = comm, int(seq_len)
         self.positions = positions(seq_len, comm.world_size, comm.rank, layout)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count, check_rank
 from minidist.split import split_bounds
 
 LAYOUTS = ("naive", "zigzag")
@@ -25,8 +26,7 @@ def positions(seq_len: int, parts: int, rank: int, layout: str = "zigzag") -> np
     """The global positions (sorted int64 array) of the tokens rank ``rank`` of ``parts`` holds."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if not isinstance(parts, (int, np.integer)) or parts < 1 or not 0 <= rank < parts:
-        raise ValueError(f"need parts >= 1 and 0 <= rank < parts, got parts={parts}, rank={rank}")
+    check_count(seq_len, "seq_len"), check_rank(rank, check_count(parts, "parts"))
     pieces = parts if layout == "naive" else 2 * parts
     if seq_len < pieces:
         raise ValueError(f"the {layout} split of a sequence over {parts} ranks cuts it into {pieces} pieces "

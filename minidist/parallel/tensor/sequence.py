@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.checks import check_count, check_rank
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn import Module
 
@@ -35,6 +36,7 @@ def check_sequence_split(seq_len: int, parts: int) -> None:
 
 def sequence_shard(x: np.ndarray, parts: int, rank: int) -> np.ndarray:
     """Rank's tokens of x (B, T, ...): x[:, rank·T/t : (rank+1)·T/t], a copy."""
+    check_rank(rank, check_count(parts, "sequence_shard parts"), "sequence_shard rank")
     check_sequence_split(x.shape[1], parts)
     n = x.shape[1] // parts
     return x[:, rank * n:(rank + 1) * n].copy()
