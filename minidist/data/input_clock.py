@@ -18,12 +18,11 @@ above can be checked against it; cost O(steps).
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.checks import check_count, check_real
 
 
 @dataclass(frozen=True)
@@ -52,20 +51,13 @@ class InputTimeline:
         return float((self.step_end[-1] - self.step_end[-1 - last]) / last)
 
 
-def _check(name: str, value, low: float, integer: bool):
-    kinds = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= low or not np.isfinite(value):
-        raise ValueError(f"{name} must be a finite {'int' if integer else 'number'} >= {low}, got {value!r}")
-    return int(value) if integer else float(value)
-
-
 def simulate_input_pipeline(steps: int, compute: float, load: float, workers: int,
                             prefetch: int) -> InputTimeline:
     """Play ``steps`` training steps of ``compute`` seconds fed by ``workers`` loaders (k) holding up to
     ``prefetch`` requests each (q), a batch taking ``load`` seconds. Returns the InputTimeline."""
-    steps = _check("steps", steps, 1, True)
-    compute, load = _check("compute", compute, 0, False), _check("load", load, 0, False)
-    k, q = _check("workers", workers, 0, True), _check("prefetch", prefetch, 0, True)
+    steps = check_count(steps, "steps")
+    compute, load = check_real(compute, "compute", 0.0), check_real(load, "load", 0.0)
+    k, q = check_count(workers, "workers", 0), check_count(prefetch, "prefetch", 0)
     on_demand = k == 0 or q == 0
     lanes = max(k, 1)
     free = np.zeros(lanes)                     # when each worker can start its next load

@@ -23,7 +23,6 @@ with their parent. Cost: one pickled copy of every batch through a pipe.
 from __future__ import annotations
 
 import math
-import numbers
 import signal
 import sys
 import traceback
@@ -33,7 +32,7 @@ from typing import Any
 import multiprocess
 from multiprocess.connection import wait
 
-from minidist.checks import check_real
+from minidist.checks import check_count, check_real
 from minidist.cluster.process_setup import check_picklable, die_with_parent, one_blas_thread, signals_deferred
 
 GRACE = 1.0      # seconds a worker gets to leave on its own before it is terminated (then killed)
@@ -67,9 +66,7 @@ class Loader:
                  prefetch: int = 2, timeout: float | None = 60.0, start_method: str | None = None):
         if not callable(fetch):
             raise TypeError(f"fetch must be a function of one batch's indices, got {type(fetch).__name__}")
-        for name, value, low in (("num_workers", num_workers, 0), ("prefetch", prefetch, 1)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        check_count(num_workers, "num_workers", 0), check_count(prefetch, "prefetch")
         if timeout == math.inf:   # as the cluster's run: inf is no limit (selectors cannot wait that long)
             timeout = None
         if timeout is not None:

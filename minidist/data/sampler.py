@@ -22,20 +22,12 @@ contiguous piece of a batch.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator
 
 import numpy as np
 
+from minidist.checks import check_count, check_rank
 from minidist.split import split_range
-
-
-def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
 
 
 class DistributedSampler:
@@ -50,12 +42,10 @@ class DistributedSampler:
 
     def __init__(self, dataset_size: int, num_replicas: int, rank: int, *, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False):
-        self.dataset_size = _check_int("dataset_size", dataset_size, 0)
-        self.num_replicas = _check_int("num_replicas", num_replicas, 1)
-        self.rank = _check_int("rank", rank, 0)
-        if self.rank >= self.num_replicas:
-            raise ValueError(f"rank must be in [0, num_replicas={self.num_replicas}), got {rank}")
-        self.seed = _check_int("seed", seed, 0)
+        self.dataset_size = check_count(dataset_size, "dataset_size", 0)
+        self.num_replicas = check_count(num_replicas, "num_replicas")
+        self.rank = check_rank(rank, self.num_replicas)
+        self.seed = check_count(seed, "seed", 0)
         if not isinstance(shuffle, bool) or not isinstance(drop_last, bool):
             raise TypeError(f"shuffle and drop_last must be True or False, got {shuffle!r}, {drop_last!r}")
         if not drop_last and self.dataset_size == 0:
@@ -68,7 +58,7 @@ class DistributedSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch ``epoch``'s order from now on (every rank must set the same epoch)."""
-        self.epoch = _check_int("epoch", epoch, 0)
+        self.epoch = check_count(epoch, "epoch", 0)
 
     def indices(self) -> np.ndarray:
         """This rank's indices for the current epoch: int64 array of shape (num_samples,)."""
@@ -100,7 +90,7 @@ class DistributedSampler:
 def batched(indices: np.ndarray, batch_size: int, drop_last: bool = False) -> list[np.ndarray]:
     """Cut a rank's indices (shape (n,)) into consecutive batches of ``batch_size`` (the last may be short,
     or dropped with ``drop_last``): the batches a loader then fetches."""
-    batch_size = _check_int("batch_size", batch_size, 1)
+    batch_size = check_count(batch_size, "batch_size")
     indices = np.asarray(indices)
     stop = len(indices) - len(indices) % batch_size if drop_last else len(indices)
     return [indices[i:i + batch_size] for i in range(0, stop, batch_size)]
@@ -112,8 +102,7 @@ def iterate_batches(n: int, batch_size: int, rng: np.random.Generator | None, sh
 
     Use as ``for idx in iterate_batches(len(x), 64, rng): xb, yb = x[idx], y[idx]``.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    n, batch_size = check_count(n, "n", 0), check_count(batch_size, "batch_size")
     if shuffle and rng is None:
         raise ValueError("iterate_batches(shuffle=True) needs an explicit rng")
     order = rng.permutation(n) if shuffle else np.arange(n)
@@ -128,7 +117,6 @@ def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
 
     Pieces differ in length by at most one; when world_size > len(indices) some pieces are empty.
     """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"shard needs 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    check_rank(rank, check_count(world_size, "shard world_size"), "shard rank")
     lo, hi = split_range(len(indices), world_size, rank)
     return np.asarray(indices)[lo:hi]

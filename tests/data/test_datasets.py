@@ -89,6 +89,10 @@ def test_iterate_batches_errors_and_order():
         list(iterate_batches(5, 2, None))
     with pytest.raises(ValueError, match="batch_size"):
         list(iterate_batches(5, 0, np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 2.5"):
+        list(iterate_batches(5, 2.5, np.random.default_rng(0)))     # used to fail inside range()
+    with pytest.raises(ValueError, match="n must be an integer >= 0, got 5.0"):
+        list(iterate_batches(5.0, 2, np.random.default_rng(0)))
 
 
 @given(n=st.integers(0, 40), world_size=st.integers(1, 8))
@@ -105,3 +109,7 @@ def test_shard_errors():
         shard(np.arange(4), 2, 2)
     with pytest.raises(ValueError, match="world_size"):
         shard(np.arange(4), 0, 0)
+    with pytest.raises(ValueError, match=r"shard rank must be an integer in \[0, 2\), got 0.5"):
+        shard(np.arange(4), 0.5, 2)                                   # used to give a piece
+    with pytest.raises(ValueError, match="shard world_size must be an integer >= 1, got True"):
+        shard(np.arange(4), 0, True)

@@ -40,11 +40,11 @@ def test_timeline_by_hand():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="workers must be a finite int >= 0"):
+    with pytest.raises(ValueError, match="workers must be an integer >= 0"):
         simulate_input_pipeline(3, 1.0, 1.0, workers=-1, prefetch=1)
     with pytest.raises(ValueError, match="load must be a finite number >= 0"):
         simulate_input_pipeline(3, 1.0, float("nan"), workers=1, prefetch=1)
-    with pytest.raises(ValueError, match="steps must be a finite int >= 1"):
+    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         simulate_input_pipeline(0, 1.0, 1.0, workers=1, prefetch=1)
 
 

@@ -173,9 +173,9 @@ class Unpicklable:
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+    with pytest.raises(ValueError, match="num_workers must be an integer >= 0"):
         Loader(fetch, [], num_workers=-1)
-    with pytest.raises(ValueError, match="prefetch must be an int >= 1"):
+    with pytest.raises(ValueError, match="prefetch must be an integer >= 1"):
         Loader(fetch, [], num_workers=2, prefetch=0)
     with pytest.raises(TypeError, match="fetch must be a function"):
         Loader(3, [])
