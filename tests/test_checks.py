@@ -10,6 +10,7 @@ import pytest
 from minidist import nn
 from minidist.checks import check_count, check_rank, check_real, check_real_array, is_count
 from minidist.collectives.schedule import schedule
+from minidist.hardware.systolic import cycles
 from minidist.parallel.asynchronous.momentum import least_squares
 from minidist.parallel.compression import OneBit
 from minidist.parallel.context.gpt import ContextParallelGPT
@@ -50,6 +51,7 @@ BOOL_AS_SIZE = {
     "LSTM input_size": lambda: nn.LSTM(True, 4, rng=RNG),
     "Embedding": lambda: nn.Embedding(True, 4, rng=RNG),
     "MoE groups": lambda: nn.MoE(4, 8, 2, groups=True, rng=RNG),
+    "systolic array size": lambda: cycles(4, 4, 4, True),
 }
 
 GPT = nn.GPT(5, 8, 1, 8, 2, rng=RNG)

@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from minidist.checks import check_real_array
+from minidist.checks import check_count, check_real_array
 
 
 def tile_cycles(n: int, k: int) -> int:
@@ -117,5 +117,4 @@ def systolic_matmul(a: np.ndarray, w: np.ndarray, k: int) -> tuple[np.ndarray, i
 
 def _check_positive(**values: int) -> None:
     for name, v in values.items():
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_count(v, name)

@@ -56,7 +56,7 @@ def test_utilisation_rises_with_the_batch_and_falls_with_ragged_shapes():
 def test_systolic_bad_input_is_refused():
     with pytest.raises(ValueError, match="inner dimensions"):
         systolic_matmul(np.ones((2, 3)), np.ones((4, 2)), 2)
-    with pytest.raises(ValueError, match="k must be an int >= 1"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
         systolic_matmul(np.ones((2, 3)), np.ones((3, 2)), 0)
     with pytest.raises(TypeError, match="2-D"):
         systolic_matmul(np.ones(3), np.ones((3, 2)), 2)
