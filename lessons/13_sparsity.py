@@ -203,9 +203,13 @@ for epoch in range(10):
     accuracies.append(accuracy(model))
     print(f"epoch {epoch}: removed {removable[:2]} channels -> conv widths {channels[-1]}, "
           f"{flops[-1] / flops[0]:.2f} of the FLOPs per step, test accuracy {accuracies[-1]:.3f}")
+optimizer.lr = 0.01                                    # then one epoch of fine-tuning, lasso off
+train_epoch(model, optimizer, seed=210)
+print(f"after one epoch of fine-tuning at lr 0.01: test accuracy {accuracy(model):.3f} "
+      f"(dense {base_accuracy:.3f}, lasso epochs {min(accuracies):.3f}-{max(accuracies[1:]):.3f})")
 assert all(a >= b for a, b in zip(flops, flops[1:]))   # FLOPs per step never rise...
 assert flops[-1] < 0.6 * flops[0]                      # ...and fall by more than 40 %
-assert accuracies[-1] > base_accuracy - 0.03           # at the cost of little accuracy
+assert accuracy(model) > base_accuracy - 0.03          # at the cost of little accuracy
 assert model[0].weight.shape[0] == model[3].weight.shape[1] < 16
 
 fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
@@ -354,36 +358,32 @@ plt.close(fig)
 # %% [markdown]
 # ## 8. "25% more compute saves 80% memory" — checkpointing, measured
 #
-# The slide: keep only each residual block's input, recompute the rest in backward. Here 10 blocks of 10
-# (Linear 64→64, ReLU) pairs at batch 256, each a `Checkpoint`; the ledger measures the activations held.
+# The slide: keep only each residual block's input, recompute the rest in backward. 10 blocks of 10
+# (Linear 64→64, ReLU) pairs at batch 256, each a `Checkpoint`; while a step runs the ledger records the
+# activations held at every Linear's backward, and the matrix products executed are counted
+# (`measure_step`, minidist/nn/checkpoint.py).
 
 # %%
-from minidist.memory import held_bytes
-from minidist.nn import Checkpoint
+from minidist.nn.checkpoint import Checkpoint, measure_step
 
 D = K = 10
 rng = np.random.default_rng(8)
 blocks = [Sequential(*[m for _ in range(K) for m in (Linear(64, 64, rng=rng), ReLU())]) for _ in range(D)]
 x_ck = rng.standard_normal((256, 64)).astype(np.float32)
-plain, checkpointed = Sequential(*blocks), Sequential(*[Checkpoint(b) for b in blocks])
-plain.forward(x_ck)
-plain_bytes = held_bytes(plain)["activations"]
-checkpointed.forward(x_ck)                           # drops what each block saved, keeps its input
-kept = held_bytes(checkpointed)["activations"]
-peak = kept + plain_bytes // D                       # + one block's activations while it is recomputed
-print(f"activations: {plain_bytes / 2**20:.2f} MiB → {kept / 2**20:.2f} MiB kept, {peak / 2**20:.2f} MiB at "
-      f"peak ({1 - peak / plain_bytes:.0%} less); compute 3F → 4F (+{1 / 3:.0%}), "
-      f"+{(D - 1) / D / 3:.0%} without recomputing the last block")
-assert peak <= 0.2 * plain_bytes and kept == D * x_ck.nbytes      # the block inputs only
+plain_peak, plain_products = measure_step(Sequential(*blocks), x_ck)
+ck_peak, ck_products = measure_step(Sequential(*[Checkpoint(b) for b in blocks]), x_ck)
+print(f"activations at the peak: {plain_peak / 2**20:.2f} MiB → {ck_peak / 2**20:.2f} MiB "
+      f"({1 - ck_peak / plain_peak:.0%} less); products {plain_products} → {ck_products} "
+      f"(+{ck_products / plain_products - 1:.0%})")
+assert ck_peak <= 0.2 * plain_peak and ck_products * 3 == plain_products * 4     # 3F → 4F, measured
 
 # %% [markdown]
-# The memory side holds: 82 % less at the peak. The compute side does not, by FLOPs: recomputing every
-# forward adds F to F + 2F (+33 %), and skipping the last block (its activations are still there when
-# backward starts) gives (D − 1)/D · 33 % = 30 %. "25 %" is what one extra forward costs when the
-# backward takes three times the forward (F/(F + 3F)), as measured times often show (the slide measured
-# time on a CPU, in f16) — not the 2F a FLOP count gives. And with fewer blocks the compute falls
-# ((D − 1)/3D = 25 % at D = 4) but the block being recomputed alone holds 1/D of the activations: at most
-# 1 − 1/4 = 75 % saved. By FLOPs, 25 % and 80 % cannot both hold; with a 3F backward they do (here: 82 %).
+# The memory side holds; the compute side does not, by FLOPs: recomputing every forward adds F to F + 2F
+# (+33 %, counted above; skipping the last block, whose activations are still there, would give
+# (D − 1)/D · 33 % = 30 %). "25 %" is one extra forward when backward takes three times the forward
+# (F/(F + 3F)), as measured *times* often show (the slide timed a CPU in f16). With fewer blocks the
+# compute falls ((D − 1)/3D = 25 % at D = 4) but the block being recomputed holds 1/D of the activations:
+# at most 75 % saved. By FLOPs, 25 % and 80 % cannot both hold; with a 3F backward they do.
 
 # %% [markdown]
 # **What to remember.** ReLU networks are half zeros in their activations without trying. Pruning single
