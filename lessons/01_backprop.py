@@ -184,10 +184,20 @@ batches = [1, 16, 64, 256, 1024]
 totals = [sum(b for _, b in activation_memory(mlp, np.zeros((n, 64), np.float32))) for n in batches]
 assert all(t * batches[0] == totals[0] * n for t, n in zip(totals, batches))  # exactly linear in the batch
 per_sample = totals[0]
+# derived from the layer sizes: weights + biases of 64-128-128-10 in float32; per sample, the float32
+# inputs of the three Linears and the ReLUs' one-byte masks (the list `expected` above)
+widths = [64, 128, 128, 10]
+assert param_bytes == 4 * sum(i * o + o for i, o in zip(widths, widths[1:]))
+assert per_sample == 4 * (64 + 128 + 128) + 128 + 128
 crossover = param_bytes // per_sample + 1  # the first batch size whose activations outweigh the weights
-assert crossover * per_sample > param_bytes >= (crossover - 1) * per_sample and crossover == 69
-print(f"MLP parameters {param_bytes / 1024:.1f} KiB; activations {per_sample} B per sample: "
-      f"more than the parameters from a batch of {crossover} on")
+assert crossover * per_sample > param_bytes >= (crossover - 1) * per_sample
+print(f"MLP parameters {param_bytes} B ({param_bytes / 1024:.1f} KiB); activations {per_sample} B per "
+      f"sample: more than the parameters from a batch of {param_bytes} // {per_sample} + 1 = {crossover} on")
+# The "Scaling Up Training" slides write "memory usage = minibatch size x # parameters". That is not what
+# we measured: activation memory is batch × (bytes kept per example), and the parameter count does not
+# enter it — this MLP's 26,122 parameters keep 1,536 bytes per example (the Linears' float32 inputs and
+# the ReLUs' masks). Were the slide right, activations would outweigh the weights from a batch of 1 on.
+assert param_bytes // 4 == 26122 and per_sample == 1536 and crossover > 1
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 for ax, (title, memory) in zip(axes, [("MLP 64-128-128-10", mlp_memory), ("CNN on 1×8×8", cnn_memory)]):

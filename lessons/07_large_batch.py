@@ -110,11 +110,22 @@ by = {(r["name"], r["batch"]): r for r in results}
 # with the batch and no change of lr, each epoch has fewer steps: B = 128 needs more epochs than B = 32
 assert by["fixed lr", 128]["reached"] and len(by["fixed lr", 128]["test"]) > len(by["fixed lr", 32]["test"])
 # the linear scaling rule brings B = 128 back to about B = 32's epochs, in ~4x fewer steps
-assert by["linear scaling", 128]["reached"]
-assert by["linear scaling", 128]["steps"] < 0.5 * by["fixed lr", 32]["steps"]
-# at B = 512 the fixed rate is far too slow, the 16x rate diverges, and LARS gets there
-assert not by["fixed lr", 512]["reached"] and not by["linear scaling", 512]["reached"]
-assert by["LARS", 512]["reached"]
+fewer = by["fixed lr", 32]["steps"] / by["linear scaling", 128]["steps"]
+print(f"linear scaling at B = 128: {fewer:.2f}x fewer steps than B = 32, "
+      f"{len(by['linear scaling', 128]['test'])} epochs against {len(by['fixed lr', 32]['test'])}")
+assert by["linear scaling", 128]["reached"] and 3 <= fewer <= 5
+assert abs(len(by["linear scaling", 128]["test"]) - len(by["fixed lr", 32]["test"])) <= 2
+# at B = 512 the fixed rate is far too slow, the 16x rate diverges with or without the 10-epoch warm-up
+# (warm-up only delays it: that run learns more before it falls back), and LARS gets there
+cold, warmed = by["linear scaling", 512], by["scaling + warm-up", 512]
+print(f"B = 512 at lr 0.8: best test {max(cold['test']):.1%} without warm-up, "
+      f"{max(warmed['test']):.1%} with it")
+assert not by["fixed lr", 512]["reached"] and not cold["reached"] and not warmed["reached"]
+assert max(warmed["test"]) > max(cold["test"])
+# LARS: far fewer steps than B = 32, but more epochs
+lars = by["LARS", 512]
+assert lars["reached"] and lars["steps"] < by["fixed lr", 32]["steps"] / 2
+assert len(lars["test"]) > len(by["fixed lr", 32]["test"])
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
 styles = {32: "-", 128: "--", 512: ":"}
@@ -163,10 +174,12 @@ small, large = long_results
 assert small["train_acc"] > 0.99 and large["train_acc"] > 0.95     # both fit the training set
 assert large["test"][-1] < small["test"][-1]                       # ... and the large batch tests worse
 print(f"steps taken: B = 32: {small['steps']}, B = 512: {large['steps']}")
+assert 0.005 < small["test"][-1] - large["test"][-1] < 0.04             # one to four points
+assert large["train_acc"] < small["train_acc"] and small["steps"] == 15 * large["steps"]
 
 # %% [markdown]
-# After 30 epochs the B = 512 run tests about two points worse than B = 32 (about 95% against 97%), the
-# direction the seed warns about. Be careful with the reason: it also fits the training set less well and
+# After 30 epochs the B = 512 run tests one to four points worse than B = 32 (the figures printed above),
+# the direction the seed warns about. Be careful with the reason: it also fits the training set less well and
 # took 15x fewer steps (90 against 1,350), so part of the difference is simply less optimisation, not a
 # "sharper minimum". With 1,437 training images and one seed, a difference of a point or two is also
 # close to the seed-to-seed noise of this data set. The seed's gap was measured on ImageNet-scale

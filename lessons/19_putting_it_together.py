@@ -380,11 +380,11 @@ save_figure(fig, "19_predicted_vs_measured.png")
 plt.close(fig)
 
 # %% [markdown]
-# The planner predicts a step without overlap and at the compute roof: lower bounds on compute, upper
-# bounds on exposed communication; real runs reach 40–56% of the roof, hence its 1.5–2× throughput. It
-# gets the shape of the answer right: which layouts fit (NeMo's 70B only with a sharded optimizer and
-# selective recomputation), how memory splits between weights, optimizer state and activations, which
-# groups must stay inside a node. On minidist's own cluster, where every cost is known, it is exact.
+# The planner prices a step without overlap, at the compute roof; real runs reach 40–56% of it, hence its
+# 1.5–2× throughput. It gets the shape right: which layouts fit (NeMo's 70B only with a sharded optimizer
+# and selective recomputation), how memory splits, which groups stay inside a node. Section 5's exactness
+# checks the planner's arithmetic against the executed schedule on the same simulated clock (one cost
+# model on both sides): that the schedule, messages and memory are counted right, not a wall-clock time.
 #
 # ## What to remember
 #

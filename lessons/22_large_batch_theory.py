@@ -126,24 +126,31 @@ print(f"B_noise at initialisation: {b_noise_init:.1f}; after 10 epochs (test acc
       f"{accuracy(model, DATA.x_test, DATA.y_test):.1%}): {b_noise_trained:.0f}")
 for B in (32, 512):
     print(f"  B = {B:3d}: a step is worth {1 / (1 + b_noise_trained / B):.2f} of an exact-gradient step")
-assert b_noise_trained > 1.3 * b_noise_init and 1 / (1 + b_noise_trained / 512) > 0.5
+assert b_noise_trained > b_noise_init and 1 / (1 + b_noise_trained / 512) > 0.5
 
 # %% [markdown]
-# Even at initialisation the examples of ten classes disagree: B_noise is about a hundred, and it grows
-# as training proceeds. Below it (B = 32) a step is worth a small fraction of an exact-gradient step, so a
-# larger batch helps almost linearly; above it (B = 512) most of the possible progress per step is
-# already made. The Catanzaro talk's rule of thumb, "generally we run at 512–2048 samples ... typically
-# 8–32 GPUs ... 64 samples/GPU", is this trade-off for ImageNet-scale models: 8·64 = 512 and 32·64 =
-# 2048. Goyal et al. (part 2 slides: "ResNet-50 ... on 256 GPUs in 1 hour, 90% scaling efficiency")
-# pushed it to 8,192 = 256·32 with the linear scaling rule and warm-up; 90% efficiency means 256 GPUs
-# did the work of 0.9·256 ≈ 230 — about 230 GPU-hours, or 9.6 days, on one GPU.
+# Even at initialisation the examples of ten classes disagree: B_noise is about a hundred (measured
+# above), and it grows as training proceeds. Below it (B = 32) a step is worth a small fraction of an
+# exact-gradient step, so a larger batch helps almost linearly; above it (B = 512) most of the possible
+# progress per step is already made.
+#
+# Two claims from the sources are quotes here, not measurements (they concern ImageNet-scale models this
+# lesson does not train). The "Scaling Deep Learning" talk: "generally we run at 512-2048 samples ...
+# typically 8-32 GPUs ... 64 samples/GPU". What we can check is its logic on our model: by McCandlish's
+# formula, at B = 512 a step already makes most of an exact step's progress and quadrupling B to 2048
+# buys little more. The "Distributed Deep Learning (Part II)" slides quote Goyal et al.: "ResNet-50 ... on
+# 256 GPUs in 1 hour, 90% scaling efficiency" (a batch of 8,192 = 256·32); at 90% efficiency the 256 GPUs
+# did the work of 0.9·256 ≈ 230 single-GPU hours — about 9.6 days on one GPU (arithmetic on the quote).
 
 # %%
-assert (8 * 64, 32 * 64) == (512, 2048) and 256 * 32 == 8192
+assert 50 < b_noise_init < 200          # "about a hundred"
+gain = {B: 1 / (1 + b_noise_trained / B) for B in (32, 512, 2048)}
+print("progress per step relative to an exact-gradient step: "
+      + ", ".join(f"B = {B}: {g:.2f}" for B, g in gain.items()))
+assert gain[512] > 0.7 and gain[2048] - gain[512] < 0.2 < gain[512] - gain[32]
 single_gpu_hours = 0.9 * 256 * 1.0
-print(f"one hour on 256 GPUs at 90% efficiency = {single_gpu_hours:.1f} single-GPU hours "
+print(f"(quote) one hour on 256 GPUs at 90% efficiency = {single_gpu_hours:.1f} single-GPU hours "
       f"= {single_gpu_hours / 24:.1f} days")
-assert abs(single_gpu_hours / 24 - 9.6) < 0.05
 
 # %% [markdown]
 # ## 4. Don't decay the learning rate, increase the batch size

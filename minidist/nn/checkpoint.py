@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.memory import array_roots
+from minidist.memory import array_roots, held_bytes
 
 from .module import Module, Parameter, Sequential
 
@@ -188,3 +188,35 @@ class Checkpoint(Module):
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.segment!r})"
+
+
+def measure_step(model: Module, x: np.ndarray) -> tuple[int, int]:
+    """Run one forward and backward (upstream gradient of ones) and measure what checkpointing trades.
+
+    x: the model's input. Returns (peak activation bytes, matrix products executed): the activations
+    ``held_bytes(model)`` finds at every Linear's backward (inside a Checkpoint that includes its
+    recompute), and the products y = x Wᵀ (1 per Linear forward) and dX = dY W, dW = dYᵀ X (2 per
+    backward). Every Linear's forward and backward are counted through wrappers removed afterwards.
+    """
+    from .linear import Linear
+
+    if not isinstance(model, Module):
+        raise TypeError(f"measure_step expects a minidist Module, got {type(model).__name__}")
+    held, products = [0], [0]
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+
+    def counted(run, n, measure):
+        def wrapped(a):
+            products[0] += n
+            if measure:
+                held.append(held_bytes(model)["activations"])
+            return run(a)
+        return wrapped
+    for layer in linears:
+        layer.forward, layer.backward = counted(layer.forward, 1, False), counted(layer.backward, 2, True)
+    try:
+        model.backward(np.ones_like(model.forward(x)))
+    finally:
+        for layer in linears:
+            del layer.forward, layer.backward                 # back to the class's methods
+    return max(held), products[0]

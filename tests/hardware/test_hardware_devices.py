@@ -51,7 +51,8 @@ def test_persistent_rnn_turns_memory_bound_into_compute_bound():
     """1152 hidden units, FP32: 1152² · 4 B = 5.06 MiB fits the 6 MiB register file; reloading W makes a
     step of 4 sequences memory-bound, keeping it there makes it compute-bound."""
     titan = DEVICES["Titan X (Maxwell, FP32)"]
-    assert 1152**2 * 4 <= TITAN_X_REGISTERS and largest_persistent_rnn(TITAN_X_REGISTERS) == 1254
+    h = largest_persistent_rnn(TITAN_X_REGISTERS)       # ⌊√(6 MiB / 4 B)⌋ = 1254: the largest that fits
+    assert h * h * 4 <= TITAN_X_REGISTERS < (h + 1) * (h + 1) * 4 and 1152 <= h
     assert titan.bound(*rnn_step_cost(1152, 4, persistent=False)) == "memory"
     assert titan.bound(*rnn_step_cost(1152, 4, persistent=True)) == "compute"
     flops, nbytes = rnn_step_cost(1152, 4, persistent=True)

@@ -24,6 +24,8 @@ from minidist.plan.minidist_clock import pairwise_allreduce_seconds, ring_allred
 from minidist.plan.minidist_mode import predict_grid, predict_states, predict_step_seconds, unit_params
 from minidist.plan.model import ModelSpec
 
+from .layout_count import as_tuple, brute_force_layouts, fewest_micro_batches
+
 SPEC = ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11)
 LAYOUTS = runnable_layouts(SPEC)
 # a slow device and a fast link, so that compute and every kind of traffic weigh in the step
@@ -35,13 +37,18 @@ def build() -> GPT:
 
 
 def test_plan_check_enumerates_every_axis_and_schedule():
-    assert len(LAYOUTS) == 171 and max(lay.world for lay in LAYOUTS) == 8
-    schedules = Counter(lay.schedule for lay in LAYOUTS if lay.pipe > 1)
-    assert schedules == {"1f1b": 37, "zb-h1": 37, "chimera": 29, "interleaved": 22}
-    assert {lay.micro_batches for lay in LAYOUTS} == {1, 2, 4, 8}
+    # the counts are derived: a brute-force enumeration of the rules (tests/plan/layout_count.py)
+    expected = brute_force_layouts(SPEC.layers, SPEC.heads, SPEC.ff, SPEC.seq, SPEC.batch)
+    got = [as_tuple(lay) for lay in LAYOUTS]
+    assert sorted(got) == sorted(expected) and len(set(got)) == len(got)                 # 171 today
+    assert max(lay.world for lay in LAYOUTS) == 8
+    assert Counter(lay.schedule for lay in LAYOUTS if lay.pipe > 1) == \
+        Counter(lay[5] for lay in expected if lay[1] > 1)
+    assert {lay.micro_batches for lay in LAYOUTS} == {1, 2, 4, 8}                # the divisors of the batch
     fewest = runnable_layouts(SPEC, fewest_micro_batches=True)                # lesson 19's 73
-    assert len(fewest) == 73 and {(lay.world, lay.schedule) for lay in fewest} == \
-        {(lay.world, lay.schedule) for lay in LAYOUTS}
+    assert {as_tuple(lay) for lay in fewest} == fewest_micro_batches(expected) and \
+        len(fewest) == len(fewest_micro_batches(expected))
+    assert {(lay.world, lay.schedule) for lay in fewest} == {(lay.world, lay.schedule) for lay in LAYOUTS}
     assert {lay.context for lay in LAYOUTS} == {1, 2, 4} and {lay.tensor for lay in LAYOUTS} == {1, 2}
     assert {lay.data for lay in LAYOUTS} == {1, 2, 4, 8} and {lay.pipe for lay in LAYOUTS} == {1, 2, 3, 4, 5}
     assert GridLayout(2, 2, 2, 1, "chimera", 2) in LAYOUTS                     # one with all but tensor
@@ -64,8 +71,11 @@ def test_plan_minidist_mode_predicts_the_clock_and_the_ledger(world):
 
 def test_plan_minidist_mode_predicts_zero1_over_the_data_axis():
     layouts = runnable_layouts(SPEC, fewest_micro_batches=True, zero1=True)    # every axis, D > 1
-    assert len(layouts) == 30 and {lay.schedule for lay in layouts} == {"1f1b", "interleaved", "zb-h1",
-                                                                           "chimera"}
+    expected = {lay for lay in fewest_micro_batches(
+        brute_force_layouts(SPEC.layers, SPEC.heads, SPEC.ff, SPEC.seq, SPEC.batch)) if lay[0] > 1}
+    assert {as_tuple(lay) for lay in layouts} == expected and len(layouts) == len(expected)    # 30
+    assert all(lay.zero1 for lay in layouts)
+    assert {lay.schedule for lay in layouts} == {"1f1b", "interleaved", "zb-h1", "chimera"}
     measured = measure(SPEC, layouts, DEVICE, LINK)
     for lay in layouts:
         predicted = predict(SPEC, lay, DEVICE, LINK)
