@@ -8,6 +8,7 @@ from .checkpoint import Checkpoint
 from .conv import AvgPool2d, Conv2d, Flatten, MaxPool2d
 from .embedding import Embedding
 from .gpt import GPT
+from .gru import GRU
 from .instance_norm import InstanceNorm2d
 from .linear import Linear
 from .loss import CrossEntropyLoss, MSELoss
@@ -23,9 +24,9 @@ from .weight_norm import WeightNorm
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "BatchRenorm2d", "CausalSelfAttention", "Checkpoint", "Conv2d",
-    "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "GPT", "GroupNorm", "InstanceNorm2d",
-    "LSTM", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "MoE", "Module", "OnlineNorm",
-    "Parameter", "RNN", "ReLU", "Sequential", "Sigmoid", "Softmax", "SwitchTransformer", "Tanh",
+    "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "GPT", "GRU", "GroupNorm",
+    "InstanceNorm2d", "LSTM", "LayerNorm", "Linear", "MSELoss", "Masked", "MaxPool2d", "MoE", "Module",
+    "OnlineNorm", "Parameter", "RNN", "ReLU", "Sequential", "Sigmoid", "Softmax", "SwitchTransformer", "Tanh",
     "TransformerBlock", "WeightNorm", "channel_mask", "cubic_sparsity", "log_softmax", "magnitude_mask",
     "prune", "softmax", "softmax_backward", "unwrap",
 ]

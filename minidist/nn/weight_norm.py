@@ -61,10 +61,13 @@ class WeightNorm(Module):
         """x: the layer's input; returns the layer's output with w = g · v / ‖v‖."""
         self._v_norm = self._norm(self.weight_v.data)
         self.layer.weight.data = self.weight_g.data * self.weight_v.data / self._v_norm
-        return self.layer.forward(x)
+        y = self.layer.forward(x)
+        self.remember_output_shape(y.shape)
+        return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: gradient of the layer's output; returns dx; adds dL/dg and dL/dv (and the layer's bias)."""
+        self.check_upstream(dy)                       # before anything changes
         derived = self.layer.weight
         derived.grad = np.zeros_like(derived.data)
         dx = self.layer.backward(dy)
