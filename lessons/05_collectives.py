@@ -34,6 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from minidist import collectives
 from minidist.cluster import LinkModel, run
 from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
 from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES
@@ -80,46 +81,13 @@ print("all 7 choices gave the exact sum, bitwise identical on the 4 ranks (n = 1
 
 
 # %%
-def chunk_label(plan, t):
-    if plan.own_input:  # naive: each message is the sender's own input x_r
-        return f"x{t.src}"
-    if plan.parts == 1 or (t.lo, t.hi) == (0, plan.parts):
-        return "all"
-    return f"c{t.lo}" if t.hi - t.lo == 1 else f"c{t.lo}-{t.hi - 1}"
-
-
-def draw_schedule(plan, name):
-    p, steps = plan.world_size, plan.steps
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 + 1.5 * len(steps)), 1.0 + 0.75 * p))
-    for k, step in enumerate(steps):
-        for t in step:
-            color = "tab:red" if t.reduce else "tab:blue"
-            ax.annotate("", xy=(k + 1, t.dst), xytext=(k, t.src),
-                        arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.4,
-                                    "shrinkA": 7, "shrinkB": 7})
-            f = 0.27 if t.dst > t.src else 0.73  # label near the tail of down-arrows, the head of up-arrows
-            ax.text(k + f, t.src + f * (t.dst - t.src), chunk_label(plan, t), color=color, fontsize=8,
-                    ha="center", va="center", zorder=4,
-                    bbox={"boxstyle": "round,pad=0.12", "fc": "white", "ec": "none", "alpha": 0.9})
-    for k in range(len(steps) + 1):
-        ax.scatter([k] * p, range(p), s=90, color="white", edgecolor="black", zorder=3)
-    ax.set_xticks(np.arange(len(steps)) + 0.5, [f"step {k + 1}" for k in range(len(steps))])
-    ax.tick_params(axis="x", length=0)
-    ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
-    ax.set_ylim(p - 0.5, -0.6)
-    ax.set_xlim(-0.4, len(steps) + 0.4)
-    ax.set_title(f"{plan.algorithm} allreduce, P = {p}\n"
-                 "red: added into the receiver's copy, blue: overwrites it", fontsize=10)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    fig.tight_layout()
-    save_figure(fig, name, dpi=110)
-    plt.close(fig)
-
+from minidist.collectives.schedule_figure import chunk_label, draw_schedule  # noqa: E402
 
 for name in NAMES:
     plan = schedule(name, 4)
-    draw_schedule(plan, f"05_schedule_{name}.png")
+    fig = draw_schedule(plan)
+    save_figure(fig, f"05_schedule_{name}.png", dpi=110)
+    plt.close(fig)
     print(f"{name:19s} {len(plan.steps)} steps, {sum(len(s) for s in plan.steps):2d} messages in total")
 
 ring = schedule("ring", 4)
@@ -227,8 +195,7 @@ assert np.isclose(ring_at, tree_at)
 rd_vs_rab = sizes[np.argmax(curves["rabenseifner"] < curves["recursive_doubling"])]
 ax.axvline(crossing, color="gray", ls=":")
 ax.text(crossing * 1.15, 2e4, f"ring = tree\nat {crossing / 1024:.0f} KiB", color="gray")
-ax.set_xlabel("array size n (bytes)")
-ax.set_ylabel("simulated time (us)")
+ax.set(xlabel="array size n (bytes)", ylabel="simulated time (us)")
 ax.set_title(f"allreduce on P = {P} ranks, alpha = {LINK.alpha * 1e6:.0f} us, "
              f"1/beta = {1 / LINK.beta / 1e9:.0f} GB/s (lines: formulas, dots: cluster clock)", fontsize=9)
 ax.legend()
@@ -271,9 +238,7 @@ for name, color in zip(NAMES, plt.cm.tab10.colors):
 for p, clock in ring_points.items():
     assert np.isclose(clock, exact_times["ring"][p - 2], rtol=1e-9)
     ax.plot(p, clock * 1e3, "o", color=plt.cm.tab10.colors[NAMES.index("ring")])
-ax.set_yscale("log")
-ax.set_xlabel("number of ranks P")
-ax.set_ylabel("simulated time (ms)")
+ax.set(yscale="log", xlabel="number of ranks P", ylabel="simulated time (ms)")
 ax.set_title("allreduce of 64 MiB: the ring's line is flat (dots: ring runs on the cluster)", fontsize=10)
 ax.legend()
 fig.tight_layout()
@@ -328,8 +293,7 @@ for name, color in zip(("ring", "tree", "recursive_doubling", "rabenseifner"), p
 ring_real = np.array([max(w["ring", n] for w in walls) for n in wall_sizes])
 design = np.array([[2 * (P - 1), 2 * (P - 1) / P * 4 * n] for n in wall_sizes])
 (alpha_fit, beta_fit), *_ = np.linalg.lstsq(design, ring_real, rcond=None)
-ax.set_xlabel("array size n (bytes)")
-ax.set_ylabel("time per allreduce (us)")
+ax.set(xlabel="array size n (bytes)", ylabel="time per allreduce (us)")
 ax.set_title(f"P = {P}: wall-clock here (solid) vs the alpha-beta model (dashed)", fontsize=10)
 ax.legend(fontsize=7, ncol=2)
 fig.tight_layout()
@@ -342,14 +306,12 @@ print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ 
 # %% [markdown]
 # ## 7. How MPI chooses: `algorithm="auto"`
 #
-# MPICH's classic allreduce (its source, `MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE` = 2048 bytes) uses
-# recursive doubling when the array has at most 2048 bytes, or fewer elements than the largest power of
-# two ≤ P; otherwise Rabenseifner's reduce-scatter + allgather. `allreduce(..., algorithm="auto")` follows
-# the same rule, with the threshold tuned for minidist, as MPICH's is meant to be tuned per machine
-# (it is a "CVAR", a setting): 512 KiB. Section 6 says why: a message costs minidist ten or more
-# microseconds of Python, not MPICH's one, so Rabenseifner's log2 P extra messages pay for themselves
-# only on far larger arrays (benchmarks/allreduce.md measures where the two cross). Newer MPICH
-# versions pick from tuning tables that also contain a ring; NCCL on GPUs uses rings and trees.
+# MPICH's classic allreduce (`MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE` = 2048 bytes) uses recursive doubling
+# up to 2048 bytes, or below the largest power of two ≤ P elements; otherwise Rabenseifner.
+# `allreduce(..., algorithm="auto")` follows the same rule with the threshold tuned for minidist (a CVAR is
+# a setting, meant to be tuned per machine): 512 KiB. Section 6 says why: a message costs minidist ten or
+# more microseconds of Python, not MPICH's one, so Rabenseifner's log2 P extra messages pay only on far
+# larger arrays (benchmarks/allreduce.md). Newer MPICH picks from tuning tables; NCCL uses rings and trees.
 
 # %%
 for nbytes in (8, 2048, 2052, 2**18, 2**20):
@@ -360,6 +322,46 @@ assert choose_algorithm(2048, 512, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == 
 assert choose_algorithm(2052, 513, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == "rabenseifner"
 assert choose_algorithm(2052, 513, 8) == "recursive_doubling"
 assert choose_algorithm(2**20, 2**18, 8) == "rabenseifner"
+
+# %% [markdown]
+# ## 8. The eight collectives, before and after — and three more algorithms
+#
+# The tutorial's table on 4 ranks; rank r starts with x_r = 10(r + 1) (personalised ones send 10r + j
+# to rank j). The naive allreduce of section 1 sends everyone everything, (P − 1)·n bytes;
+# `pairwise_allreduce` makes the same direct exchanges but sends each peer only the piece it reduces
+# (reduce-scatter, then allgather): the ring's 2(P − 1)/P·n. Bruck's allgather takes ⌈log2 P⌉ messages,
+# not P − 1; the chain broadcast pipelines S segments, (P + S − 2)(α + nβ/S); the dissemination barrier
+# sends ⌈log2 P⌉ empty messages (collectives/bruck.py, chain.py, dissemination.py; tested on the clock).
+
+
+# %%
+def before_and_after(comm):
+    c, r, p, x = collectives, comm.rank, comm.world_size, np.array([10 * (comm.rank + 1)])
+    mine = [np.array([10 * r + j]) for j in range(p)]
+    out = {"broadcast": c.broadcast(comm, x), "reduce": c.reduce(comm, x), "gather": c.gather(comm, x),
+           "scatter": c.scatter(comm, mine if r == 0 else None), "allgather": c.allgather(comm, x),
+           "reduce_scatter": c.reduce_scatter(comm, np.arange(p) * x), "alltoall": c.alltoall(comm, mine),
+           "allreduce": c.pairwise_allreduce(comm, x), "bruck_allgather": c.bruck_allgather(comm, x),
+           "chain_broadcast": c.chain_broadcast(comm, x if r == 0 else None, segments=1)}
+    c.dissemination_barrier(comm)
+    return {k: None if v is None else np.concatenate(v if isinstance(v, list) else [v]).tolist()
+            for k, v in out.items()}
+
+
+after = run(before_and_after, 4)
+print(f"{'before':16s}" + "".join(f"{str([10 * (r + 1)]):>18s}" for r in range(4)))
+for op in after[0]:
+    print(f"{op:16s}" + "".join(f"{str(after[r][op]):>18s}" for r in range(4)))
+xs, only_root = [10, 20, 30, 40], [None] * 3
+expected = {
+    "broadcast": [[10]] * 4, "reduce": [[100], *only_root], "gather": [xs, *only_root],
+    "scatter": [[r] for r in range(4)], "allgather": [xs] * 4,
+    "reduce_scatter": [[100 * r] for r in range(4)],              # piece r of Σ_q [0, x_q, 2x_q, 3x_q]
+    "alltoall": [[10 * j + r for j in range(4)] for r in range(4)], "allreduce": [[100]] * 4,
+    "bruck_allgather": [xs] * 4, "chain_broadcast": [[10]] * 4,
+}
+assert list(expected) == list(after[0])
+assert all([a[op] for a in after] == want for op, want in expected.items())
 print("done: figures in", FIGURES)
 
 # %% [markdown]

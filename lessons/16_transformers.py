@@ -74,7 +74,11 @@ assert max(errors.values()) < 1e-6
 # A weight matrix of a Linear layer with N_w entries costs 2·N_w FLOPs per token forward (a
 # multiply-add each) and 4·N_w backward (dx and dW), so training costs 6N for the N weights that multiply
 # activations (embedding lookups multiply nothing). Attention adds q·kᵀ and P·v: 2·T·d each per token and
-# layer forward (T keys of d channels), three times that with backward — 12·L·T·d. To check the formula
+# layer forward (T keys of d channels), three times that with backward — 12·L·T·d. Kaplan et al.'s Table 1
+# ("Scaling Laws for Neural Language Models") lists 2·n_layer·n_ctx·d_attn per token *forward*, one
+# product's worth; the 12 here is 2 (a multiply-add) × 2 (both q·kᵀ and P·v) × 3 (forward, plus backward's
+# two products for each forward one), with nothing subtracted for the causal mask (our kernels compute
+# the full T×T, as the count below shows). To check the formula
 # we count what really runs: every `@` in forward and backward goes through NumPy's matmul ufunc, and an
 # array subclass counts 2·(output size)·K for each product.
 

@@ -9,7 +9,7 @@
 # 1. builds the mixture-of-experts layer: a router sends each token to k of E expert MLPs, so the
 #    parameters grow with E while the FLOPs per token stay those of k experts;
 # 2. balances the experts with the Switch auxiliary loss N · Σ_i f_i · P_i, and drops what overflows the
-#    expert capacity C = capacity_factor · tokens / experts;
+#    expert capacity C = k · capacity_factor · tokens / experts;
 # 3. spreads the experts over ranks: tokens travel to their expert by all-to-all and back by a second;
 # 4. runs the slide's five layouts on the cluster and draws, from those runs, what each rank holds.
 
@@ -100,22 +100,40 @@ print(f"imbalance over the last 20 steps: {late_free:.2f} without the auxiliary 
 assert late_balanced < balanced[0] and late_balanced < 0.5 * late_free
 
 # %% [markdown]
-# Each expert has room for C = ⌈capacity_factor · S / E⌉ tokens of a group of S; what overflows is
+# Each expert has room for C = ⌈k · capacity_factor · S / E⌉ assignments of a group of S tokens (k·S
+# assignments share E experts: GShard's and DeepSpeed's top2gating set it so); what overflows is
 # dropped — the layer outputs 0 for it and the block's residual carries it on unchanged. A larger
-# capacity factor drops less but pads more (on real hardware every expert's buffer is C rows).
+# capacity factor drops less but pads more (on real hardware every expert's buffer is C rows). Without
+# the k, top-2 would drop at least 1 − cf/2 of its assignments however well balanced (37.5% at 1.25).
+# GShard also dispatches the second choice only with probability 2·g₂ ("random routing"), which frees
+# slots where the second expert barely matters.
 
 # %%
 factors = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0]
-skewed = MoE(8, 16, 8, rng=np.random.default_rng(1), dtype=np.float64)
 x = np.random.default_rng(5).standard_normal((512, 8)) + 1.0
-dropped = {}
-for factor in factors:
-    skewed.capacity_factor = factor
-    skewed.forward(x)
-    dropped[factor] = skewed.routing.dropped_tokens / len(x)
-    print(f"capacity factor {factor:4.2f}: C = {skewed.routing.capacity:3d}, "
-          f"dropped {100 * dropped[factor]:5.1f}%")
-assert all(dropped[a] >= dropped[b] for a, b in itertools.pairwise(factors)) and dropped[0.5] >= 0.5
+dropped = {}                                   # (k, capacity rule) -> assignments dropped, per factor
+for k, rule in ((1, "k·cf·S/E"), (2, "k·cf·S/E"), (2, "cf·S/E")):
+    skewed = MoE(8, 16, 8, k=k, rng=np.random.default_rng(1), dtype=np.float64)
+    for factor in factors:
+        skewed.capacity_factor = factor if rule == "k·cf·S/E" else factor / k   # the top-1 formula's C
+        skewed.forward(x)
+        dropped[k, rule, factor] = skewed.routing.dropped_assignments / (k * len(x))
+    print(f"top-{k}, C = ⌈{rule}⌉: " + ", ".join(f"{f}: {100 * dropped[k, rule, f]:.1f}%" for f in factors))
+assert all(dropped[1, "k·cf·S/E", a] >= dropped[1, "k·cf·S/E", b] for a, b in itertools.pairwise(factors))
+assert dropped[1, "k·cf·S/E", 0.5] >= 0.5
+# the top-1 formula drops at least 1 − cf/2 of top-2's assignments; the k·cf·S/E capacity far fewer
+assert all(dropped[2, "cf·S/E", f] >= max(1 - f / 2, 0) - 1e-12 > dropped[2, "k·cf·S/E", f]
+           for f in factors[:5])
+gshard = MoE(8, 16, 8, k=2, capacity_factor=1.0, second_expert="random", rng=np.random.default_rng(1),
+             dtype=np.float64)
+gshard.forward(x)
+r = gshard.routing
+sent = (~r.skipped[:, 1]).mean()
+print(f"GShard's random routing, cf = 1: {sent:.0%} of second choices dispatched (E[2·g₂] = "
+      f"{np.mean(2 * r.gates[:, 1]):.0%}), {100 * r.dropped_assignments / (2 * len(x)):.1f}% dropped against "
+      f"{100 * dropped[2, 'k·cf·S/E', 1.0]:.1f}% when every second choice goes")
+assert r.dropped_assignments / (2 * len(x)) < dropped[2, "k·cf·S/E", 1.0]
+assert abs(sent - np.mean(2 * r.gates[:, 1])) < 0.05
 
 # %% [markdown]
 # ## 3. Expert parallelism: two all-to-alls
@@ -160,15 +178,16 @@ axes[0].set_xticks(experts_axis, [str(e) for e in experts_axis])
 axes[1].plot(free, label="without auxiliary loss")
 axes[1].plot(balanced, label="with α = 0.1")
 axes[1].set(xlabel="step", ylabel="max load / mean load", title="load balance (8 experts)", ylim=(1, None))
-axes[2].plot(factors, [100 * dropped[f] for f in factors], "o-")
-axes[2].set(xlabel="capacity factor", ylabel="tokens dropped (%)", title="capacity", ylim=(0, None))
+for (k, rule), style in {(1, "k·cf·S/E"): "o-", (2, "k·cf·S/E"): "s-", (2, "cf·S/E"): "s--"}.items():
+    axes[2].plot(factors, [100 * dropped[k, rule, f] for f in factors], style, label=f"top-{k}, C = ⌈{rule}⌉")
+axes[2].set(xlabel="capacity factor cf", ylabel="assignments dropped (%)", title="capacity", ylim=(0, None))
 ranks = sorted(measured)
 axes[3].plot(ranks, [measured[e] for e in ranks], "o-", label="measured (mean per rank)")
 axes[3].plot(ranks, [uniform_alltoall_bytes(TOKENS, 1, e, WIDTH, 4) for e in ranks], "k--",
              label="even routing")
 axes[3].set(xlabel="expert-parallel ranks e", ylabel="bytes sent per rank", title="the all-to-alls, one step")
 axes[3].set_xticks(ranks)
-for ax in (axes[0], axes[1], axes[3]):
+for ax in axes:
     ax.legend(fontsize="small")
 fig.tight_layout()
 save_figure(fig, "18_moe_scaling.png")

@@ -210,14 +210,14 @@ for batch in (1, 4, 64):
 assert titan.bound(*rnn_step_cost(1152, 4, False)) == "memory"
 
 # %% [markdown]
-# The layers themselves: `nn.RNN` and `nn.LSTM` (torch's names and gate order i, f, g, o), forward step by
-# step and backpropagation through time written out (tests/nn/test_nn_rnn.py checks them against
-# PyTorch autograd and finite differences). The loop over t is the sequential part no batch removes.
+# The layers themselves: `nn.RNN`, `nn.LSTM` and `nn.GRU` (torch's names, gate orders and num_layers),
+# forward step by step and backpropagation through time written out (tests/nn/test_nn_rnn.py checks them
+# against PyTorch autograd and finite differences). The loop over t is the sequential part no batch removes.
 
 # %%
 x_seq = rng.standard_normal((12, 4, 8)).astype(np.float32)     # T = 12 steps, N = 4, 8 features
 for layer in (RNN(8, 16, rng=r), LSTM(8, 16, rng=r)):
-    out = layer.forward(x_seq)
+    out, final = layer.forward(x_seq)                 # as torch: (every step's h, the final state)
     dx = layer.backward(np.ones_like(out))
     print(f"{layer!r}: output {out.shape}, dx {dx.shape}, weight_hh_l0 {layer.weight_hh_l0.shape}, "
           f"forward {layer.flops(x_seq.shape):,} FLOPs; W_hh read {x_seq.shape[0]} times")
@@ -232,7 +232,7 @@ for layer in (RNN(8, 16, rng=r), LSTM(8, 16, rng=r)):
 # %%
 def persistent_rank(comm, x, dy):
     layer = PersistentRNN(comm, RNN(8, 10, rng=np.random.default_rng(5), dtype=np.float64))
-    y = layer.forward(x)
+    y, _ = layer.forward(x)
     forward_bytes = comm.stats.bytes_sent
     dx = layer.backward(dy)
     return y, dx, forward_bytes, layer.weight_hh_l0.grad
@@ -240,7 +240,7 @@ def persistent_rank(comm, x, dy):
 
 x64, dy64 = rng.standard_normal((12, 4, 8)), rng.standard_normal((12, 4, 10))
 one = RNN(8, 10, rng=np.random.default_rng(5), dtype=np.float64)
-y_one = one.forward(x64)
+y_one, _ = one.forward(x64)
 dx_one = one.backward(dy64)
 results = run(persistent_rank, 3, x64, dy64)
 for rank, (y, dx, sent, grad) in enumerate(results):

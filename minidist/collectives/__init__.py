@@ -2,6 +2,7 @@
 
     from minidist.collectives import allreduce, broadcast, reduce, gather, scatter, allgather
     from minidist.collectives import reduce_scatter, alltoall, barrier
+    from minidist.collectives import bruck_allgather, chain_broadcast, dissemination_barrier
 
 ``allreduce(comm, x, op="sum", algorithm="ring")`` offers the algorithms of the lectures: naive,
 parameter_server, ring, tree, recursive_doubling, rabenseifner, and auto (MPICH's rule). Their α-β costs
@@ -9,6 +10,9 @@ are in ``minidist.collectives.cost``.
 """
 
 from minidist.collectives.allreduce import ALGORITHMS, allreduce, choose_algorithm
+from minidist.collectives.bruck import bruck_allgather
+from minidist.collectives.chain import chain_broadcast
+from minidist.collectives.dissemination import dissemination_barrier
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.collectives.primitives import (
                                              allgather,
@@ -23,4 +27,5 @@ from minidist.collectives.primitives import (
 )
 
 __all__ = ["ALGORITHMS", "TOPOLOGY_ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
-           "choose_algorithm", "gather", "pairwise_allreduce", "reduce", "reduce_scatter", "scatter"]
+           "bruck_allgather", "chain_broadcast", "choose_algorithm", "dissemination_barrier", "gather",
+           "pairwise_allreduce", "reduce", "reduce_scatter", "scatter"]

@@ -79,12 +79,14 @@ class MoE(Module):
     aux_loss + z_loss_coef · z_loss, which the training loop adds to its loss: backward already adds its
     gradient. ``groups``: the tokens form that many equal groups, each with its own capacity and balance
     loss (a group = the tokens of one core in the papers; expert parallelism needs it to compare).
+    ``second_expert="random"`` (k = 2): GShard's random dispatch of the second choice (moe_router.py),
+    drawn from ``rng``, which the layer keeps for that.
     """
 
     def __init__(self, d_model: int, d_ff: int, num_experts: int, k: int = 1, capacity_factor: float = 1.25,
                  aux_loss_coef: float = 0.01, z_loss_coef: float = 0.0, groups: int = 1, *,
-                 rng: np.random.Generator | None = None, dtype=np.float32):
-        check_routing_options(num_experts, k, capacity_factor, groups)
+                 second_expert: str = "always", rng: np.random.Generator | None = None, dtype=np.float32):
+        check_routing_options(num_experts, k, capacity_factor, groups, second_expert)
         check_count(d_model, "MoE d_model"), check_count(d_ff, "MoE d_ff")
         check_real(aux_loss_coef, "MoE aux_loss_coef", 0.0), check_real(z_loss_coef, "MoE z_loss_coef", 0.0)
         rng = resolve_rng(rng)
@@ -94,6 +96,8 @@ class MoE(Module):
         self.router = Linear(d_model, num_experts, bias=False, rng=rng, dtype=dtype)
         self.experts = [expert_mlp(d_model, d_ff, rng=rng, dtype=dtype) for _ in range(num_experts)]
         self.routing: Routing | None = None
+        self.second_expert = second_expert
+        self.dispatch_rng = rng if second_expert == "random" else None   # the draws continue its stream
 
     def check_input(self, x: np.ndarray) -> np.ndarray:
         """x (N, d) or (B, T, d) -> the (N, d) view; raises before any state changes."""
@@ -110,7 +114,8 @@ class MoE(Module):
 
     def route(self, x2: np.ndarray) -> Routing:
         """Router forward and routing for tokens x2 (N, d); sets aux_loss, z_loss and loss."""
-        r = route(self.router.forward(x2), self.k, self.capacity_factor, self.groups)
+        r = route(self.router.forward(x2), self.k, self.capacity_factor, self.groups, self.second_expert,
+                  self.dispatch_rng)
         self.routing, self.aux_loss, self.z_loss = r, r.aux_loss, r.z_loss
         self.loss = self.aux_loss_coef * r.aux_loss + self.z_loss_coef * r.z_loss
         return r

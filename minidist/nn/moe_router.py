@@ -5,10 +5,16 @@ experts:  logits h = x·W_rᵀ (N, E),  p = softmax(h).
 
 * top-1 (Switch): token t goes to expert argmax p_t with gate g = p_t[e] (not renormalised, so the
   router still gets a gradient);  top-2 (GShard): the two largest, gates renormalised g_c = p_c / Σ_c' p_c'.
-* capacity: C = ceil(capacity_factor · S / E) slots per expert per *group* of S tokens (the tokens of
-  one core in the papers). Slots are given out first choice first, then in token order (GShard's
-  cumsum over the one-hot choices); an assignment past C is dropped: the expert never sees the token,
-  which leaves the layer with output 0 (the residual carries it on).
+* capacity: C = ceil(k · capacity_factor · S / E) slots per expert per *group* of S tokens (the tokens
+  of one core in the papers): k·S assignments share E experts, so capacity_factor = 1 is room for a
+  perfectly balanced routing whatever k (GShard's top2gating and DeepSpeed's ``top2gating`` use
+  2·cf·S/E; with the top-1 formula cf·S/E, top-2 would drop at least 1 − cf/2 of its assignments, 37.5%
+  at cf = 1.25, even when perfectly balanced). Slots are given out first choice first, then in token
+  order (GShard's cumsum over the one-hot choices); an assignment past C is dropped: the expert never
+  sees the token, which leaves the layer with output 0 (the residual carries it on).
+* GShard's random routing (``second_expert="random"``, top-2 only): the second choice is dispatched
+  only with probability min(1, 2·g₂) (g₂ ≤ 1/2 its renormalised gate), so a token whose second expert
+  barely matters does not take its slot; a choice not dispatched is *skipped*, not dropped.
 * balance loss, per group:  aux = E · Σ_i f_i · P_i,  f_i = fraction of the tokens whose *first* choice
   is i (a count: no gradient), P_i = mean router probability of i;  averaged over the groups.
   ∂aux/∂p_t[i] = E · f_i / S (one group). Minimal (= 1) when both are uniform.
@@ -35,6 +41,7 @@ class Routing:
 
     experts (N, k) int: chosen expert of each choice;  gates (N, k): their gate values;
     kept (N, k) bool: the assignment got a slot;  slot (N, k) int: its slot in the expert's buffer;
+    skipped (N, k) bool: not dispatched at all (GShard's random second choice), so neither kept nor dropped;
     probs (N, E), lse (N,): softmax and log-sum-exp of the logits;  f (G, E): first-choice fractions per
     group;  capacity: C;  groups: G.
     """
@@ -50,6 +57,7 @@ class Routing:
     groups: int
     aux_loss: float
     z_loss: float
+    skipped: np.ndarray | None = None
 
     @property
     def num_experts(self) -> int:
@@ -73,29 +81,44 @@ class Routing:
 
     @property
     def dropped_assignments(self) -> int:
-        return int((~self.kept).sum())
+        """Assignments that wanted a slot and found none (skipped second choices are not counted)."""
+        wanted = ~self.kept if self.skipped is None else ~self.kept & ~self.skipped
+        return int(wanted.sum())
 
 
-def check_routing_options(num_experts: int, k: int, capacity_factor: float, groups: int = 1) -> None:
+SECOND_EXPERT = ("always", "random")
+
+
+def check_routing_options(num_experts: int, k: int, capacity_factor: float, groups: int = 1,
+                          second_expert: str = "always") -> None:
     """Refuse impossible settings with a message that says what is expected."""
     check_count(num_experts, "mixture of experts num_experts"), check_count(groups, "groups")
     if not is_count(k) or not 1 <= k <= num_experts:
         raise ValueError(f"top-k routing needs 1 <= k <= num_experts ({num_experts}), got k={k}")
     check_real(capacity_factor, "capacity_factor", 0.0, strict=True)
+    if second_expert not in SECOND_EXPERT:
+        raise ValueError(f"second_expert must be one of {SECOND_EXPERT}, got {second_expert!r}")
+    if second_expert == "random" and k != 2:
+        raise ValueError(f"second_expert='random' is GShard's top-2 routing: it needs k = 2, got k={k}")
 
 
-def capacity(tokens_per_group: int, num_experts: int, capacity_factor: float) -> int:
-    """C = ceil(capacity_factor · S / E): slots per expert for a group of S tokens."""
-    return math.ceil(capacity_factor * tokens_per_group / num_experts)
+def capacity(tokens_per_group: int, num_experts: int, capacity_factor: float, k: int = 1) -> int:
+    """C = ceil(k · capacity_factor · S / E): slots per expert for a group of S tokens routed top-k."""
+    return math.ceil(k * capacity_factor * tokens_per_group / num_experts)
 
 
-def route(logits: np.ndarray, k: int, capacity_factor: float, groups: int = 1) -> Routing:
-    """Route N tokens given the router logits (N, E); the N tokens form ``groups`` equal groups."""
+def route(logits: np.ndarray, k: int, capacity_factor: float, groups: int = 1, second_expert: str = "always",
+          rng: np.random.Generator | None = None) -> Routing:
+    """Route N tokens given the router logits (N, E); the N tokens form ``groups`` equal groups.
+    second_expert="random" (top-2): dispatch each second choice with probability min(1, 2·g₂), drawn
+    from ``rng`` (required then: routing must be reproducible)."""
     check_float_array(logits, "route logits (N tokens, E experts)", ndim=2)
     n, e = logits.shape
     if n == 0:  # the balance loss is a mean over the group's tokens: 0/0 for none
         raise ValueError(f"routing needs at least one token, got logits of shape {logits.shape}")
-    check_routing_options(e, k, capacity_factor, groups)
+    check_routing_options(e, k, capacity_factor, groups, second_expert)
+    if second_expert == "random" and not isinstance(rng, np.random.Generator):
+        raise TypeError("second_expert='random' draws its choices: pass rng=numpy.random.Generator")
     if n % groups:
         raise ValueError(f"{n} tokens do not split into {groups} equal groups")
     lse = np.logaddexp.reduce(logits, axis=1)
@@ -104,7 +127,10 @@ def route(logits: np.ndarray, k: int, capacity_factor: float, groups: int = 1) -
     chosen = np.take_along_axis(probs, experts, axis=1)
     gates = chosen if k == 1 else chosen / chosen.sum(axis=1, keepdims=True)
     s = n // groups
-    cap = capacity(s, e, capacity_factor)
+    cap = capacity(s, e, capacity_factor, k)
+    skipped = np.zeros((n, k), dtype=bool)
+    if second_expert == "random":
+        skipped[:, 1] = rng.random(n) >= 2 * gates[:, 1]        # GShard: dispatch if u < 2·g₂
     kept = np.zeros((n, k), dtype=bool)
     slot = np.zeros((n, k), dtype=np.int64)
     f = np.zeros((groups, e))
@@ -113,15 +139,15 @@ def route(logits: np.ndarray, k: int, capacity_factor: float, groups: int = 1) -
         rows = slice(g * s, (g + 1) * s)
         used = np.zeros(e, dtype=np.int64)  # slots already given in this group
         for c in range(k):  # first choices take slots before any second choice
-            onehot = np.eye(e, dtype=np.int64)[experts[rows, c]]              # (S, E)
+            onehot = np.eye(e, dtype=np.int64)[experts[rows, c]] * ~skipped[rows, c, None]   # (S, E)
             position = (np.cumsum(onehot, axis=0) - 1 + used)[np.arange(s), experts[rows, c]]
             slot[rows, c] = position
-            kept[rows, c] = position < cap
+            kept[rows, c] = (position < cap) & ~skipped[rows, c]
             used += onehot.sum(axis=0)
         f[g] = np.bincount(experts[rows, 0], minlength=e) / s
         aux += e * float(f[g] @ probs[rows].mean(axis=0)) / groups
     z = float(np.mean(lse ** 2))
-    return Routing(experts, gates, kept, slot, probs, lse, f, cap, groups, aux, z)
+    return Routing(experts, gates, kept, slot, probs, lse, f, cap, groups, aux, z, skipped)
 
 
 def routing_backward(r: Routing, dgates: np.ndarray, aux_coef: float, z_coef: float) -> np.ndarray:

@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from minidist import nn
 from minidist.gradcheck import numerical_gradient, relative_error
@@ -35,7 +37,7 @@ def torch_loss(torch, moe, x, dy):
     top_p, top_i = torch.topk(p, k, dim=1)
     gates = top_p if k == 1 else top_p / top_p.sum(dim=1, keepdim=True)
     s = n // moe.groups
-    cap = math.ceil(moe.capacity_factor * s / e)
+    cap = math.ceil(k * moe.capacity_factor * s / e)     # GShard's / DeepSpeed's top2gating: k·cf·S/E
     kept = torch.zeros(n, k, dtype=torch.bool)
     aux = 0
     for g in range(moe.groups):
@@ -131,7 +133,7 @@ def test_moe_counts_dropped_tokens_and_they_give_zero():
 
 def test_moe_top2_second_choices_fill_free_slots_after_all_first_choices():
     logits = np.array([[3.0, 2, 0], [3, 2, 0], [0, 3, 2], [2, 0, 3]])
-    r = route(logits, k=2, capacity_factor=1.0)  # C = ceil(4/3) = 2
+    r = route(logits, k=2, capacity_factor=0.5)  # C = ceil(2 · 0.5 · 4/3) = 2
     np.testing.assert_array_equal(r.experts, [[0, 1], [0, 1], [1, 2], [2, 0]])
     np.testing.assert_array_equal(r.kept, [[True, True], [True, False], [True, True], [True, False]])
     np.testing.assert_allclose(r.gates.sum(axis=1), 1.0)
@@ -196,3 +198,52 @@ def test_switch_transformer_flops_per_token_count_k_experts_not_all():
     router = 6 * 2 * 8 * 15  # 15 more router columns per layer, forward + backward
     assert many.flops_per_token(8)["total"] - one.flops_per_token(8)["total"] == router
     assert two.flops_per_token(8)["6N"] - many.flops_per_token(8)["6N"] == 6 * 2 * 2 * 8 * 32
+
+
+@given(k=st.integers(1, 4), experts=st.integers(4, 8), tokens=st.integers(1, 40),
+       factor=st.sampled_from([0.5, 1.0, 1.25, 2.0]))
+def test_capacity_is_k_times_the_factor_times_tokens_over_experts(k, experts, tokens, factor):
+    """C = ⌈k · cf · S / E⌉ (GShard; DeepSpeed's top2gating): k·S assignments share the E experts."""
+    logits = np.random.default_rng(tokens).standard_normal((tokens, experts))
+    assert route(logits, k=k, capacity_factor=factor).capacity == math.ceil(k * factor * tokens / experts)
+
+
+def test_top2_perfectly_balanced_drops_nothing_at_factor_one():
+    """Every expert gets exactly 2S/E assignments: with C = 2·cf·S/E nothing drops at cf = 1; the top-1
+    formula cf·S/E would leave room for only half of them (1 − cf/2 dropped: 37.5% at cf = 1.25)."""
+    e, s = 4, 16
+    logits = np.zeros((s, e))
+    for t in range(s):                       # first choice t mod 4, second (t + 1) mod 4: balanced
+        logits[t, t % e], logits[t, (t + 1) % e] = 2.0, 1.0
+    r = route(logits, k=2, capacity_factor=1.0)
+    assert list(r.tokens_per_expert()) == [2 * s // e] * e and r.dropped_assignments == 0
+    cap_top1_formula = math.ceil(1.25 * s / e)
+    assert 1 - e * cap_top1_formula / (2 * s) >= 0.375 - 1e-12
+    assert route(logits, 2, 1.25).dropped_assignments == 0
+
+
+def test_gshard_random_second_dispatch():
+    """The second choice goes out with probability 2·g₂; skipped choices take no slot and are not drops;
+    the same rng seed gives the same decisions; first choices are never skipped."""
+    logits = np.random.default_rng(0).standard_normal((4000, 8))
+    r = route(logits, k=2, capacity_factor=4.0, second_expert="random", rng=np.random.default_rng(1))
+    dispatched = ~r.skipped[:, 1]
+    assert not r.skipped[:, 0].any() and r.dropped_assignments == 0
+    assert np.array_equal(r.kept[:, 1], dispatched)
+    expected, n = 2 * r.gates[:, 1], len(logits)
+    # the dispatch rate matches E[2·g₂] within 4 standard errors of a sum of Bernoulli draws
+    assert abs(dispatched.mean() - expected.mean()) < 4 * np.sqrt((expected * (1 - expected)).sum()) / n
+    again = route(logits, k=2, capacity_factor=4.0, second_expert="random", rng=np.random.default_rng(1))
+    assert np.array_equal(again.skipped, r.skipped)
+    moe = nn.MoE(D, D_FF, 4, k=2, second_expert="random", rng=np.random.default_rng(2), dtype=np.float64)
+    x = np.random.default_rng(3).standard_normal((64, D))
+    moe.forward(x)
+    assert 0 < moe.routing.skipped[:, 1].sum() < 64
+    with pytest.raises(ValueError, match="needs k = 2"):
+        route(logits, k=1, capacity_factor=1.0, second_expert="random", rng=np.random.default_rng(0))
+    with pytest.raises(TypeError, match="rng"):
+        route(logits, k=2, capacity_factor=1.0, second_expert="random")
+    with pytest.raises(ValueError, match="second_expert"):
+        route(logits, k=2, capacity_factor=1.0, second_expert="sometimes")
+    with pytest.raises(ValueError, match="route logits"):
+        route(logits[0], k=1, capacity_factor=1.0)

@@ -66,6 +66,10 @@ def _cases():
         "LSTM": (lambda rng: nn.LSTM(3, 4, rng=rng, dtype=np.float64), (5, 2, 3)),
         "LSTM-batch_first": (lambda rng: nn.LSTM(3, 4, batch_first=True, rng=rng, dtype=np.float64),
                              (2, 5, 3)),
+        "GRU-2-layers": (lambda rng: nn.GRU(3, 4, num_layers=2, rng=rng, dtype=np.float64), (5, 2, 3)),
+        "InstanceNorm2d": (lambda rng: nn.InstanceNorm2d(2, affine=True, dtype=np.float64), (3, 2, 3, 3)),
+        "BatchRenorm2d": (lambda rng: nn.BatchRenorm2d(2, dtype=np.float64), (3, 2, 3, 3)),
+        "WeightNorm": (lambda rng: nn.WeightNorm(nn.Linear(4, 3, rng=rng, dtype=np.float64)), (5, 4)),
         "Checkpoint": (lambda rng: nn.Checkpoint(nn.Sequential(
             nn.Linear(4, 4, rng=rng, dtype=np.float64), nn.Dropout(0.3, rng=rng), nn.Tanh())), (5, 4)),
         "Softmax": (lambda rng: nn.Softmax(), (3, 5)),
@@ -132,6 +136,7 @@ def test_nn_backward_refuses_wrong_dy_before_changing_anything(case):
     for p in layer.parameters():
         p.grad[...] = rng.standard_normal(p.shape)  # non-zero, so that any addition would show
     y = layer.forward(_input(x_shape, rng))
+    y = y[0] if isinstance(y, tuple) else y          # the recurrent layers return (output, final state)
     twin = copy.deepcopy(layer)
     before = _snapshot(layer)
     for shape in _wrong_shapes(y.shape):

@@ -24,7 +24,7 @@ def _train(model, xs, targets):
     """Mean-squared error training; returns every step's dx."""
     opt, dxs = SGD(model.parameters(), lr=0.1, momentum=0.9), []
     for x, target in zip(xs, targets):
-        y = model.forward(x)
+        y, _ = model.forward(x)
         opt.zero_grad()
         dxs.append(model.backward((y - target) / y.size))
         opt.step()
@@ -65,3 +65,22 @@ def test_persistent_rnn_refuses_what_it_does_not_split():
         PersistentRNN(None, RNN(2, 3, nonlinearity="relu", rng=np.random.default_rng(0)))
     with pytest.raises(TypeError, match="nn.RNN"):
         PersistentRNN(None, Linear(2, 3, rng=np.random.default_rng(0)))
+
+
+def _with_final_gradient(comm, x, dy, dh_n):
+    model = PersistentRNN(comm, _full())
+    model.forward(x)
+    return model.backward(dy, dh_n), model.weight_hh_l0.grad
+
+
+def test_persistent_rnn_takes_the_final_states_gradient_as_nn_rnn_does():
+    rng = np.random.default_rng(9)
+    x, dy, dh_n = rng.standard_normal((T, N, INPUT)), rng.standard_normal((T, N, HIDDEN)), \
+        rng.standard_normal((1, N, HIDDEN))
+    reference = _full()
+    reference.forward(x)
+    ref_dx = reference.backward(dy, dh_n)
+    for rank, (dx, grad) in enumerate(run(_with_final_gradient, 3, x, dy, dh_n)):
+        lo, hi = split_range(HIDDEN, 3, rank)
+        np.testing.assert_allclose(dx, ref_dx, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(grad, reference.weight_hh_l0.grad[lo:hi], rtol=1e-12, atol=1e-14)

@@ -32,14 +32,16 @@ class PersistentRNN(Module):
 
     Built from a full RNN that every rank created alike (same seed); this rank keeps rows U_p of
     ``weight_ih_l0`` (|U_p|, I), ``weight_hh_l0`` (|U_p|, H), ``bias_ih_l0``, ``bias_hh_l0`` (|U_p|,).
-    forward(x (T, N, I), the same on every rank) → output (T, N, H), whole on every rank.
-    backward(dy (T, N, H), the same on every rank) → dx (T, N, I), whole on every rank.
+    forward(x (T, N, I), the same on every rank) → (output (T, N, H), h_n (1, N, H)), whole on every rank,
+    as nn.RNN returns them. backward(dy (T, N, H), dh_n (1, N, H) or None, the same on every rank) →
+    dx (T, N, I), whole on every rank.
     """
 
     def __init__(self, comm, full: RNN):
         if not isinstance(full, RNN) or full.nonlinearity != "tanh" or full.bias_ih_l0 is None \
-                or full.batch_first:
-            raise TypeError("PersistentRNN splits an nn.RNN with tanh, bias=True and batch_first=False")
+                or full.batch_first or full.num_layers != 1:
+            raise TypeError("PersistentRNN splits an nn.RNN with tanh, bias=True, batch_first=False and "
+                            "num_layers=1")
         self.comm, self.hidden_size, self.input_size = comm, full.hidden_size, full.input_size
         self.ranges = [split_range(full.hidden_size, comm.world_size, p) for p in range(comm.world_size)]
         lo, hi = self.ranges[comm.rank]
@@ -47,7 +49,7 @@ class PersistentRNN(Module):
         for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
             setattr(self, name, Parameter(getattr(full, name).data[lo:hi].copy()))
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         check_float_array(x, "PersistentRNN input", ndim=3)
         if x.shape[-1] != self.input_size:
             raise ValueError(f"PersistentRNN expects input (T, N, {self.input_size}), got {x.shape}")
@@ -60,13 +62,17 @@ class PersistentRNN(Module):
             hs[t] = h
         self._x, self._hs = x, hs
         self.remember_output_shape(hs.shape)
-        return hs.copy()
+        return hs.copy(), hs[-1:].copy()
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def backward(self, dy: np.ndarray, dh_n: np.ndarray | None = None) -> np.ndarray:
         self.check_upstream(dy)
         hs, u = self._hs, self.units
+        if dh_n is not None and np.shape(dh_n) != (1, *hs.shape[1:]):
+            raise ValueError(f"PersistentRNN expects dh_n of shape {(1, *hs.shape[1:])}, "
+                             f"got {np.shape(dh_n)}")
         da = np.empty(hs.shape[:2] + (u.stop - u.start,), dtype=hs.dtype)
-        dh_mine = np.zeros_like(da[0])                                  # dh_t[:, U_p] from step t + 1
+        # dh_t[:, U_p] from step t + 1; at the last step, the final state's gradient
+        dh_mine = np.zeros_like(da[0]) if dh_n is None else np.array(dh_n[0, :, u], dtype=hs.dtype)
         for t in reversed(range(hs.shape[0])):
             da[t] = (dy[t, :, u] + dh_mine) * (1.0 - hs[t, :, u] ** 2)
             partial = da[t] @ self.weight_hh_l0.data                    # this rank's share of dh_(t−1) (N, H)
