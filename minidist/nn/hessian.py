@@ -8,7 +8,7 @@ directional derivative of the gradient g(θ) = ∂L/∂θ along v:
     Richardson:  H·v ≈ (4·D(ε/2) − D(ε)) / 3                                       error O(ε⁴)
 
 Each D costs two forward + backward passes, so an H·v costs four; in float64 with ε = 1e-3 the result
-agrees with an exact (double-backward) product to about 1e-10 for a smooth model. A ReLU network is
+agrees with an exact (double-backward) product to about 1e-11 for a smooth model. A ReLU network is
 piecewise linear in its activations: where a pre-activation lies within about ε·|v| of 0 the difference
 straddles the kink, and the exact product (which treats ReLU'' as 0) and this one part ways there. Over
 a whole data set some pre-activation is always that close: use smooth activations (Tanh, GELU) when
