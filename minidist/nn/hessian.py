@@ -134,13 +134,14 @@ def unflatten(vector: np.ndarray, like: list) -> list[np.ndarray]:
 
 
 def sharpness(model: Module, loss_fn, x: np.ndarray, y: np.ndarray, rng: np.random.Generator,
-              iterations: int = 100, tol: float = 1e-6) -> tuple[float, list[np.ndarray]]:
+              iterations: int = 100, tol: float = 1e-6, product=None) -> tuple[float, list[np.ndarray]]:
     """λmax of the Hessian of the loss on (x, y) at the model's current parameters (float64 model), and
-    its eigenvector shaped like the parameters, by power iteration on hessian_vector_product."""
-    params = model.parameters()
+    its eigenvector shaped like the parameters, by power iteration on ``product(model, loss_fn, x, y, v)``
+    (default: hessian_vector_product; hessian_exact.exact_hessian_vector_product for MLPs)."""
+    params, product = model.parameters(), product or hessian_vector_product
 
     def matvec(flat: np.ndarray) -> np.ndarray:
-        return flatten(hessian_vector_product(model, loss_fn, x, y, unflatten(flat, params)))
+        return flatten(product(model, loss_fn, x, y, unflatten(flat, params)))
 
     eigenvalue, vector, _ = top_eigenvalue(matvec, sum(p.data.size for p in params), rng, iterations, tol)
     return eigenvalue, unflatten(vector, params)

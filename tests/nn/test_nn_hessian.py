@@ -16,6 +16,7 @@ from minidist.nn.hessian import (
     top_eigenvalue,
     unflatten,
 )
+from minidist.nn.hessian_exact import exact_hessian_vector_product
 
 
 def small_mlp(rng: np.random.Generator, activation=nn.Tanh) -> nn.Sequential:
@@ -140,3 +141,74 @@ def test_bad_input_is_refused():
         top_eigenvalue(lambda v: v[:-1], 3, rng)
     with pytest.raises(ValueError, match="vector must have shape"):
         unflatten(np.zeros(3), model.parameters())
+
+
+# -- the exact product: the backward pass differentiated (minidist.nn.hessian_exact) ---------------------
+
+
+@pytest.mark.parametrize("activation", [nn.Tanh, nn.ReLU])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_exact_hvp_equals_torch_double_backward(activation, seed):
+    rng = np.random.default_rng(20 + seed)
+    model = small_mlp(rng, activation=activation)
+    x, y = rng.standard_normal((11, 5)), rng.integers(0, 3, 11)
+    v = [rng.standard_normal(p.data.shape) for p in model.parameters()]
+    ours = exact_hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v)
+    errors = [relative_error(a, b) for a, b in zip(ours, torch_hvp(model, x, y, v))]
+    assert max(errors) < 1e-12, errors
+
+
+def test_exact_and_central_difference_products_agree_on_a_smooth_model():
+    rng = np.random.default_rng(30)
+    model = small_mlp(rng)
+    x, y = rng.standard_normal((13, 5)), rng.integers(0, 3, 13)
+    v = [rng.standard_normal(p.data.shape) for p in model.parameters()]
+    exact = exact_hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v)
+    differences = hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v)
+    assert max(relative_error(a, b) for a, b in zip(exact, differences)) < 1e-8
+
+
+def test_exact_hvp_of_least_squares_is_2xtx_v_over_n():
+    """MSE of one Linear (bias included): H = 2/N·[X 1]ᵀ[X 1] acting on (V, v_b), for every output."""
+    rng = np.random.default_rng(31)
+    model = nn.Linear(4, 2, rng=rng, dtype=np.float64)
+    x, target = rng.standard_normal((10, 4)), rng.standard_normal((10, 2))
+    v = [rng.standard_normal((2, 4)), rng.standard_normal(2)]
+    hw, hb = exact_hessian_vector_product(model, nn.MSELoss(), x, target, v)
+    ones = np.hstack([x, np.ones((10, 1))])
+    full = 2 * ones.T @ ones / target.size                         # (5, 5), the same for each output row
+    expected = (full @ np.hstack([v[0], v[1][:, None]]).T).T
+    np.testing.assert_allclose(hw, expected[:, :4], rtol=1e-12)
+    np.testing.assert_allclose(hb, expected[:, 4], rtol=1e-12)
+
+
+def test_exact_hvp_refuses_what_it_does_not_cover():
+    rng = np.random.default_rng(32)
+    model = nn.Sequential(nn.Linear(5, 3, rng=rng, dtype=np.float64), nn.GELU())
+    v = [np.zeros((3, 5)), np.zeros(3)]
+    with pytest.raises(TypeError, match="GELU"):
+        exact_hessian_vector_product(model, nn.MSELoss(), np.zeros((2, 5)), np.zeros((2, 3)), v)
+    with pytest.raises(TypeError, match="loss_fn"):
+        exact_hessian_vector_product(model[0], object(), np.zeros((2, 5)), np.zeros((2, 3)), v)
+    with pytest.raises(ValueError, match="x must be"):
+        exact_hessian_vector_product(model[0], nn.MSELoss(), np.zeros(5), np.zeros(3), v)
+
+
+def test_sharpness_with_the_exact_product_on_a_relu_mlp():
+    """Power iteration on the exact product finds the largest-magnitude eigenvalue of the dense Hessian
+    built column by column from the same product (which must come out symmetric)."""
+    rng = np.random.default_rng(33)
+    model = nn.Sequential(nn.Linear(3, 4, rng=rng, dtype=np.float64), nn.ReLU(),
+                          nn.Linear(4, 1, rng=rng, dtype=np.float64))
+    x, target, loss = rng.standard_normal((12, 3)), rng.standard_normal((12, 1)), nn.MSELoss()
+    params = model.parameters()
+    size = sum(p.data.size for p in params)
+    columns = [flatten(exact_hessian_vector_product(model, loss, x, target, unflatten(e, params)))
+               for e in np.eye(size)]
+    dense = np.array(columns).T
+    assert np.allclose(dense, dense.T, atol=1e-12)
+    eigenvalues = np.linalg.eigvalsh(dense)
+    top = eigenvalues[np.argmax(np.abs(eigenvalues))]
+    got, _ = sharpness(model, loss, x, target, np.random.default_rng(34), iterations=2000, tol=1e-13,
+                       product=exact_hessian_vector_product)
+    assert abs(got - top) < 1e-6 * abs(top)
