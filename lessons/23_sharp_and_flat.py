@@ -100,7 +100,7 @@ assert gap < 1e-7 and abs(flatten(u) @ hv - flatten(v) @ hu) < 1e-7 * abs(flatte
 # ## 2. Four runs of 30 epochs, the same initial weights and batch order
 #
 # * B = 32, SGD lr 0.05, momentum 0.9 (the small-batch reference: 1,350 steps);
-# * B = 512, the *same* rate (Keskar et al.'s comparison: same hyper-parameters; 90 steps);
+# * B = 512, the *same* rate (as Keskar et al. compared: the same optimiser settings; 90 steps);
 # * B = 512, LARS (lesson 07's recipe);
 # * B = 512, the linear scaling rule: lr 0.05 · 512/32 = 0.8 (Tanh trains at this rate without warm-up).
 #
@@ -146,8 +146,8 @@ small, same_lr, lars, scaled = (ends[name] for name, _, _ in RUNS)
 # than the small batch. Two things decide λmax here, and neither is the batch size by itself:
 #
 # * **How far training got.** A cross-entropy Hessian shrinks as the softmax saturates (its output-layer
-#   block is Σ p(1 − p)·…), so a run that stopped at a higher training loss is also "sharper". Below, λmax
-#   along the small-batch run itself falls from epoch to epoch.
+#   block is the mean of (diag(p) − ppᵀ) ⊗ hhᵀ, which vanishes as p becomes one-hot), so a run that stopped
+#   at a higher training loss is also "sharper". Below, λmax along the small-batch run itself falls.
 # * **The learning rate.** Gradient descent with momentum β on a quadratic of curvature λ is stable only
 #   if λ < 2(1 + β)/η. At η = 0.8 that bound is 4.75 and the run has to settle where the curvature is
 #   below it; at η = 0.05 the bound (76) never binds. Large rates find flat regions — the linear scaling
@@ -178,9 +178,9 @@ for e in (same_lr, lars):
 # rate or LARS, and it comes with a higher training loss; compared at equal training loss the sharpness
 # is about the same, and the linearly scaled rate ends flatter than everything. The generalisation gaps
 # (test − train loss) do not order like λmax either: one seed, 360 test images — differences of a point
-# of accuracy are within the noise lesson 07 describes. Keskar et al.'s own follow-ups (Dinh et al.,
-# "Sharp Minima Can Generalize For Deep Nets") showed that λmax can be changed by reparametrising a ReLU
-# network without changing its function: sharpness is a hint, not a law.
+# of accuracy are within the noise lesson 07 describes. And Dinh et al., "Sharp Minima Can Generalize
+# For Deep Nets", showed that λmax can be changed at will by reparametrising a ReLU network without
+# changing its function: sharpness is a hint, not a law.
 
 # %% [markdown]
 # ## 4. Goodfellow's line, and the loss along the sharpest direction
