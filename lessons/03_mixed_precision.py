@@ -283,11 +283,11 @@ assert max(static) - min(static) < 0.03 and min(static) > 0.9     # every scale 
 # %% [markdown]
 # Read it honestly:
 #
-# * **The recipe comes within about a point of FP32 on average, below it**, and varies more from seed
-#   to seed (one seed loses two points). The paper's "slightly better than full precision" does not show
-#   on a 4,810-parameter MLP with 360 test images, where the seed moves accuracy by as much as the
-#   format; the paper's gain (ResNets on ImageNet) is of the size that the regularising noise of 8-bit
-#   rounding might buy a large model, and this one has nothing to gain from noise.
+# * **The recipe comes within a point of FP32 on average, below it** (0.8 points; one seed loses two,
+#   one ties). The paper's "slightly better than full precision" does not show on a 4,810-parameter MLP
+#   with 360 test images, where the seed moves accuracy by as much as the format. Whether the paper's
+#   gain on ResNets comes from the regularising noise of 8-bit rounding, as is sometimes said, a run
+#   this small cannot tell.
 # * **Masters are what matters**: with the weights themselves in FP8, round-to-nearest loses every
 #   update below half an ulp (an eighth of w) and falls far behind; stochastic rounding keeps the updates
 #   in expectation and recovers. With FP16 masters, nearest rounding does as well as stochastic here: 11
