@@ -5,7 +5,7 @@
 # breaks: the *range* (small gradients underflow to zero, large ones overflow to Inf) and the
 # *precision* (small updates vanish next to large weights). Then see the three fixes the lecture
 # teaches: FP32 master weights, loss scaling (static and dynamic), and stochastic rounding — plus the
-# chunk-based accumulation of the FP8 paper.
+# FP8 paper's recipe run end to end against FP32, and its chunk-based accumulation.
 #
 # Seeds: `slides-hardware-accelerators-for-training-dnns.txt` ("Low/Mixed Precision Training", "Weight
 # Update", "Loss Scaling", "Automatic Loss Scaling", "Stochastic Rounding", "8-Bit Floating-Point
@@ -28,18 +28,10 @@ from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.plots import figures_dir, save_figure
-from minidist.precision import (
-    BF16,
-    FP8_E4M3,
-    FP8_E5M2,
-    FP16,
-    FP32,
-    DynamicLossScaler,
-    MixedPrecisionTrainer,
-    encode,
-    lowp_dot,
-    quantize,
-)
+from minidist.precision import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, encode, lowp_dot, quantize
+from minidist.precision.fp8_training import EnhancedLossScaler, fp8_trainer, train_batches
+from minidist.precision.mixed import MixedPrecisionTrainer
+from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 FORMATS = [FP32, FP16, BF16, FP8_E5M2, FP8_E4M3]
@@ -226,67 +218,118 @@ save_figure(fig, "03_loss_scale.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
-# ## 5. Training the digits MLP: FP32, FP16 mixed, FP8 with nearest vs stochastic rounding
+# ## 5. The FP8 recipe end to end (Mellempudi et al. 2019)
 #
-# * **FP32**: the reference.
-# * **FP16 mixed**: FP16 weights, activations and gradients in forward and backward; FP32 masters;
-#   dynamic loss scaling. The seed's table: mixed precision matches FP32 accuracy.
-# * **FP8 (E5M2)**: weights, activations and gradients in FP8. Here we go further than the FP8 papers
-#   (which keep 16-bit masters) and *store the weights themselves in FP8*, updating them with
-#   round-to-nearest or with stochastic rounding. With 2 fraction bits, an update lr·dW below half an
-#   ulp of w (w/8 or so) is always rounded away: training stalls. Stochastic rounding keeps every update
-#   in expectation, which is what the FP8 papers use it for.
+# "Mixed Precision Training With 8-bit Floating Point", as the tutorial summarises it: FP8 (1,5,2) for
+# weights, activations, errors and weight gradients (W, A, E, G = 8, 8, 8, 8), FP16 master weights,
+# stochastic rounding, "enhanced" loss scaling — and "slightly better results than full precision"
+# (ResNet-50 top-1 error 24.30%, Wang et al.'s FP8 28.28%). `precision.fp8_training` has it:
+# `fp8_trainer` (E5M2 in every GEMM operand, FP16 masters rounded stochastically), `EnhancedLossScaler`
+# (dynamic scaling whose *floor* rises: 2^10 ≈ 1,000, 2^12 ≈ 4,000, 2^13 ≈ 10,000, the paper's three
+# scales) and `train_step`, which clips |dW| to 1 *after* unscaling, as the loss-scaling slide says.
+# GEMMs sum their products in float32 here (section 6 shows FP16 sums). FP32 and the recipe start from
+# the same five initial weights and batch orders (SGD, momentum 0.9, 12 epochs); then, on seed 0, what
+# each part of the recipe buys.
 
 # %%
-configs = {
-    "FP32": None,
-    "FP16 mixed": {"fmt": FP16},
-    "FP8, weights FP8, nearest": {"fmt": FP8_E5M2, "master_fmt": FP8_E5M2, "update_rounding": "nearest"},
-    "FP8, weights FP8, stochastic": {"fmt": FP8_E5M2, "master_fmt": FP8_E5M2,
-                                     "update_rounding": "stochastic"},
-}
-history = {}
-for name, config in configs.items():
-    model, loss_fn = make_mlp(), CrossEntropyLoss()
-    optimizer = SGD(model.parameters(), lr=0.05)
-    trainer = None if config is None else MixedPrecisionTrainer(
-        model, optimizer, loss_fn, rng=np.random.default_rng(3),
-        scaler=DynamicLossScaler(growth_interval=100), **config)
-    forward = model.forward if trainer is None else trainer.forward
-    batches = np.random.default_rng(1)
-    losses, accuracies = [], []
-    for _epoch in range(12):
-        epoch_loss = []
-        for index in iterate_batches(len(digits.y_train), 32, batches):
-            x, y = digits.x_train[index], digits.y_train[index]
-            if trainer is None:
-                optimizer.zero_grad()
-                epoch_loss.append(loss_fn.forward(model.forward(x), y))
-                model.backward(loss_fn.backward())
-                optimizer.step()
-            else:
-                epoch_loss.append(trainer.train_step(x, y)[0])
-        losses.append(np.mean(epoch_loss))
-        accuracies.append(accuracy(forward))
-    history[name] = (losses, accuracies)
-    print(f"{name:30s} final loss {losses[-1]:.3f}, test accuracy {accuracies[-1]:.3f}")
+EPOCHS, MAX_NORM = 12, 1.0
 
-final = {name: acc[-1] for name, (_, acc) in history.items()}
-assert abs(final["FP16 mixed"] - final["FP32"]) <= 0.01             # within 1 point of FP32
-assert final["FP8, weights FP8, stochastic"] > final["FP8, weights FP8, nearest"] + 0.3
-assert final["FP8, weights FP8, stochastic"] > 0.8
 
-fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-styles = {"FP32": {"lw": 4, "alpha": 0.5}, "FP16 mixed": {"ls": "--"}}   # FP16 lies on top of FP32
-for name, (losses, accuracies) in history.items():
-    epochs = np.arange(1, len(losses) + 1)
-    left.plot(epochs, losses, marker=".", label=name, **styles.get(name, {}))
-    right.plot(epochs, accuracies, marker=".", label=name, **styles.get(name, {}))
-left.set(xlabel="epoch", ylabel="training loss", title="Loss", yscale="log")
-right.set(xlabel="epoch", ylabel="test accuracy", title="Accuracy", ylim=(0, 1))
-right.legend(fontsize=8, loc="lower right")
+def enhanced() -> EnhancedLossScaler:
+    return EnhancedLossScaler([(0, 2.0**10), (180, 2.0**12), (360, 2.0**13)], init_scale=2.0**10,
+                              growth_interval=100)
+
+
+def train(seed: int, recipe=None):
+    """recipe(model, optimizer, loss_fn, rng) -> trainer (None: FP32). Returns the test accuracy and
+    a row per step: |dW|, median |dW_i|, loss scale, applied."""
+    model, loss_fn = make_mlp(seed), CrossEntropyLoss()
+    optimizer = SGD(model.parameters(), lr=0.05, momentum=0.9)
+    trainer = (MixedPrecisionTrainer(model, optimizer, loss_fn, FP32, scaler=StaticLossScaler(1.0))
+               if recipe is None else recipe(model, optimizer, loss_fn, np.random.default_rng([seed, 3])))
+    order = np.random.default_rng([seed, 1])
+    batches = (i for _ in range(EPOCHS) for i in iterate_batches(len(digits.y_train), 32, order))
+    reports = train_batches(trainer, digits.x_train, digits.y_train, batches, MAX_NORM)
+    return accuracy(trainer.forward), np.array([(r.grad_norm, r.grad_median, r.scale, r.applied)
+                                               for r in reports])
+
+
+SEEDS = (0, 1, 2, 3, 4)
+fp32 = [train(seed) for seed in SEEDS]
+fp8 = [train(seed, lambda m, o, f, rng: fp8_trainer(m, o, f, rng, scaler=enhanced())) for seed in SEEDS]
+fp32_acc, fp8_acc = np.array([a for a, _ in fp32]), np.array([a for a, _ in fp8])
+for name, accs in (("FP32", fp32_acc), ("FP8 recipe", fp8_acc)):
+    print(f"{name:10s} seeds {SEEDS}: " + "  ".join(f"{a:6.1%}" for a in accs) + f", mean {accs.mean():6.1%}")
+difference = fp8_acc.mean() - fp32_acc.mean()
+print(f"FP8 − FP32: {100 * difference:+.1f} points (per seed {np.round(100 * (fp8_acc - fp32_acc), 1)})")
+assert abs(difference) < 0.015 and fp8_acc.min() > 0.92       # within 1.5 points of FP32 on average
+
+variants = {"recipe, FP16 masters rounded to nearest": lambda m, o, f, rng: MixedPrecisionTrainer(
+    m, o, f, FP8_E5M2, scaler=enhanced(), master_fmt=FP16)}
+for r in ("nearest", "stochastic"):
+    variants[f"no masters: weights in FP8, {r}"] = lambda m, o, f, rng, r=r: MixedPrecisionTrainer(
+        m, o, f, FP8_E5M2, scaler=enhanced(), master_fmt=FP8_E5M2, update_rounding=r, rng=rng)
+for s in (1.0, 1000.0, 4000.0, 10000.0):
+    variants[f"recipe, static loss scale {s:g}"] = lambda m, o, f, rng, s=s: fp8_trainer(
+        m, o, f, rng, scaler=StaticLossScaler(s))
+ablation = {name: train(0, recipe)[0] for name, recipe in variants.items()}
+print("\n".join(f"{name:42s} test accuracy {acc:.1%}   (the recipe, seed 0: {fp8_acc[0]:.1%})"
+                for name, acc in ablation.items()))
+no_masters = [ablation[f"no masters: weights in FP8, {r}"] for r in ("nearest", "stochastic")]
+assert no_masters[1] > no_masters[0] + 0.1
+static = [ablation[f"recipe, static loss scale {s:g}"] for s in (1, 1000, 4000, 10000)]
+assert max(static) - min(static) < 0.03 and min(static) > 0.9     # every scale trains
+
+# %% [markdown]
+# Read it honestly:
+#
+# * **The recipe comes within a point of FP32 on average, below it** (0.8 points; one seed loses two,
+#   one ties). The paper's "slightly better than full precision" does not show on a 4,810-parameter MLP
+#   with 360 test images, where the seed moves accuracy by as much as the format. Whether the paper's
+#   gain on ResNets comes from the regularising noise of 8-bit rounding, as is sometimes said, a run
+#   this small cannot tell.
+# * **Masters are what matters**: with the weights themselves in FP8, round-to-nearest loses every
+#   update below half an ulp (an eighth of w) and falls far behind; stochastic rounding keeps the updates
+#   in expectation and recovers. With FP16 masters, nearest rounding does as well as stochastic here: 11
+#   bits keep these updates either way.
+# * **The loss scale hardly matters here**: static scales of 1, 1,000, 4,000 and 10,000 all train. The
+#   paper's ResNet-50 failed at 1,000; this MLP's gradients are larger (section 3: 92% stay above E5M2's
+#   2^−16 even unscaled), and the few flushed to zero only slow some weights down.
+
+# %%
+(rows32, rows8), steps = (fp32[0][1], fp8[0][1]), np.arange(len(fp8[0][1]))
+clipped, skip = np.isfinite(rows8[:, 0]) & (rows8[:, 0] > MAX_NORM), rows8[:, 3] == 0
+first, last = np.median(rows8[:len(steps) // EPOCHS, 1]), np.median(rows8[-len(steps) // EPOCHS:, 1])
+print(f"FP8 recipe, seed 0: {int(skip.sum())} steps skipped, {int(clipped.sum())} clipped to "
+      f"|dW| = {MAX_NORM}; loss scale 2^{np.log2(rows8[0, 2]):.0f} -> 2^{np.log2(rows8[-1, 2]):.0f}; "
+      f"median |dW| {first:.1e} in the first epoch, {last:.1e} in the last")
+floors = np.array([enhanced().floor_at(int(t)) for t in steps])
+assert (rows8[:, 2] >= floors).all() and clipped.any()           # the floor holds; clipping acts
+assert last < first / 2                                           # here the gradients do shrink
+
+# %% [markdown]
+# The tutorial's "note on gradients during training": the *popular belief* is that gradient magnitudes
+# become smaller during training; "not true for a number of networks ... normalizations especially tend
+# to maintain distributions". This MLP has no normalisation, and its gradients do shrink, by a factor of
+# 3 to 4 over 12 epochs: two powers of two, small next to the 32 that E5M2 spans, so one loss scale serves
+# the whole run. The figure: |dW| per step (clipped after 1/s, so MAX_NORM means the same in FP32 and
+# FP8), and the loss scale climbing over its rising floor.
+
+# %%
+fig, (middle, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+for name, rows, colour in (("FP32", rows32, "tab:blue"), ("FP8 recipe", rows8, "tab:orange")):
+    middle.semilogy(steps, rows[:, 0], color=colour, lw=0.6, label=f"{name}: |dW|")
+    middle.semilogy(steps, rows[:, 1], color=colour, ls=":", label=f"{name}: median |dW_i|")
+middle.axhline(MAX_NORM, color="gray", ls="--", lw=0.8, label="clip at |dW| = 1 (after 1/s)")
+middle.set(xlabel="step", title="gradient magnitudes over training (seed 0)")
+middle.legend(fontsize=7)
+right.step(steps, np.log2(rows8[:, 2]), where="post", label="loss scale")
+right.step(steps, np.log2(floors), where="post", ls="--", color="gray", label="rising floor")
+right.plot(steps[skip], np.log2(rows8[skip, 2]), "rx", label="skipped step")
+right.set(xlabel="step", ylabel="log2 s", title="FP8 recipe: enhanced dynamic loss scaling")
+right.legend(fontsize=8)
 fig.tight_layout()
-save_figure(fig, "03_training.png", dpi=110)
+save_figure(fig, "03_fp8_recipe.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
@@ -340,6 +383,8 @@ plt.close(fig)
 #   the scale by itself and skips the few steps that overflow.
 # * Precision problems (swamping) are fixed by **FP32 master weights**, **chunked accumulation** and
 #   **stochastic rounding**, whose expected value is exact.
+# * FP8 for W, A, E and G trains the digits MLP to within a point of FP32 *with 16-bit masters*; the
+#   paper's "slightly better than FP32" is not visible at this scale.
 
 # %% [markdown]
 # ## Exercises
