@@ -21,6 +21,8 @@ from minidist.cluster import Device, LinkModel
 from minidist.cluster.topology import Topology
 from minidist.roofline import Machine
 
+from .explain import format_explain
+from .gpus import GPUS
 from .layouts import SCHEDULES, check_layout, enumerate_layouts
 from .model import RECOMPUTE, ModelSpec
 from .options import memory_option, recompute_option, size_option, zero_option
@@ -46,9 +48,9 @@ PRESETS = {
 
 
 def hardware(preset: str, devices: int, per_node: int, memory: float | None = None,
-             precision: str = "mixed") -> Hardware:
+             precision: str = "mixed", fused: bool = True) -> Hardware:
     """A Hardware from a preset ("h100", "a100", "v100"): devices in nodes of per_node; memory in bytes
-    overrides the preset's."""
+    overrides the preset's; its GPU's achieved roofs (gpus.py) price each op, fused or eager."""
     if preset not in PRESETS:
         raise ValueError(f"hardware must be one of {tuple(PRESETS)}, got {preset!r}")
     if devices % per_node:
@@ -56,7 +58,7 @@ def hardware(preset: str, devices: int, per_node: int, memory: float | None = No
     peak, bw, mem, intra, inter = PRESETS[preset]
     topology = Topology(nodes=devices // per_node, per_node=per_node, intra=intra, inter=inter)
     machine = Machine(peak=peak, memory_bw=bw, network_bw=1 / inter.beta)
-    return Hardware(mem if memory is None else memory, machine, topology, precision)
+    return Hardware(mem if memory is None else memory, machine, topology, precision, GPUS[preset], fused)
 
 
 def plan(model: ModelSpec, hw: Hardware, **choices) -> list[Prediction]:
@@ -155,6 +157,13 @@ def add_parser(sub) -> None:
     p.add_argument("--zero", type=zero_option, default=(0, 1), help="ZeRO stages to consider, e.g. 0,1,2,3")
     p.add_argument("--recompute", type=recompute_option, default=("none", "full"),
                    help=f"recomputation to consider, among {','.join(RECOMPUTE)} (default none,full)")
+    kernels = p.add_mutually_exclusive_group()
+    kernels.add_argument("--fused", dest="fused", action="store_true", default=True,
+                         help="analytic mode: price torch.compile's fused kernels (the default)")
+    kernels.add_argument("--eager", dest="fused", action="store_false",
+                         help="analytic mode: price PyTorch eager's one kernel per operation")
+    p.add_argument("--explain", action="store_true",
+                   help="analytic mode: print the best layout's ops (FLOPs, bytes, binding roof, ms)")
     p.add_argument("--mode", default="analytic", choices=("analytic", "minidist"),
                    help="analytic: a GPU job (--hardware, --topology, ...); minidist: the simulated cluster")
     p.add_argument("--flops", type=float, default=Device.flops, help="minidist mode: FLOP/s per rank")
@@ -197,13 +206,17 @@ def cmd_plan(args) -> int:
         if args.mode == "minidist":
             return cmd_plan_minidist(model, args)
         per_node = parse_topology(args.topology, args.devices)
-        hw = hardware(args.hardware, args.devices, per_node, args.memory, args.precision)
+        hw = hardware(args.hardware, args.devices, per_node, args.memory, args.precision, args.fused)
         predictions = plan(model, hw, zero=args.zero, recompute=args.recompute,
                            schedule=args.schedule, chunks=args.chunks, micro_batch=args.micro_batch)
+        best = next((p for p in predictions if p.excluded is None), None)
+        explained = format_explain(model, best.layout, hw) if args.explain and best else None
     except ValueError as error:       # argparse's convention: one line naming the problem, exit status 2
         print(f"python -m minidist plan: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     print(format_plan(model, predictions, args.top))
+    if explained:
+        print("\n" + explained)
     return 0
 
 
