@@ -91,3 +91,16 @@ def test_llama2_throughput_within_30_percent_of_published(label, model):
                                 recompute=("none", "selective", "full")) if p.excluded is None)
     tokens = model.batch * model.seq / (1024 * best.time["total"])
     assert tokens == pytest.approx(RUNS[f"llama2-{label}"].derived_tokens_per_gpu_second(), rel=0.30)
+
+
+def test_llama_65b_on_2048_gpus_within_30_percent_of_published():
+    """A run the model was not tuned on, with its GPU count published: LLaMA 65B (80 layers, d = 8192, 64
+    heads, SwiGLU 22016: d_ff 1.5 × that), 2048-token context, 4M-token batches, 380 tokens/s per GPU on
+    2048 A100-80GB."""
+    run = RUNS["llama-65b"]
+    model = ModelSpec(layers=80, d_model=8192, heads=64, seq=run.seq, batch=run.batch_sequences, vocab=32000,
+                      d_ff=22016 * 3 // 2)
+    predictions = plan(model, hardware("a100", run.gpus, 8), zero=(1,), recompute=("none", "selective"))
+    best = next(p for p in predictions if p.excluded is None)
+    tokens = model.batch * model.seq / (run.gpus * best.time["total"])
+    assert tokens == pytest.approx(run.derived_tokens_per_gpu_second(), rel=0.30)
