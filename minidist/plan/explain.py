@@ -22,7 +22,7 @@ def op_row(op: Op) -> str:
 
 def format_explain(model: ModelSpec, layout: Layout, hw: Hardware) -> str:
     """The breakdown of layout's step on hw's GPU (hw.gpu must be set)."""
-    if hw.gpu is None:
+    if hw.gpu is None or hw.precision != "mixed":
         raise ValueError("--explain prices ops on a GPU preset (--hardware) in mixed precision")
     ops, parts = step_ops(model, layout, hw), step_compute(model, layout, hw)
     kind = "fused (torch.compile)" if hw.fused else "eager"

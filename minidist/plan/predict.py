@@ -150,7 +150,7 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     return out
 
 
-def step_ops(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, list[Op]]:
+def step_ops(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, tuple[Op, ...]]:
     """One rank's ops: "layer" (one block, one micro-batch, forward and backward), "head" and "embeddings"
     (one micro-batch), "optimizer" (the step)."""
     lay, gpu, fused = layout, hardware.gpu, hardware.fused

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache, lru_cache
 
 from .gpus import GPU
 from .model import ModelSpec
@@ -65,6 +66,7 @@ def quantization(gpu: GPU, m: int, n: int, k: int, tile: tuple[int, int]) -> flo
     return (m * n) / (tiles * tm * tn) * units / (math.ceil(units / gpu.sms) * gpu.sms)
 
 
+@cache
 def mainloop(gpu: GPU) -> float:
     """The math rate for which matmul(8192, 8192, 8192) takes what was measured (gpu.matmul)."""
     n = 8192
@@ -112,8 +114,9 @@ def elementwise(d: int, f: int, fused: bool) -> list[tuple[str, float, float]]:
             ("gelu", 4 * f, 6 * f), ("qkv grad concat", 0, 12 * d), ("bias grads", 0, 10 * d + 2 * f)]
 
 
+@lru_cache(maxsize=4096)   # the planner asks again for every layout of the same shapes
 def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int = 1,
-              fused: bool = True) -> list[Op]:
+              fused: bool = True) -> tuple[Op, ...]:
     """One transformer block, forward and backward, on one rank: micro_batch sequences, its tp share of
     heads and widths (and of the elementwise tokens: sequence parallelism), its cp share of the tokens."""
     d, f, s = model.d_model, model.ff, model.seq // cp
@@ -129,33 +132,36 @@ def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int
         if forward:
             ops.append(by_bytes(gpu, f"{name} fwd", forward * tokens / tp))
         ops.append(by_bytes(gpu, f"{name} bwd", backward * tokens / tp))
-    return ops
+    return tuple(ops)
 
 
+@lru_cache(maxsize=4096)
 def head_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int = 1,
-             fused: bool = True) -> list[Op]:
+             fused: bool = True) -> tuple[Op, ...]:
     """The final LayerNorm, the logits' matmuls and cross-entropy over the vocabulary (tp splits V)."""
     d, V, tokens = model.d_model, model.vocab // tp, micro_batch * model.seq // cp
     norm = (12 * d, 22 * d) if fused else (24 * d, 44 * d)
-    return [by_bytes(gpu, "final layernorm fwd", norm[0] * tokens / tp),
+    return (by_bytes(gpu, "final layernorm fwd", norm[0] * tokens / tp),
             by_bytes(gpu, "final layernorm bwd", norm[1] * tokens / tp),
             matmul(gpu, "logits fwd", tokens, V, d), matmul(gpu, "logits dX", tokens, d, V),
             matmul(gpu, "logits dW", d, V, tokens),
-            by_bytes(gpu, "cross-entropy", (8 if fused else 36) * tokens * V, 5 * tokens * V)]
+            by_bytes(gpu, "cross-entropy", (8 if fused else 36) * tokens * V, 5 * tokens * V))
 
 
-def embedding_ops(model: ModelSpec, gpu: GPU, micro_batch: int, cp: int = 1, fused: bool = True) -> list[Op]:
+@lru_cache(maxsize=4096)
+def embedding_ops(model: ModelSpec, gpu: GPU, micro_batch: int, cp: int = 1,
+                  fused: bool = True) -> tuple[Op, ...]:
     """Token and position gathers (FP32 rows) and their backward scatter-add into a zeroed V × d gradient."""
     d, tokens = model.d_model, micro_batch * model.seq // cp
-    return [by_bytes(gpu, "embedding gathers", (12 if fused else 28) * d * tokens),
-            by_bytes(gpu, "embedding grads", 12 * d * tokens + 4 * model.vocab * d)]
+    return (by_bytes(gpu, "embedding gathers", (12 if fused else 28) * d * tokens),
+            by_bytes(gpu, "embedding grads", 12 * d * tokens + 4 * model.vocab * d))
 
 
-def optimizer_ops(gpu: GPU, params: float, sharded_params: float, micro_batches: int) -> list[Op]:
+def optimizer_ops(gpu: GPU, params: float, sharded_params: float, micro_batches: int) -> tuple[Op, ...]:
     """Fused AdamW over ``sharded_params`` (28 bytes each), autocast's casts of ``params`` per micro-batch."""
-    return [by_bytes(gpu, "weight casts", 12 * params * micro_batches),
-            by_bytes(gpu, "adamw (fused)", 28 * sharded_params, 18 * sharded_params)]
+    return (by_bytes(gpu, "weight casts", 12 * params * micro_batches),
+            by_bytes(gpu, "adamw (fused)", 28 * sharded_params, 18 * sharded_params))
 
 
-def seconds(ops: list[Op]) -> float:
+def seconds(ops) -> float:
     return sum(op.seconds for op in ops)
