@@ -8,12 +8,14 @@ the model was fitted to these steps: its constants are the data sheet, the measu
 FlashAttention-2's published speeds and the counts of bytes each kernel moves."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from minidist.plan import Layout, ModelSpec, hardware, plan
 from minidist.plan.gpus import GPUS
 from minidist.plan.predict import predict_time, step_compute, step_ops
 from minidist.plan.published import RUNS
-from minidist.plan.roofline_ops import matmul
+from minidist.plan.roofline_ops import mainloop, matmul
 
 # (layers, d_model, heads, seq, batch, vocab): (eager ms, torch.compile ms) measured, issue 44
 MEASURED = {(12, 768, 12, 1024, 16, 50304): (51.22, 42.19),
@@ -104,3 +106,26 @@ def test_llama_65b_on_2048_gpus_within_30_percent_of_published():
     best = next(p for p in predictions if p.excluded is None)
     tokens = model.batch * model.seq / (run.gpus * best.time["total"])
     assert tokens == pytest.approx(run.derived_tokens_per_gpu_second(), rel=0.30)
+
+
+@given(m=st.integers(1, 40000), n=st.integers(1, 40000), k=st.integers(1, 40000),
+       gpu=st.sampled_from(sorted(GPUS)))
+def test_a_matmul_never_beats_its_roofs(m, n, k, gpu):
+    """Whatever the shape, a matmul takes at least its FLOPs at the math rate and its bytes at the achieved
+    bandwidth: quantization and the store only add."""
+    device = GPUS[gpu]
+    op = matmul(device, "x", m, n, k)
+    assert op.seconds >= op.flops / mainloop(device) and op.seconds >= op.nbytes / device.copy
+    assert mainloop(device) < device.peak
+
+
+@given(layers=st.integers(1, 8), heads=st.sampled_from([1, 4, 12]), head_dim=st.sampled_from([32, 64, 128]),
+       seq=st.sampled_from([128, 1024, 4096]), batch=st.integers(1, 8), vocab=st.integers(100, 60000))
+def test_a_step_is_slower_than_its_flops_at_peak_and_eager_slower_than_fused(layers, heads, head_dim, seq,
+                                                                             batch, vocab):
+    model = ModelSpec(layers, heads * head_dim, heads, seq, batch, vocab)
+    lay = Layout(micro_batch=batch)
+    fused, eager = (step_compute(model, lay, hardware("h100", 1, 1, fused=f))["total"] for f in (True, False))
+    ops = step_ops(model, lay, hardware("h100", 1, 1))
+    flops = layers * sum(op.flops for op in ops["layer"]) + sum(op.flops for op in ops["head"])
+    assert flops / GPUS["h100"].peak < fused < eager
