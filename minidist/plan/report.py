@@ -29,12 +29,14 @@ from .options import memory_option, recompute_option, size_option, zero_option
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
 
 MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: 16 bytes per parameter in mixed
-precision with Adam, Korthikanti's 16-bit activations, compute at the roofline's peak, the bubble's
-closed form, the alpha-beta model per link level (--hardware, --topology, --memory). minidist prices a
-small GPT on minidist's simulated cluster (--flops, --alpha, --beta, --memory): float64, the activations
-its layers keep, the task table walked on the clock, every collective's rounds; the tests find it equal
-to the cluster's clock and memory ledger on every layout of a tiny GPT on <= 8 ranks (--measure runs
-them)."""
+precision with Adam, Korthikanti's 16-bit activations, every op of a step on the GPU's achieved roofs
+(matmuls with tile and wave quantization, FlashAttention-2's measured speed, the elementwise passes,
+cross-entropy and AdamW by their bytes; --fused as torch.compile, --eager as PyTorch eager; --explain
+shows them), the bubble's closed form, the alpha-beta model per link level (--hardware, --topology,
+--memory). minidist prices a small GPT on minidist's simulated cluster (--flops, --alpha, --beta,
+--memory): float64, the activations its layers keep, the task table walked on the clock, every
+collective's rounds; the tests find it equal to the cluster's clock and memory ledger on every layout of
+a tiny GPT on <= 8 ranks (--measure runs them)."""
 
 # Per device: (peak dense 16-bit FLOP/s, HBM bytes/s, memory bytes, link inside a node, link between nodes).
 # Vendors' data sheets: H100 SXM 989 TFLOP/s BF16, 3.35 TB/s, 80 GB, NVLink 450 GB/s per direction, one
