@@ -12,7 +12,8 @@
 #    and the batch at which a Linear layer stops being memory-bound;
 # 4. persistent RNNs — "make a bandwidth bound problem a compute bound problem": 1152 hidden units in the
 #    6 MB register file of a Maxwell Titan X, with nn.RNN / nn.LSTM and their BPTT;
-# 5. "lower precision integer for inference: Int8" on the digits.
+# 5. "lower precision integer for inference: Int8" on the digits;
+# 6. a GPU's training step op by op on its achieved roofs: why it takes longer than its FLOPs at peak.
 
 # %%
 import matplotlib
@@ -271,10 +272,41 @@ print(f"digits MLP: FP32 {acc_fp32:.1%}, int8 {acc_int8:.1%}; weights {as_fp32:,
 assert abs(acc_int8 - acc_fp32) <= 0.01 and 4 * int8_values == as_fp32 and as_fp32 / stored > 3.7
 
 # %% [markdown]
+# ## 6. A GPU step, op by op
+#
+# The planner (`python -m minidist plan ... --explain`) prices each kernel of a training step on the
+# roofs a GPU *achieves*: a BF16 8192³ matmul ran at 791 of the H100's 989 TFLOP/s and a copy at 3.00 of
+# its 3.35 TB/s (measured for minidist's issue 44). A step is slower than its FLOPs at peak for four
+# reasons the table shows. Matmuls with a short K (d = 768) store their outputs after short loops and
+# fill the SMs in whole waves of tiles (NVIDIA's "Matrix Multiplication Background User's Guide"): 450–820
+# TFLOP/s. Attention runs at FlashAttention-2's published 180–230 TFLOP/s at T = 1024. LayerNorm, GELU,
+# residual adds, cross-entropy over 50,304 logits a token and AdamW do almost no arithmetic: they are
+# bound by bytes, and eager PyTorch moves more of them than torch.compile, which fuses passes.
+
+# %%
+from minidist.plan import Layout, ModelSpec, hardware  # noqa: E402
+from minidist.plan.explain import format_explain  # noqa: E402
+from minidist.plan.predict import step_compute, step_ops  # noqa: E402
+
+gpt2 = ModelSpec(layers=12, d_model=768, heads=12, seq=1024, batch=16, vocab=50304)
+one_step = Layout(micro_batch=16)
+print(format_explain(gpt2, one_step, hardware("h100", 1, 1)))
+fused, eager = (step_compute(gpt2, one_step, hardware("h100", 1, 1, fused=f))["total"] for f in (True, False))
+ops = step_ops(gpt2, one_step, hardware("h100", 1, 1))
+flops = 12 * sum(op.flops for op in ops["layer"]) + sum(op.flops for op in ops["head"])
+measured = {"torch.compile": 42.19e-3, "eager": 51.22e-3}   # one H100 80GB, PyTorch 2.11 (planner_gpu.md)
+print(f"predicted {fused * 1e3:.1f} ms fused, {eager * 1e3:.1f} ms eager; measured 42.19 and 51.22 ms")
+assert fused > 2.5 * flops / 989e12 and abs(fused / measured["torch.compile"] - 1) < 0.15
+assert abs(eager / measured["eager"] - 1) < 0.2
+assert {op.roof for op in ops["layer"] if op.flops and "attention" not in op.name} == {"compute"}
+assert all(op.roof == "memory" for op in ops["layer"] if op.flops == 0)
+
+# %% [markdown]
 # **What to remember.** A systolic array gets its 92 T ops/s only when many rows stream through a tile
 # that the weights fill; a tensor core multiplies in FP16 but must add in FP32; a layer is compute-bound
 # only past the ridge, which a Linear layer reaches by batch size and a persistent RNN by keeping its
-# weights on chip; int8 weights are 4× smaller and lose well under a point on the digits.
+# weights on chip; int8 weights are 4× smaller and lose well under a point on the digits; a real step
+# runs each op at its own roof, so it takes 2–3× its FLOPs at the data sheet's peak.
 #
 # ## Exercises
 #

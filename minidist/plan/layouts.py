@@ -10,6 +10,7 @@ data parallel for everything but the experts, which it shards: the Switch slide'
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import product
 
@@ -100,7 +101,9 @@ def check_layout(model: ModelSpec, layout: Layout) -> str | None:
 
 
 def divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """The divisors of n >= 1, ascending, by trial division up to √n (each k <= √n pairs with n // k)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
 
 
 def enumerate_layouts(model: ModelSpec, devices: int, *, zero=(0, 1), recompute=("none", "full"),

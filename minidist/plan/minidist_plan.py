@@ -3,7 +3,7 @@ time the cluster's clock will show, with the peak memory its ledger will count (
 --mode minidist``; ``--measure`` runs each layout one step and prints the measurement beside).
 
 Why two modes. The analytic mode (predict.py) prices a real GPU job: 16 bytes per parameter in mixed
-precision, Korthikanti's 16-bit activations, compute at the roofline's peak, the bubble's closed form —
+precision, Korthikanti's 16-bit activations, each op on a GPU's achieved roofs, the bubble's closed form —
 numbers to compare with published runs, but nothing here can run them. This mode (minidist_mode.py)
 prices what minidist's cluster does: float64 (32 bytes per parameter with AdamW), the activations its
 layers keep, each unit's FLOPs at the simulated device's rate, the task table walked on the α-β clock,

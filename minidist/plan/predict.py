@@ -9,13 +9,18 @@ Chimera holds two stages. Activations: Korthikanti's bytes per layer (model.py) 
 micro-batches the first stage holds: min(M, pp) under 1F1B and ZB-H1 (pp under Chimera), × (1 + (pp −
 1)/(pp·v)) interleaved; 1 without a pipeline; full recomputation adds one layer's activations, recomputed.
 
-Time: compute = FLOPs per step / (devices · peak) (minidist.roofline's Machine; ×8/6 on the 6N part with
-full recomputation, + a third of the attention term with selective), stretched by the schedule's bubble
-b: compute / (1 − b). Communication by the α-β model on the link each group crosses (inside a node or
-between nodes, placement tensor innermost): per layer and micro-batch tensor 4 ring all-reduces of the
-activations, context 3(c − 1) K/V messages, expert 4 all-to-alls; per micro-batch 2 pipeline messages;
-per step the data group's ring all-reduce of the gradients (ZeRO-1/2: reduce-scatter + all-gather, the
-same bytes). Nothing is overlapped: the prediction is the step without overlap.
+Time: compute priced op by op on the GPU's achieved roofs (roofline_ops.py, gpus.py) for one rank's
+shapes: M micro-batches of its L/pp blocks (widths / tp, tokens / cp), the head (the last stage's, the
+slowest), the optimizer on its (ZeRO-sharded) parameters; full recomputation runs each block's forward
+again, selective its attention's forward; ``fused`` (torch.compile, default) or eager elementwise kernels.
+Without a GPU (a Hardware built by hand, or FP32) compute = FLOPs per step / (devices · peak)
+(minidist.roofline's Machine; ×8/6 on the 6N part with full recomputation, + a third of the attention
+term with selective). Either is stretched by the schedule's bubble b: compute / (1 − b).
+Communication by the α-β model on the link each group crosses (inside a node or between nodes,
+placement tensor innermost): per layer and micro-batch tensor 4 ring all-reduces of the activations,
+context 3(c − 1) K/V messages, expert 4 all-to-alls; per micro-batch 2 pipeline messages; per step the
+data group's ring all-reduce of the gradients (ZeRO-1/2: reduce-scatter + all-gather, the same bytes).
+Nothing is overlapped: the prediction is the step without overlap.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from minidist.cluster.topology import Topology
 from minidist.collectives.cost import allreduce_cost
 from minidist.roofline import Machine
 
+from .gpus import GPU
 from .layouts import Layout
 from .model import ModelSpec
+from .roofline_ops import Op, embedding_ops, head_ops, layer_ops, optimizer_ops, seconds
 
 # bytes per parameter, gradient, optimizer; per activation
 PRECISIONS = {"mixed": (2, 2, 12, 2), "fp32": (4, 4, 8, 4)}
@@ -37,12 +44,15 @@ PRECISIONS = {"mixed": (2, 2, 12, 2), "fp32": (4, 4, 8, 4)}
 @dataclass(frozen=True)
 class Hardware:
     """Per device: memory (bytes), machine (peak FLOP/s for the roofline), the cluster's topology, the
-    training precision ("mixed" or "fp32")."""
+    training precision ("mixed" or "fp32"); gpu: the device whose achieved roofs price each op (None:
+    FLOPs at the machine's peak), fused: torch.compile's kernels (else eager's)."""
 
     memory: float
     machine: Machine
     topology: Topology
     precision: str = "mixed"
+    gpu: GPU | None = None
+    fused: bool = True
 
     def __post_init__(self):
         if not self.memory > 0:
@@ -107,12 +117,15 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     item = PRECISIONS[hardware.precision][3]
     tokens = model.batch * model.seq
     attention = 12 * model.layers * model.seq * model.d_model
-    flops = model.flops_per_token()
-    if lay.recompute == "full":
-        flops += (flops - attention) / 3
-    elif lay.recompute == "selective":
-        flops += attention / 3
-    out = {"compute": flops * tokens / (lay.devices * hardware.machine.peak)}
+    if hardware.gpu is not None and hardware.precision == "mixed":
+        out = {"compute": step_compute(model, lay, hardware)["total"]}
+    else:
+        flops = model.flops_per_token()
+        if lay.recompute == "full":
+            flops += (flops - attention) / 3
+        elif lay.recompute == "selective":
+            flops += attention / 3
+        out = {"compute": flops * tokens / (lay.devices * hardware.machine.peak)}
     bubble = lay.bubble(model)
     out["bubble"] = out["compute"] * bubble / (1 - bubble)
     M, per_stage = lay.micro_batches(model), model.layers / lay.pp
@@ -133,5 +146,35 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     if experts:
         out["dp"] += allreduce_cost("ring", lay.dp, int(experts * grad_item), link["dp"].alpha,
                                     link["dp"].beta).time
+    out["total"] = sum(out.values())
+    return out
+
+
+def step_ops(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, tuple[Op, ...]]:
+    """One rank's ops: "layer" (one block, one micro-batch, forward and backward), "head" and "embeddings"
+    (one micro-batch), "optimizer" (the step)."""
+    lay, gpu, fused = layout, hardware.gpu, hardware.fused
+    dense, experts = params_per_rank(model, lay)
+    sharded = dense / (lay.dp * lay.ep) + experts / lay.dp if lay.zero >= 1 else dense + experts
+    return {"layer": layer_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused),
+            "head": head_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused),
+            "embeddings": embedding_ops(model, gpu, lay.micro_batch, lay.cp, fused),
+            "optimizer": optimizer_ops(gpu, dense + experts, sharded, lay.micro_batches(model))}
+
+
+def step_compute(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, float]:
+    """Seconds of one rank's compute in a step: its L/pp blocks, recomputation, the head or the embeddings
+    (the larger: the first or the last stage sets the pace; both on one stage without a pipeline) for M
+    micro-batches, then the optimizer."""
+    ops, lay = step_ops(model, layout, hardware), layout
+    M, blocks = lay.micro_batches(model), model.layers / lay.pp
+    again = [op for op in ops["layer"] if op.name.endswith("fwd")]
+    if lay.recompute == "selective":
+        again = [op for op in again if op.name.startswith("attention")]
+    ends = [seconds(ops["head"]), seconds(ops["embeddings"])]
+    out = {"layers": M * blocks * seconds(ops["layer"]),
+           "recompute": M * blocks * seconds(again) if lay.recompute != "none" else 0.0,
+           "head and embeddings": M * (sum(ends) if lay.pp == 1 else max(ends)),
+           "optimizer": seconds(ops["optimizer"])}
     out["total"] = sum(out.values())
     return out

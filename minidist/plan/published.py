@@ -8,6 +8,9 @@ Each entry names its source by title and keeps only what the source states; what
                  reported. Derived: tokens per second per GPU = tokens / (GPU hours · 3600), and model FLOPs
                  utilisation 6·N·tokens / (GPU hours · 3600 · 312 TFLOP/s), N the nominal 7e9 / 70e9
                  (6N: Kaplan et al.; 312 TFLOP/s: the A100's dense BF16 peak)
+    LLaMA        Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models" (section 2.4):
+                 "When training a 65B-parameter model, our code processes around 380 tokens/sec/GPU on 2048
+                 A100 GPU with 80GB of RAM"; 1.4T tokens, 2048-token context, batch of 4M tokens (Table 2)
     NeMo         NVIDIA NeMo Framework 24.09 documentation, "Performance Summary for Large Language Models"
                  (pre-training at FP8): LLAMA2-7B on 8 GPUs (TP 1, PP 1), LLAMA2-70B on 64 GPUs (TP 4,
                  PP 4, virtual pipeline 20), a global batch of 128 sequences of 4096, micro-batch 1; tokens
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 A100_BF16_PEAK = 312e12      # dense FLOP/s (the vendor's data sheet; report.PRESETS uses the same)
 
 LLAMA2 = "Touvron et al. 2023, \"Llama 2: Open Foundation and Fine-Tuned Chat Models\""
+LLAMA1 = "Touvron et al. 2023, \"LLaMA: Open and Efficient Foundation Language Models\""
 NEMO = "NVIDIA NeMo Framework 24.09, \"Performance Summary for Large Language Models\""
 MEGATRON = "Narayanan et al. 2021, \"Efficient Large-Scale Language Model Training on GPU Clusters Using " \
            "Megatron-LM\""
@@ -83,6 +87,8 @@ RUNS = {
                              seq=4096, batch_sequences=1024),
     "llama2-70b": TrainingRun(LLAMA2, "Llama 2 70B", 70e9, "A100-80GB", tokens=2.0e12, gpu_hours=1_720_320,
                               seq=4096, batch_sequences=1024),
+    "llama-65b": TrainingRun(LLAMA1, "LLaMA 65B", 65e9, "A100-80GB", tokens=1.4e12, seq=2048,
+                             batch_sequences=2048, gpus=2048, tokens_per_gpu_second=380),
     "nemo-llama2-7b": TrainingRun(NEMO, "LLAMA2-7B", 7e9, None, seq=4096, batch_sequences=128, gpus=8, tp=1,
                                   pp=1, tokens_per_gpu_second=16934, model_tflops_per_gpu=780),
     "nemo-llama2-70b": TrainingRun(NEMO, "LLAMA2-70B", 70e9, None, seq=4096, batch_sequences=128, gpus=64,

@@ -14,23 +14,29 @@ modes differ), the prediction the tests check against runs; ``--measure`` runs e
 from __future__ import annotations
 
 import argparse
+import sys
 
 from minidist.checks import count_option
 from minidist.cluster import Device, LinkModel
 from minidist.cluster.topology import Topology
 from minidist.roofline import Machine
 
+from .explain import format_explain
+from .gpus import GPUS
 from .layouts import SCHEDULES, check_layout, enumerate_layouts
 from .model import RECOMPUTE, ModelSpec
+from .options import memory_option, recompute_option, size_option, zero_option
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
 
 MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: 16 bytes per parameter in mixed
-precision with Adam, Korthikanti's 16-bit activations, compute at the roofline's peak, the bubble's
-closed form, the alpha-beta model per link level (--hardware, --topology, --memory). minidist prices a
-small GPT on minidist's simulated cluster (--flops, --alpha, --beta, --memory): float64, the activations
-its layers keep, the task table walked on the clock, every collective's rounds; the tests find it equal
-to the cluster's clock and memory ledger on every layout of a tiny GPT on <= 8 ranks (--measure runs
-them)."""
+precision with Adam, Korthikanti's 16-bit activations, every op of a step on the GPU's achieved roofs
+(matmuls with tile and wave quantization, FlashAttention-2's measured speed, the elementwise passes,
+cross-entropy and AdamW by their bytes; --fused as torch.compile, --eager as PyTorch eager; --explain
+shows them), the bubble's closed form, the alpha-beta model per link level (--hardware, --topology,
+--memory). minidist prices a small GPT on minidist's simulated cluster (--flops, --alpha, --beta,
+--memory): float64, the activations its layers keep, the task table walked on the clock, every
+collective's rounds; the tests find it equal to the cluster's clock and memory ledger on every layout of
+a tiny GPT on <= 8 ranks (--measure runs them)."""
 
 # Per device: (peak dense 16-bit FLOP/s, HBM bytes/s, memory bytes, link inside a node, link between nodes).
 # Vendors' data sheets: H100 SXM 989 TFLOP/s BF16, 3.35 TB/s, 80 GB, NVLink 450 GB/s per direction, one
@@ -44,9 +50,9 @@ PRESETS = {
 
 
 def hardware(preset: str, devices: int, per_node: int, memory: float | None = None,
-             precision: str = "mixed") -> Hardware:
+             precision: str = "mixed", fused: bool = True) -> Hardware:
     """A Hardware from a preset ("h100", "a100", "v100"): devices in nodes of per_node; memory in bytes
-    overrides the preset's."""
+    overrides the preset's; its GPU's achieved roofs (gpus.py) price each op, fused or eager."""
     if preset not in PRESETS:
         raise ValueError(f"hardware must be one of {tuple(PRESETS)}, got {preset!r}")
     if devices % per_node:
@@ -54,7 +60,7 @@ def hardware(preset: str, devices: int, per_node: int, memory: float | None = No
     peak, bw, mem, intra, inter = PRESETS[preset]
     topology = Topology(nodes=devices // per_node, per_node=per_node, intra=intra, inter=inter)
     machine = Machine(peak=peak, memory_bw=bw, network_bw=1 / inter.beta)
-    return Hardware(mem if memory is None else memory, machine, topology, precision)
+    return Hardware(mem if memory is None else memory, machine, topology, precision, GPUS[preset], fused)
 
 
 def plan(model: ModelSpec, hw: Hardware, **choices) -> list[Prediction]:
@@ -123,22 +129,43 @@ def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) 
     return "\n".join(lines)
 
 
+SIZES = (("layers", None, "transformer blocks L"), ("d-model", None, "model width d"),
+         ("heads", None, "attention heads a (d_model a multiple of it)"),
+         ("seq", None, "tokens per sequence T"), ("batch", None, "sequences per step, global B"),
+         ("devices", None, "devices D the layouts split the job over"),
+         ("vocab", 32000, "vocabulary V (default 32000)"), ("d-ff", None, "MLP width (default 4·d_model)"),
+         ("top-k", 1, "experts per token (default 1)"),
+         ("micro-batch", 1, "sequences per micro-batch (default 1)"),
+         ("chunks", 2, "model chunks per rank under --schedule interleaved (default 2)"))
+
+
 def add_parser(sub) -> None:
     """The ``plan`` command of python -m minidist."""
     p = sub.add_parser("plan", help="predict memory and step time of every parallel layout, ranked",
                        description=MODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, default in (("layers", None), ("d-model", None), ("heads", None), ("seq", None),
-                          ("batch", None), ("devices", None), ("vocab", 32000), ("d-ff", None),
-                          ("experts", 0), ("top-k", 1), ("micro-batch", 1), ("chunks", 2)):
-        p.add_argument(f"--{name}", type=int, default=default, required=default is None and name != "d-ff")
+    for name, default, text in SIZES:
+        p.add_argument(f"--{name}", type=size_option(1), default=default, help=text,
+                       required=default is None and name != "d-ff")
+    p.add_argument("--experts", type=size_option(0), default=0,
+                   help="experts per MoE layer (default 0: dense)")
     p.add_argument("--top", type=count_option(1), default=10, help="rows of the table (default 10)")
-    p.add_argument("--memory", type=float, default=None, help="GB per device (default: the hardware's)")
+    p.add_argument("--memory", type=memory_option, default=None,
+                   help="memory per device: 80 (GB), 80GB or 80GiB (default: the hardware's)")
     p.add_argument("--topology", default=None, help="NODESxPER_NODE, e.g. 8x8 (default: nodes of 8)")
-    p.add_argument("--hardware", default="h100", choices=tuple(PRESETS))
-    p.add_argument("--precision", default="mixed", choices=tuple(PRECISIONS))
-    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
-    p.add_argument("--zero", default="0,1", help="ZeRO stages to consider, e.g. 0,1,2,3")
-    p.add_argument("--recompute", default="none,full", help=f"among {','.join(RECOMPUTE)}")
+    p.add_argument("--hardware", default="h100", choices=tuple(PRESETS), help="the device (default h100)")
+    p.add_argument("--precision", default="mixed", choices=tuple(PRECISIONS),
+                   help="mixed (16-bit compute, FP32 master weights and Adam) or fp32 (default mixed)")
+    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
+    p.add_argument("--zero", type=zero_option, default=(0, 1), help="ZeRO stages to consider, e.g. 0,1,2,3")
+    p.add_argument("--recompute", type=recompute_option, default=("none", "full"),
+                   help=f"recomputation to consider, among {','.join(RECOMPUTE)} (default none,full)")
+    kernels = p.add_mutually_exclusive_group()
+    kernels.add_argument("--fused", dest="fused", action="store_true", default=True,
+                         help="analytic mode: price torch.compile's fused kernels (the default)")
+    kernels.add_argument("--eager", dest="fused", action="store_false",
+                         help="analytic mode: price PyTorch eager's one kernel per operation")
+    p.add_argument("--explain", action="store_true",
+                   help="analytic mode: print the best layout's ops (FLOPs, bytes, binding roof, ms)")
     p.add_argument("--mode", default="analytic", choices=("analytic", "minidist"),
                    help="analytic: a GPU job (--hardware, --topology, ...); minidist: the simulated cluster")
     p.add_argument("--flops", type=float, default=Device.flops, help="minidist mode: FLOP/s per rank")
@@ -162,23 +189,36 @@ def parse_topology(text: str | None, devices: int) -> int:
     return per_node
 
 
+def check_devices(model: ModelSpec, devices: int, micro_batch: int) -> None:
+    """ValueError unless some layout could use ``devices``: data × expert ranks split the batch into
+    micro-batches (at most batch / micro_batch), pipeline ranks the layers, tensor × context ranks the
+    tokens of a sequence; more devices than (batch / micro_batch) · layers · seq leave every layout
+    undivided (and the enumeration would be needlessly long)."""
+    largest = max(1, model.batch // micro_batch) * model.layers * model.seq
+    if devices > largest:
+        raise ValueError(f"--devices {devices}: no layout uses more than (batch / micro-batch) · layers "
+                         f"· seq = {largest} devices")
+
+
 def cmd_plan(args) -> int:
     try:
         model = ModelSpec(args.layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.d_ff,
                           args.experts, args.top_k)
-        if args.devices < 1:
-            raise ValueError(f"--devices must be >= 1, got {args.devices}")
+        check_devices(model, args.devices, args.micro_batch)
         if args.mode == "minidist":
             return cmd_plan_minidist(model, args)
         per_node = parse_topology(args.topology, args.devices)
-        memory = None if args.memory is None else args.memory * 1e9
-        hw = hardware(args.hardware, args.devices, per_node, memory, args.precision)
-        zero = tuple(int(z) for z in args.zero.split(","))
-        predictions = plan(model, hw, zero=zero, recompute=tuple(args.recompute.split(",")),
+        hw = hardware(args.hardware, args.devices, per_node, args.memory, args.precision, args.fused)
+        predictions = plan(model, hw, zero=args.zero, recompute=args.recompute,
                            schedule=args.schedule, chunks=args.chunks, micro_batch=args.micro_batch)
-    except ValueError as error:
-        raise SystemExit(f"plan: {error}") from None
+        best = next((p for p in predictions if p.excluded is None), None)
+        explained = format_explain(model, best.layout, hw) if args.explain and best else None
+    except ValueError as error:       # argparse's convention: one line naming the problem, exit status 2
+        print(f"python -m minidist plan: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(format_plan(model, predictions, args.top))
+    if explained:
+        print("\n" + explained)
     return 0
 
 
@@ -186,7 +226,7 @@ def cmd_plan_minidist(model: ModelSpec, args) -> int:
     """``--mode minidist``: the table of minidist_plan.py (ValueError on bad input, as cmd_plan)."""
     from .minidist_plan import format_minidist_plan, plan_minidist  # imports format_bytes from here
 
-    memory = Device.memory if args.memory is None else int(args.memory * 1e9)
+    memory = Device.memory if args.memory is None else int(args.memory)
     device, link = Device(flops=args.flops, memory=memory), LinkModel(alpha=args.alpha, beta=args.beta)
     if model.moe and model.top_k != model.experts:
         raise ValueError("minidist mode prices a Switch model whose routing is known without running: "

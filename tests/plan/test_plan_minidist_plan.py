@@ -88,6 +88,7 @@ def test_plan_cli_minidist_mode_prices_a_switch_model_and_zero1(capsys):
 
 @pytest.mark.parametrize("bad, message", [(["--d-ff", "16"], "d_ff = 4"),
                                           (["--experts", "2"], "--top-k must equal --experts")])
-def test_plan_cli_minidist_mode_refuses_other_models(bad, message):
-    with pytest.raises(SystemExit, match=message):
+def test_plan_cli_minidist_mode_refuses_other_models(bad, message, capsys):
+    with pytest.raises(SystemExit) as stop:                 # a usage error: one line, exit status 2
         main([*ARGS, "--devices", "2", *bad])
+    assert stop.value.code == 2 and message in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Published training runs (minidist/plan/published.py): the numbers transcribed agree with one another, what
 is derived follows its formula, what a source does not state cannot be derived, and the planner's answers
-relate to them as lesson 19 claims (throughput above the published, within 3×; NeMo's layouts fit 80 GB
-only with a sharded optimizer and selective recomputation)."""
+relate to them as lesson 19 claims (on 64 A100s somewhat above the published throughput, by less than 1.5×;
+NeMo's layouts fit 80 GB only with a sharded optimizer and selective recomputation)."""
 
 from dataclasses import replace
 
@@ -42,11 +42,11 @@ def test_plan_published_derived_throughput_and_mfu():
 
 
 @pytest.mark.parametrize("label, model", [("7b", LLAMA7), ("70b", LLAMA70)])
-def test_plan_predicts_more_throughput_than_published_within_3x(label, model):
+def test_plan_predicts_somewhat_more_throughput_than_published_on_64_gpus(label, model):
     best = next(p for p in plan(model, hardware("a100", 64, 8), zero=(0, 1),
                                 recompute=("none", "selective", "full")) if p.excluded is None)
     tokens = model.batch * model.seq / (64 * best.time["total"])
-    assert 1 < tokens / RUNS[f"llama2-{label}"].derived_tokens_per_gpu_second() < 3
+    assert 1 < tokens / RUNS[f"llama2-{label}"].derived_tokens_per_gpu_second() < 1.5   # no stragglers here
 
 
 @pytest.mark.parametrize("name, model", [("nemo-llama2-7b", LLAMA7), ("nemo-llama2-70b", LLAMA70)])
