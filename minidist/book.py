@@ -35,7 +35,7 @@ TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block extra_css -%}<style>nav.book{margin:1em 2em;font-family:sans-serif}
-nav.book a{margin-right:2em}</style>{%- endblock extra_css -%}
+nav.book a{margin-right:2em}math{font-size:1.2em}</style>{%- endblock extra_css -%}
 {%- block body_header -%}{{ super() }}{{ resources.book_nav }}{%- endblock body_header -%}
 {%- block body_footer -%}{{ resources.book_nav }}{{ super() }}{%- endblock body_footer -%}
 """
@@ -96,8 +96,10 @@ def execute(path: Path, figures: Path, timeout: float = 600.0):
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     old = os.environ.get("MINIDIST_FIGURES")
     os.environ["MINIDIST_FIGURES"] = str(figures)          # the kernel inherits this environment
-    # Talk to the kernel over local sockets in the figures' folder (IPC), not TCP, which it warns about.
-    manager = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(figures) / "kernel"))
+    # Talk to the kernel over local sockets in the figures' folder (IPC) where there are such sockets:
+    # over TCP the kernel warns, once per lesson, that its traffic is not encrypted.
+    local = {"transport": "ipc", "ip": str(Path(figures) / "kernel")} if os.name == "posix" else {}
+    manager = KernelManager(kernel_name="python3", **local)
     try:
         NotebookClient(notebook, km=manager, timeout=timeout,
                        resources={"metadata": {"path": str(path.parent.parent)}}).execute()
