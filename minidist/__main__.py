@@ -91,12 +91,16 @@ def cmd_book(args) -> int:
         import nbconvert  # noqa: F401
         import tqdm  # noqa: F401
 
-        from minidist.book import build_book
+        from minidist.book import LessonFailed, build_book
     except ImportError as err:
         print(f"book needs the notebook extra ({err.name} is missing): pip install -e \".[notebook]\"",
               file=sys.stderr)
         return 2
-    pages = build_book(args.out, only=args.only)
+    try:
+        pages = build_book(args.out, only=args.only)
+    except LessonFailed as failed:
+        print(f"python -m minidist book: {failed}", file=sys.stderr)
+        return 1
     print(f"{len(pages)} lesson pages and index.html written to {args.out}")
     return 0
 

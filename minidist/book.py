@@ -41,6 +41,10 @@ nav.book a{margin-right:2em}math{font-size:1.2em}</style>{%- endblock extra_css 
 """
 
 
+class LessonFailed(RuntimeError):
+    """A lesson raised when executed (one of its own asserts, most often): the book stops there."""
+
+
 def lessons(root: Path = ROOT, only: list[str] | None = None) -> list[Path]:
     """lessons/NN_*.py in order; ``only``: lesson numbers ("02", "5") to keep.
 
@@ -87,10 +91,12 @@ def navigation(pages: list[str], titles: list[str], i: int) -> str:
 
 
 def execute(path: Path, figures: Path, timeout: float = 600.0):
-    """The lesson as a notebook, executed in a kernel from the repository root (figures to ``figures``)."""
+    """The lesson as a notebook, executed in a kernel from the repository root (figures to ``figures``);
+    LessonFailed, in one line, when a cell raises."""
     import jupytext
     from jupyter_client import KernelManager
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     notebook = jupytext.read(path)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -103,6 +109,9 @@ def execute(path: Path, figures: Path, timeout: float = 600.0):
     try:
         NotebookClient(notebook, km=manager, timeout=timeout,
                        resources={"metadata": {"path": str(path.parent.parent)}}).execute()
+    except CellExecutionError as error:                    # its cell's whole source is no message
+        raise LessonFailed(f"{path.name} stopped with {error.ename}: {error.evalue or '(no message)'}; "
+                           f"`python -m minidist run {path.name[:2]}` shows where") from None
     finally:
         if old is None:
             del os.environ["MINIDIST_FIGURES"]

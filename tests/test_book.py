@@ -13,7 +13,17 @@ import pytest
 
 from minidist import book_maths, plots
 from minidist.__main__ import main
-from minidist.book import EMBEDDED_PNG, GENERATOR, build_book, execute, lessons, navigation, title
+from minidist.book import (
+    EMBEDDED_PNG,
+    GENERATOR,
+    LessonFailed,
+    build_book,
+    check_output,
+    execute,
+    lessons,
+    navigation,
+    title,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -70,7 +80,6 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path, capsys):
     assert all(line.startswith("python -m minidist book: error: ") for line in err)
     (tmp_path / "ours").mkdir()
     (tmp_path / "ours" / "index.html").write_text(GENERATOR)   # a page the book wrote may be rewritten
-    from minidist.book import check_output
     check_output(tmp_path / "ours", ["index.html"])
 
 
@@ -80,7 +89,7 @@ def needs_the_notebook_extra():
 
 
 @pytest.mark.slow
-def test_a_page_shows_no_out_values(tmp_path):
+def test_a_page_shows_no_out_values_and_a_failing_lesson_one_line(tmp_path):
     """A lesson is a script: a cell's last expression (a path, threadpool_limits(...)) is not printed; the
     temporary folder of the figures reads as figures/."""
     needs_the_notebook_extra()
@@ -92,6 +101,9 @@ def test_a_page_shows_no_out_values(tmp_path):
     [cell] = [c for c in notebook.cells if c.cell_type == "code"]
     assert [o.output_type for o in cell.outputs] == ["stream"]
     assert cell.outputs[0].text == "printed in figures\n"
+    lesson.write_text("# %%\nassert 1 + 1 == 3, 'arithmetic'\n")      # a failing lesson: one line
+    with pytest.raises(LessonFailed, match=r"^01_tiny.py stopped with AssertionError: arithmetic; "):
+        execute(lesson, tmp_path)
 
 
 @pytest.fixture(scope="module")
