@@ -94,9 +94,9 @@ def execute(path: Path, figures: Path, timeout: float = 600.0):
     """The lesson as a notebook, executed in a kernel from the repository root (figures to ``figures``);
     LessonFailed, in one line, when a cell raises."""
     import jupytext
-    from jupyter_client import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+    from traitlets.config import Config
 
     notebook = jupytext.read(path)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -105,9 +105,8 @@ def execute(path: Path, figures: Path, timeout: float = 600.0):
     # Talk to the kernel over local sockets in the figures' folder (IPC) where there are such sockets:
     # over TCP the kernel warns, once per lesson, that its traffic is not encrypted.
     local = {"transport": "ipc", "ip": str(Path(figures) / "kernel")} if os.name == "posix" else {}
-    manager = KernelManager(kernel_name="python3", **local)
-    try:
-        NotebookClient(notebook, km=manager, timeout=timeout,
+    try:                                                   # (the client starts and shuts down the kernel)
+        NotebookClient(notebook, timeout=timeout, kernel_name="python3", config=Config(KernelManager=local),
                        resources={"metadata": {"path": str(path.parent.parent)}}).execute()
     except CellExecutionError as error:                    # its cell's whole source is no message
         raise LessonFailed(f"{path.name} stopped with {error.ename}: {error.evalue or '(no message)'}; "
