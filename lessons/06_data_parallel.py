@@ -54,11 +54,11 @@ def mlp(widths, seed=0, dtype=np.float32):
 #
 # The sources open with three numbers. The HOT CHIPS write-up: language models "have grown from 'only' 340
 # million to 75 billion parameters" in two years, and GPT-3 has 175B; "it would take 355 years and cost
-# $4.6M to naively train (on the lowest priced GPU cloud server on the market)" (also in the "Scaling Up
+# \$4.6M to naively train (on the lowest priced GPU cloud server on the market)" (also in the "Scaling Up
 # Training" slides). Training a transformer of N parameters on D tokens costs about **6·N·D** FLOPs
 # (2·N per token forward, 4·N backward; Kaplan et al., "Scaling Laws for Neural Language Models", which
 # the slides credit). The 355 years assume, as the estimate they come from (Lambda Labs, 2020) did, one
-# V100 sustaining 28 TFLOP/s at $1.50 per GPU-hour, and GPT-3's 300B training tokens.
+# V100 sustaining 28 TFLOP/s at \$1.50 per GPU-hour, and GPT-3's 300B training tokens.
 
 # %%
 N_PARAMS, TOKENS = 175e9, 300e9
@@ -76,7 +76,7 @@ print(f"340M -> 75B parameters in two years: x{growth:.0f}, x{growth ** 0.5:.1f}
 assert growth > 200 and growth ** 0.5 > 10                       # "an order of magnitude or more every year"
 
 # %% [markdown]
-# 355 GPU-years and $4.7M: the quoted $4.6M is the same arithmetic, rounded down. The data side, from the
+# 355 GPU-years and \$4.7M: the quoted \$4.6M is the same arithmetic, rounded down. The data side, from the
 # "Scaling Up Training" slides (GPT-3's training mix). A source of T tokens that
 # makes up a fraction w of 300B training tokens is seen w·300B / T times ("epochs elapsed"):
 
