@@ -1,15 +1,16 @@
 # %% [markdown]
 # # 01 — Backpropagation by hand
 #
-# **Goal.** Follow one training step through the seed's three-layer network: the forward pass, what it
-# must keep for the backward pass and how much memory that is, the backward pass written as matrix
+# **Goal.** Follow one training step through the HOT CHIPS tutorial's 3-layer network: the forward pass, what
+# it must keep for the backward pass and how much memory that is, the backward pass written as matrix
 # products, a numerical check that those products are right, and finally real training — an MLP and a
 # small CNN on the real 8×8 handwritten digits — with nothing but NumPy and hand-written backward passes.
 #
-# The example and the rules of thumb are from the seed `blog-hotchips-scaling-dl-training` ("a network
-# of three linear layers", "dY ... X ... dW ... dX", "the backward pass is 2X the compute of the forward
-# pass", "the backward pass requires the activations computed during the forward pass"); the convolution
-# view from `slides-hardware-accelerators-for-training-dnns` ("Dualities in Training Convolution Layers").
+# The example and the rules of thumb are from the HOT CHIPS tutorial write-up, "Fundamentals of Scaling out DL
+# Training" ("a network of three linear layers", "dY ... X ... dW ... dX", "the backward pass is 2X the
+# compute of the forward pass", "the backward pass requires the activations computed during the forward
+# pass"); the convolution view from the "Hardware Accelerators" tutorial ("Dualities in Training
+# Convolution Layers").
 #
 # Exercises: `linear` (minidist/nn/linear.py), `cross_entropy_backward` (minidist/nn/loss.py),
 # `conv2d_backward` (minidist/nn/conv.py) and `batchnorm_backward` (minidist/nn/norm.py). Run their
@@ -52,13 +53,13 @@ threadpool_limits(limits=1, user_api="blas")
 #
 # "For each layer, the input is a vector, the output is a vector. The operation consists of multiplying
 # the input vector with the matrix of weights, and then applying a point-wise nonlinearity such as
-# ReLU." With a mini-batch the vectors become matrices — the seed's diagram uses a batch of two, and so
+# ReLU." With a mini-batch the vectors become matrices — the write-up's diagram uses a batch of two, and so
 # do we. minidist follows PyTorch: a batch is a matrix with **one sample per row**, a layer's weight is
 # W (out, in), and the layer computes
 #
 #     Y = X · Wᵀ        X (batch, in),  W (out, in),  Y (batch, out).
 #
-# (The seed draws the batch in columns, Y = W·X; the formulas below are the same with the transposes
+# (The write-up draws the batch in columns, Y = W·X; the formulas below are the same with the transposes
 # on the other side.)
 
 # %%
@@ -115,7 +116,7 @@ print(f"loss {loss:.4f}; dX of the input {dx.shape} matches too")
 
 # %% [markdown]
 # **Compute.** A Linear layer's forward is one product of (batch × in) by (in × out): 2·batch·in·out
-# FLOPs (a multiply-add is 2). Backward is two products of the same size, dW and dX — hence the seed's
+# FLOPs (a multiply-add is 2). Backward is two products of the same size, dW and dX — hence the write-up's
 # "the backward pass is 2X the compute of the forward pass". `Linear.flops(input_shape)` returns the
 # forward count; the backward count comes from the shapes of the two products.
 
@@ -135,7 +136,7 @@ print("every layer: backward FLOPs = 2 × forward FLOPs")
 # 1/σ). We measure "arrays held by a layer after forward" and check them against the formulas
 # batch·in·4 bytes (Linear, float32) and batch·out·1 byte (ReLU).
 #
-# The seed's real-world figure: "Resnet-50 training in fp16 at batch size of 256 requires about 15GB of
+# The write-up's real-world figure: "Resnet-50 training in fp16 at batch size of 256 requires about 15GB of
 # memory, of which 12GB is for retaining all the activations". Activations grow with the batch size;
 # parameters do not.
 
@@ -238,7 +239,7 @@ assert max(buggy_errors.values()) > 0.05
 # %% [markdown]
 # ## 5. Training: an MLP and a small CNN on the real digits
 #
-# A training step is the seed's loop: forward, loss, backward, "update the weights", next mini-batch.
+# A training step is the write-up's loop: forward, loss, backward, "update the weights", next mini-batch.
 # The digits are scikit-learn's 1,797 real 8×8 scans (1,437 for training, 360 held out). The MLP sees
 # 64 pixels as a vector; the CNN sees a 1×8×8 image. A convolution's backward is the Linear layer's
 # dX = Wᵀ·dY, dW = dY·Xᵀ once every 3×3 window is a column of X (im2col): "if you ignore the

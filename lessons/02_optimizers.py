@@ -5,7 +5,7 @@
 # do with it. This lesson runs minidist's optimizers — SGD, momentum, Nesterov, RMSprop, Adam and AMSGrad,
 # whose update rules are torch.optim's step for step — on
 #
-# 1. the seed's non-convex toy y(w1, w2) = (w1·w2 − 1)², with its saddle point at (0, 0),
+# 1. the "Hardware Accelerators" tutorial's toy y(w1, w2) = (w1·w2 − 1)², with its saddle point at (0, 0),
 # 2. a small MLP on the real 8×8 digits,
 #
 # checks the slide's claim that momentum is a weighted moving average of the gradients, shows where the
@@ -14,9 +14,9 @@
 # point while AMSGrad finds the best. It ends with the learning-rate schedules used for large batches and
 # SAG, the stochastic average gradient, against SGD on least squares.
 #
-# Formulas are from the seed `slides-hardware-accelerators-for-training-dnns` ("Classical GD with
+# Formulas are from Pedram & Olukotun, "Hardware Accelerators for Training DNNs" ("Classical GD with
 # momentum", "SGD with momentum as gradients averaging", "Adagrad and RMSProp", "Adam", "Minima: Good,
-# Bad and Ugly") and `slides-ai-systems-distributed-dl-part2` ("Linear Scaling Rule").
+# Bad and Ugly") and the slides "Distributed Deep Learning (Part II)" ("Linear Scaling Rule").
 #
 # Exercises: `sgd_momentum` (minidist/optim/sgd.py) and `adam` (minidist/optim/adam.py); see
 # lessons/EXERCISES.md. Run their tests with `python -m pytest --exercise sgd_momentum`.
@@ -39,7 +39,7 @@ from minidist.plots import figures_dir, save_figure
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 
 # %% [markdown]
-# ## 1. The optimizers on the seed's toy surface
+# ## 1. The optimizers on the tutorial's toy surface
 #
 # The slides' "deep linear network" has one input, one hidden unit and two weights; its error is
 #
@@ -313,8 +313,8 @@ plt.close(fig)
 # %% [markdown]
 # ## 5. Learning-rate schedules for large batches
 #
-# Data parallelism (lessons 06 and 07) multiplies the batch. The seed's "Linear Scaling Rule" (Goyal et
-# al. 2017): a batch k times larger gets a learning rate k times larger, lr = base_lr · batch /
+# Data parallelism (lessons 06 and 07) multiplies the batch. The Part II slides' "Linear Scaling Rule" (Goyal
+# et al. 2017): a batch k times larger gets a learning rate k times larger, lr = base_lr · batch /
 # base_batch — and, because large rates destabilise the first steps, a gradual warm-up from base_lr.
 # minidist's schedules are plain functions of the step, called once per step before `optimizer.step()`:
 # `optimizer.lr = schedule(step)`.

@@ -7,10 +7,10 @@
 # teaches: FP32 master weights, loss scaling (static and dynamic), and stochastic rounding — plus the
 # FP8 paper's recipe run end to end against FP32, and its chunk-based accumulation.
 #
-# Seeds: `slides-hardware-accelerators-for-training-dnns.txt` ("Low/Mixed Precision Training", "Weight
-# Update", "Loss Scaling", "Automatic Loss Scaling", "Stochastic Rounding", "8-Bit Floating-Point
-# Training": Micikevicius et al.; Wang et al. 2018; Mellempudi et al. 2019) and
-# `slides-ml-systems-design-scaling-up-training.txt` ("Mixed-Precision Training: Loss Scaling").
+# Sources: Pedram & Olukotun, "Hardware Accelerators for Training Deep Neural Networks" ("Low/Mixed Precision
+# Training", "Weight Update", "Loss Scaling", "Automatic Loss Scaling", "Stochastic Rounding", "8-Bit
+# Floating-Point Training": Micikevicius et al.; Wang et al. 2018; Mellempudi et al. 2019) and
+# the slides "Scaling Up Training" ("Mixed-Precision Training: Loss Scaling").
 #
 # Everything below runs minidist's emulation: `quantize(x, fmt)` rounds float32/float64 arrays to the
 # values of a format, exactly (round-to-nearest-even, or stochastic rounding), so float32 NumPy code
@@ -44,7 +44,7 @@ FORMATS = [FP32, FP16, BF16, FP8_E5M2, FP8_E4M3]
 # (0.fraction · 2^(1 − bias)), which extends the range downwards at reduced precision.
 # Range is set by e, precision by m: epsilon = 2^−m is the gap between 1 and the next value.
 #
-# The seed's table gives FP16's maximum as 65,535. **That is wrong**: the largest FP16 value is
+# The tutorial's table gives FP16's maximum as 65,535. **That is wrong**: the largest FP16 value is
 # (2 − 2^−10) · 2^15 = **65,504**, and 65,535 is not even representable — it rounds to Inf.
 
 # %%
@@ -59,7 +59,7 @@ assert FP16.max_normal == 65504.0
 assert quantize(np.array([65535.0]), FP16)[0] == np.inf        # the slide's "max" overflows
 assert quantize(np.array([65519.0]), FP16)[0] == 65504.0       # below the midpoint 65520: rounds down
 assert encode(np.array([65504.0]), FP16)[0] == 0x7BFF         # 0 11110 1111111111
-assert (FP8_E5M2.max_normal, FP8_E5M2.min_subnormal) == (57344.0, 2.0**-16)   # seed: 57 344, 1.52e-5
+assert (FP8_E5M2.max_normal, FP8_E5M2.min_subnormal) == (57344.0, 2.0**-16)   # tutorial: 57 344, 1.52e-5
 assert (FP8_E4M3.max_normal, FP8_E4M3.min_subnormal) == (448.0, 2.0**-9)
 print("FP16 max is 65,504 (0x7BFF); 65,535 rounds to", quantize(np.array([65535.0]), FP16)[0])
 
@@ -78,19 +78,19 @@ ax.set_title("Range of the 16- and 8-bit formats")
 fig.tight_layout()
 save_figure(fig, "03_formats.png", dpi=110)
 plt.close(fig)
-assert round(np.log2(FP16.max_normal) - np.log2(FP16.min_subnormal)) == 40   # seed: "~40 powers of 2"
+assert round(np.log2(FP16.max_normal) - np.log2(FP16.min_subnormal)) == 40   # tutorial: "~40 powers of 2"
 
 # %% [markdown]
 # ## 2. Swamping: precision, not range
 #
-# The seed: "Sum of FP16 values whose ratio is greater than 2^11 is just the larger value" — with
+# The tutorial: "Sum of FP16 values whose ratio is greater than 2^11 is just the larger value" — with
 # 10 fraction bits, aligning the binary points shifts the small value out. Two consequences:
 #
 # * a running sum in FP16 stops growing: adding 0.01 again and again gets stuck at 32, where half an
 #   ulp (2^−6) exceeds 0.01;
 # * a weight update w − lr·dW is lost when w ≫ lr·dW — the reason for keeping **FP32 master weights**.
 #
-# Stochastic rounding (seed: "Round(x) = ⌊x⌋ + ε with probability (x − ⌊x⌋)/ε") rounds up with
+# Stochastic rounding (tutorial: "Round(x) = ⌊x⌋ + ε with probability (x − ⌊x⌋)/ε") rounds up with
 # probability equal to the fraction, so the *expected* result is exact and small additions survive on
 # average.
 
@@ -115,7 +115,7 @@ assert quantize(np.array(1.0 + 2.0**-10), FP16) != 1.0  # ratio 2^10: still visi
 # ## 3. Where gradients live, and loss scaling
 #
 # We train a small MLP on the 8×8 digits in FP32 and record every weight gradient and every gradient
-# flowing between layers. The seed's observation: "gradients are small, don't use much of FP16 range".
+# flowing between layers. The tutorial's observation: "gradients are small, don't use much of FP16 range".
 # Whatever lies below FP16's smallest subnormal (2^−24) becomes 0 — and in FP8 E5M2 everything below
 # 2^−16. **Loss scaling** multiplies the loss by s before backward, so (chain rule) every gradient is
 # s times larger and moves up into the representable range; the weight gradients are divided by s in
@@ -181,7 +181,7 @@ plt.close(fig)
 # %% [markdown]
 # ## 4. Dynamic loss scaling over a run
 #
-# Choosing s by hand is fiddly: too small keeps too few small values, too large overflows. The seed's
+# Choosing s by hand is fiddly: too small keeps too few small values, too large overflows. The tutorial's
 # "automatic loss scaling" (torch.amp.GradScaler's rule, which `DynamicLossScaler` follows exactly):
 # start large; if the gradients hold Inf/NaN, halve s and **skip** the step; after N clean steps
 # (`growth_interval`, 2000 by default) double s. We start at 2^24 with N = 40 so that a short run shows
@@ -337,7 +337,7 @@ plt.close(fig)
 #
 # An FP8 GEMM multiplies in 8 bits and adds in 16. A long dot product accumulated sequentially in FP16
 # swamps as in section 2: once the sum is large, each product is below half its ulp. Chunking sums CL
-# products at a time (CL = 64 in the seed's figure) into a small partial sum, then adds the K/CL partials:
+# products at a time (CL = 64 in the tutorial's figure) into a small partial sum, then adds the K/CL partials:
 # far fewer small-into-large additions. Stochastic rounding of the accumulator is the other fix:
 # the rounding errors average out instead of all pointing down. `lowp_dot` rounds after *every* addition,
 # exactly as the hardware would.

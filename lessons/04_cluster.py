@@ -6,8 +6,8 @@
 # links, the alpha-beta cost of a message), measure what a message really costs on this computer, pass a
 # token around a ring and draw its timeline, and see what happens when a rank fails.
 #
-# The picture from the seeds (slides "AI systems: distributed DL, part 2"; "hardware accelerators for
-# training DNNs"): many accelerators — a V100 has 16 GB of HBM2 at 900 GB/s and 300 GB/s of NVLink — each
+# The picture from the slides "Distributed Deep Learning (Part II)" and "Hardware Accelerators for
+# Training DNNs": many accelerators — a V100 has 16 GB of HBM2 at 900 GB/s and 300 GB/s of NVLink — each
 # computing on its own memory, and a program that decides who sends what to whom. Sending a message of
 # n bytes over a link costs
 #

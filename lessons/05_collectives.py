@@ -7,7 +7,7 @@
 # and compares their cost under the α-β model — where latency dominates, where bandwidth does, and why
 # the ring's time hardly grows with the number of workers.
 #
-# The seeds' story ("Scaling Up Training"; *p* workers, a tensor of *n* elements):
+# The story of the "Scaling Up Training" slides (*p* workers, a tensor of *n* elements):
 #
 # * **everyone sends everyone** its tensor: total work p · (p − 1) · O(n) = O(np²);
 # * **a designated manager** gathers, reduces and sends back: total (p − 1) · 2 · O(n) = O(np), but all
@@ -18,7 +18,7 @@
 # With a latency α per message and β seconds per byte, the ring costs ("Distributed DL, part II",
 # T_comm summed over layers; here one array of n bytes)
 #
-# $$T_{ring} = 2(P-1)\,\alpha + 2\,\frac{P-1}{P}\,n\,\beta .$$
+# $$T_{\mathrm{ring}} = 2(P-1)\,\alpha + 2\,\frac{P-1}{P}\,n\,\beta .$$
 #
 # The "Hardware Accelerators" tutorial lists what MPI libraries use: for small messages recursive
 # doubling or reduce + broadcast (a tree); for large ones the ring or Rabenseifner's algorithm (vector

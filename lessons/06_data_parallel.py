@@ -6,7 +6,7 @@
 # watch the gradient communication hide behind the backward pass (bucketing and overlap), and read strong
 # and weak scaling off the simulated clock — and see where it stops: P can never exceed B.
 #
-# The seed (slides "AI systems: distributed DL, part 2", *Synchronous Data Parallelism*): each processor
+# The slides "Distributed Deep Learning (Part II)" (*Synchronous Data Parallelism*): each processor
 # computes the entire model on its part of the batch; the gradients are summed with an allreduce; every
 # replica applies the same update
 #
@@ -52,13 +52,13 @@ def mlp(widths, seed=0, dtype=np.float32):
 # %% [markdown]
 # ## 0. Why distribute at all: the motivation arithmetic
 #
-# The seeds open with three numbers. The HOT CHIPS write-up: language models "have grown from 'only' 340
+# The sources open with three numbers. The HOT CHIPS write-up: language models "have grown from 'only' 340
 # million to 75 billion parameters" in two years, and GPT-3 has 175B; "it would take 355 years and cost
-# $4.6M to naively train (on the lowest priced GPU cloud server on the market)" (also in the "Scaling Up
+# \$4.6M to naively train (on the lowest priced GPU cloud server on the market)" (also in the "Scaling Up
 # Training" slides). Training a transformer of N parameters on D tokens costs about **6·N·D** FLOPs
 # (2·N per token forward, 4·N backward; Kaplan et al., "Scaling Laws for Neural Language Models", which
 # the slides credit). The 355 years assume, as the estimate they come from (Lambda Labs, 2020) did, one
-# V100 sustaining 28 TFLOP/s at $1.50 per GPU-hour, and GPT-3's 300B training tokens.
+# V100 sustaining 28 TFLOP/s at \$1.50 per GPU-hour, and GPT-3's 300B training tokens.
 
 # %%
 N_PARAMS, TOKENS = 175e9, 300e9
@@ -76,7 +76,7 @@ print(f"340M -> 75B parameters in two years: x{growth:.0f}, x{growth ** 0.5:.1f}
 assert growth > 200 and growth ** 0.5 > 10                       # "an order of magnitude or more every year"
 
 # %% [markdown]
-# 355 GPU-years and $4.7M: the quoted $4.6M is the same arithmetic, rounded down. The data side, from the
+# 355 GPU-years and \$4.7M: the quoted \$4.6M is the same arithmetic, rounded down. The data side, from the
 # "Scaling Up Training" slides (GPT-3's training mix). A source of T tokens that
 # makes up a fraction w of 300B training tokens is seen w·300B / T times ("epochs elapsed"):
 
@@ -179,8 +179,8 @@ print(f"ring formula 2(P-1)/P |W| = {2 * (P - 1) / P * NBYTES:.0f} bytes")
 #
 # Backward produces the gradients from the last layer to the first. DDP packs them, in that order, into
 # buckets of `bucket_bytes` and starts each bucket's allreduce as soon as its last gradient is ready, so
-# the communication of layer K overlaps the backward pass of layer K−1 (seed). Below: a 4-layer
-# 512-wide MLP on 4 ranks, per-rank batch 32, on 0.25 TFLOP/s devices (so that the backward pass takes
+# the communication of layer K overlaps the backward pass of layer K−1 ("Scaling Up Training"). Below: a
+# 4-layer 512-wide MLP on 4 ranks, per-rank batch 32, on 0.25 TFLOP/s devices (so that the backward pass takes
 # longer than the gradient's allreduce and can hide it; on a 15.7 TFLOP/s V100 this small step is all
 # communication) and 25 GB/s links — one step with one allreduce after backward, one allreduce per
 # parameter, and 1 MiB buckets.
@@ -234,8 +234,8 @@ assert times["1 MiB buckets, overlapped"] < times["one allreduce after backward"
 # * **strong scaling**: global batch fixed at B = 16384; each rank computes B/P examples;
 # * **weak scaling**: 1024 examples per rank; the global batch grows as 1024 P.
 #
-# Overlaid: the seed's T_comm = 2 Σ_i (α(P−1) + β (P−1)/P |W_i|). Its bandwidth term hardly depends on P
-# ("comm time of ring allreduce is independent of the number of processors"); its latency term grows as
+# Overlaid: the Part II slides' T_comm = 2 Σ_i (α(P−1) + β (P−1)/P |W_i|). Its bandwidth term hardly depends
+# on P ("comm time of ring allreduce is independent of the number of processors"); its latency term grows as
 # α(P−1) per layer. Meanwhile the compute per rank shrinks as 1/P (strong) or stays (weak). An MLP does
 # only 6 FLOPs per parameter and example, so it needs many examples per rank (here ~1000 on a V100) to
 # hide 12.6 MB of gradients; convolutions reuse each weight far more often.
@@ -302,7 +302,7 @@ save_figure(fig, "06_scaling.png", dpi=100)
 plt.close(fig)
 for p, s, w, c in zip(ps, strong, weak, seed_tcomm):
     print(f"P = {p:2d}: strong step {s * 1e3:6.3f} ms (speedup {t1 / s:5.2f}), weak step {w * 1e3:6.3f} ms "
-          f"(efficiency {weak1 / w:4.2f}), seed T_comm {c * 1e3:6.3f} ms")
+          f"(efficiency {weak1 / w:4.2f}), slides' T_comm {c * 1e3:6.3f} ms")
 bandwidth = [sum(2 * link.beta * (p - 1) / p * w for w in layer_bytes) for p in ps]
 assert bandwidth[-1] < 1.01 * 2 * bandwidth[1]       # the β term: (P−1)/P, from 1/2 at P = 2 to ~1
 assert weak1 / weak[-1] > 3 * t1 / strong[-1] / ps[-1]   # at P = 64 weak scaling keeps 3x the efficiency

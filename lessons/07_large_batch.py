@@ -6,7 +6,7 @@
 # data-parallel on a 2-rank cluster with global batches of 32, 128 and 512 and compare four recipes:
 # a fixed learning rate, the linear scaling rule, the linear scaling rule with gradual warm-up, and LARS.
 #
-# The seed (slides "AI systems: distributed DL, part 2"): "if we want to keep scaling synchronous SGD then
+# The slides "Distributed Deep Learning (Part II)": "if we want to keep scaling synchronous SGD then
 # we have to keep increasing the batch size" — but "larger batch leads to sub-optimal generalization". The
 # fixes it lists:
 #
@@ -160,7 +160,7 @@ plt.close(fig)
 #
 # ## The generalisation gap
 #
-# The seed's worry is the accuracy at the *end* of training: large batches reach a low training loss but
+# The slides' worry is the accuracy at the *end* of training: large batches reach a low training loss but
 # test worse (Keskar et al.: "sharp minima"). Stopping at 94% says nothing about that, so we train
 # B = 32 (fixed lr) and B = 512 (LARS) for all 30 epochs and compare.
 
@@ -179,10 +179,10 @@ assert large["train_acc"] < small["train_acc"] and small["steps"] == 15 * large[
 
 # %% [markdown]
 # After 30 epochs the B = 512 run tests one to four points worse than B = 32 (the figures printed above),
-# the direction the seed warns about. Be careful with the reason: it also fits the training set less well and
+# the direction the slides warn about. Be careful with the reason: it also fits the training set less well and
 # took 15x fewer steps (90 against 1,350), so part of the difference is simply less optimisation, not a
 # "sharper minimum". With 1,437 training images and one seed, a difference of a point or two is also
-# close to the seed-to-seed noise of this data set. The seed's gap was measured on ImageNet-scale
+# close to the seed-to-seed noise of this data set. The slides' gap was measured on ImageNet-scale
 # problems; this toy shows the same direction and cannot say more.
 
 # %% [markdown]

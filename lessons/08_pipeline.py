@@ -8,12 +8,12 @@
 # trades, what uneven stages cost, and why PipeDream's way of removing the bubble entirely (stale
 # weights) has not caught on.
 #
-# Seeds: `slides-ai-systems-distributed-dl-part2` ("Pipeline parallelism ... No collective, only P2P ...
+# Source: slides "Distributed Deep Learning (Part II)" ("Pipeline parallelism ... No collective, only P2P ...
 # Bubbles in pipeline ... Removing bubbles leads to stale weights"; "GPipe: Reduce Bubble with
 # Micro-Batching ... Con: Significantly increases activation memory"; "PipeDream: Use Async Updates to
-# remove Bubble"), `slides-ml-systems-design-scaling-up-training` ("split mini-batch into sequential
-# micro-batches", "Gradient Checkpointing"), `slides-hardware-accelerators-for-training-dnns` ("25% More
-# Compute Saves 80% memory") and `blog-hotchips-scaling-dl-training` (load balance).
+# remove Bubble"), the slides "Scaling Up Training" ("split mini-batch into sequential
+# micro-batches", "Gradient Checkpointing"), the tutorial "Hardware Accelerators for Training DNNs" ("25% More
+# Compute Saves 80% memory") and the HOT CHIPS tutorial write-up (load balance).
 #
 # Everything below is a real run: every stage is an OS process (minidist.cluster), activations and
 # gradients travel as messages, and every rank's gradients are checked against one-process training in
@@ -125,7 +125,7 @@ for name in ("naive", "gpipe", "1f1b"):
 # Stage s needs stage s−1's output before it can start, and the backward pass runs the chain in
 # reverse. With the whole batch as one piece, only one stage works at any moment: each device is idle a
 # fraction (P−1)/P of the step, and P devices finish the step no sooner than one would have (plus the
-# messages). That is the "bubble" of the seed's pipeline slide.
+# messages). That is the "bubble" of the Part II slides' pipeline slide.
 
 # %%
 naive_results, naive_trace, naive_time, naive_bubble = pipeline_run("naive", 1)
@@ -274,14 +274,14 @@ save_figure(fig, "08_checkpoint_segments.png", dpi=110)
 plt.close(fig)
 
 # %% [markdown]
-# **The seed's "25% more compute saves 80% memory", honestly.** The slide (from Simon Knowles) measured
+# **The tutorial's "25% more compute saves 80% memory", honestly.** The slide (from Simon Knowles) measured
 # one network: activations stored only at the input of each residual block, batch 16, FP16. Both numbers
 # depend on the network and on what is counted. Here recomputing costs one extra forward, +33% of a
 # step when backward is 2× forward (+25% if backward is counted as 3× forward, or less when only some
 # layers are recomputed); the saving ranges from nothing (a stage of one Linear, whose input *is* its
 # activations) to about half for 12 blocks in √n segments above (a ReLU mask is one byte per element,
 # so a block holds 5 bytes per element of which checkpointing keeps 4 only at segment inputs), and it
-# grows with depth. The other seed's
+# grows with depth. The "Scaling Up Training" slides'
 # "10x larger models ... at only a 20% increase in computation time" (cybertronai/gradient-checkpointing)
 # is the same trade on deeper networks. Checkpointing also *adds* a transient: while a segment is
 # recomputed its activations exist again, so a stage's peak is its inputs plus one segment.
@@ -289,7 +289,7 @@ plt.close(fig)
 # ## 6. Load imbalance
 #
 # A pipeline runs at the pace of its slowest stage ("difficult to 'load balance' across all the
-# workers", blog-hotchips). Give the model uneven layers — a network that widens — and split it by layer
+# workers", HOT CHIPS write-up). Give the model uneven layers — a network that widens — and split it by layer
 # count: the stage with the wide layers takes longest and everyone else waits for it. Splitting by FLOPs
 # (minimising the most expensive stage, pipeline_split.py) evens it out as far as whole layers allow.
 
@@ -320,7 +320,7 @@ plt.close(fig)
 # weights as soon as a micro-batch's backward is done and immediately starts the next forward. The
 # price is that a micro-batch's gradient is computed with weights that are already some updates old by
 # the time it is applied — at stage s about P − 1 − s updates (PipeDream stashes the weight version used
-# in forward so that forward and backward at least agree). As the seed says: "this does affect model
+# in forward so that forward and backward at least agree). As the Part II slides say: "this does affect model
 # accuracy and convergence, and as such has not been adopted in industry."
 #
 # A small demonstration in one process: SGD on a least-squares problem where the gradient applied at

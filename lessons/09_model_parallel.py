@@ -8,14 +8,14 @@
 # 1. draws the two ways to cut a Linear layer's weight, and Megatron's pairing of them;
 # 2. checks on a cluster of processes that the shards compute exactly what one process computes;
 # 3. measures, with the cluster's ledger, the bytes moved per training step by model, data and hybrid
-#    parallelism over a sweep of layer widths d and batch sizes B, and lays them over the seed's formulas;
+#    parallelism over a sweep of layer widths d and batch sizes B, and lays them over the slides' formulas;
 # 4. finds the crossover where model parallelism moves fewer bytes (d ≫ B);
 # 5. compares the memory each accelerator needs — when the model does not fit on one device, data
 #    parallelism is not an option at all.
 #
-# The seed is *slides-ai-systems-distributed-dl-part2* ("Model Parallelism: Weights", "Communication
+# Source: the slides "Distributed Deep Learning (Part II)" ("Model Parallelism: Weights", "Communication
 # Complexity Analysis", "Model vs Data Parallelism?"), with the memory argument of
-# *blog-hotchips-scaling-dl-training* and *slides-ml-systems-design-scaling-up-training*.
+# the HOT CHIPS tutorial write-up and the slides "Scaling Up Training".
 
 # %%
 
@@ -55,15 +55,15 @@ FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a tempo
 #
 # * **column-parallel** (split the *output* features): rank p keeps rows W[rows_p, :] and computes its own
 #   columns of y from the whole x. To give every rank the whole y, the slices are **all-gathered** — the
-#   seed's forward pass. Backward, each rank can form dx only partially, dx = Σ_p dy_p·W_p, so the input
-#   gradient needs an **all-reduce** — the seed's backward pass.
+#   slides' forward pass. Backward, each rank can form dx only partially, dx = Σ_p dy_p·W_p, so the input
+#   gradient needs an **all-reduce** — the slides' backward pass.
 # * **row-parallel** (split the *input* features): rank p keeps columns W[:, cols_p] and sees only
 #   x[:, cols_p]; its product is a *partial sum*, and y = Σ_p x_p·W_pᵀ needs an all-reduce.
 #
 # Megatron-LM (Shoeybi et al., 2019) puts a column-parallel layer *in front of* a row-parallel one: the
 # column layer's output slice is exactly the row layer's input slice, so the activation between them never
 # moves. The whole MLP block then needs one all-reduce forward (operator g) and one backward (operator f).
-# The HOT CHIPS write-up (seed) calls this "alternating between horizontal and vertical partitions".
+# The HOT CHIPS tutorial write-up calls this "alternating between horizontal and vertical partitions".
 #
 # The split follows `np.array_split`, so widths that P does not divide work too: below, 10 hidden units on
 # 3 ranks get 4, 3 and 3.
@@ -160,20 +160,20 @@ assert worst < 1e-12
 # %% [markdown]
 # ## 3. Bytes per training step: model vs data vs hybrid, measured
 #
-# The seed counts the communication of one step of an L-layer network of widths d_i (batch B, P ranks,
+# The Part II slides count the traffic of one step of an L-layer network of widths d_i (batch B, P ranks,
 # β seconds per word):
 #
 # T_comm(model) = Σ_{i=1..L} β(P−1)·B·d_i/P  +  2·Σ_{i=2..L} β(P−1)·B·d_i/P   (all-gather + all-reduce)
 #
 # T_comm(data)  = Σ_{i=1..L} β(P−1)·d_i²/P
 #
-# We train one step of an MLP of L = 4 square d×d layers (float32, no biases — the seed counts weights
+# We train one step of an MLP of L = 4 square d×d layers (float32, no biases — the slides count weights
 # only) on a cluster of P = 4 ranks, for each d and B, in four ways:
 #
 # * **model (seed)** — every layer column-parallel, outputs all-gathered (`column_parallel_mlp`);
 # * **model (Megatron)** — two blocks of column + row layers (`megatron_parallel_mlp`);
 # * **data** — every rank a whole copy, B/4 samples each, gradients all-reduced (a 4 × 1 grid);
-# * **hybrid** — a 2 × 2 grid: the seed's model parallelism inside each pair, data parallelism across.
+# * **hybrid** — a 2 × 2 grid: the slides' model parallelism inside each pair, data parallelism across.
 #
 # The cluster's ledger counts the payload bytes each rank sends (`comm.stats.bytes_sent`). Every rank sends
 # the same amount here, so one rank's bytes are the measurement.
@@ -238,11 +238,11 @@ for name in STRATEGIES:
     print(f"    {name:17s} {measured[name, 512, 32]:>10,d} bytes per rank per step")
 
 # %% [markdown]
-# **The factor 2.** The seed's "Model vs Data" slide writes T_comm(data) = Σ β(P−1)·d_i²/P, but its own
+# **The factor 2.** The Part II "Model vs Data" slide writes T_comm(data) = Σ β(P−1)·d_i²/P, but its own
 # data-parallel slide has T_comm(batch) = 2·Σ(α(P−1) + β(P−1)/P·|W_i|): a ring all-reduce is a
 # reduce-scatter *and* an all-gather, each moving (P−1)/P·|W| per rank. The ledger sees the 2: data
 # parallelism's bytes are exactly twice the comparison slide's formula. (The model-parallel formula already
-# counts its all-reduce with the 2.) Megatron's block moves less than the seed's scheme: its hidden
+# counts its all-reduce with the 2.) Megatron's block moves less than the slides' scheme: its hidden
 # activations never leave their rank.
 
 # %%
@@ -273,7 +273,7 @@ plt.close(fig)
 # %% [markdown]
 # ## 4. The crossover: model parallelism wins when d ≫ B
 #
-# For L square layers the seed's scheme sends (P−1)/P·B·d·(3L−2) words per rank and data parallelism
+# For L square layers the slides' scheme sends (P−1)/P·B·d·(3L−2) words per rank and data parallelism
 # 2(P−1)/P·L·d², so model parallelism sends less once d > (3L−2)/(2L)·B — here d > 1.25·B (with the
 # comparison slide's formula, without the 2, the line would sit at 2.5·B). Megatron (3 all-reduces of B·d
 # for two blocks) wins from d > 0.75·B. Model-parallel traffic grows like B·d, data-parallel like d²: wide
@@ -285,7 +285,7 @@ for b in B_SWEEP:
     wins = [d for d in D_SWEEP if measured["model (seed)", d, b] < measured["data", d, b]]
     crossover = (3 * LAYERS - 2) / (2 * LAYERS) * b
     assert wins == [d for d in D_SWEEP if d > crossover], (b, wins)
-    print(f"B = {b:3d}: the seed's model parallelism sends fewer bytes than data parallelism for d in {wins}"
+    print(f"B = {b:3d}: the slides' model parallelism sends fewer bytes than data parallelism for d in {wins}"
           f"  (theory: d > {crossover:g})")
 
 fig, ax = plt.subplots(figsize=(6.8, 5))
@@ -317,11 +317,11 @@ plt.close(fig)
 # ## 5. Memory per accelerator: when data parallelism is not an option
 #
 # Bytes moved are only half the story. Data parallelism keeps the whole model on every device: weights,
-# gradients, and the optimizer's state — "2–6× as much memory as the model itself" (HOT CHIPS seed) — plus
+# gradients, and the optimizer's state — "2–6× as much memory as the model itself" (HOT CHIPS write-up) — plus
 # the activations kept for backward. Splitting the weights M ways divides the first three by M. "Not being
-# able to fit the model in a single server is a hard limit for data-parallel" (same seed).
+# able to fit the model in a single server is a hard limit for data-parallel" (same write-up).
 #
-# The ledger run above already shows the weights per rank: the seed's scheme keeps a quarter of each layer
+# The ledger run above already shows the weights per rank: the slides' scheme keeps a quarter of each layer
 # on each of the 4 ranks, the hybrid half, data parallelism all of it.
 
 # %%
@@ -336,8 +336,8 @@ print(f"weights per rank at d = 512: data {weights['data', 512]:,}, hybrid {weig
 
 # %% [markdown]
 # Now at scale: L = 24 square layers, fp32 weights and gradients with Adam's two moments (16 bytes per
-# parameter), B = 64, on P = 8 devices of the cluster's default `Device()` — a V100 with 16 GiB (seed
-# *slides-hardware-accelerators*). (The *scaling-up-training* seed's "175B parameters @ fp16 = 316.2 GB" is
+# parameter), B = 64, on P = 8 devices of the cluster's default `Device()` — a V100 with 16 GiB ("Hardware
+# Accelerators" tutorial). (The "Scaling Up Training" slides' "175B parameters @ fp16 = 316.2 GB" is
 # an arithmetic slip: 175·10⁹ × 2 bytes = 350 GB = 326 GiB, which is still far beyond an 80 GB A100.)
 
 # %%
@@ -371,7 +371,7 @@ plt.close(fig)
 # %% [markdown]
 # **What to remember.** Model parallelism trades the d² all-reduce of data parallelism for per-layer
 # all-gathers and all-reduces of B·d activations: it pays off for wide layers and modest batches (here
-# d > 1.25·B for the seed's scheme, d > 0.75·B for Megatron's), and it is the only way to train a model whose
+# d > 1.25·B for the slides' scheme, d > 0.75·B for Megatron's), and it is the only way to train a model whose
 # weights and optimizer state do not fit on one device. In practice the two are combined on a grid of ranks
 # (Gholami et al., 2018): model parallelism inside a group of closely connected devices, data parallelism
 # across groups.

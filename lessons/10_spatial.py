@@ -4,7 +4,7 @@
 # **Goal.** Split one image across several accelerators, run a convolution on the pieces, and see
 # exactly what must travel between them (the *halo*), what it costs, and when it stops paying.
 #
-# Seed: *slides-ai-systems-distributed-dl-part2*, "Spatial Parallel Training" (Jin, Ginsburg & Keutzer,
+# Source: slides "Distributed Deep Learning (Part II)", "Spatial Parallel Training" (Jin, Ginsburg & Keutzer,
 # "Spatially Parallel Convolutions", ICLR workshop 2018; Gholami et al., SPAA 2018): "break the input
 # into smaller pieces and distribute the work among different processors — need to exchange boundary
 # points for spatial convolutions". The slides end: useful for high-resolution training, only effective
@@ -174,9 +174,9 @@ save_figure(fig, "10_halo_ratio.png", dpi=110)
 print("wrote figures/10_halo_ratio.png")
 
 # %% [markdown]
-# ## 5. Scaling on the simulated clock, beside the seed's V100 measurements
+# ## 5. Scaling on the simulated clock, beside the slides' V100 measurements
 #
-# The seed measures a 3×3 conv, batch 32, 64 channels, on 1, 2 and 4 V100s:
+# The slides measure a 3×3 conv, batch 32, 64 channels, on 1, 2 and 4 V100s:
 #
 # | resolution | forward, 1 / 2 / 4 GPUs (speedup)    | backward, 1 / 2 / 4 GPUs (speedup)     |
 # |------------|--------------------------------------|----------------------------------------|
@@ -226,7 +226,7 @@ for ranks in RANKS:
     for n in SEED_FWD:
         model[n, ranks] = tuple(max(r[n][i] for r in per_rank) for i in (0, 1))
 link, device = LinkModel(), Device()
-print("\nresolution  P   model fwd (speedup)    seed fwd          model bwd (speedup)    seed bwd")
+print("\nresolution  P   model fwd (speedup)    V100 fwd          model bwd (speedup)    V100 bwd")
 for n in SEED_FWD:
     for k, ranks in enumerate(RANKS):
         fwd, bwd = model[n, ranks]
@@ -238,7 +238,7 @@ for n in SEED_FWD:
         assert np.isclose(fwd, forward_time_1d(n, n, 3, ranks, 32, 64, link.alpha, link.beta, device.flops),
                           rtol=1e-9)
 speedup4 = [model[n, 1][0] / model[n, 4][0] for n in SEED_FWD]
-assert speedup4 == sorted(speedup4)   # the same trend as the seed: higher resolution scales better
+assert speedup4 == sorted(speedup4)   # the same trend as the slides: higher resolution scales better
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
 for ax, which, seed in [(axes[0], 0, SEED_FWD), (axes[1], 1, SEED_BWD)]:
@@ -276,10 +276,10 @@ assert len(sends) >= 4   # an interior rank: 2 halo slabs forward, 2 gradients b
 print("wrote figures/10_timeline.png")
 
 # %% [markdown]
-# The model shows the seed's trend (higher resolution scales better) but is more optimistic, most of
+# The model shows the slides' trend (higher resolution scales better) but is more optimistic, most of
 # all at 128². It charges a fixed FLOP rate; a real GPU runs a quarter-size convolution at lower
 # efficiency (fewer thread blocks to fill 80 SMs, fixed kernel-launch costs), and that is missing here.
-# Some backward numbers of the seed even beat the ideal (4.7× on 4 GPUs): smaller pieces fit caches
+# Some backward numbers of the slides even beat the ideal (4.7× on 4 GPUs): smaller pieces fit caches
 # better — another effect a FLOP-rate model cannot show.
 #
 # ## 6. Where spatial parallelism stops paying
@@ -317,7 +317,7 @@ print("wrote figures/10_efficiency.png")
 # **What to take away.** Spatial parallelism splits the work of *one* sample, so it helps where data
 # parallelism cannot: huge images, batch too small to split. Its communication is a thin boundary per
 # layer (plus the usual weight-gradient allreduce), cheap while pieces are thick. It stops paying when
-# the pieces get thin — low resolution or many ranks — exactly the seed's "only effective for high
+# the pieces get thin — low resolution or many ranks — exactly the slides' "only effective for high
 # resolution input data; limits the number of processors that can be effectively utilized".
 
 # %%

@@ -6,7 +6,7 @@
 # bounds, local SGD, elastic averaging, Hogwild!) and without sending everything (1-bit SGD, top-k,
 # Deep Gradient Compression), and measures both costs: staleness and lost accuracy.
 #
-# The seeds: the "Scaling Deep Learning" slides ("Synchronous versus asynchronous SGD": parameter
+# Sources: Catanzaro's "Scaling Deep Learning" talk ("Synchronous versus asynchronous SGD": parameter
 # server [Dean, NIPS 2012], elastic averaging SGD [Zhang, NIPS 2015], Hogwild [Recht, NIPS 2011],
 # 1-bit SGD [Seide, Interspeech 2014] — "send quantized gradients around, keep residuals"); the
 # "Hardware Accelerators for Training DNNs" slides ("Asynchronous SGD", "Hogwild!", "Deep Gradient

@@ -5,7 +5,7 @@
 # synchronised batch norm (one small allreduce each way), batch-free normalisers (GroupNorm, LayerNorm)
 # and Online Normalization, which needs no batch at all.
 #
-# The seed ("Hardware Accelerators for Training Deep Neural Networks" slides, "Normalization"): batch
+# Source: Pedram & Olukotun, "Hardware Accelerators for Training Deep Neural Networks", "Normalization": batch
 # norm computes, per channel, over the mini-batch B
 #
 #     μ_B = mean_B(x),  σ²_B = mean_B((x − μ_B)²),  x̂ = (x − μ_B)/√(σ²_B + ε),  y = γ x̂ + β

@@ -7,7 +7,7 @@
 # (stage 2) and the parameters (stage 3, FSDP) over the P ranks; we measure memory and bytes sent per
 # rank against P and find the largest model that fits a per-rank budget.
 #
-# The seeds: the "Scaling Up Training" slides ("Storing Parameters": 1B parameters at fp16 = 1.86 GB;
+# Sources: the "Scaling Up Training" slides ("Storing Parameters": 1B parameters at fp16 = 1.86 GB;
 # 175B do not fit an 80 GB A100); the HOT CHIPS tutorial ("the internal state may occupy 2-6X as much
 # memory as the model itself"; activations "a major fraction of the memory"); Rajbhandari et al., "ZeRO:
 # Memory Optimizations Toward Training Trillion Parameter Models".

@@ -8,7 +8,7 @@
 # (quadratically, through the attention probabilities); train it on real text in seconds; and show why
 # the mixed-precision rule keeps softmax in FP32.
 #
-# The seeds: the "Scaling Up Training" slides (GPT-3's 175B parameters, "175B parameters @ fp16"); the
+# Sources: the "Scaling Up Training" slides (GPT-3's 175B parameters, "175B parameters @ fp16"); the
 # HOT CHIPS tutorial (language models as the reason training must scale); the NVIDIA mixed-precision
 # slides in "Hardware Accelerators for Training DNNs": FP32 math for operations f with |f(x)| ≫ |x|
 # ("Exp, Square, Log, Cross-entropy"), for reductions ("Softmax") and for "Loss, probability layers:

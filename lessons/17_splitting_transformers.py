@@ -4,8 +4,8 @@
 # **Goal.** Lesson 09 split a Linear layer and Megatron's MLP. A transformer block has more to cut, and
 # the systems that train large language models cut it three more ways:
 #
-# 1. **tensor parallelism of attention** (Megatron-LM, Shoeybi et al. 2019 — the seed *slides-ml-systems-
-#    design-scaling-up-training* lists it under "Lots More To Read"): heads are independent, so each of t
+# 1. **tensor parallelism of attention** (Megatron-LM, Shoeybi et al. 2019 — Goel's "Scaling Up Training"
+#    slides list it under "Lots More To Read"): heads are independent, so each of t
 #    ranks runs h/t of them; with the MLP split the same way, a block needs one all-reduce forward and one
 #    backward per sub-layer;
 # 2. **sequence parallelism** (Korthikanti et al. 2022): the LayerNorms and residual adds between the split
@@ -82,6 +82,7 @@ for col, name in enumerate(owner_ln):
         ax.set_title(f"{name}: {what}", fontsize=9)
         ax.set_xlabel("channel (3 per head)") if row == 1 else None
         ax.set_ylabel("token position") if col == 0 else None
+        ax.set(xticks=range(0, 12, 3), yticks=range(0, 16, 2))     # whole channels and positions
 handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(5)]
 fig.legend(handles, ["all ranks"] + [f"rank {r}" for r in range(ranks)], loc="lower center", ncol=5)
 fig.tight_layout(rect=(0, 0.06, 1, 1))

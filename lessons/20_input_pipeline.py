@@ -7,7 +7,7 @@
 # sampler, load batches in parallel worker processes, and read only the columns a model needs from a
 # columnar file.
 #
-# The seed (slides "Scaling Up Training", *Feed Data Fast*): **columnar data** — Apache Parquet on disk,
+# The slides "Scaling Up Training" (*Feed Data Fast*): **columnar data** — Apache Parquet on disk,
 # Apache Arrow in memory; **parallel workers** — multiprocessing, multithreading (Spark, HuggingFace
 # Datasets, Petastorm, TensorFlow Datasets do it for you); and a warning: "**primary memory is a
 # bottleneck!**" A loader that keeps k·q batches in flight holds k·q batches in memory.

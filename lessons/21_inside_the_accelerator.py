@@ -163,15 +163,16 @@ for label, persistent in (("RNN step H=1152, N=4, W reloaded", False),
 for name, i in points.items():
     print(f"{name:36s} I = {i:8.2f} FLOP/B  {v100.bound(1, 1 / i)}-bound on the V100 (FP32)")
 
-fig, ax = plt.subplots(figsize=(8, 4.8), constrained_layout=True)
+fig, ax = plt.subplots(figsize=(11, 5.2), constrained_layout=True)
 xs = np.logspace(-1, 4, 300)
 for name, m in DEVICES.items():
     ax.loglog(xs, [m.attainable(x) for x in xs], lw=1.2, label=name)
 for (name, i), marker in zip(points.items(), "os^vDP"):
-    ax.loglog(i, v100.attainable(i), marker, color="k", ms=6, mfc="none", label=f"{name} (on V100 FP32)")
+    ax.loglog(i, v100.attainable(i), marker, color="k", ms=7, mfc="none", label=name)
 ax.set(xlabel="arithmetic intensity (FLOPs per byte of memory traffic)", ylabel="attainable FLOP/s",
        title="the slides' devices; the course's layers on the V100 (FP32) roof")
-ax.legend(fontsize=6.5, ncols=2, loc="lower right")
+ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), title="devices; layers on V100 (FP32)",
+          title_fontsize=9)
 save_figure(fig, "21_rooflines.png", dpi=90)
 plt.close(fig)
 

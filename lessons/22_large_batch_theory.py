@@ -5,10 +5,10 @@
 # a mini-batch gradient falls as 1/B, so past some batch size a bigger batch buys little (the gradient
 # noise scale, McCandlish et al. 2018); a bigger batch can replace a smaller learning rate (Smith et al.
 # 2018); and LAMB gives Adam LARS's layer-wise trust ratio (You et al. 2019). We also recompute two
-# examples from the seeds and the arithmetic behind their headline numbers.
+# examples from the lecture material and the arithmetic behind their headline numbers.
 #
-# The seeds: "Recall (1/n variance reduction)" and "Is a variance reduction helpful?" (slides "AI systems:
-# distributed DL, part 2"); "Don't Decay the Learning Rate, Increase the Batch Size" and the convex
+# Sources: "Recall (1/n variance reduction)" and "Is a variance reduction helpful?" (slides "Distributed Deep
+# Learning (Part II)"); "Don't Decay the Learning Rate, Increase the Batch Size" and the convex
 # generalisation example (slides "hardware accelerators for training DNNs"); "some amount of data
 # parallelism is optimum ... generally we run at 512–2048 samples" (the Catanzaro talk); "Training BERT
 # in 76 minutes" (LAMB, cited in the part 2 slides).
@@ -33,7 +33,7 @@ DATA = load_digits()
 N = len(DATA.y_train)
 
 # %% [markdown]
-# ## 1. The seed's convex example, recomputed
+# ## 1. The "Hardware Accelerators" convex example, recomputed
 #
 # Train loss (w − 1)², test loss (w − 0.98)², w₀ = 0, gradient descent with λ = 0.1 for 10 steps; the
 # slide reports w = 0.995, training loss 0.000025, test loss 0.000225. One step is

@@ -76,17 +76,31 @@ def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
 
 
 def cmd_book(args) -> int:
+    from minidist.book import check_output, lessons
+
+    try:                                  # bad input refused before anything runs or is written
+        paths = lessons(only=args.only)
+        check_output(args.out, ["index.html", *(f"{p.stem}.html" for p in paths)])
+    except ValueError as err:
+        print(f"python -m minidist book: error: {err}", file=sys.stderr)
+        return 2
     try:
         import jupytext  # noqa: F401  (the [notebook] extra)
+        import latex2mathml  # noqa: F401
         import nbclient  # noqa: F401
         import nbconvert  # noqa: F401
+        import tqdm  # noqa: F401
 
-        from minidist.book import build_book
+        from minidist.book import LessonFailed, build_book
     except ImportError as err:
         print(f"book needs the notebook extra ({err.name} is missing): pip install -e \".[notebook]\"",
               file=sys.stderr)
         return 2
-    pages = build_book(args.out, only=args.only)
+    try:
+        pages = build_book(args.out, only=args.only)
+    except LessonFailed as failed:
+        print(f"python -m minidist book: {failed}", file=sys.stderr)
+        return 1
     print(f"{len(pages)} lesson pages and index.html written to {args.out}")
     return 0
 

@@ -93,3 +93,18 @@ def one_blas_thread():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips summed up by reason, one line each ("38 skipped: could not import 'torch'"): pyproject's
+    `-rfE` lists failures and errors one by one, but forty skips for one missing oracle say one thing."""
+    from collections import Counter
+
+    reasons = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.write_sep("=", "skips by reason")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count} skipped: {reason}")

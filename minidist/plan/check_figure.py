@@ -1,7 +1,8 @@
-"""The figure of the planner's check: predicted against measured step time and peak memory, per rank.
+"""The figure of the planner's check: predicted against run step time and peak memory, per rank.
 
 ``points`` maps each layout (``check.GridLayout``) to its ranks' (predicted seconds, measured seconds,
-predicted peak bytes, measured peak bytes). Log axes, so the small ranks' kilobytes are seen too; a
+predicted peak bytes, measured peak bytes), "measured" on the simulated cluster: its clock's step time
+and its memory ledger's peak, not a wall clock. Log axes, so the small ranks' kilobytes are seen too; a
 marker's shape is the schedule, filled when the layout has a context group, with a black dot inside when
 it has an expert group (a Switch model); on the gray diagonal the prediction is exact.
 """
@@ -29,14 +30,15 @@ def plot_check(points: dict) -> plt.Figure:
         if lay.expert > 1:                                            # a dot inside: a Switch model
             axes[0].scatter(pts[:, 0] * 1e6, pts[:, 1] * 1e6, marker=".", s=6, color="black")
             axes[1].scatter(pts[:, 2] / 1e3, pts[:, 3] / 1e3, marker=".", s=6, color="black")
-    panels = ((axes[0], "µs", "step time", 1, (70, 100, 200, 400, 700)),
-              (axes[1], "kB", "peak memory per rank", 3, (2, 5, 10, 20, 50, 100, 200)))
-    for ax, unit, what, col, ticks in panels:
+    panels = ((axes[0], "µs", "step time per rank", "the run's simulated clock", 1, (70, 100, 200, 400, 700)),
+              (axes[1], "kB", "peak memory per rank", "the run's memory ledger", 3,
+               (2, 5, 10, 20, 50, 100, 200)))
+    for ax, unit, what, run, col, ticks in panels:
         values = np.array([v[col] for pts in points.values() for v in pts]) * (1e6 if col == 1 else 1e-3)
         lo, hi = values.min() / 1.2, values.max() * 1.2          # log axes: the small ranks' kB are seen too
         ax.plot([lo, hi], [lo, hi], color="gray", lw=1, zorder=0)
         ax.set(xlim=(lo, hi), ylim=(lo, hi), xscale="log", yscale="log", xlabel=f"predicted ({unit})",
-               ylabel=f"measured on the cluster ({unit})", title=f"{what}: prediction vs run, per rank")
+               ylabel=f"{run} ({unit})", title=f"{what}: predicted vs simulated run")
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_locator(plt.FixedLocator(ticks))
             axis.set_major_formatter(plt.FixedFormatter([str(t) for t in ticks]))
