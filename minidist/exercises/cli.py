@@ -13,7 +13,7 @@ from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
 from .isolation import check_each_alone
 from .markers import MarkerError, all_regions, read_registry
-from .report import format_markdown, format_text, write_csv
+from .report import check_outputs, format_markdown, format_text, student_names, write_csv, write_output
 from .student_copy import STUDENT_STAMP, make_student_copy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -85,26 +85,45 @@ def cmd_make(args) -> int:
     return 0
 
 
+def grade_outputs(args, names: list[str]) -> list[Path]:
+    """The files ``--out`` and ``--csv`` will write, checked before any grading (report.check_outputs):
+    ValueError if one cannot be written or would replace a file the grader did not write."""
+    paths = []
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out} is a file: give a folder for the NAME.md and NAME.json files")
+        if any(p.exists() and not p.is_dir() for p in out.parents):
+            raise ValueError(f"--out {out}: a file stands where a folder of its path should be")
+        if out.is_dir():                        # a new folder holds nothing to overwrite
+            paths += [out / f"{name}.{ext}" for name in names for ext in ("md", "json")]
+    if args.csv:
+        paths.append(Path(args.csv))
+    check_outputs(paths)
+    return paths
+
+
 def cmd_grade(args) -> int:
     def echo(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    submissions = [Path(s) for s in args.submissions]
+    names = student_names(submissions)
     try:
-        reports = grade_class([Path(s) for s in args.submissions], args.root, exercises=_ids(args.only),
+        grade_outputs(args, names)
+        reports = grade_class(submissions, args.root, exercises=_ids(args.only),
                               hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
                               limit=args.limit, jobs=args.jobs, integration=args.integration, echo=echo)
     except ValueError as err:
         print(f"exercises grade: {err}", file=sys.stderr)
         return 2
-    for report in reports:
-        name = Path(report.submission).name
-        if args.out:
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"{name}.md").write_text(format_markdown(report))
-            (out / f"{name}.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        for name, report in zip(names, reports, strict=True):
+            write_output(Path(args.out) / f"{name}.md", format_markdown(report))
+            write_output(Path(args.out) / f"{name}.json", json.dumps(report.as_dict(), indent=1) + "\n")
     if args.csv:
-        write_csv(reports, Path(args.csv))
+        write_csv(reports, Path(args.csv), names)
         print(f"scores written to {args.csv}", file=sys.stderr)
     if args.json:
         data = [r.as_dict() for r in reports]

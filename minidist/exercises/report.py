@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
+import json
 from pathlib import Path
 
 from .grade import SubmissionReport
@@ -82,17 +85,70 @@ def format_markdown(report: SubmissionReport) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def write_csv(reports: list[SubmissionReport], path: Path) -> None:
+def student_names(submissions: list[Path]) -> list[str]:
+    """A distinct name per submission: its folder's name, or with its parent's (a/alice, b/alice ->
+    a-alice, b-alice), or numbered if even that repeats."""
+    paths = [Path(s) for s in submissions]
+    names = [p.name for p in paths]
+    names = [f"{p.parent.name}-{p.name}" if names.count(p.name) > 1 else p.name for p in paths]
+    return [f"{n}-{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+
+
+OUTPUTS_RECORD = ".minidist-grade-outputs.json"   # {file name: sha256} of what grading wrote in a folder
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _written(folder: Path) -> dict[str, str]:
+    record = folder / OUTPUTS_RECORD
+    try:
+        return json.loads(record.read_text()) if record.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def check_outputs(paths: list[Path]) -> None:
+    """Before grading: each output's folder exists, and no output would replace a file the grader did not
+    write (a file is the grader's if the folder's record holds it with its current content). ValueError
+    naming the path otherwise."""
+    for path in map(Path, paths):
+        if not path.parent.is_dir():
+            raise ValueError(f"cannot write {path}: the folder {path.parent} does not exist")
+        if path.is_dir():
+            raise ValueError(f"cannot write {path}: it is a folder")
+        if path.exists() and _written(path.parent).get(path.name) != _digest(path):
+            raise ValueError(f"{path} exists and was not written by the grader: refusing to overwrite it "
+                             f"(move it, or choose another --out / --csv)")
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write a grading output and record it as the grader's (so a later grade may replace it)."""
+    path = Path(path)
+    path.write_text(text)
+    record = _written(path.parent)
+    record[path.name] = _digest(path)
+    (path.parent / OUTPUTS_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def csv_text(reports: list[SubmissionReport], names: list[str] | None = None) -> str:
     """One row per submission: status, time, overall score, each exercise's score, totals."""
     ids = sorted({r.exercise for rep in reports for r in rep.exercises})
-    with open(path, "w", newline="") as f:
+    names = names or student_names([Path(rep.submission) for rep in reports])
+    with io.StringIO(newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["student", "status", "seconds", "score", *ids, "own_passed", "own_run", "skipped",
                          "hung_or_crashed", "integration_passed", "integration_run"])
-        for rep in reports:
+        for name, rep in zip(names, reports, strict=True):
             by_id = {r.exercise: r for r in rep.exercises}
-            writer.writerow([Path(rep.submission).name, rep.status, rep.seconds, rep.total_score,
+            writer.writerow([name, rep.status, rep.seconds, rep.total_score,
                              *[by_id[i].score if i in by_id else "" for i in ids],
                              sum(r.passed for r in rep.exercises), sum(r.total for r in rep.exercises),
                              sum(r.skipped for r in rep.exercises), len(rep.incidents),
                              sum(g.passed for g in rep.integration), sum(g.total for g in rep.integration)])
+        return f.getvalue()
+
+
+def write_csv(reports: list[SubmissionReport], path: Path, names: list[str] | None = None) -> None:
+    write_output(path, csv_text(reports, names))
