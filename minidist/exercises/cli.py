@@ -103,20 +103,50 @@ def grade_outputs(args, names: list[str]) -> list[Path]:
     return paths
 
 
-def cmd_grade(args) -> int:
-    def echo(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+class Progress:
+    """A bar of the grading sessions done (tqdm, on stderr) while stdout is a terminal; the lines per
+    student are printed above it, or alone when there is no bar (a log, a pipe, CI)."""
 
+    def __init__(self):
+        self.bar = None
+        if sys.stdout.isatty():
+            try:
+                from tqdm import tqdm  # the [test] extra, which grading needs in any case
+                self.bar = tqdm(total=0, unit="session", desc="grading", file=sys.stderr, leave=False)
+            except ImportError:
+                pass
+
+    def echo(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_grade(args) -> int:
     submissions = [Path(s) for s in args.submissions]
     names = student_names(submissions)
+    progress = Progress()
     try:
         grade_outputs(args, names)
         reports = grade_class(submissions, args.root, exercises=_ids(args.only),
                               hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
-                              limit=args.limit, jobs=args.jobs, integration=args.integration, echo=echo)
+                              limit=args.limit, jobs=args.jobs, integration=args.integration,
+                              echo=progress.echo, progress=progress.update)
     except ValueError as err:
         print(f"exercises grade: {err}", file=sys.stderr)
         return 2
+    finally:
+        progress.close()
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         for name, report in zip(names, reports, strict=True):

@@ -97,7 +97,8 @@ def make_student_copy(root: Path, dest: Path, only: list[str] | None = None,
     original = readme.read_text() if readme.exists() else "# minidist\n"
     readme.write_text(student_readme(original, read_registry(root), regions, cut))
     init = dest / "minidist" / "__init__.py"
-    init.write_text(init.read_text() + LESSON_HOOK)
+    if (dest / "minidist" / "exercises" / "unsolved.py").exists():    # (a toy course may have none)
+        init.write_text(init.read_text() + LESSON_HOOK)
     (dest / STUDENT_STAMP).write_text(json.dumps({"cut": cut}, indent=1) + "\n")
     return cut
 
