@@ -75,6 +75,8 @@ def short_message(report) -> str:
         errors = [line for line in lines if line.startswith("E ")]
         text = (errors or lines or [""])[-1]
     text = RAW_BYTES.sub("<raw bytes>", " ".join(text.split()))
+    if text.rstrip(":") in ("AssertionError", "assert"):       # `raise AssertionError()`, `assert x` bare
+        text = "AssertionError with no message (see the test's source for what it checks)"
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
 
 

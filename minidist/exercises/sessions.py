@@ -122,10 +122,10 @@ def run_session(base_cmd: list[str], paths: list[str], cwd: Path, env: dict[str,
                 stop_reason = stopped
             break
         if len(incidents) >= max_incidents:
-            stop_reason = f"not run: {len(incidents)} tests of this exercise hung or crashed before it"
+            stop_reason = f"{len(incidents)} tests of this exercise hung or crashed before it"
             break
         if time.monotonic() - start >= limit:
-            stop_reason = f"not run: the exercise's time limit ({limit:.0f} s) was reached"
+            stop_reason = f"the exercise's time limit ({limit:.0f} s) was reached"
             break
         args, attempt = left, attempt + 1
     tests = []
