@@ -89,8 +89,9 @@ def grade_class(submissions: list[Path], root: Path, exercises: list[str] | None
                 if echo and len(submissions) == 1 and job.exercise:
                     echo(_exercise_line(job.exercise, out))
                 if len(results[job.submission]) == len(keys):
-                    seconds = sum(r[3] for r in results[job.submission].values())
-                    report = assemble(job.submission, ids, results[job.submission], seconds, jobs)
+                    done_jobs = results[job.submission]
+                    seconds = sum(r[3] for r in done_jobs.values())
+                    report = assemble(job.submission, ids, done_jobs, seconds, jobs, ref.promises)
                     reports[job.submission] = report
                     if echo:
                         left = (time.monotonic() - start) * (len(waiting) - done) / done

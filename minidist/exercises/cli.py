@@ -11,7 +11,7 @@ from minidist.checks import count_option, seconds_option
 from .catalog import locations, render_markdown
 from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
-from .isolation import check_each_alone
+from .isolation import check_each_alone, own_tests
 from .markers import MarkerError, all_regions, read_registry
 from .report import check_outputs, format_markdown, format_text, student_names, write_csv, write_output
 from .student_copy import STUDENT_STAMP, make_student_copy
@@ -25,7 +25,7 @@ to {what} here ({why}). Instructors run `exercises {verb}` in the reference repo
 work: `python -m pytest --exercise NAME` (one exercise; lessons/EXERCISES.md lists them) or
 `python -m pytest` (everything: what is left fails)."""
 WHAT = {"make": "cut", "grade": "grade against", "check": "check", "map": "map", "standins": "replace",
-        "list": "list"}
+        "mutants": "mutate", "list": "list"}
 
 
 def _reference_only(func):
@@ -76,6 +76,12 @@ def cmd_list(args) -> int:
         print(f"{ex_id:28s} {own.get(ex_id, 0):3d} own tests, {shared.get(ex_id, 0):3d} integration  "
               f"{ex.lesson:28s} {locations(regions, ex_id)}")
         print(f"{'':28s} {ex.statement}")
+    mapping = load_map(args.root)
+    alone = sum(own_exercise(ids) is not None for ids in mapping.values())
+    own_left = sum(len(tests) for tests in own_tests(args.root).values())
+    print(f"tests/exercise_map.json: {len(mapping)} tests reach an exercise: {alone} reach one "
+          f"({alone - own_left} of them pass on a stand-in and are left out: {own_left} own tests), "
+          f"{len(mapping) - alone} integration")
     return 0
 
 
@@ -188,6 +194,20 @@ def cmd_standins(args) -> int:
     return 1 if found else 0
 
 
+def cmd_mutants(args) -> int:
+    from .mutants import MAX_SCORE, grade_mutants
+
+    try:
+        results = grade_mutants(args.root, _ids(args.only), jobs=args.jobs)
+    except ValueError as err:
+        print(f"exercises mutants: {err}", file=sys.stderr)
+        return 2
+    bad = [m for m, r in results if r.score > MAX_SCORE or not r.total]
+    print(f"{len(results) - len(bad)}/{len(results)} mutants score at most {MAX_SCORE:.0%} of their exercise"
+          + (f"; too high: {', '.join(f'{m.exercise} ({m.kind})' for m in bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
 def cmd_map(args) -> int:
     from .standins import STANDINS_PATH, grade_standins, write_standin_tests
 
@@ -237,6 +257,11 @@ def add_parser(sub) -> None:
     mp = verbs.add_parser("map", help="re-measure which tests reach which exercise "
                                       "(and which pass on stand-ins)")
     mp.set_defaults(func=_reference_only(cmd_map))
+    mu = verbs.add_parser("mutants", help="CI: wrong non-trivial solutions score at most 50%% of their "
+                                          "exercise")
+    mu.add_argument("--only", action="append", metavar="ID", help="only these exercises' mutants")
+    mu.add_argument("--jobs", type=count_option(1), default=2, help="sessions at a time (default 2)")
+    mu.set_defaults(func=_reference_only(cmd_mutants))
     st = verbs.add_parser("standins", help="CI: trivially wrong solutions score at most 10%% of own tests")
     st.add_argument("--write", action="store_true",
                     help="measure anew and record the tests that pass on a stand-in "

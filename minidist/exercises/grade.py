@@ -17,13 +17,14 @@ Hidden tests are ordinary pytest files that carry ``@pytest.mark.exercise("<id>"
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .exercise_map import load_map, own_exercise
-from .markers import Region, all_regions, function_spans
+from .exercise_map import UNMAPPED_PREFIXES, load_map, own_exercise
+from .markers import Region, all_regions, function_spans, read_registry
 from .results import ExerciseResult, IntegrationResult, TestResult, environment, score_exercises
 from .sessions import grading_env, pytest_command, run_session
 from .student_copy import write_cut_files
@@ -75,16 +76,28 @@ class Reference:
     regions: list[Region]
     files: list[Path]                   # the files a grading tree copies (relative to root)
     test_map: dict[str, list[str]]      # tests/exercise_map.json
+    promises: dict[str, dict[str, float]]   # {exercise: {promise: weight}} (registry.py)
+    marked: dict[str, list[str]]            # {exercise: test files new to the map that mark it}
 
     @classmethod
     def read(cls, root: Path) -> Reference:
         root = Path(root).resolve()
         files = [f for f in repository_files(root) if not f.as_posix().startswith(NOT_GRADED)]
-        return cls(root, all_regions(root), files, load_map(root))
+        promises = {ex.id: dict(ex.promises) for ex in read_registry(root).values()}
+        test_map, marked = load_map(root), {}
+        mapped = {test.split("::")[0] for test in test_map}
+        for name in (rel.as_posix() for rel in files):
+            if name.startswith("tests/") and name.endswith(".py") and name not in mapped \
+                    and not name.startswith(UNMAPPED_PREFIXES):
+                for ex in set(MARK.findall((root / name).read_text())):
+                    marked.setdefault(ex, []).append(name)
+        return cls(root, all_regions(root), files, test_map, promises, marked)
 
     def own_test_files(self, exercise: str) -> list[str]:
-        """The test files that hold the exercise's own tests."""
-        return sorted({t.split("::")[0] for t, ids in self.test_map.items() if own_exercise(ids) == exercise})
+        """The test files that hold the exercise's own tests: those the map says, and new files (not yet in
+        the map) that mark a test with it by hand."""
+        mapped = {t.split("::")[0] for t, ids in self.test_map.items() if own_exercise(ids) == exercise}
+        return sorted(mapped | set(self.marked.get(exercise, ())))
 
     def integration_files(self, graded: list[str]) -> list[str]:
         return sorted({t.split("::")[0] for t, ids in self.test_map.items()
@@ -92,6 +105,7 @@ class Reference:
 
 
 NOT_GRADED = ("figures/", "benchmarks/")     # no test reads them: grading trees leave them out
+MARK = re.compile(r"""mark\.exercise\(\s*["'](\w+)["']""")          # a test marked by hand
 
 
 def build_grading_tree(submission: Path, ref: Reference, tree: Path, exercises: list[str]) -> dict[str, str]:
@@ -187,8 +201,8 @@ def run_job(job: Job, ref: Reference, work: Path, hidden: Path | None, timeout: 
     return outcome.tests, errors, outcome.error, outcome.seconds
 
 
-def assemble(submission: Path, graded: list[str], done: dict, seconds: float, workers: int
-             ) -> SubmissionReport:
+def assemble(submission: Path, graded: list[str], done: dict, seconds: float, workers: int,
+             promises: dict[str, dict[str, float]] | None = None) -> SubmissionReport:
     """The report of one submission from its jobs' results ({exercise or None: run_job's tuple})."""
     scored, integration, incidents, logs = [], [], [], []
     for ex in graded:
@@ -196,7 +210,7 @@ def assemble(submission: Path, graded: list[str], done: dict, seconds: float, wo
         if error and not tests:
             errors = dict(errors, **{ex: errors.get(ex) or "pytest could not collect the tests (see below)"})
             logs.append(f"{ex}:\n{error}")
-        [result], _ = score_exercises(tests, [ex], errors)
+        [result], _ = score_exercises(tests, [ex], errors, promises)
         result.seconds = round(secs, 1)
         scored.append(result)
     if None in done:

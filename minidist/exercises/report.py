@@ -96,7 +96,9 @@ def format_markdown(report: SubmissionReport) -> str:
         out += ["", "| exercise | passed | score | first failure (run `python -m pytest --exercise ID`) |",
                 "|---|---|---|---|"]
         for r in rest:
+            broken = [name for name, (_p, run, _w, kept) in r.promises.items() if run and not kept]
             why = (f"code not taken: {r.error}" if r.error else "") or _first_failure(r)
+            why = f"promise broken: {', '.join(broken)}. {why}" if broken else why
             out.append(f"| `{r.exercise}` | {r.passed}/{r.total} | {r.score:.2f} | {why.replace('|', '/')} |")
     for i in report.incidents[:3]:
         out.append(f"- {i['outcome']} in `{i['exercise']}`: `{i['test'].split('::', 1)[-1]}`")
