@@ -53,3 +53,18 @@ def test_every_mutant_applies_once_to_an_exercise_that_weighs_its_promises(tmp_p
     for i, mutant in enumerate(MUTANTS):
         write_mutant(ROOT, tmp_path / str(i), mutant)
         assert (tmp_path / str(i) / mutant.path).read_text() != (ROOT / mutant.path).read_text()
+
+
+def test_the_feedback_names_the_broken_promise():
+    from minidist.exercises.grade import SubmissionReport
+    from minidist.exercises.report import format_markdown, format_text
+    from minidist.exercises.results import environment
+
+    tests = outcomes({"values": ["passed"], "traffic": ["failed"]})
+    tests[1].message = "AssertionError: rank 0 sent 96 bytes, the ring sends 48"
+    [result], _ = score_exercises(tests, ["ring_allreduce"], {}, {"ring_allreduce": WEIGHTS})
+    report = SubmissionReport("ada", "graded", 1.0, environment(2), [result])
+    row = ("| `ring_allreduce` | 1/2 | 0.50 | promise broken: traffic. `traffic_0` failed: "
+           "AssertionError: rank 0")
+    assert row in format_markdown(report)
+    assert "(promise broken: traffic)" in format_text(report)

@@ -23,7 +23,8 @@ def format_text(report: SubmissionReport) -> str:
            f"environment: {environment_line(report.environment)}",
            f"{'exercise':28s} {'own tests':>9s} {'skipped':>8s}  score"]
     for r in report.exercises:
-        note = f"  ({r.error})" if r.error else ""
+        broken = ", ".join(r.broken_promises())
+        note = f"  ({r.error})" if r.error else (f"  (promise broken: {broken})" if broken else "")
         out.append(f"{r.exercise:28s} {r.passed:4d}/{r.total:<4d} {r.skipped:8d}  {r.score:.2f}{note}")
     if report.integration:
         out.append("integration tests (reach several exercises; not in the scores):")
@@ -96,9 +97,8 @@ def format_markdown(report: SubmissionReport) -> str:
         out += ["", "| exercise | passed | score | first failure (run `python -m pytest --exercise ID`) |",
                 "|---|---|---|---|"]
         for r in rest:
-            broken = [name for name, (_p, run, _w, kept) in r.promises.items() if run and not kept]
             why = (f"code not taken: {r.error}" if r.error else "") or _first_failure(r)
-            why = f"promise broken: {', '.join(broken)}. {why}" if broken else why
+            why = f"promise broken: {', '.join(r.broken_promises())}. {why}" if r.broken_promises() else why
             out.append(f"| `{r.exercise}` | {r.passed}/{r.total} | {r.score:.2f} | {why.replace('|', '/')} |")
     for i in report.incidents[:3]:
         out.append(f"- {i['outcome']} in `{i['exercise']}`: `{i['test'].split('::', 1)[-1]}`")

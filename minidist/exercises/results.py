@@ -45,6 +45,10 @@ class ExerciseResult:
     seconds: float = 0.0
     promises: dict[str, list] = field(default_factory=dict)   # {promise: [passed, run, weight, kept]}
 
+    def broken_promises(self) -> list[str]:
+        """The promises some test of which ran and failed (each lost its share of the score)."""
+        return [name for name, (_passed, run, _weight, kept) in self.promises.items() if run and not kept]
+
 
 @dataclass
 class IntegrationResult:
