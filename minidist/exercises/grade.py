@@ -28,7 +28,7 @@ from .markers import Region, all_regions, function_spans, read_registry
 from .results import ExerciseResult, IntegrationResult, TestResult, environment, score_exercises
 from .sessions import grading_env, pytest_command, run_session
 from .student_copy import write_cut_files
-from .tree import copy_tree, repository_files
+from .tree import copy_tree, repository_files, rewrite_regions, solution_lines
 
 PLUGIN = "_minidist_grade_report"
 
@@ -78,6 +78,7 @@ class Reference:
     test_map: dict[str, list[str]]      # tests/exercise_map.json
     promises: dict[str, dict[str, float]]   # {exercise: {promise: weight}} (registry.py)
     marked: dict[str, list[str]]            # {exercise: test files new to the map that mark it}
+    solved: dict[str, str]                  # {file with regions: its text with every region solved}
 
     @classmethod
     def read(cls, root: Path) -> Reference:
@@ -91,7 +92,11 @@ class Reference:
                     and not name.startswith(UNMAPPED_PREFIXES):
                 for ex in set(MARK.findall((root / name).read_text())):
                     marked.setdefault(ex, []).append(name)
-        return cls(root, all_regions(root), files, test_map, promises, marked)
+        regions, solved = all_regions(root), {}
+        for path in {r.path for r in regions}:      # what most files of a grading tree hold: done once
+            mine = [r for r in regions if r.path == path]
+            solved[path] = rewrite_regions((root / path).read_text(), mine, solution_lines)
+        return cls(root, regions, files, test_map, promises, marked, solved)
 
     def own_test_files(self, exercise: str) -> list[str]:
         """The test files that hold the exercise's own tests: those the map says, and new files (not yet in
@@ -112,8 +117,11 @@ def build_grading_tree(submission: Path, ref: Reference, tree: Path, exercises: 
     """The reference at ``tree`` with the graded exercises' functions taken from the submission.
 
     Returns {exercise: why its code could not be taken} for the exercises left cut."""
-    regions = ref.regions
+    graded_files = {r.path for r in ref.regions if r.exercise in exercises}
+    regions = [r for r in ref.regions if r.path in graded_files]
     copy_tree(ref.root, tree, files=ref.files)
+    for path in set(ref.solved) - graded_files:
+        (tree / path).write_text(ref.solved[path])
     write_cut_files(ref.root, tree, regions, exercises)
     errors: dict[str, str] = {}
     for path in sorted({r.path for r in regions if r.exercise in exercises}):
