@@ -157,3 +157,28 @@ def test_grade_outputs_get_distinct_names_and_replace_only_the_grader_s_files(tm
     with pytest.raises(ValueError, match="was not written by the grader"):
         check_outputs([out / "bob.md"])
     assert cli.main(args) == 2 and (out / "bob.md").read_text() == "edited by hand"
+
+
+def test_the_grading_bar_is_quiet_when_stdout_is_not_a_terminal(capsys, monkeypatch):
+    from minidist.exercises.cli import Progress
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    progress = Progress()
+    assert progress.bar is None
+    progress.update(3, 10)
+    progress.echo("[1/2] ada: graded, score 1.00")
+    progress.close()
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "[1/2] ada: graded, score 1.00\n"
+
+
+def test_on_a_terminal_the_bar_counts_the_sessions(monkeypatch):
+    pytest.importorskip("tqdm")
+    from minidist.exercises.cli import Progress
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    progress = Progress()
+    progress.update(0, 12)
+    progress.update(5, 12)
+    assert (progress.bar.n, progress.bar.total) == (5, 12)
+    progress.close()
