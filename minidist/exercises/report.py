@@ -78,7 +78,8 @@ def format_markdown(report: SubmissionReport) -> str:
     name = Path(report.submission).name
     out = [f"# Grade: {name}", "",
            f"Status: {report.status} in {report.seconds:.0f} s. Overall score: **{report.total_score:.2f}** "
-           f"(the mean of the exercises' scores; each exercise is scored by the tests that reach only it).",
+           f"(the mean of the exercises' scores; each exercise is scored by the tests that reach only it, by "
+           f"promise where its statement makes several).",
            f"Graded with {environment_line(report.environment)}."]
     if skip := _skip_line(report):
         out.append(skip)
@@ -87,7 +88,8 @@ def format_markdown(report: SubmissionReport) -> str:
                 and all(CUT in f["message"] for f in r.failing)]
     rest = [r for r in report.exercises if r.exercise not in full and r.exercise not in unsolved]
     rest.sort(key=lambda r: (not (r.error or _first_failure(r)), r.score))      # real failures first
-    out.append("")
+    if full or unsolved:
+        out.append("")
     if full:
         out.append(f"Full marks ({len(full)}): {_ids(full)}.")
     if unsolved:
