@@ -129,5 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     return args.func(args)
 
 
+def run_cli() -> int:
+    """main(), quiet when the reader of stdout goes away (``exercises list | head``): no BrokenPipeError
+    traceback, as the Python documentation advises (stdout pointed at devnull before the exit flushes it)."""
+    try:
+        status = main()
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli())

@@ -1,7 +1,8 @@
 """This process's place in an MPI job, read from the launcher's environment (MPI itself is not imported).
 
 Under ``mpiexec -n P`` every process runs the whole script, so without care a lesson prints everything P
-times and P processes write the same figures. ``setup()`` (called when minidist is imported) makes
+times and P processes write the same figures. ``setup()`` (called when minidist.cluster, where the
+backend is chosen, is imported) makes
 rank 0 the only one that prints to stdout — the others write to os.devnull unless MINIDIST_ALL_RANKS_PRINT=1
 — and ``is_quiet_rank()`` tells ``minidist.plots`` not to write figures elsewhere. stderr is never silenced:
 an error on any rank is shown.

@@ -12,6 +12,7 @@ from minidist.checks import count_option, seconds_option
 from minidist.exercises import grade_class
 from minidist.exercises.isolation import check_each_alone
 from minidist.exercises.standins import grade_standins
+from tests.test_exercises_grading import MADE_BY_THE_TOOLING
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,3 +90,95 @@ def test_plan_refuses_a_table_of_no_rows(bad, capsys):
                   "--devices", "4", f"--top={bad}"])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().endswith(f"argument --top: expected an integer >= 1, got {bad!r}")
+
+
+def test_a_listing_cut_short_by_its_reader_ends_quietly():
+    """``exercises list | head``: the reader goes away before the listing is written; no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "minidist", "exercises", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc.stdout.close()                       # before the command has written anything
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def _grade_must_not_run(*args, **kwargs):
+    raise AssertionError("grading started before the outputs were checked")
+
+
+@pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student or instrumented copy does not grade at all")
+@pytest.mark.parametrize("case", ["user file in --out", "--out is a file", "--csv in a missing folder"])
+def test_grade_checks_its_outputs_before_grading(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("minidist.exercises.cli.grade_class", _grade_must_not_run)
+    student = tmp_path / "alice"
+    out = tmp_path / "feedback"
+    if case == "user file in --out":
+        out.mkdir()
+        (out / "alice.md").write_text("my own notes")
+        options = ["--out", str(out)]
+    elif case == "--out is a file":
+        out.write_text("a file")
+        options = ["--out", str(out)]
+    else:
+        options = ["--csv", str(tmp_path / "missing" / "scores.csv")]
+    assert cli.main(["exercises", "grade", str(student), *options]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("exercises grade: "), err
+    if case == "user file in --out":
+        assert (out / "alice.md").read_text() == "my own notes"
+
+
+@pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student or instrumented copy does not grade at all")
+def test_grade_outputs_get_distinct_names_and_replace_only_the_grader_s_files(tmp_path, monkeypatch):
+    from minidist.exercises.grade import SubmissionReport
+    from minidist.exercises.report import check_outputs, student_names
+    from minidist.exercises.results import environment
+
+    subs = [tmp_path / "a" / "alice", tmp_path / "b" / "alice", tmp_path / "bob"]
+    assert student_names(subs) == ["a-alice", "b-alice", "bob"]
+    assert student_names([tmp_path / "a" / "x", tmp_path / "b" / "a" / "x"]) == ["a-x-1", "a-x-2"]
+
+    def fake_grade(submissions, root, **kwargs):
+        return [SubmissionReport(str(s), "graded", 1.0, environment(1), []) for s in submissions]
+
+    monkeypatch.setattr("minidist.exercises.cli.grade_class", fake_grade)
+    out, scores = tmp_path / "fb", tmp_path / "scores.csv"
+    args = ["exercises", "grade", *map(str, subs), "--out", str(out), "--csv", str(scores)]
+    assert cli.main(args) == 0
+    assert sorted(p.name for p in out.glob("*.md")) == ["a-alice.md", "b-alice.md", "bob.md"]
+    rows = scores.read_text().splitlines()[1:]
+    assert [row.split(",")[0] for row in rows] == ["a-alice", "b-alice", "bob"]
+    assert cli.main(args) == 0                                   # its own files: replaced
+    (out / "bob.md").write_text("edited by hand")
+    with pytest.raises(ValueError, match="was not written by the grader"):
+        check_outputs([out / "bob.md"])
+    assert cli.main(args) == 2 and (out / "bob.md").read_text() == "edited by hand"
+
+
+def test_the_grading_bar_is_quiet_when_stdout_is_not_a_terminal(capsys, monkeypatch):
+    from minidist.exercises.cli import Progress
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    progress = Progress()
+    assert progress.bar is None
+    progress.update(3, 10)
+    progress.echo("[1/2] ada: graded, score 1.00")
+    progress.close()
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "[1/2] ada: graded, score 1.00\n"
+
+
+def test_on_a_terminal_the_bar_counts_the_sessions(monkeypatch):
+    pytest.importorskip("tqdm")
+    from minidist.exercises.cli import Progress
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    progress = Progress()
+    progress.update(0, 12)
+    progress.update(5, 12)
+    assert (progress.bar.n, progress.bar.total) == (5, 12)
+    progress.close()

@@ -5,8 +5,9 @@ after student, so the machine's cores stay busy across students and the grades a
 that two submissions share for an exercise (an exercise left as published, a solution handed out) is
 graded once: same code, same tests, same derandomized examples give the same result. When a student's
 last session ends, a line says their score, what hung or crashed, and how long the class has left (the
-mean time per student so far times the students left). A report's seconds are the sum of its
-exercises' sessions (shared ones included).
+time so far per finished session times the sessions left). The reference is read once (Reference) and
+each submission's files once (the keys that let students share a session). A report's seconds are the
+sum of its exercises' sessions (shared ones included).
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from pathlib import Path
 
 from minidist.checks import check_count, check_real
 
-from .grade import Job, SubmissionReport, assemble, check_submission, graded_ids, run_job, student_code
+from .exercise_map import own_exercise
+from .grade import (
+    Job,
+    Reference,
+    SubmissionReport,
+    assemble,
+    check_submission,
+    graded_ids,
+    run_job,
+    student_keys,
+)
+from .report import student_names
 from .results import ExerciseResult
 
 
@@ -29,54 +41,65 @@ def _clock(seconds: float) -> str:
 
 def grade_class(submissions: list[Path], root: Path, exercises: list[str] | None = None,
                 hidden: Path | None = None, timeout: float = 30.0, limit: float = 300.0, jobs: int = 2,
-                integration: bool = False, echo=None) -> list[SubmissionReport]:
+                integration: bool = False, echo=None, progress=None) -> list[SubmissionReport]:
     """Grade every submission against the reference at ``root``; reports in the submissions' order.
 
     exercises: the ids to grade (default: all); hidden: a directory of extra test files; timeout: seconds
     one test may run before it is killed (hung); limit: seconds for one exercise's session in all;
     jobs: sessions at a time; integration: also run the tests that reach several exercises;
-    echo(line): progress (a line per student; per exercise too when there is one student).
+    echo(line): a line per student as soon as they are graded (per exercise too for one student);
+    progress(done, total): after each session (sessions shared by several students count once).
     """
     jobs = check_count(jobs, "jobs")
     timeout = check_real(timeout, "timeout", 0, strict=True)
     limit = check_real(limit, "limit", 0, strict=True)
-    root = Path(root).resolve()
+    ref = Reference.read(root)
     submissions = [Path(s).resolve() for s in submissions]
     for submission in submissions:
-        check_submission(submission, root)          # all refused at once, before any grading
-    ids = graded_ids(root, exercises)
-    keys: list[str | None] = list(ids) + ([None] if integration else [])
-    queue = [Job(s, key, ids) for s in submissions for key in keys]
+        check_submission(submission, ref.regions)          # all refused at once, before any grading
+    ids = graded_ids(ref.regions, exercises)
+    # A student's longest sessions first (most own tests), so the two workers finish them together.
+    size = {ex: sum(own_exercise(found) == ex for found in ref.test_map.values()) for ex in ids}
+    keys: list[str | None] = sorted(ids, key=lambda ex: -size[ex]) + ([None] if integration else [])
+    names = dict(zip(submissions, student_names(submissions), strict=True))
     results: dict[Path, dict] = {s: {} for s in submissions}
     reports: dict[Path, SubmissionReport] = {}
     start = time.monotonic()
 
     def one(job: Job, work: Path):
         with tempfile.TemporaryDirectory(prefix="minidist-grade-", dir=work) as tmp:
-            return run_job(job, root, Path(tmp), Path(hidden) if hidden else None, timeout, limit)
+            return run_job(job, ref, Path(tmp), Path(hidden) if hidden else None, timeout, limit)
 
     with tempfile.TemporaryDirectory(prefix="minidist-class-") as work, \
             ThreadPoolExecutor(max_workers=jobs) as pool:
         shared: dict[tuple, Future] = {}
         waiting: dict[Future, list[Job]] = {}
-        for job in queue:
-            key = (job.exercise, student_code(job.submission, root, job.exercise)) if job.exercise \
-                else (None, str(job.submission))
-            if key not in shared:
-                shared[key] = pool.submit(one, job, Path(work))
-            waiting.setdefault(shared[key], []).append(job)
-        for future in as_completed(waiting):
+        for submission in submissions:              # student after student: the first finishes first
+            code = student_keys(submission, ref.regions, ids)
+            for exercise in keys:
+                key = (exercise, code[exercise]) if exercise else (None, str(submission))
+                if key not in shared:
+                    shared[key] = pool.submit(one, Job(submission, exercise, ids), Path(work))
+                waiting.setdefault(shared[key], []).append(Job(submission, exercise, ids))
+        if progress:
+            progress(0, len(waiting))
+        for done, future in enumerate(as_completed(waiting), 1):
             out = future.result()
+            if progress:
+                progress(done, len(waiting))
             for job in waiting[future]:
                 results[job.submission][job.exercise] = out
                 if echo and len(submissions) == 1 and job.exercise:
                     echo(_exercise_line(job.exercise, out))
                 if len(results[job.submission]) == len(keys):
-                    seconds = sum(r[3] for r in results[job.submission].values())
-                    report = assemble(job.submission, ids, results[job.submission], seconds, jobs)
+                    done_jobs = results[job.submission]
+                    seconds = sum(r[3] for r in done_jobs.values())
+                    report = assemble(job.submission, ids, done_jobs, seconds, jobs, ref.promises)
                     reports[job.submission] = report
                     if echo:
-                        echo(_line(report, len(reports), len(submissions), time.monotonic() - start))
+                        left = (time.monotonic() - start) * (len(waiting) - done) / done
+                        echo(_line(report, names[job.submission], len(reports), len(submissions),
+                                   time.monotonic() - start, left))
     return [reports[s] for s in submissions]
 
 
@@ -88,10 +111,9 @@ def _exercise_line(exercise: str, out) -> str:
             + (f"  ({', '.join(worst)})" if worst else ""))
 
 
-def _line(report: SubmissionReport, done: int, total: int, elapsed: float) -> str:
+def _line(report: SubmissionReport, name: str, done: int, total: int, elapsed: float, left: float) -> str:
     trouble = sorted({f"{i['exercise']} {i['outcome']}" for i in report.incidents})
-    left = elapsed / done * (total - done)
-    return (f"[{done}/{total}] {Path(report.submission).name}: {report.status}, score "
+    return (f"[{done}/{total}] {name}: {report.status}, score "
             f"{report.total_score:.2f}" + (f" ({'; '.join(trouble)})" if trouble else "")
             + f"; {_clock(elapsed)} elapsed" + (f", about {_clock(left)} left" if done < total else ""))
 

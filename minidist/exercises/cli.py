@@ -11,9 +11,9 @@ from minidist.checks import count_option, seconds_option
 from .catalog import locations, render_markdown
 from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
-from .isolation import check_each_alone
+from .isolation import check_each_alone, own_tests
 from .markers import MarkerError, all_regions, read_registry
-from .report import format_markdown, format_text, write_csv
+from .report import check_outputs, format_markdown, format_text, student_names, write_csv, write_output
 from .student_copy import STUDENT_STAMP, make_student_copy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ to {what} here ({why}). Instructors run `exercises {verb}` in the reference repo
 work: `python -m pytest --exercise NAME` (one exercise; lessons/EXERCISES.md lists them) or
 `python -m pytest` (everything: what is left fails)."""
 WHAT = {"make": "cut", "grade": "grade against", "check": "check", "map": "map", "standins": "replace",
-        "list": "list"}
+        "mutants": "mutate", "list": "list"}
 
 
 def _reference_only(func):
@@ -76,6 +76,12 @@ def cmd_list(args) -> int:
         print(f"{ex_id:28s} {own.get(ex_id, 0):3d} own tests, {shared.get(ex_id, 0):3d} integration  "
               f"{ex.lesson:28s} {locations(regions, ex_id)}")
         print(f"{'':28s} {ex.statement}")
+    mapping = load_map(args.root)
+    alone = sum(own_exercise(ids) is not None for ids in mapping.values())
+    own_left = sum(len(tests) for tests in own_tests(args.root).values())
+    print(f"tests/exercise_map.json: {len(mapping)} tests reach an exercise: {alone} reach one "
+          f"({alone - own_left} of them pass on a stand-in and are left out: {own_left} own tests), "
+          f"{len(mapping) - alone} integration")
     return 0
 
 
@@ -85,26 +91,75 @@ def cmd_make(args) -> int:
     return 0
 
 
-def cmd_grade(args) -> int:
-    def echo(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+def grade_outputs(args, names: list[str]) -> list[Path]:
+    """The files ``--out`` and ``--csv`` will write, checked before any grading (report.check_outputs):
+    ValueError if one cannot be written or would replace a file the grader did not write."""
+    paths = []
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out} is a file: give a folder for the NAME.md and NAME.json files")
+        if any(p.exists() and not p.is_dir() for p in out.parents):
+            raise ValueError(f"--out {out}: a file stands where a folder of its path should be")
+        if out.is_dir():                        # a new folder holds nothing to overwrite
+            paths += [out / f"{name}.{ext}" for name in names for ext in ("md", "json")]
+    if args.csv:
+        paths.append(Path(args.csv))
+    check_outputs(paths)
+    return paths
 
+
+class Progress:
+    """A bar of the grading sessions done (tqdm, on stderr) while stdout is a terminal; the lines per
+    student are printed above it, or alone when there is no bar (a log, a pipe, CI)."""
+
+    def __init__(self):
+        self.bar = None
+        if sys.stdout.isatty():
+            try:
+                from tqdm import tqdm  # the [test] extra, which grading needs in any case
+                self.bar = tqdm(total=0, unit="session", desc="grading", file=sys.stderr, leave=False)
+            except ImportError:
+                pass
+
+    def echo(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_grade(args) -> int:
+    submissions = [Path(s) for s in args.submissions]
+    names = student_names(submissions)
+    progress = Progress()
     try:
-        reports = grade_class([Path(s) for s in args.submissions], args.root, exercises=_ids(args.only),
+        grade_outputs(args, names)
+        reports = grade_class(submissions, args.root, exercises=_ids(args.only),
                               hidden=Path(args.hidden) if args.hidden else None, timeout=args.timeout,
-                              limit=args.limit, jobs=args.jobs, integration=args.integration, echo=echo)
+                              limit=args.limit, jobs=args.jobs, integration=args.integration,
+                              echo=progress.echo, progress=progress.update)
     except ValueError as err:
         print(f"exercises grade: {err}", file=sys.stderr)
         return 2
-    for report in reports:
-        name = Path(report.submission).name
-        if args.out:
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"{name}.md").write_text(format_markdown(report))
-            (out / f"{name}.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+    finally:
+        progress.close()
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        for name, report in zip(names, reports, strict=True):
+            write_output(Path(args.out) / f"{name}.md", format_markdown(report))
+            write_output(Path(args.out) / f"{name}.json", json.dumps(report.as_dict(), indent=1) + "\n")
     if args.csv:
-        write_csv(reports, Path(args.csv))
+        write_csv(reports, Path(args.csv), names)
         print(f"scores written to {args.csv}", file=sys.stderr)
     if args.json:
         data = [r.as_dict() for r in reports]
@@ -137,6 +192,20 @@ def cmd_standins(args) -> int:
           f"own tests" if not found else f"{len(found)} problem(s): run `python -m minidist exercises "
           f"standins --write` after `exercises map`, or strengthen the tests")
     return 1 if found else 0
+
+
+def cmd_mutants(args) -> int:
+    from .mutants import MAX_SCORE, grade_mutants
+
+    try:
+        results = grade_mutants(args.root, _ids(args.only), jobs=args.jobs)
+    except ValueError as err:
+        print(f"exercises mutants: {err}", file=sys.stderr)
+        return 2
+    bad = [m for m, r in results if r.score > MAX_SCORE or not r.total]
+    print(f"{len(results) - len(bad)}/{len(results)} mutants score at most {MAX_SCORE:.0%} of their exercise"
+          + (f"; too high: {', '.join(f'{m.exercise} ({m.kind})' for m in bad)}" if bad else ""))
+    return 1 if bad else 0
 
 
 def cmd_map(args) -> int:
@@ -188,6 +257,11 @@ def add_parser(sub) -> None:
     mp = verbs.add_parser("map", help="re-measure which tests reach which exercise "
                                       "(and which pass on stand-ins)")
     mp.set_defaults(func=_reference_only(cmd_map))
+    mu = verbs.add_parser("mutants", help="CI: wrong non-trivial solutions score at most 50%% of their "
+                                          "exercise")
+    mu.add_argument("--only", action="append", metavar="ID", help="only these exercises' mutants")
+    mu.add_argument("--jobs", type=count_option(1), default=2, help="sessions at a time (default 2)")
+    mu.set_defaults(func=_reference_only(cmd_mutants))
     st = verbs.add_parser("standins", help="CI: trivially wrong solutions score at most 10%% of own tests")
     st.add_argument("--write", action="store_true",
                     help="measure anew and record the tests that pass on a stand-in "

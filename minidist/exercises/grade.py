@@ -17,17 +17,18 @@ Hidden tests are ordinary pytest files that carry ``@pytest.mark.exercise("<id>"
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .exercise_map import load_map, own_exercise
-from .markers import all_regions, function_spans
+from .exercise_map import UNMAPPED_PREFIXES, load_map, own_exercise
+from .markers import Region, all_regions, function_spans, read_registry
 from .results import ExerciseResult, IntegrationResult, TestResult, environment, score_exercises
 from .sessions import grading_env, pytest_command, run_session
 from .student_copy import write_cut_files
-from .tree import copy_tree
+from .tree import copy_tree, repository_files, rewrite_regions, solution_lines
 
 PLUGIN = "_minidist_grade_report"
 
@@ -68,13 +69,60 @@ def splice_functions(reference: str, student: str, names: set[str]) -> str:
     return "".join(ref_lines)
 
 
-def build_grading_tree(submission: Path, root: Path, tree: Path, exercises: list[str]) -> dict[str, str]:
+@dataclass
+class Reference:
+    """What every grading session reads from the reference tree, read once per grade (a class shares it)."""
+    root: Path
+    regions: list[Region]
+    files: list[Path]                   # the files a grading tree copies (relative to root)
+    test_map: dict[str, list[str]]      # tests/exercise_map.json
+    promises: dict[str, dict[str, float]]   # {exercise: {promise: weight}} (registry.py)
+    marked: dict[str, list[str]]            # {exercise: test files new to the map that mark it}
+    solved: dict[str, str]                  # {file with regions: its text with every region solved}
+
+    @classmethod
+    def read(cls, root: Path) -> Reference:
+        root = Path(root).resolve()
+        files = [f for f in repository_files(root) if not f.as_posix().startswith(NOT_GRADED)]
+        promises = {ex.id: dict(ex.promises) for ex in read_registry(root).values()}
+        test_map, marked = load_map(root), {}
+        mapped = {test.split("::")[0] for test in test_map}
+        for name in (rel.as_posix() for rel in files):
+            if name.startswith("tests/") and name.endswith(".py") and name not in mapped \
+                    and not name.startswith(UNMAPPED_PREFIXES):
+                for ex in set(MARK.findall((root / name).read_text())):
+                    marked.setdefault(ex, []).append(name)
+        regions, solved = all_regions(root), {}
+        for path in {r.path for r in regions}:      # what most files of a grading tree hold: done once
+            mine = [r for r in regions if r.path == path]
+            solved[path] = rewrite_regions((root / path).read_text(), mine, solution_lines)
+        return cls(root, regions, files, test_map, promises, marked, solved)
+
+    def own_test_files(self, exercise: str) -> list[str]:
+        """The test files that hold the exercise's own tests: those the map says, and new files (not yet in
+        the map) that mark a test with it by hand."""
+        mapped = {t.split("::")[0] for t, ids in self.test_map.items() if own_exercise(ids) == exercise}
+        return sorted(mapped | set(self.marked.get(exercise, ())))
+
+    def integration_files(self, graded: list[str]) -> list[str]:
+        return sorted({t.split("::")[0] for t, ids in self.test_map.items()
+                       if len(ids) > 1 and set(ids) <= set(graded)})
+
+
+NOT_GRADED = ("figures/", "benchmarks/")     # no test reads them: grading trees leave them out
+MARK = re.compile(r"""mark\.exercise\(\s*["'](\w+)["']""")          # a test marked by hand
+
+
+def build_grading_tree(submission: Path, ref: Reference, tree: Path, exercises: list[str]) -> dict[str, str]:
     """The reference at ``tree`` with the graded exercises' functions taken from the submission.
 
     Returns {exercise: why its code could not be taken} for the exercises left cut."""
-    regions = all_regions(root)
-    copy_tree(root, tree)
-    write_cut_files(root, tree, regions, exercises)
+    graded_files = {r.path for r in ref.regions if r.exercise in exercises}
+    regions = [r for r in ref.regions if r.path in graded_files]
+    copy_tree(ref.root, tree, files=ref.files)
+    for path in set(ref.solved) - graded_files:
+        (tree / path).write_text(ref.solved[path])
+    write_cut_files(ref.root, tree, regions, exercises)
     errors: dict[str, str] = {}
     for path in sorted({r.path for r in regions if r.exercise in exercises}):
         text, student_file = (tree / path).read_text(), submission / path
@@ -91,12 +139,12 @@ def build_grading_tree(submission: Path, root: Path, tree: Path, exercises: list
     return errors
 
 
-def check_submission(submission: Path, root: Path) -> None:
+def check_submission(submission: Path, regions: list[Region]) -> None:
     """Refuse at once a directory that is not a copy of the course (before any minute is spent on it)."""
     submission = Path(submission)
     if not submission.is_dir():
         raise ValueError(f"submission {submission} is not a directory")
-    files = sorted({r.path for r in all_regions(root)})
+    files = sorted({r.path for r in regions})
     present = [f for f in files if (submission / f).is_file()]
     if not (submission / "minidist" / "__init__.py").is_file() or not present:
         raise ValueError(
@@ -106,27 +154,28 @@ def check_submission(submission: Path, root: Path) -> None:
             f"(or several: SUBMISSIONS/*).")
 
 
-def student_code(submission: Path, root: Path, exercise: str) -> str:
-    """The submission's source of the functions that hold the exercise's regions (or why it has none):
-    two submissions with the same code for an exercise get the same grade for it, so it is run once."""
-    parts = []
-    for path in sorted({r.path for r in all_regions(root) if r.exercise == exercise}):
-        names = sorted({r.function for r in all_regions(root) if r.path == path and r.exercise == exercise})
+def student_keys(submission: Path, regions: list[Region], exercises: list[str]) -> dict[str, str]:
+    """{exercise: the submission's source of the functions that hold its regions (or why it has none)}.
+
+    Two submissions with the same code for an exercise get the same grade for it, so it is run once.
+    Each file is read and parsed once."""
+    parts: dict[str, list[str]] = {ex: [] for ex in exercises}
+    for path in sorted({r.path for r in regions if r.exercise in exercises}):
         try:
             lines = (Path(submission) / path).read_text().splitlines()
             spans = function_spans("\n".join(lines))
-            parts += [f"{path}::{n}\n" + "\n".join(lines[spans[n][0] - 1:spans[n][1]]) if n in spans
-                      else f"{path}::{n} missing" for n in names]
         except (OSError, SyntaxError, ValueError) as err:
-            parts.append(f"{path}: {type(err).__name__}")
-    return "\n".join(parts)
-
-
-def own_test_files(root: Path, exercise: str) -> list[str]:
-    """The test files that hold the exercise's own tests (tests/exercise_map.json)."""
-    return sorted({t.split("::")[0] for t, ids in load_map(root).items() if own_exercise(ids) == exercise})
-
-
+            lines, spans = [], {None: type(err).__name__}
+        for ex in sorted({r.exercise for r in regions if r.path == path and r.exercise in exercises}):
+            for name in sorted({r.function for r in regions if r.path == path and r.exercise == ex}):
+                if None in spans:
+                    parts[ex].append(f"{path}: {spans[None]}")
+                elif name in spans:
+                    first, last = spans[name]
+                    parts[ex].append(f"{path}::{name}\n" + "\n".join(lines[first - 1:last]))
+                else:
+                    parts[ex].append(f"{path}::{name} missing")
+    return {ex: "\n".join(found) for ex, found in parts.items()}
 
 
 @dataclass
@@ -137,22 +186,21 @@ class Job:
     graded: list[str]
 
 
-def run_job(job: Job, root: Path, work: Path, hidden: Path | None, timeout: float, limit: float
+def run_job(job: Job, ref: Reference, work: Path, hidden: Path | None, timeout: float, limit: float
             ) -> tuple[list[TestResult], dict[str, str], str, float]:
     """(tests with outcomes, {exercise: why its code was not taken}, pytest's error if any, seconds)."""
     tree = work / "repo"
     own = [job.exercise] if job.exercise else job.graded
-    errors = build_grading_tree(job.submission, root, tree, own)   # threads: see markers.parse_python
+    errors = build_grading_tree(job.submission, ref, tree, own)   # threads: see markers.parse_python
     if job.exercise:
-        paths = own_test_files(root, job.exercise)
+        paths = ref.own_test_files(job.exercise)
         if hidden is not None:
             shutil.copytree(hidden, tree / "tests" / "hidden")
             (tree / "tests" / "hidden" / "__init__.py").touch()
             paths.append("tests/hidden")
         env = grading_env(tree)
     else:
-        paths = sorted({t.split("::")[0] for t, ids in load_map(root).items()
-                        if len(ids) > 1 and set(ids) <= set(job.graded)})
+        paths = ref.integration_files(job.graded)
         env = dict(grading_env(tree), MINIDIST_GRADE_ONLY_INTEGRATION="1")
     if not paths:
         return [], errors, "", 0.0
@@ -161,8 +209,8 @@ def run_job(job: Job, root: Path, work: Path, hidden: Path | None, timeout: floa
     return outcome.tests, errors, outcome.error, outcome.seconds
 
 
-def assemble(submission: Path, graded: list[str], done: dict, seconds: float, workers: int
-             ) -> SubmissionReport:
+def assemble(submission: Path, graded: list[str], done: dict, seconds: float, workers: int,
+             promises: dict[str, dict[str, float]] | None = None) -> SubmissionReport:
     """The report of one submission from its jobs' results ({exercise or None: run_job's tuple})."""
     scored, integration, incidents, logs = [], [], [], []
     for ex in graded:
@@ -170,7 +218,7 @@ def assemble(submission: Path, graded: list[str], done: dict, seconds: float, wo
         if error and not tests:
             errors = dict(errors, **{ex: errors.get(ex) or "pytest could not collect the tests (see below)"})
             logs.append(f"{ex}:\n{error}")
-        [result], _ = score_exercises(tests, [ex], errors)
+        [result], _ = score_exercises(tests, [ex], errors, promises)
         result.seconds = round(secs, 1)
         scored.append(result)
     if None in done:
@@ -187,8 +235,8 @@ def assemble(submission: Path, graded: list[str], done: dict, seconds: float, wo
                             integration, incidents, "\n".join(logs))
 
 
-def graded_ids(root: Path, exercises: list[str] | None) -> list[str]:
-    known = sorted({r.exercise for r in all_regions(root)})
+def graded_ids(regions: list[Region], exercises: list[str] | None) -> list[str]:
+    known = sorted({r.exercise for r in regions})
     ids = sorted(exercises) if exercises else known
     unknown = sorted(set(ids) - set(known))
     if unknown:

@@ -2,7 +2,7 @@
 
 The grader copies this file to the root of its grading tree and points MINIDIST_GRADE_REPORT at a file.
 Lines are JSON, appended with one write each (so lines never interleave):
-    {"collected": {test id: [exercise ids]}}   once per collecting process (each xdist worker)
+    {"collected": {test id: [exercise ids]}, "promises": {test id: promise}}   once per collecting process
     {"start": test id}                          when a test starts
     {"finish": test id}                         when it is over (setup, call and teardown)
     {"id": ..., "when": "setup" | "call" | "teardown", "outcome": ..., "message": ..., "seconds": ...}
@@ -40,12 +40,19 @@ def _exercises(item) -> list[str]:
     return sorted({m.args[0] for m in item.iter_markers("exercise") if m.args})
 
 
+def _promise(item) -> str:
+    """The promise of its exercise that the test checks (``@pytest.mark.promise(name)``; else "values")."""
+    mark = item.get_closest_marker("promise")
+    return mark.args[0] if mark is not None and mark.args else "values"
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("MINIDIST_GRADE_ONLY_INTEGRATION"):     # the integration session: several exercises
         config.hook.pytest_deselected(items=[item for item in items if len(_exercises(item)) < 2])
         items[:] = [item for item in items if len(_exercises(item)) >= 2]
-    _write({"collected": {item.nodeid: _exercises(item) for item in items}})
+    _write({"collected": {item.nodeid: _exercises(item) for item in items},
+            "promises": {item.nodeid: _promise(item) for item in items}})
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -75,6 +82,8 @@ def short_message(report) -> str:
         errors = [line for line in lines if line.startswith("E ")]
         text = (errors or lines or [""])[-1]
     text = RAW_BYTES.sub("<raw bytes>", " ".join(text.split()))
+    if text.rstrip(":") in ("AssertionError", "assert"):       # `raise AssertionError()`, `assert x` bare
+        text = "AssertionError with no message (see the test's source for what it checks)"
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
 
 

@@ -21,6 +21,9 @@ class Exercise:
     lesson: str       # the lesson that introduces it, e.g. "lessons/05_collectives.py"
     statement: str    # what to implement, in one or two sentences
     hint: str = ""    # the API or idea a solution needs
+    # What the statement promises, with each promise's share of the score ((name, weight), ...; tests mark
+    # theirs with @pytest.mark.promise(name), unmarked ones check "values"). Empty: one promise, its values.
+    promises: tuple[tuple[str, float], ...] = ()
 
 
 EXERCISES = (
@@ -61,13 +64,16 @@ EXERCISES = (
              "result must be bitwise the same on every rank. Reducing on receipt is allowed, so is a "
              "temporary buffer.",
              "comm.sendrecv(send, dst=right, src=left, out=chunk, op=op) receives and reduces in one call; "
-             "minidist.split.split_offsets(n, P) gives the chunks."),
+             "minidist.split.split_offsets(n, P) gives the chunks.",
+             promises=(("values", 0.5), ("traffic", 0.5))),
     Exercise("parameter_server_allreduce", "lessons/05_collectives.py",
              "Rank 0 gathers, sums and sends back.",
-             "comm.send / comm.recv(src, out=, op=) on rank 0; every other rank sends, then receives."),
+             "comm.send / comm.recv(src, out=, op=) on rank 0; every other rank sends, then receives.",
+             promises=(("values", 0.5), ("traffic", 0.5))),
     Exercise("tree_allreduce", "lessons/05_collectives.py",
              "Binomial-tree reduce to rank 0, then binomial-tree broadcast.",
-             "At step k a rank whose bit k is set sends to rank − 2ᵏ and leaves the reduce."),
+             "At step k a rank whose bit k is set sends to rank − 2ᵏ and leaves the reduce.",
+             promises=(("values", 0.5), ("traffic", 0.5))),
     Exercise("dp_bucketed_allreduce", "lessons/06_data_parallel.py",
              "Flatten one bucket of gradients, allreduce it in one call, copy the sums back: with shard "
              "weights n_r/B, the full-batch average.",
@@ -115,7 +121,8 @@ EXERCISES = (
     Exercise("softmax_backward", "lessons/16_transformers.py",
              "The backward pass of softmax along an axis (attention's probabilities): "
              "dx = y ⊙ (dy − Σ dy ⊙ y), the Jacobian diag(y) − y·yᵀ applied to dy without forming it.",
-             "One product, one sum along the axis with keepdims=True, one subtraction, one product."),
+             "One product, one sum along the axis with keepdims=True, one subtraction, one product.",
+             promises=(("values", 0.5), ("every axis", 0.5))),
     Exercise("moe_dispatch", "lessons/18_mixture_of_experts.py",
              "Mixture-of-experts dispatch and combine: gather each expert's kept tokens in slot order, then "
              "add gate · expert output back into the token's row (dropped tokens stay 0).",
@@ -153,7 +160,8 @@ EXERCISES = (
     Exercise("lamb_trust_ratio", "lessons/22_large_batch_theory.py",
              "LAMB's trust ratio: |w| / |u| for a layer w and its Adam-plus-weight-decay update u (1 when "
              "either norm is zero), so that every layer moves by lr·|w| per step.",
-             "Euclidean norms of the whole arrays (minidist.optim.lars.norm)."),
+             "Euclidean norms of the whole arrays (minidist.optim.lars.norm).",
+             promises=(("values", 0.5), ("layer step", 0.5))),
     Exercise("interleaved_orders", "lessons/19_putting_it_together.py",
              "Each rank's task order under Megatron's interleaved 1F1B with v chunks: "
              "min(v·M, 2(P − r − 1) + (v − 1)·P) warm-up forwards, then one forward and one backward, "

@@ -1,7 +1,12 @@
 """From tests' outcomes to scores: per exercise, per integration group.
 
-A test that reaches one exercise counts in that exercise's score (passed / run; skips counted apart and
-not in the denominator). A test that reaches several is an integration test: it is reported on a line
+A test that reaches one exercise counts in that exercise's score; skips are counted apart and weigh
+nothing. An exercise that makes one promise (its values) scores the fraction of its tests that pass. One
+whose statement makes several (registry.py: values for every op, messages and bytes, …, each with its
+weight) scores the weights of the promises *kept*: a promise is kept when every test of it that ran
+passed (a test names its promise with ``@pytest.mark.promise(name)``; unmarked, it checks "values"), so
+a solution that breaks one promise loses that promise's share, however few tests check it.
+A test that reaches several is an integration test: it is reported on a line
 of its own ("linear + megatron_mlp: 3/4"), never in an exercise's score, so the grade of one exercise
 never depends on another. A test killed by the per-test timeout is "hung", one whose process ended
 under it "crashed", one never started "not run" (sessions.py); all count as failed.
@@ -24,6 +29,7 @@ class TestResult:
     outcome: str        # passed | failed | skipped | hung | crashed | not run
     message: str = ""
     seconds: float = 0.0
+    promise: str = "values"
 
 
 @dataclass
@@ -37,6 +43,11 @@ class ExerciseResult:
     failing: list[dict] = field(default_factory=list)    # [{"test": id, "outcome": ..., "message": ...}]
     skip_reasons: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    promises: dict[str, list] = field(default_factory=dict)   # {promise: [passed, run, weight, kept]}
+
+    def broken_promises(self) -> list[str]:
+        """The promises some test of which ran and failed (each lost its share of the score)."""
+        return [name for name, (_passed, run, _weight, kept) in self.promises.items() if run and not kept]
 
 
 @dataclass
@@ -56,9 +67,29 @@ def _failure(t: TestResult) -> dict:
     return {"test": t.id, "outcome": t.outcome, "message": t.message}
 
 
-def score_exercises(tests: list[TestResult], exercises: list[str], errors: dict[str, str]
+def promise_score(run: list[TestResult], weights: dict[str, float]) -> tuple[float, dict[str, list]]:
+    """(score, {promise: [passed, run, weight, kept]}) of an exercise's tests that ran (skips excluded).
+
+    One promise (or none declared): the fraction passed. Several: the kept promises' weights over the
+    weights of the promises that had a test run (a test of an undeclared promise counts for "values")."""
+    passed = sum(t.outcome == "passed" for t in run)
+    if len(weights) < 2:
+        return (round(passed / len(run), 4) if run else 0.0), {}
+    table: dict[str, list] = {}
+    for name, weight in weights.items():
+        mine = [t for t in run if (t.promise if t.promise in weights else "values") == name]
+        good = sum(t.outcome == "passed" for t in mine)
+        table[name] = [good, len(mine), weight, bool(mine) and good == len(mine)]
+    tried = sum(w for _p, n, w, _k in table.values() if n)
+    kept = sum(w for _p, _n, w, k in table.values() if k)
+    return (round(kept / tried, 4) if tried else 0.0), table
+
+
+def score_exercises(tests: list[TestResult], exercises: list[str], errors: dict[str, str],
+                    promises: dict[str, dict[str, float]] | None = None
                     ) -> tuple[list[ExerciseResult], list[IntegrationResult]]:
-    """Own tests scored per exercise; integration tests grouped by the exercises they reach."""
+    """Own tests scored per exercise (``promises``: {exercise: {promise: weight}}, from the registry);
+    integration tests grouped by the exercises they reach."""
     scored = []
     for ex in exercises:
         own = [t for t in tests if t.exercises == [ex]]
@@ -69,10 +100,11 @@ def score_exercises(tests: list[TestResult], exercises: list[str], errors: dict[
             error = "no own test: no test reaches this exercise alone"
         elif not run and error is None:
             error = "every own test was skipped (see the environment)"
+        score, table = promise_score(run, (promises or {}).get(ex, {}))
         scored.append(ExerciseResult(
-            ex, passed, len(run), round(passed / len(run), 4) if run else 0.0, error,
+            ex, passed, len(run), score, error,
             skipped=len(own) - len(run), failing=[_failure(t) for t in run if t.outcome in FAILED],
-            skip_reasons=sorted({t.message for t in own if t.outcome == "skipped"})))
+            skip_reasons=sorted({t.message for t in own if t.outcome == "skipped"}), promises=table))
     groups: dict[tuple[str, ...], list[TestResult]] = {}
     for t in tests:
         if len(t.exercises) > 1:

@@ -43,6 +43,7 @@ class _Report:
     def __init__(self, path: Path):
         self.path, self.offset = path, 0
         self.collected: dict[str, list[str]] = {}
+        self.promises: dict[str, str] = {}
         self.collection_done = False
         self.results: dict[str, TestResult] = {}
         self.running: str | None = None
@@ -63,6 +64,7 @@ class _Report:
                 continue
             if "collected" in entry:
                 self.collected.update(entry["collected"])
+                self.promises.update(entry.get("promises", {}))
                 self.collection_done = True
             elif "start" in entry:
                 self.running, self.running_since = entry["start"], time.monotonic()
@@ -91,6 +93,7 @@ def run_session(base_cmd: list[str], paths: list[str], cwd: Path, env: dict[str,
     """
     start = time.monotonic()
     collected: dict[str, list[str]] = {}
+    promises: dict[str, str] = {}
     final: dict[str, TestResult] = {}
     incidents: list[str] = []
     args, attempt, stop_reason = list(paths), 0, ""
@@ -102,6 +105,7 @@ def run_session(base_cmd: list[str], paths: list[str], cwd: Path, env: dict[str,
                                      _limits(report, per_test, start + limit))
         report.read()
         collected.update(report.collected)
+        promises.update(report.promises)
         final.update(report.results)
         if attempt == 0 and not report.collection_done:
             return SessionOutcome([], time.monotonic() - start, error=_tail(log))
@@ -122,16 +126,17 @@ def run_session(base_cmd: list[str], paths: list[str], cwd: Path, env: dict[str,
                 stop_reason = stopped
             break
         if len(incidents) >= max_incidents:
-            stop_reason = f"not run: {len(incidents)} tests of this exercise hung or crashed before it"
+            stop_reason = f"{len(incidents)} tests of this exercise hung or crashed before it"
             break
         if time.monotonic() - start >= limit:
-            stop_reason = f"not run: the exercise's time limit ({limit:.0f} s) was reached"
+            stop_reason = f"the exercise's time limit ({limit:.0f} s) was reached"
             break
         args, attempt = left, attempt + 1
     tests = []
     for test_id, exercises in sorted(collected.items()):
         result = final.get(test_id) or TestResult(test_id, [], "not run", stop_reason)
         result.exercises = exercises
+        result.promise = promises.get(test_id, "values")
         tests.append(result)
     return SessionOutcome(tests, time.monotonic() - start, incidents=incidents)
 

@@ -27,7 +27,7 @@ import numpy as np
 from minidist.checks import check_count, check_real
 
 from .exercise_map import STANDINS_PATH
-from .grade import Job, run_job
+from .grade import Job, Reference, run_job
 from .markers import Region, all_regions, parse_python
 from .tree import copy_tree, rewrite_regions
 
@@ -135,6 +135,7 @@ def grade_standins(root: Path, jobs: int = 2, timeout: float = 30.0, every_test:
     if every_test:
         os.environ["MINIDIST_ALL_REACHING_TESTS"] = "1"     # read by tests/conftest.py in the sessions
     try:
+        ref = Reference.read(root)
         with tempfile.TemporaryDirectory(prefix="minidist-standins-") as tmp:
             for kind in KINDS:
                 write_standin_copy(root, Path(tmp) / kind, kind)
@@ -143,7 +144,7 @@ def grade_standins(root: Path, jobs: int = 2, timeout: float = 30.0, every_test:
                 kind, ex = pair
                 work = Path(tmp) / "work" / f"{kind}-{ex}"
                 work.mkdir(parents=True)
-                tests = run_job(Job(Path(tmp) / kind, ex, [ex]), root, work, None, timeout, 300.0)[0]
+                tests = run_job(Job(Path(tmp) / kind, ex, [ex]), ref, work, None, timeout, 300.0)[0]
                 run = [t for t in tests if t.outcome != "skipped"]
                 passing = sorted(t.id for t in run if t.outcome == "passed")
                 echo(f"{kind:9s} {ex:28s} {len(passing):3d}/{len(run):<3d} own tests pass")

@@ -10,8 +10,9 @@ when it is a git checkout) to ``dest`` and rewrites each library file that holds
 
 ``only`` names the exercises to cut (default: all), ``keep`` the ones to leave solved. The copy's
 README.md is addressed to students (what to implement, how to check one exercise, how to run the
-lessons) and the instructor's guide (lessons/TEACHING.md) stays out. No marker line survives, every
-rewritten file must parse, and the same input gives the same bytes.
+lessons) and the instructor's guide (lessons/TEACHING.md) stays out. The copy's minidist/__init__.py ends
+with a call that makes a lesson run directly stop kindly at an unsolved exercise (unsolved.py). No marker
+line survives, every rewritten file must parse, and the same input gives the same bytes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ from .markers import (
 from .tree import copy_tree, cut_lines, rewrite_regions, solution_lines
 
 STUDENT_STAMP = ".minidist-student.json"
+LESSON_HOOK = """
+# Student copy only (added by `exercises make`): a lesson that reaches an unsolved exercise says which and
+# exits with status 1 instead of a traceback.
+from minidist.exercises.unsolved import stop_lessons_kindly as _stop_lessons_kindly  # noqa: E402
+
+_stop_lessons_kindly()
+"""
 INSTRUCTOR_ONLY = ("lessons/TEACHING.md",)
 
 
@@ -88,6 +96,9 @@ def make_student_copy(root: Path, dest: Path, only: list[str] | None = None,
     readme = dest / "README.md"
     original = readme.read_text() if readme.exists() else "# minidist\n"
     readme.write_text(student_readme(original, read_registry(root), regions, cut))
+    init = dest / "minidist" / "__init__.py"
+    if (dest / "minidist" / "exercises" / "unsolved.py").exists():    # (a toy course may have none)
+        init.write_text(init.read_text() + LESSON_HOOK)
     (dest / STUDENT_STAMP).write_text(json.dumps({"cut": cut}, indent=1) + "\n")
     return cut
 

@@ -33,12 +33,13 @@ def repository_files(root: Path) -> list[Path]:
                   and not p.name.endswith(".egg-info"))
 
 
-def copy_tree(root: Path, dest: Path, exclude: tuple[str, ...] = ()) -> None:
-    """Copy the repository's files to the new or empty directory dest (``exclude``: relative paths)."""
+def copy_tree(root: Path, dest: Path, exclude: tuple[str, ...] = (), files: list[Path] | None = None) -> None:
+    """Copy the repository's files (or ``files``, relative to root) to the new or empty directory dest
+    (``exclude``: relative paths left out)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"{dest} exists and is not empty: choose a new directory")
-    for rel in repository_files(root):
+    for rel in repository_files(root) if files is None else files:
         if rel.as_posix() in exclude:
             continue
         target = dest / rel

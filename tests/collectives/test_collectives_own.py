@@ -91,6 +91,7 @@ def test_allreduce_exact_and_identical_on_every_rank(algorithm, world_size):
 
 @pytest.mark.parametrize("algorithm", params())
 @pytest.mark.parametrize("world_size", [2, 3, 4, 6])
+@pytest.mark.promise("traffic")
 def test_allreduce_moves_the_textbook_bytes(algorithm, world_size):
     cases = [(1, n, np.float64, "sum") for n in (world_size, 12 * world_size, 1001)]
     results = check_values(algorithm, world_size, cases)

@@ -28,6 +28,7 @@ def _ring_traffic(comm):
 
 
 @pytest.mark.exercise("ring_allreduce")
+@pytest.mark.promise("traffic")
 @pytest.mark.parametrize("world_size", [2, 3, 4, 5, 8])
 def test_ring_traffic_is_the_textbook_formula(world_size):
     p, itemsize = world_size, 4

@@ -43,6 +43,7 @@ def test_lamb_two_steps_by_hand():
 
 
 @lamb_exercise
+@pytest.mark.promise("layer step")
 @given(scale=st.floats(1e-6, 1e6), seed=st.integers(0, 2**16), lr=st.floats(0.001, 0.5),
        decay=st.sampled_from([0.0, 0.01, 1.0]))
 def test_every_layer_moves_by_lr_times_its_norm(scale, seed, lr, decay):
