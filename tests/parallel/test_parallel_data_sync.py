@@ -4,7 +4,8 @@ parameter equals the same training in one process (float64, per parameter).
     partial sums   ranks see disjoint rows, parameters marked partial_over their group (and a data group)
     data group     buckets of a few hundred bytes, overlapped on the compute clock; ZeRO 1, 2, 3
     pipeline       2 data × 2 pipeline (1F1B, GPipe, ZB-H1): a GradientSync per stage (buckets + overlap,
-                   or ZeRO-1) syncs once per step, after the stage's last backward
+                   or ZeRO-1) syncs once per step, after the stage's last backward; with mixed precision
+                   (a MixedPrecisionTrainer per stage) bitwise DataParallel's mixed-precision training
 """
 
 import numpy as np
@@ -16,8 +17,9 @@ from minidist.nn import Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.optim import AdamW
 from minidist.parallel.clock import ComputeClock
-from minidist.parallel.data import GradientSync, ShardWeightedLoss
+from minidist.parallel.data import DataParallel, GradientSync, ShardWeightedLoss
 from minidist.parallel.pipeline import Pipeline
+from minidist.precision import FP16, DynamicLossScaler, MixedPrecisionTrainer
 from minidist.split import split_range
 
 B, STEPS = 12, 3
@@ -148,3 +150,56 @@ def test_parallel_gradient_sync_on_the_data_axis_of_a_pipeline_equals_one_proces
     cut = len(Sequential(*model().layers[:len(model().layers) // 2]).parameters())   # stage 0's parameters
     for p, got in run(train_pipelined, 4, schedule, zero, 3, timeout=120):
         close(got, want[:cut] if p == 0 else want[cut:])
+
+
+def mixed_trainer(net):
+    optimizer = AdamW(net.parameters(), lr=0.02, weight_decay=0.1)
+    return MixedPrecisionTrainer(net, optimizer, MSELoss(), FP16, scaler=DynamicLossScaler(init_scale=2.0**12,
+                                                                                           growth_interval=2))
+
+
+def mixed_data_parallel(comm):
+    """The reference: DataParallel with mixed precision on 2 ranks (tests/parallel/test_parallel_data_mixed
+    checks it against one process)."""
+    net = float32_model()
+    trainer = mixed_trainer(net)
+    dp = DataParallel(comm, net, trainer.optimizer, MSELoss(), mixed=trainer, bucket_bytes=200)
+    for x, y in batches():
+        dp.train_step(x.astype(np.float32), y.astype(np.float32))
+    return [p.data for p in net.parameters()], trainer.steps_skipped
+
+
+def mixed_pipelined(comm):
+    """The same on 2 data × 2 pipeline ranks: a MixedPrecisionTrainer and a GradientSync per stage."""
+    d, p = divmod(comm.rank, 2)
+    data, pipe = comm.split(color=p, key=d), comm.split(color=d, key=p)
+    syncs = []
+
+    def attach(k, stage):
+        trainer = mixed_trainer(stage)
+        syncs.append(GradientSync(stage, data, bucket_bytes=200, mixed=trainer, inf_group=comm))
+        return [syncs[-1], trainer]
+
+    pipeline = Pipeline(pipe, float32_model(), loss_fn=None, num_micro_batches=1, schedule="1f1b",
+                        stage_attachments=attach)
+    for x, y in batches():
+        lo, hi = split_range(B, 2, d)
+        pipeline.loss_fn = ShardWeightedLoss(MSELoss(), (hi - lo) / B)
+        pipeline.train_step(x[lo:hi].astype(np.float32), y[lo:hi].astype(np.float32), syncs[0])
+    return p, [q.data for q in pipeline.parameters()], syncs[0].mixed.steps_skipped
+
+
+def float32_model() -> Sequential:
+    net = model()
+    for q in net.parameters():
+        q.data, q.grad = q.data.astype(np.float32), q.grad.astype(np.float32)
+    return net
+
+
+def test_parallel_mixed_precision_with_gradient_sync_on_pipeline_stages_is_data_parallels_bitwise():
+    want, skipped = run(mixed_data_parallel, 2, timeout=120)[0]
+    cut = len(Sequential(*model().layers[:len(model().layers) // 2]).parameters())
+    for p, got, stage_skipped in run(mixed_pipelined, 4, timeout=120):
+        assert stage_skipped == skipped
+        for a, b in zip(got, want[:cut] if p == 0 else want[cut:], strict=True):
+            assert a.dtype == np.float32 and np.array_equal(a, b)

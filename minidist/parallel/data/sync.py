@@ -11,7 +11,8 @@ each parameter p, once its last unit of the step's last backward pass is done (`
                     zero=2   each bucket reduce-scattered when complete, its full gradient freed (zero.py)
                     zero=3   a unit's parameters gathered before its forward/backward, freed after, its
                              gradient reduce-scattered (fsdp.py)
-    overflow        mixed precision: found_inf agreed (allreduce max) over ``inf_group`` (default: data)
+    overflow        mixed precision: found_inf agreed (allreduce max) over ``inf_group`` (default: data) at
+                    the end of backward; a wider group (every stage of a pipeline) at step()
 
 The data reduction is a SUM: each replica backpropagates (n_r / B)·mean_r(ℓ) (shards.ShardWeightedLoss), so
 Σ_r g_r is the full-batch gradient (data_parallel.py). Ring collectives (and pairwise_allreduce for partial
@@ -155,11 +156,14 @@ class GradientSync(Attachment):
         for bucket in self.buckets:
             if bucket.index not in self._sent and self.zero in (0, 2):
                 self._issue(bucket)
-        if self.zero == 0 and self.mixed is not None:
-            group = self.inf_group
-            self.found_inf = self.mixed.agree(
-                lambda flag: flag if group is None else allreduce(group, flag, op="max",
-                                                                  algorithm=self.algorithm))
+        if self.zero == 0 and self.mixed is not None and self.inf_group is self.data:
+            self._agree()
+
+    def _agree(self) -> None:
+        """Mixed precision: round the sums to grad_fmt, unscale, agree on found_inf over inf_group."""
+        group = self.inf_group
+        self.found_inf = self.mixed.agree(lambda flag: flag if group is None else
+                                          allreduce(group, flag, op="max", algorithm=self.algorithm))
 
     def sum_partial(self, params: list[Parameter]) -> None:
         """p.grad = Σ over each c in p.partial_over, one flat pairwise_allreduce per Communicator."""
@@ -249,7 +253,15 @@ class GradientSync(Attachment):
 
     def step(self) -> bool:
         """ZeRO: update this rank's shards from its piece of the summed gradient (zero=1: reduce-scatter
-        first, the exercise zero1_shard_update), then the parameters follow. Returns False if skipped."""
+        first, the exercise zero1_shard_update), then the parameters follow. zero=0: ``mixed.step`` with
+        the agreed found_inf. Returns False if the step was skipped (Inf/NaN)."""
+        if self.zero == 0:
+            if not callable(getattr(self.mixed, "step", None)):
+                raise ValueError("GradientSync.step() with zero=0 steps mixed= (a MixedPrecisionTrainer); "
+                                 "without one, step your optimizer")
+            if self.inf_group is not self.data:      # a wider group (a pipeline's stages): now, not in B
+                self._agree()
+            return self.mixed.step(self.found_inf)
         if self.zero == 1:
             return self.precision.zero1_step(self)
         return self._update()
