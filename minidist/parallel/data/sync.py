@@ -27,7 +27,6 @@ from minidist.collectives import allgather, allreduce, pairwise_allreduce, reduc
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import Attachment, units
-from minidist.optim import LARS
 
 from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
@@ -217,7 +216,7 @@ class GradientSync(Attachment):
         self.groups = [b.group for b in self.buckets]
         self._group_by_unit = {id(u): b.group for u, b in zip([u for u in self.units if u.parameters()],
                                                                self.buckets)} if self.zero == 3 else {}
-        self.optimizer = build_shard_optimizer(make_optimizer, [g.shard for g in self.groups])
+        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         for g in self.groups:                              # only now: a refused optimizer changed nothing
             if self.zero == 3:
                 g.free_data()
@@ -281,23 +280,3 @@ class GradientSync(Attachment):
             else:
                 g.data[...] = np.concatenate(allgather(self.data, self.precision.working(g.shard.data)))
 
-
-def build_shard_optimizer(make_optimizer, shards: list[Parameter]):
-    """make_optimizer(shards), checked: an element-wise minidist optimizer over exactly the shards."""
-    if not callable(make_optimizer) or hasattr(make_optimizer, "step"):
-        raise TypeError("make_optimizer must be a function params -> optimizer (e.g. lambda ps: "
-                        f"Adam(ps, lr=1e-3)), got {type(make_optimizer).__name__}: the optimizer is "
-                        "built on this rank's shards")
-    optimizer = make_optimizer(shards)
-    for name in ("step", "zero_grad", "state_dict", "load_state_dict"):
-        if not callable(getattr(optimizer, name, None)):
-            raise TypeError(f"make_optimizer must return an optimizer with .{name}(), got "
-                            f"{type(optimizer).__name__}")
-    if isinstance(optimizer, LARS):
-        raise TypeError("LARS scales each parameter by its whole norm; a shard cuts parameters, so "
-                        "sharded data parallelism supports the element-wise optimizers "
-                        "(SGD, Adam, AdamW, RMSprop, Adagrad)")
-    if [id(p) for p in getattr(optimizer, "params", shards)] != [id(s) for s in shards]:
-        raise ValueError("make_optimizer must build the optimizer on the parameters it is given "
-                         "(the shards)")
-    return optimizer
