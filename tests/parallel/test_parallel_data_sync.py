@@ -84,6 +84,7 @@ def train_plain(comm, zero: int, groups: str):
         runner.loss_fn = ShardWeightedLoss(MSELoss(), (hi - lo) / B)
         runner.forward_backward(x[lo:hi], y[lo:hi])
         sync.step() if zero else optimizer.step()
+    assert len(sync.buckets) >= 4                       # 200-byte buckets (FSDP: one per Linear)
     if zero == 3:                           # the parameters live in shards: gather them, flat
         return [np.concatenate([np.concatenate(allgather(data, g.low)) for g in sync.groups])]
     return [p.data for p in net.parameters()]
@@ -138,6 +139,7 @@ def train_pipelined(comm, schedule: str, zero: int, M: int):
         lo, hi = split_range(B, 2, d)
         pipeline.loss_fn = ShardWeightedLoss(MSELoss(), (hi - lo) / B)
         pipeline.train_step(x[lo:hi], y[lo:hi], optimizer)
+    assert len(syncs[0].buckets) >= 2                   # 200-byte buckets
     W = schedule == "zb-h1"
     assert [(c.passes, c.last) for c in counts] == [(STEPS * (M + W), STEPS)]   # once per step
     return p, [q.data for q in pipeline.parameters()]
