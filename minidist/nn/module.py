@@ -23,7 +23,9 @@ class Parameter:
     """A trainable array and its gradient, both NumPy arrays of one shape and dtype.
 
     ``grad`` starts at zero and is only ever *added to* by ``Module.backward``; optimizers read it and
-    ``zero_grad()`` clears it.
+    ``zero_grad()`` clears it. ``partial_over``: the Communicators over which ``grad`` is only a partial
+    sum (each rank saw only its tokens, positions or rows); a split model's transforms append to it and
+    the gradient sync (minidist.parallel.data.GradientSync) sums ``grad`` over each before the step.
     """
 
     def __init__(self, data: np.ndarray):
@@ -32,6 +34,7 @@ class Parameter:
                             f"{'' if not isinstance(data, np.ndarray) else ' of dtype ' + str(data.dtype)}")
         self.data = data
         self.grad = np.zeros_like(data)
+        self.partial_over: list = []
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -42,7 +45,8 @@ class Parameter:
         return self.data.size
 
     def zero_grad(self) -> None:
-        self.grad[...] = 0
+        if self.grad is not None:         # None: freed between steps (ZeRO-2/3 keep only a shard of it)
+            self.grad[...] = 0
 
     def __repr__(self) -> str:
         return f"Parameter(shape={self.data.shape}, dtype={self.data.dtype})"
