@@ -44,7 +44,7 @@ class RingAttention(Module):
     ``core`` (the interface of nn.BlockwiseAttention) that a context-split attention holds.
 
     seq_len: T, the whole sequence; this rank holds the tokens ``layout.positions(T, c, rank, layout)``;
-    None: T = c·T_r, read from the first forward's q (every rank the same number of tokens).
+    None: T = c·T_r, read from each forward's q (every rank the same number of tokens).
     causal: mask keys after the query (by global position). overlap: transfers beside compute on the clock.
     device: the simulated accelerator (default ``comm.device``, the run's): it turns a block's
     FLOPs into seconds of the compute stream. ``flops`` and ``compute_seconds`` add up what was charged.
@@ -55,21 +55,15 @@ class RingAttention(Module):
         c, rank = comm.world_size, comm.rank
         self.comm, self.causal, self.layout, self.overlap = comm, bool(causal), layout, bool(overlap)
         self.device = device or comm.device
-        self.seq_len, self.infer_seq_len = None, seq_len is None
-        if seq_len is not None:
-            self._place(seq_len)
-        elif layout not in ("naive", "zigzag"):
-            positions(2 * c, c, rank, layout)          # refuse an unknown layout now, not at forward
+        positions(int(seq_len or 2 * c), c, rank, layout)    # refuse a bad layout or length now
+        self.seq_len, self.infer_seq_len = seq_len, seq_len is None
         self.left, self.right = (rank - 1) % c, (rank + 1) % c
         self.flops, self.compute_seconds = 0, 0.0
         self._saved: tuple | None = None
 
-    def _place(self, seq_len: int) -> None:
-        """Every rank's positions of a T-token sequence (``positions``) and this rank's (``mine``)."""
-        c = self.comm.world_size
-        self.seq_len = int(seq_len)
-        self.positions = [positions(self.seq_len, c, r, self.layout) for r in range(c)]
-        self.mine = self.positions[self.comm.rank]
+    def held(self, rank: int) -> np.ndarray:
+        """The global positions of the tokens ``rank`` holds (computed, not kept: no activation memory)."""
+        return positions(self.seq_len, self.comm.world_size, rank, self.layout)
 
     def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         """q, k, v: this rank's tokens, each (B, h, T_r, d_k). Returns this rank's output (B, h, T_r, d_k)."""
@@ -121,8 +115,8 @@ class RingAttention(Module):
     # -- helpers ------------------------------------------------------------------------------------------
     def _block(self, q: np.ndarray, owner: int, backward: bool) -> tuple[np.ndarray | None, int]:
         """The mask of this rank's queries against ``owner``'s keys (None: all visible) and its FLOPs."""
-        keys = self.positions[owner]
-        mask = causal_mask(self.mine, keys) if self.causal else None
+        keys = self.held(owner)
+        mask = causal_mask(self.held(self.comm.rank), keys) if self.causal else None
         if mask is not None and mask.all():
             mask = None
         return mask, block_flops(q, mask, len(keys), backward)
@@ -146,8 +140,9 @@ class RingAttention(Module):
         if not (q.ndim == 4 and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype):
             raise ValueError(f"RingAttention expects q, k, v of one shape (B, h, T_r, d_k) and dtype; got "
                              f"{q.shape} {q.dtype}, {k.shape} {k.dtype}, {v.shape} {v.dtype}")
-        if self.infer_seq_len and self.seq_len != self.comm.world_size * q.shape[2]:
-            self._place(self.comm.world_size * q.shape[2])
-        if q.shape[2] != len(self.mine):
-            raise ValueError(f"rank {self.comm.rank} holds {len(self.mine)} tokens of the {self.layout} "
+        if self.infer_seq_len:
+            self.seq_len = self.comm.world_size * q.shape[2]
+        mine = len(self.held(self.comm.rank))
+        if q.shape[2] != mine:
+            raise ValueError(f"rank {self.comm.rank} holds {mine} tokens of the {self.layout} "
                              f"split (layout.shard), got q with T_r = {q.shape[2]}")
