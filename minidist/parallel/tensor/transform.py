@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 
-from minidist.nn import GELU, GPT, Module, MoE, TransformerBlock
+from minidist.nn import GELU, GPT, Module, TransformerBlock
 
 from .attention import TensorParallelAttention
 from .mlp import MegatronMLP, TensorParallelMLP
@@ -58,7 +58,7 @@ def _split_block(block: TransformerBlock, group, sequence_parallel: bool) -> Non
     if block.mlp_drop.p:
         raise ValueError(f"tensor_parallel supports dropout = 0 only, got {block.mlp_drop.p}")
     block.attn = TensorParallelAttention(group, block.attn, sequence_parallel=sequence_parallel)
-    if isinstance(block.mlp, MoE):
+    if hasattr(block.mlp, "experts"):     # an nn.MoE, or an expert-parallel one (its experts are this rank's)
         if sequence_parallel:
             raise ValueError("sequence parallelism with a mixture-of-experts mlp is not supported")
         block.mlp = _split_experts(group, block.mlp)
@@ -69,7 +69,7 @@ def _split_block(block: TransformerBlock, group, sequence_parallel: bool) -> Non
                        block.mlp.bias], group)
 
 
-def _split_experts(group, moe: MoE) -> MoE:
+def _split_experts(group, moe: Module) -> Module:
     """The MoE (router whole) with every expert Megatron-split: rows of its first Linear, columns of its
     second (the Switch slide's expert+model layout). A shallow copy: an expert-parallel MoE keeps its own."""
     if group.world_size == 1:
