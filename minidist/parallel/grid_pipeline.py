@@ -6,8 +6,8 @@ interleaved, ZB-H1, Chimera).
     tensor group    the t ranks of one (d, p, k, j): a stage's tensor-parallel units run on them (Megatron
                     blocks: their f/g all-reduces keep each unit's input and output whole on all t ranks)
     context group   the c ranks of one (d, p, j, q): each holds the zigzag positions of every sequence; the
-                    blocks run ring attention over the group (context_parallel); every gradient is summed
-                    over it by one all-reduce after the table; each rank's loss counts 1/c
+                    blocks run ring attention over the group and sum their gradients over it, the other
+                    units' are summed by one all-reduce; each rank's loss counts 1/c
     expert group    the e ranks of one (d, p, k, q): a Switch model's experts spread over them, each with
                     its own rows of the batch (grid_expert.py); at the pipeline's end_backward the
                     AverageGradients attachment averages the replicated parameters over the group
@@ -20,32 +20,51 @@ interleaved, ZB-H1, Chimera).
 
 Token set s = d·e + j trains on rows [s·N/S, (s+1)·N/S) of the batch, S = D·e (equal slices: N must divide
 by S), so the mean of the sets' gradients is the gradient of the batch's mean loss. A GPT is pipelined as
-its chain of units (``gpt_units``: nn.GPT.units(), the token and position embeddings as one unit, the
-blocks, the final LayerNorm, the head); ``tensor_gpt_units`` splits copies of the blocks by the transforms
-(tensor_parallel, context_parallel), grid_expert.switch_units a Switch model's. Cost per step and rank: the
-pipeline's messages, the blocks' tensor all-reduces, and 2(D − 1)/D · |W_stage shard| bytes on the data
-ring (ZeRO-1: a reduce-scatter and an allgather, the same).
+its chain of units (``gpt_units``): the token and position embeddings as one unit, the blocks
+(tensor-parallel blocks with ``tensor_gpt_units``, Switch blocks with grid_expert.switch_units), the final
+LayerNorm, the head. Cost per step and rank: the pipeline's messages, the blocks' tensor all-reduces, and
+2(D − 1)/D · |W_stage shard| bytes on the data ring (ZeRO-1: a reduce-scatter and an allgather, the same).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import numpy as np
 
 from minidist.nn import GPT, Module, Sequential
 from minidist.nn.checkpoint import forward_flops
-from minidist.nn.gpt import GPTInput
 
-from .context import ContextPositions, context_parallel
 from .context.layout import positions
 from .data.comm import allreduce_gradients
 from .data.zero import ZeRO, zero1_shard_update
 from .expert import AverageGradients, ExpertParallelMoE
 from .pipeline.tasks import TaskSchedule
 from .pipeline.tasks_executor import TaskPipeline
-from .tensor import tensor_parallel
+from .tensor.block import TensorParallelBlock
+
+
+class GPTInput(Module):
+    """A GPT's first unit: tokens (B, T) int -> tok_emb(tokens) + pos_emb(0..T−1), (B, T, d); backward
+    adds both tables' gradients and returns None (tokens have none). Shares the GPT's Parameters."""
+
+    def __init__(self, gpt: GPT, positions: np.ndarray | None = None):
+        self.tok_emb, self.pos_emb, self.positions = gpt.tok_emb, gpt.pos_emb, positions
+
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        return 0                                   # a lookup and an addition: no products to count
+
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens (B, T) -> (B, T, d); with ``positions`` (context parallelism) the tokens are those
+        positions'."""
+        # a new array each time: what forward keeps per micro-batch is found by comparing attributes
+        where = np.arange(tokens.shape[1]) if self.positions is None else self.positions.copy()
+        return self.tok_emb.forward(tokens) + self.pos_emb.forward(where)
+
+    def backward(self, dy: np.ndarray) -> None:
+        """dy (B, T, d); adds into tok_emb.weight.grad and pos_emb.weight.grad."""
+        self.tok_emb.backward(dy)
+        self.pos_emb.backward(dy.sum(axis=0))
 
 
 def gpt_units(gpt: GPT) -> Sequential:
@@ -53,7 +72,7 @@ def gpt_units(gpt: GPT) -> Sequential:
     if gpt.drop.p or gpt.tie_weights:
         raise ValueError("a pipelined GPT needs dropout 0 and untied weights "
                          "(a tied head lives on two stages)")
-    return Sequential(*gpt.units())
+    return Sequential(GPTInput(gpt), *gpt.blocks, gpt.ln_f, gpt.head)
 
 
 class Priced(Module):
@@ -84,20 +103,17 @@ class Priced(Module):
 
 
 def tensor_gpt_units(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | None = None) -> Sequential:
-    """gpt's units with a copy of each block split over tensor_comm (tensor_parallel); the embeddings, ln_f
-    and the head stay whole on every tensor rank (their gradients agree there: every input is whole). With
-    context_comm, the blocks also run ring attention over it (context_parallel) on this rank's tokens of
-    seq_len (zigzag)."""
+    """gpt's units with each block split over tensor_comm (TensorParallelBlock); the embeddings, ln_f and
+    the head stay whole on every tensor rank (their gradients agree there: every input is whole). With
+    context_comm, the blocks also run ring attention over it on this rank's tokens of seq_len (zigzag)."""
     t = tensor_comm.world_size
-    where = gpt.position_ids if context_comm is None else ContextPositions(context_comm, "zigzag", seq_len)
+    where = None if context_comm is None else positions(seq_len, context_comm.world_size, context_comm.rank)
     blocks = []
     for b in gpt.blocks:
-        split = copy.deepcopy(b)
-        if context_comm is not None:
-            context_parallel(split, context_comm, seq_len=seq_len)
-        tensor_parallel(split, tensor_comm)
-        blocks.append(Priced(split, lambda shape, b=b: forward_flops(b, shape) // t))
-    return Sequential(GPTInput(gpt.tok_emb, gpt.pos_emb, gpt.drop, where), *blocks, gpt.ln_f, gpt.head)
+        split = TensorParallelBlock(tensor_comm, b, context=context_comm, seq_len=seq_len)
+        helpers = [] if split.attn.ring is None else [split.attn.ring]
+        blocks.append(Priced(split, lambda shape, b=b: forward_flops(b, shape) // t, helpers))
+    return Sequential(GPTInput(gpt, where), *blocks, gpt.ln_f, gpt.head)
 
 
 class _Share:
@@ -203,8 +219,11 @@ class DataPipelineGrid:
             x, target = x[:, where], target[:, where]
         loss = self.pipeline.train_step(x, target)
         params = self.parameters()
-        if self.context > 1:  # every unit saw only this rank's tokens: sum over the group
-            allreduce_gradients(self.context_comm, params)
+        if self.context > 1:  # the units outside the blocks saw only this rank's tokens: sum over the group
+            outside = [p for unit in self.model.layers if not isinstance(unit, Priced)
+                       for p in unit.parameters()]
+            mine = {id(p) for p in params}
+            allreduce_gradients(self.context_comm, [p for p in outside if id(p) in mine])
         if self.zero is not None:     # ZeRO-1: reduce-scatter, step this rank's shards, allgather
             for g in self.zero.groups:
                 g.grad /= self.data

@@ -20,8 +20,8 @@ c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences
                (pairwise_allreduce; minidist_clock.py walks their rounds)
     context    a block's attention is ring attention over c ranks: each of its c steps takes
                max(K|V transfer, the block's attention FLOPs / device.flops), backward one more
-               transfer; every parameter is partial over the group (context_parallel), so after the
-               table one ring all-reduce sums all the rank's gradients over it
+               transfer; then the block's gradients are summed over the group (pairwise_allreduce of
+               its Ψ_block/t words); after the table, the other units' gradients too (one ring all-reduce)
     Chimera    the two holders of each stage exchange its gradients, parameter by parameter, when both
                are done (minidist_clock.replica_sum_seconds)
     expert     a Switch model's blocks over an expert group of e ranks (all-to-alls, the experts' rows,
@@ -193,6 +193,7 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
     """(F, B, W) seconds of each unit on one micro-batch (module docstring: compute, tensor, context)."""
     device, link = device or Device(), link or LinkModel()
     b, T, d = micro_batch, spec.seq // context, spec.d_model
+    block_params = unit_params(spec, tensor)[1]
     out = []
     for i, u in enumerate(units.layers):
         if spec.moe and 1 <= i <= spec.layers:
@@ -205,6 +206,7 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
                 ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
                                               device.flops, link)
                 forward, backward = forward + ring[0], backward + ring[1]
+                backward += pairwise_allreduce_seconds(block_params, context, 8, link)
             out.append((compute + forward, 2 * compute + backward, 0.0))
         else:
             compute = forward_flops(u, (b, T) if i == 0 else (b, T, d)) / device.flops
@@ -255,7 +257,7 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
             blocks = sum(1 <= u <= spec.layers for u in mine)
             replicated = outside + blocks * switch_replicated_params(spec, tensor, expert)
             clock += ring_allreduce_seconds(replicated, expert, 8, link)
-        clock += ring_allreduce_seconds(sum(sizes[u] for u in mine), context, 8, link)  # all partial over c
+        clock += ring_allreduce_seconds(outside, context, 8, link)
         states = predict_states(spec, schedule, num_stages, r, tensor=tensor, expert=expert)
         psi = states["parameters"] // 8
         if zero1:              # one bucket: one reduce-scatter, one allgather; replica 0's shard the largest

@@ -17,8 +17,8 @@ rank. (Top-1 routing's loads depend on the tokens: this module refuses k < E.) P
                 backward the two token all-to-alls again
     tensor      attention's g forward and f backward (n·d words), and per local expert its MegatronMLP's
                 g forward and f backward (R·d words): pairwise all-reduces over t
-    context     ring attention as the dense block's; its parameters are summed over the context group
-                with the rest after the table (the grid's context all-reduce)
+    context     ring attention as the dense block's; backward ends with the sum of all the block's
+                parameters on this rank over the context group (a pairwise all-reduce)
     step end    AverageGradients: one ring all-reduce of the replicated parameters (all but the experts)
                 over the expert group; then the grid's context and data all-reduces as for a GPT
     activations per block (itemsize i): the norms and the attention as TensorParallelBlock keeps them
@@ -99,4 +99,6 @@ def switch_block_seconds(spec: ModelSpec, block, micro_batch: int, tensor: int, 
         ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
                                       device.flops, link)
         forward, backward = forward + ring[0], backward + ring[1]
+        backward += pairwise_allreduce_seconds(switch_block_params(spec, tensor, expert), context, itemsize,
+                                               link)
     return forward, backward
