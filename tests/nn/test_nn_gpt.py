@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from minidist import nn
 from minidist.gradcheck import numerical_gradient, relative_error
+from minidist.nn.runner import StepRunner
 from minidist.optim import AdamW
 
 seeds = st.integers(0, 2**32 - 1)
@@ -141,3 +142,27 @@ def test_gpt_bad_input_changes_nothing():
     with pytest.raises(ValueError, match="top_k"):
         model.generate(np.array([[1]]), 2, top_k=8, rng=np.random.default_rng(0))
     assert all(vars(m) == before for m, before in saved)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_gpt_is_its_units_and_the_runner_steps_through_them(tie):
+    """GPT.forward/backward run exactly units(): the step runner stepping unit by unit gives the same
+    logits and bitwise the same gradients, and a Sequential of the units (a pipeline's) the same logits."""
+    rng = np.random.default_rng(3)
+    model = nn.GPT(7, 6, 2, 8, 2, tie_weights=tie, rng=rng, dtype=np.float64)
+    tokens, targets = rng.integers(0, 7, (3, 5)), rng.integers(0, 7, (3, 5))
+    units = model.units()
+    assert [type(u).__name__ for u in units] == ["GPTInput", "TransformerBlock", "TransformerBlock",
+                                                 "LayerNorm", "Linear"]
+    assert sum(len(u.parameters()) for u in units) == len(model.parameters()) + tie   # tied: listed twice
+    loss_fn = nn.CrossEntropyLoss()
+    loss = loss_fn.forward(model.forward(tokens), targets)
+    model.backward(loss_fn.backward())
+    by_hand = [p.grad.copy() for p in model.parameters()]
+    model.zero_grad()
+    runner = StepRunner(model, nn.CrossEntropyLoss())
+    assert len(runner.layers) == 5
+    assert runner.forward_backward(tokens, targets) == loss
+    for got, want in zip((p.grad for p in model.parameters()), by_hand, strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(nn.Sequential(*model.units()).forward(tokens), model.forward(tokens))
