@@ -16,21 +16,30 @@ from minidist.collectives.allreduce import allreduce
 from minidist.collectives.primitives import pairwise_allreduce
 
 
+def sum_gradients(comm, params, algorithm: str = "pairwise") -> None:
+    """p.grad = Σ over ``comm``'s ranks of p.grad for every Parameter p of ``params`` (one dtype), bitwise the
+    same on every rank: ONE all-reduce of their concatenation — ``pairwise_allreduce`` (reduce-scatter +
+    all-gather), or ``allreduce(comm, x, algorithm=algorithm)`` ("ring", "tree", ...)."""
+    params = list(params)
+    if comm.world_size == 1 or not params:
+        return
+    flat = np.concatenate([p.grad.ravel() for p in params])
+    if algorithm == "pairwise":
+        total = pairwise_allreduce(comm, flat)
+    else:
+        total = allreduce(comm, flat, algorithm=algorithm)
+    offset = 0
+    for p in params:
+        p.grad[...] = total[offset:offset + p.grad.size].reshape(p.grad.shape)
+        offset += p.grad.size
+
+
 def sum_partial_gradients(params, algorithm: str = "pairwise") -> None:
     """For every Parameter p of ``params`` and every group in ``p.partial_over`` (in order): p.grad = Σ over
-    the group of p.grad, bitwise the same on its ranks. One flat all-reduce per group: ``pairwise_allreduce``
-    (reduce-scatter + all-gather), or ``allreduce(comm, x, algorithm=algorithm)`` ("ring", "tree", ...)."""
+    the group of p.grad — ``sum_gradients`` once per group, over the parameters partial over it."""
     groups: dict[int, tuple] = {}
     for p in params:
         for comm in p.partial_over:
             groups.setdefault(id(comm), (comm, []))[1].append(p)
     for comm, members in groups.values():
-        if comm.world_size == 1:
-            continue
-        flat = np.concatenate([p.grad.ravel() for p in members])
-        total = pairwise_allreduce(comm, flat) if algorithm == "pairwise" else \
-            allreduce(comm, flat, algorithm=algorithm)
-        offset = 0
-        for p in members:
-            p.grad[...] = total[offset:offset + p.grad.size].reshape(p.grad.shape)
-            offset += p.grad.size
+        sum_gradients(comm, members, algorithm)
