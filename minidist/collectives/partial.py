@@ -35,8 +35,9 @@ def sum_gradients(comm, params, algorithm: str = "pairwise") -> None:
 
 
 def sum_partial_gradients(params, algorithm: str = "pairwise") -> None:
-    """For every Parameter p of ``params`` and every group in ``p.partial_over`` (in order): p.grad = Σ over
-    the group of p.grad — ``sum_gradients`` once per group, over the parameters partial over it."""
+    """For every Parameter p of ``params`` and every group in ``p.partial_over``: p.grad = Σ over the group of
+    p.grad — ``sum_gradients`` once per group, over the parameters partial over it. A parameter's groups are
+    different axes of one grid (tensor, context, expert, ...), so the order of the sums does not matter."""
     groups: dict[int, tuple] = {}
     for p in params:
         for comm in p.partial_over:
