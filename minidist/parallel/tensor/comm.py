@@ -19,7 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.collectives import allgather, pairwise_allreduce
+from minidist.collectives import (
+    allgather,
+    pairwise_allreduce,
+    sum_partial_gradients,  # noqa: F401  (its first home; the grids import it here)
+)
 from minidist.nn import Module, Parameter
 from minidist.split import split_bounds, split_range
 
