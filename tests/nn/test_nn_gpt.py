@@ -3,7 +3,7 @@ tied weights; T = 1; sampling; bad input refused before anything changes."""
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from minidist import nn
@@ -27,6 +27,9 @@ def test_gpt_matches_torch(tie, b, t, heads, d_head, seed):
 
     rng = np.random.default_rng(seed)
     d = heads * d_head
+    # LayerNorm over d = 2 features outputs ±γ + β whatever its input: its input gradient is 0 up to eps and
+    # rounding, so a relative comparison below it (the position table's) compares noise (seed 2266 fails)
+    assume(d > 2)
     model = nn.GPT(6, 5, 2, d, heads, tie_weights=tie, rng=rng, dtype=np.float64)
     tokens = rng.integers(0, 6, (b, t))
     tt.compare(model, tt.GPT(6, 5, 2, d, heads, tie=tie), tokens, rng.standard_normal((b, t, 6)))
