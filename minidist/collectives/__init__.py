@@ -14,6 +14,7 @@ from minidist.collectives.bruck import bruck_allgather
 from minidist.collectives.chain import chain_broadcast
 from minidist.collectives.dissemination import dissemination_barrier
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
+from minidist.collectives.partial import sum_gradients, sum_partial_gradients
 from minidist.collectives.primitives import (
                                              allgather,
                                              alltoall,
@@ -28,4 +29,5 @@ from minidist.collectives.primitives import (
 
 __all__ = ["ALGORITHMS", "TOPOLOGY_ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
            "bruck_allgather", "chain_broadcast", "choose_algorithm", "dissemination_barrier", "gather",
-           "pairwise_allreduce", "reduce", "reduce_scatter", "scatter"]
+           "pairwise_allreduce", "reduce", "reduce_scatter", "scatter", "sum_gradients",
+           "sum_partial_gradients"]

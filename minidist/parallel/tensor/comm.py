@@ -19,8 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.collectives import allgather, pairwise_allreduce
-from minidist.nn import Module
+from minidist.collectives import (
+    allgather,
+    pairwise_allreduce,
+    sum_partial_gradients,  # noqa: F401  (its first home; the grids import it here)
+)
+from minidist.nn import Module, Parameter
 from minidist.split import split_bounds, split_range
 
 
@@ -48,6 +52,14 @@ def _check_not_empty(n: int, parts: int) -> None:
     if int(n) < int(parts):
         raise ValueError(f"cannot split {n} features into {parts} shards: each shard needs at least one "
                          f"feature (use at most {n} ranks for this layer)")
+
+
+def shard_parameter(source: Parameter, index=...) -> Parameter:
+    """A new Parameter holding a copy of ``source.data[index]`` (a rank's shard; ``...``: all of it),
+    partial over the same groups as ``source`` (a split made after another keeps the first one's sums)."""
+    shard = Parameter(source.data[index].copy())
+    shard.partial_over = list(source.partial_over)
+    return shard
 
 
 def group_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
