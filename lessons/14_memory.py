@@ -307,7 +307,7 @@ assert budget / per_param["ZeRO-1"](1024) < 4.3e9 and budget / per_param["ZeRO-2
 #
 # ## Exercises
 #
-# * `zero1_shard_update` — `minidist.parallel.data.zero.zero1_shard_update(comm, groups, optimizer)`:
+# * `zero1_shard_update` — `minidist.parallel.data.flat.zero1_shard_update(comm, groups, optimizer)`:
 #   reduce-scatter each group's gradient into its shard, step the optimizer on the shards, allgather the
 #   updated shards into every rank's full parameters. Check: `python -m pytest --exercise zero1_shard_update`
 #   (before the exercise map is regenerated:

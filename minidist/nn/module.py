@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .backward import backward_through
+
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
 
@@ -205,9 +207,8 @@ class Sequential(Module):
         """dy: upstream gradient, shape of y; returns dx, shape of x; each layer adds its gradients.
 
         The last layer checks dy first, so a wrong dy is refused before any layer changes anything.
-        The loop is the step runner's (runner.py), the library's one layer-by-layer backward.
+        The loop is the step runner's (backward.py), the library's one layer-by-layer backward.
         """
-        from .runner import backward_through  # runner.py builds on this file
         return backward_through(self.layers, dy)
 
     def __len__(self) -> int:

@@ -50,7 +50,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .backward import backward_through, backward_without_dx
 from .module import Module, Sequential
+
+__all__ = ["Attachment", "StepRunner", "backward_through", "backward_without_dx", "units"]
 
 
 class Attachment:
@@ -95,46 +98,6 @@ def units(model: Module) -> list[Module]:
     if callable(getattr(model, "units", None)):
         return [unit for layer in model.units() for unit in units(layer)]
     return [model]
-
-
-def backward_through(layers: list[Module], dy: np.ndarray, attachments: list = (), input_grad: bool = True,
-                     *, last: bool = True):
-    """The library's one layer-by-layer backward loop: dy (shape of the last layer's output) -> dx.
-
-    Each layer adds its parameters' gradients; with input_grad=False the layers below the first one
-    with parameters are skipped, that one computes no dx (if it can), and None is returned. ``last``:
-    this pass is the step's last for these parameters (attachments get it in begin_backward).
-    """
-    first = 0 if input_grad else next((i for i, m in enumerate(layers) if m.parameters()), len(layers))
-    for a in attachments:
-        a.begin_backward(last)
-    inner_first = attachments[::-1]
-    for i in reversed(range(first, len(layers))):
-        layer = layers[i]
-        for a in attachments:
-            dy = a.before_backward(i, layer, dy)
-        dy = layer.backward(dy) if input_grad or i > first else backward_without_dx(layer, dy)
-        for a in inner_first:
-            dy = a.after_backward(i, layer, dy)
-    for a in inner_first:
-        a.end_backward()
-    return dy if input_grad else None
-
-
-def backward_without_dx(layer: Module, dy: np.ndarray) -> None:
-    """Backward of a layer whose input needs no gradient: only its parameters' gradients.
-
-    Layers with an ``input_grad`` switch (Linear, the tensor-parallel linears) skip the dx product;
-    any other layer computes dx and it is dropped.
-    """
-    if not hasattr(layer, "input_grad"):
-        layer.backward(dy)
-        return
-    wanted, layer.input_grad = layer.input_grad, False
-    try:
-        layer.backward(dy)
-    finally:
-        layer.input_grad = wanted
 
 
 class StepRunner:

@@ -21,7 +21,7 @@ from minidist.cluster import Device, LinkModel
 
 from .check import GridLayout, measure, predict, runnable_layouts
 from .model import ModelSpec
-from .report import format_bytes
+from .units import format_bytes
 
 
 @dataclass

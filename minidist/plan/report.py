@@ -27,6 +27,7 @@ from .layouts import SCHEDULES, check_layout, enumerate_layouts
 from .model import RECOMPUTE, ModelSpec
 from .options import memory_option, recompute_option, size_option, zero_option
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
+from .units import BYTES, SECONDS, format_bytes, unit  # noqa: F401  (format_bytes: the tables' and callers')
 
 MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: 16 bytes per parameter in mixed
 precision with Adam, Korthikanti's 16-bit activations, every op of a step on the GPU's achieved roofs
@@ -81,20 +82,6 @@ def plan(model: ModelSpec, hw: Hardware, **choices) -> list[Prediction]:
     ranked.sort(key=lambda p: (p.time["total"], p.memory["total"]))
     excluded.sort(key=lambda p: (p.excluded.split(":")[0], p.memory.get("total", 0)))
     return ranked + excluded
-
-
-def unit(largest: float, units: tuple[tuple[str, float], ...]) -> tuple[str, float]:
-    """The largest unit (name, size) in which ``largest`` is at least 1 (the last one otherwise)."""
-    return next(((name, size) for name, size in units if largest >= size), units[-1])
-
-
-BYTES = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
-SECONDS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6))
-
-
-def format_bytes(n: float) -> str:
-    name, size = unit(n, BYTES)
-    return f"{n / size:.1f} {name}"
 
 
 def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) -> str:
@@ -224,7 +211,7 @@ def cmd_plan(args) -> int:
 
 def cmd_plan_minidist(model: ModelSpec, args) -> int:
     """``--mode minidist``: the table of minidist_plan.py (ValueError on bad input, as cmd_plan)."""
-    from .minidist_plan import format_minidist_plan, plan_minidist  # imports format_bytes from here
+    from .minidist_plan import format_minidist_plan, plan_minidist  # the minidist mode, on demand
 
     memory = Device.memory if args.memory is None else int(args.memory)
     device, link = Device(flops=args.flops, memory=memory), LinkModel(alpha=args.alpha, beta=args.beta)

@@ -10,13 +10,16 @@ exchanges; n_r = split_sizes(n, P)[r]):
 
     reduce_scatter   b·(n − n_r)            every piece but its own, each to its owner
     allgather        b·(P − 1)·n_r          its own piece, to each of the P − 1 others
-so with P | n each costs (P − 1)/P · b·n, as on the slides.
+so with P | n each costs (P − 1)/P · b·n, as on the slides. ZeRO-1's step on the groups,
+``zero1_shard_update`` (reduce-scatter, update the shards, allgather), is at the end: ZeRO, GradientSync
+and the mixed-precision recipes all call it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from minidist.collectives import allgather, reduce_scatter
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Parameter
 from minidist.optim import LARS
@@ -95,3 +98,26 @@ def build_optimizer(make_optimizer, shards: list[Parameter]):
         raise ValueError("make_optimizer must build the optimizer on the parameters it is given "
                          "(the shards)")
     return optimizer
+
+
+def zero1_shard_update(comm, groups: list[ShardGroup], optimizer) -> None:
+    """ZeRO-1's step: reduce the gradients, update this rank's shards, share the updated shards.
+
+    groups: each with ``grad`` (n,) this rank's full local gradient (weighted by n_r/B), ``data`` (n,) the
+    full parameters, and ``shard`` a Parameter whose data and grad are views of data[lo:hi], grad[lo:hi].
+    optimizer: built on [g.shard for g in groups]. Afterwards every rank's ``data`` holds the updated
+    parameters, bitwise equal on all ranks.
+    """
+    # BEGIN SOLUTION zero1_shard_update
+    # BEGIN PROMPT
+    # Hint: for each group, reduce_scatter(comm, g.grad) returns piece r of the summed gradient: write it
+    # into g.shard.grad (a view of g.grad[lo:hi]). One optimizer.step() updates every shard in place
+    # (g.shard.data is a view of g.data). Then allgather(comm, g.shard.data) returns the P pieces in rank
+    # order: write their concatenation into g.data.
+    # END PROMPT
+    for g in groups:
+        g.shard.grad[...] = reduce_scatter(comm, g.grad)     # piece r of Σ_ranks grad
+    optimizer.step()                                          # only this rank's piece: state is K·n_r
+    for g in groups:
+        g.data[...] = np.concatenate(allgather(comm, g.shard.data))
+    # END SOLUTION

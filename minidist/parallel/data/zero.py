@@ -20,36 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives import allgather, reduce_scatter
-
-from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
+from .flat import zero1_shard_update  # noqa: F401  (the exercise's function, in flat.py)
 from .fsdp import FSDP
 from .sharded import ShardedWrapper
 from .zero_mixed import ShardedMixedPrecision
-
-
-def zero1_shard_update(comm, groups: list[flat.ShardGroup], optimizer) -> None:
-    """ZeRO-1's step: reduce the gradients, update this rank's shards, share the updated shards.
-
-    groups: each with ``grad`` (n,) this rank's full local gradient (weighted by n_r/B), ``data`` (n,) the
-    full parameters, and ``shard`` a Parameter whose data and grad are views of data[lo:hi], grad[lo:hi].
-    optimizer: built on [g.shard for g in groups]. Afterwards every rank's ``data`` holds the updated
-    parameters, bitwise equal on all ranks.
-    """
-    # BEGIN SOLUTION zero1_shard_update
-    # BEGIN PROMPT
-    # Hint: for each group, reduce_scatter(comm, g.grad) returns piece r of the summed gradient: write it
-    # into g.shard.grad (a view of g.grad[lo:hi]). One optimizer.step() updates every shard in place
-    # (g.shard.data is a view of g.data). Then allgather(comm, g.shard.data) returns the P pieces in rank
-    # order: write their concatenation into g.data.
-    # END PROMPT
-    for g in groups:
-        g.shard.grad[...] = reduce_scatter(comm, g.grad)     # piece r of Σ_ranks grad
-    optimizer.step()                                          # only this rank's piece: state is K·n_r
-    for g in groups:
-        g.data[...] = np.concatenate(allgather(comm, g.shard.data))
-    # END SOLUTION
 
 
 class ZeRO(ShardedWrapper):

@@ -31,6 +31,8 @@ from minidist.precision import FP32, quantize
 from minidist.precision.mixed import Recipe, boundaries
 from minidist.split import split_sizes
 
+from .flat import zero1_shard_update
+
 
 class ShardedMixedPrecision(Recipe):
     """The mixed-precision recipe of a sharded wrapper (ZeRO stages 1-2, FSDP).
@@ -159,8 +161,6 @@ class ShardedFullPrecision(Attachment):
 
     def zero1_step(self, wrapper) -> bool:
         """ZeRO-1's update: the exercise ``zero1_shard_update`` (reduce-scatter, step, allgather)."""
-        from .zero import zero1_shard_update  # zero.py imports this module: import on use
-
         zero1_shard_update(wrapper.comm, wrapper.groups, wrapper.optimizer)
         return True
 
