@@ -151,7 +151,8 @@ class Communicator(Group):
             if sent and received:
                 return self._received(src, recvtag, meta, target, out, ufunc, base)
             self._ep.wait(send_to=-1 if sent else world_dst, recv_from=-1 if received else world_src,
-                          tag=recvtag if not received else sendtag, room_at=outgoing.room_at())
+                          tag=recvtag if not received else sendtag, room_at=outgoing.room_at(),
+                          ack=outgoing.awaiting_ack(), data_at=incoming.data_at())
 
     def collective(self, call: str) -> CollectiveCall:
         """``with comm.collective(call):`` — inside the block every message sent carries ``call``'s

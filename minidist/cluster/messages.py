@@ -12,18 +12,28 @@ publishes its ``read`` counter, which frees the slot, and rings the writer if it
 
 A message that fits in one slot is written and read in one step (``post_short``, ``take_short``);
 longer ones stream segment by segment (``Outgoing``, ``Incoming``), so a message of any size passes
-through a mailbox of a few slots. Messages of another communicator or kind that arrive first are read
-whole and set aside (``Endpoint.stash``) until someone asks for them.
+through a mailbox of a few slots. A message bigger than the whole mailbox (which must wait for its reader
+anyway) does not pass through it where the system allows (cross_memory.py): its one slot holds the
+header and the sender's pid and array address, the reader copies (or combines) the payload straight out
+of the sender's array and then frees the slot, and the sender waits for that (``wait(ack=True)``).
+Messages of another communicator or kind that arrive first are read whole and set aside
+(``Endpoint.stash``) until someone asks for them.
 
 Nothing here calls back into comm.py: each function returns what the caller needs to decide next.
 """
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
-from .header import Meta, pack_header, read_header
-from .mailbox import DATA, HEADER_BYTES, ROOM, Endpoint
+from .cross_memory import PIECE_BYTES, pull_into
+from .header import REMOTE, Meta, pack_header, read_header
+from .mailbox import ACK, DATA, HEADER_BYTES, ROOM, Aborted, Endpoint
+
+REMOTE_MIN_BYTES = 1 << 20      # and above the mailbox's capacity: only such messages are read remotely
+ADDRESS = struct.Struct("<qQ")  # what the slot of a remote message holds after its header: pid, address
 
 SMALL_BYTES = 2048     # up to this size a payload goes through bytes (tobytes): fewer NumPy calls
 
@@ -36,7 +46,7 @@ def send_message(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int,
     if not post_short(ep, dst, data, comm, call, kind, tag, arrival):
         out = Outgoing(ep, dst, data, comm, call, kind, tag, arrival)
         while not out.advance():
-            ep.wait(send_to=dst, tag=wait_tag, room_at=out.room_at())
+            ep.wait(send_to=dst, tag=wait_tag, room_at=out.room_at(), ack=out.awaiting_ack())
 
 
 def post_short(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, kind: int, tag: int,
@@ -61,22 +71,35 @@ def post_short(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, k
         ep.raw[start:start + nbytes] = data.reshape(-1).view(np.uint8)
     ep.written[dst] = w + 1
     ep.ctrl[ep.written_out[dst]] = w + 1          # publish after the data is in place
-    ep.ring_if_asleep(dst, DATA, 2)
+    ep.ring_if_asleep(dst, DATA, 2, w + 1)
     return True
 
 
+def goes_remote(ep: Endpoint, nbytes: int) -> bool:
+    """True if a message of ``nbytes`` is to be read straight out of the sender's memory."""
+    return ep.cross_memory and nbytes > ep.layout.capacity and nbytes >= REMOTE_MIN_BYTES
+
+
 class Outgoing:
-    """A message on its way from this rank to ``dst``: ``advance()`` writes as many segments as fit."""
+    """A message on its way from this rank to ``dst``: ``advance()`` writes as many segments as fit (a
+    remote message: its one slot, then it waits until the reader has taken it)."""
 
     def __init__(self, ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, kind: int, tag: int,
                  arrival: float):
         self.ep, self.dst = ep, dst
         self.bytes = data.reshape(-1).view(np.uint8)   # data is C-contiguous
+        self.remote = goes_remote(ep, self.bytes.size)
         self.seg, self.nseg = ep.layout.segments(self.bytes.size, data.dtype.itemsize)
+        if self.remote:
+            self.seg, self.nseg, kind = self.bytes.size, 1, kind | REMOTE
         self.next = 0
         ep.seq[dst] += 1
         self.header = pack_header(ep.seq[dst], comm, call, tag, data, arrival, kind)
         self.written_index, self.box = ep.written_out[dst], ep.box_out[dst]
+
+    def awaiting_ack(self) -> bool:
+        """True once a remote message is in the mailbox: then the sender waits for the reader to take it."""
+        return self.remote and self.next == 1
 
     def room_at(self) -> int:
         """The reader's ``read`` count at which this full mailbox has room for a batch of segments.
@@ -86,11 +109,16 @@ class Outgoing:
         per batch instead of one per segment: a wake-up costs far more CPU than writing a segment.)
         """
         ep = self.ep
+        if self.awaiting_ack():
+            return self.taken_at
         return ep.written[self.dst] - ep.nslots + min(ep.nslots // 2, self.nseg - self.next)
 
     def advance(self) -> bool:
-        """Write segments while there are free slots; True when the whole message is written."""
+        """Write segments while there are free slots; True when the whole message is written (a remote
+        message: when the reader has taken it)."""
         ep, dst = self.ep, self.dst
+        if self.remote and self.next == 1:
+            return ep.ctrl[ep.read_out[dst]] >= self.taken_at
         while self.next < self.nseg:
             if not ep.has_room(dst):
                 return False
@@ -98,13 +126,20 @@ class Outgoing:
             offset = self.box + (w % ep.nslots) * ep.slot_bytes
             if self.next == 0:
                 ep.buf[offset:offset + len(self.header)] = self.header
+            if self.remote:                          # the slot says where the payload is; it stays there
+                ADDRESS.pack_into(ep.buf, offset + HEADER_BYTES, ep.pid, self.bytes.ctypes.data)
+                ep.written[dst] = self.taken_at = w + 1     # taken once the reader has read that many
+                ep.ctrl[self.written_index] = w + 1
+                ep.ring_if_asleep(dst, DATA, 2, w + 1)
+                self.next = 1
+                return False                         # not taken yet (the reader cannot have been this fast)
             lo = self.next * self.seg
             piece = self.bytes[lo:lo + self.seg]
             start = offset + HEADER_BYTES
             ep.buf[start:start + piece.size] = piece
             ep.written[dst] = w + 1
             ep.ctrl[self.written_index] = w + 1      # publish after the data is in place
-            ep.ring_if_asleep(dst, DATA, 2)
+            ep.ring_if_asleep(dst, DATA, 2, w + 1)
             self.next += 1
         return True
 
@@ -143,7 +178,7 @@ def read_message(ep: Endpoint, src: int, meta: Meta, incoming: Incoming | None, 
         return
     incoming.start(target, ufunc, base)
     while not incoming.advance():
-        ep.wait(recv_from=src, tag=wait_tag)
+        ep.wait(recv_from=src, tag=wait_tag, data_at=incoming.data_at())
 
 
 def take_short(ep: Endpoint, src: int, meta: Meta, target: np.ndarray, ufunc, base) -> None:
@@ -159,7 +194,7 @@ def take_short(ep: Endpoint, src: int, meta: Meta, target: np.ndarray, ufunc, ba
         ufunc(target if base is None else base, incoming, out=target)
     ep.read[src] = r + 1
     ep.ctrl[ep.read_in[src]] = r + 1
-    ep.ring_if_asleep(src, ROOM, 1, r + 1)
+    ep.ring_if_asleep(src, ROOM | ACK, 1, r + 1)
 
 
 class Incoming:
@@ -207,6 +242,16 @@ class Incoming:
         else:
             self._begin(self.meta, target, ufunc, base)
 
+    def data_at(self) -> int:
+        """The writer's ``written`` count at which a batch of segments of the message being read has
+        arrived: half the mailbox, or the rest of the message if shorter (the writer writes that much
+        without waiting for anything else, so waiting for the batch cannot deadlock). Any slot while
+        no message is being read (its header is awaited)."""
+        ep = self.ep
+        if self.reading is None or self.next >= self.nseg:
+            return ep.read[self.src] + 1
+        return ep.read[self.src] + min(ep.nslots // 2, self.nseg - self.next)
+
     def advance(self) -> bool:
         """Copy out the segments that have arrived; True once the whole message is in ``target``."""
         if not self.done:
@@ -216,6 +261,8 @@ class Incoming:
     def _begin(self, meta: Meta, target: np.ndarray, ufunc, base) -> None:
         self.reading, self.target, self.ufunc, self.next = meta, target, ufunc, 0
         self.seg, self.nseg = self.ep.layout.segments(meta.nbytes, meta.dtype.itemsize)
+        if meta.remote:
+            self.seg, self.nseg = meta.nbytes, 1
         self.target_flat = target.reshape(-1)
         self.target_bytes = self.target_flat.view(np.uint8)
         self.base_flat = None if base is None else base.reshape(-1)
@@ -231,18 +278,36 @@ class Incoming:
             start = ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes + HEADER_BYTES
             lo = self.next * self.seg
             n = min(self.seg, meta.nbytes - lo)
-            incoming = ep.raw[start:start + n]
-            if self.ufunc is None:
-                self.target_bytes[lo:lo + n] = incoming
+            if meta.remote:
+                _pull(ep, src, start, self.target_flat, self.ufunc, self.base_flat)
+            elif self.ufunc is None:
+                self.target_bytes[lo:lo + n] = ep.raw[start:start + n]
             else:
+                incoming = ep.raw[start:start + n]
                 piece = slice(lo // meta.dtype.itemsize, (lo + n) // meta.dtype.itemsize)
                 _combine(self.target_flat[piece], incoming.view(meta.dtype), self.ufunc,
                          None if self.base_flat is None else self.base_flat[piece])
             ep.read[src] = r + 1
             ep.ctrl[ep.read_in[src]] = r + 1
-            ep.ring_if_asleep(src, ROOM, 1, r + 1)
+            ep.ring_if_asleep(src, ROOM | ACK, 1, r + 1)
             self.next += 1
         return True
+
+
+def _pull(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc, base: np.ndarray | None) -> None:
+    """Copy (or combine) a remote message's payload from world rank ``src``'s array into ``target``; its
+    slot's payload at ``start`` holds the sender's pid and the array's address."""
+    pid, address = ADDRESS.unpack_from(ep.buf, start)
+    if ufunc is not None and ep.scratch is None:
+        ep.scratch = np.empty(PIECE_BYTES, np.uint8)      # one small buffer per rank, reused
+    try:
+        pull_into(pid, address, target, ufunc, base, ep.scratch)
+    except OSError as error:
+        if ep.aborting():                                 # the sender stopped: the run is over anyway
+            raise Aborted() from error
+        raise RuntimeError(f"rank {ep.rank} could not read the message of rank {src} from its memory "
+                           f"({error}); MINIDIST_CROSS_MEMORY=0 sends large messages through the "
+                           f"mailbox instead") from error
 
 
 def _copy_out(ep: Endpoint, start: int, nbytes: int, target: np.ndarray) -> None:

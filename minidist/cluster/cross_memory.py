@@ -1,0 +1,109 @@
+"""Copying straight out of another rank's array: Linux's cross-memory attach (``process_vm_readv``).
+
+A message bigger than the mailbox cannot be sent without waiting for the reader anyway, so for those
+the cluster does what MPICH's shared-memory channel does with large messages (its "CMA" path): the
+sender puts only a header and the address of its array in the mailbox (messages.py, ``Outgoing``) and
+waits; the reader copies the payload straight out of the sender's memory with one system call per
+piece — into its target, or through a small buffer that stays in its cache when it must reduce
+(``out = op(base, incoming)``) — and then frees the slot, which tells the sender that its array may
+change again. Each byte crosses the memory bus once, against twice through a mailbox (copy in, copy
+out), and the two ranks meet once per message instead of once per segment.
+
+``process_vm_readv(pid, local, remote)`` copies bytes from process ``pid``'s address space into ours;
+the kernel allows it between processes of the same user (and, under the Yama security module, only
+for a process that has said so: ``allow_readers``). ``available()`` says whether this system has it;
+``MINIDIST_CROSS_MEMORY=0`` in the environment turns it off (then large messages stream through the
+mailbox, as everywhere but Linux).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+import numpy as np
+
+PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1).value     # linux/prctl.h (Yama)
+PIECE_BYTES = 1 << 20          # bytes pulled per call when reducing: about one core's L2 cache
+
+
+class _IOVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+def _load():
+    """libc's process_vm_readv, typed, or None where there is none (not Linux, not glibc)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        read = libc.process_vm_readv
+    except (OSError, AttributeError):
+        return None
+    read.restype = ctypes.c_ssize_t
+    read.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.POINTER(_IOVec),
+                     ctypes.c_ulong, ctypes.c_ulong]
+    return read
+
+
+_readv = _load()
+
+
+def available() -> bool:
+    """True if large messages may be copied across processes here: Linux with process_vm_readv, not
+    turned off by MINIDIST_CROSS_MEMORY=0, and a test read of this process's own memory works (a
+    sandbox may refuse the call)."""
+    if _readv is None or os.environ.get("MINIDIST_CROSS_MEMORY", "1") == "0":
+        return False
+    probe, copy = np.arange(8, dtype=np.int64), np.zeros(8, dtype=np.int64)
+    try:
+        pull(os.getpid(), probe.ctypes.data, copy.ctypes.data, probe.nbytes)
+    except OSError:
+        return False
+    return bool((copy == probe).all())
+
+
+def allow_readers() -> None:
+    """In a rank: let the other ranks read this process's memory where Yama would allow only ancestors
+    (``ptrace_scope`` 1). Without Yama, processes of one user may read each other already."""
+    if _readv is not None:
+        try:
+            ctypes.CDLL(None).prctl(PR_SET_PTRACER, ctypes.c_ulong(PR_SET_PTRACER_ANY), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def pull(pid: int, remote: int, local: int, nbytes: int) -> None:
+    """Copy ``nbytes`` bytes at address ``remote`` of process ``pid`` to address ``local`` of this one.
+
+    Raises OSError (with the errno) if the kernel refuses or the other process is gone.
+    """
+    done = 0
+    while done < nbytes:          # the kernel may copy less than asked (then the rest is asked again)
+        here, there = _IOVec(local + done, nbytes - done), _IOVec(remote + done, nbytes - done)
+        got = _readv(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0)
+        if got <= 0:
+            err = ctypes.get_errno() if got < 0 else 0
+            why = os.strerror(err) if err else "no data"
+            raise OSError(err, f"process_vm_readv from process {pid}: {why}")
+        done += got
+
+
+def pull_into(pid: int, remote: int, target: np.ndarray, ufunc=None, base: np.ndarray | None = None,
+              scratch: np.ndarray | None = None) -> None:
+    """Receive a remote array of target's dtype and size into the 1-D contiguous ``target``.
+
+    ufunc None: target = incoming, copied straight in. Else target = ufunc(base, incoming) (base
+    defaults to target), piece by piece through ``scratch`` (a uint8 buffer of PIECE_BYTES or more).
+    """
+    if ufunc is None:
+        pull(pid, remote, target.ctypes.data, target.nbytes)
+        return
+    step = max(1, PIECE_BYTES // target.itemsize)
+    incoming = np.frombuffer(scratch, target.dtype, step)
+    for lo in range(0, target.size, step):
+        hi = min(lo + step, target.size)
+        pull(pid, remote + lo * target.itemsize, incoming.ctypes.data, (hi - lo) * target.itemsize)
+        ufunc(target[lo:hi] if base is None else base[lo:hi], incoming[:hi - lo], out=target[lo:hi])
