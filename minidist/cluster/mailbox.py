@@ -169,7 +169,7 @@ class Endpoint:
 
         if ack:
             ready = taken
-        if self.may_spin():
+        if (recv_from >= 0 or not ack) and self.may_spin():   # (a large message takes longer: sleep)
             stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
                 if ready():

@@ -166,3 +166,18 @@ def test_find_deadlock_reads_a_wait_for_a_taken_message():
     assert ep.find_deadlock() == (
         "deadlock: every rank is waiting and no message can arrive: rank 0 waits for send to rank 1 "
         "(tag 0); rank 1 waits for recv from rank 0 (tag 0)")
+
+
+def pass_right(comm, n: int):
+    x = np.arange(n, dtype=np.int64) * (comm.rank + 1)
+    right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
+    got = comm.sendrecv(x, dst=right, src=left, out=np.empty_like(x), op="sum", base=x)
+    return got, comm._ep.cross_memory
+
+
+def test_spawned_ranks_read_each_other_too():
+    n = 3 * 2**20 // 8
+    results = run(pass_right, 3, n, start_method="spawn", timeout=120)
+    for rank, (got, remote) in enumerate(results):
+        left = (rank - 1) % 3
+        assert remote and np.array_equal(got, np.arange(n, dtype=np.int64) * (rank + 1 + left + 1))
