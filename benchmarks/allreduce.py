@@ -245,8 +245,11 @@ def main() -> None:
     if args.gloo_worker:
         return gloo_worker(*args.gloo_worker, sizes)
 
+    import minidist
+
     print(f"machine: {os.cpu_count()} cores, {sys.platform}; python {sys.version.split()[0]}; "
-          f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}")
+          f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}; minidist from "
+          f"{Path(minidist.__file__).parent}")
     copy_gbs = copy_bandwidth()
     print(f"one core's copy bandwidth (32 MiB, read + written): {copy_gbs:.2f} GB/s")
     peers = args.peers.split(",")
