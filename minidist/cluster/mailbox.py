@@ -107,6 +107,15 @@ class Endpoint:
         for bell in self.doorbells:
             bell.release()
 
+    def await_abort(self, seconds: float) -> bool:
+        """Sleep until the run is aborted (the abort rings every doorbell) or ``seconds`` have passed;
+        True if it is aborted. For a rank that finds a peer's process gone: the launcher notices the
+        death and aborts the run, and the rank that died, not this one, is then named as the cause."""
+        deadline = time.monotonic() + seconds
+        while not self.aborting() and (left := deadline - time.monotonic()) > 0:
+            self.doorbells[self.rank].acquire(True, left)
+        return self.aborting()
+
     def mark_done(self) -> None:
         """Tell every rank that this rank's function has returned (a peer waiting for it then raises)."""
         self.ctrl[self.layout.line("done", self.rank)] = 1

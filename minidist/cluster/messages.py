@@ -34,6 +34,7 @@ from .mailbox import ACK, DATA, HEADER_BYTES, ROOM, Aborted, Endpoint
 
 REMOTE_MIN_BYTES = 1 << 20      # and above the mailbox's capacity: only such messages are read remotely
 ADDRESS = struct.Struct("<qQ")  # what the slot of a remote message holds after its header: pid, address
+GONE_GRACE = 2.0                # seconds a reader whose sender vanished waits for the launcher's abort
 
 SMALL_BYTES = 2048     # up to this size a payload goes through bytes (tobytes): fewer NumPy calls
 
@@ -303,7 +304,7 @@ def _pull(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc, base: n
     try:
         pull_into(pid, address, target, ufunc, base, ep.scratch)
     except OSError as error:
-        if ep.aborting():                                 # the sender stopped: the run is over anyway
+        if ep.await_abort(GONE_GRACE):      # the sender died or stopped: the launcher is ending the run
             raise Aborted() from error
         raise RuntimeError(f"rank {ep.rank} could not read the message of rank {src} from its memory "
                            f"({error}); MINIDIST_CROSS_MEMORY=0 sends large messages through the "

@@ -1,6 +1,8 @@
 """Messages bigger than a mailbox, read straight out of the sender's array (cross_memory.py), arrive bitwise
 as through the mailbox, are counted the same, and fail, stall and deadlock as every other message does."""
 
+import os
+import threading
 import time
 
 import numpy as np
@@ -138,6 +140,22 @@ def test_a_receiver_that_fails_stops_the_waiting_sender(transport):
     before = child_pids()
     with pytest.raises(ClusterError, match=r"rank 1 raised ValueError: receiver failed"):
         run(fn, 2, timeout=60)
+    assert_nothing_left(before)
+
+
+def test_a_sender_that_dies_while_its_message_waits_is_named_not_the_reader(transport):
+    def fn(comm):
+        if comm.rank == 0:
+            threading.Timer(0.2, os._exit, (3,)).start()    # dies while it waits for rank 1 to read
+            comm.send(np.zeros(N, np.int32), 1)
+        else:
+            time.sleep(0.6)
+            comm.recv(0)            # (cross-memory: the sender's process is gone when the copy starts)
+
+    before = child_pids()
+    with pytest.raises(ClusterError, match=r"rank 0 exited with code 3") as info:
+        run(fn, 2, timeout=60)
+    assert info.value.rank == 0
     assert_nothing_left(before)
 
 
