@@ -27,7 +27,9 @@ must at least be read once and written once, so at that rate its bus bytes take
     t_bytes = 2 · 2 (P − 1)/P · S / copy_bandwidth
 
 and the ring's *overhead per step* is (t − t_bytes) / (2 (P − 1)): what each of its 2(P − 1) steps
-costs beyond moving its bytes (hand-offs, wake-ups, Python).
+costs beyond moving its bytes (hand-offs, wake-ups, Python). The last column, the ring's CPU time per
+call (the busiest rank's, averaged over all its calls), says what the transport costs whatever the load
+on the machine: a rank asleep in a wait costs none, one spinning (at most 50 us a wait) does.
 
 The "floor" peer (benchmarks/floor.py, arrays up to 64 KiB, P a power of two) is the same recursive
 doubling written in bare Python — forked processes, one shared-memory slot and two semaphores per ordered
@@ -42,12 +44,13 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 from floor import floor_allreduce  # benchmarks/floor.py, beside this script
 from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
-from timing import best_block  # benchmarks/timing.py, beside this script
+from timing import BLOCKS, best_block  # benchmarks/timing.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -84,6 +87,7 @@ MINIDIST = {"ring out=x": ("ring", True), "ring": ("ring", False), "auto out=x":
 
 
 def _minidist_worker(comm, sizes, algorithm, in_place):
+    """(seconds per allreduce, CPU seconds per allreduce) on this rank at each size."""
     from minidist.collectives import allreduce
 
     times = []
@@ -91,20 +95,25 @@ def _minidist_worker(comm, sizes, algorithm, in_place):
         x = np.zeros(nbytes // 4, dtype=np.float32)      # zeros: in place, the sums stay finite
         out = x if in_place else None
         once = lambda x=x, out=out: allreduce(comm, x, algorithm=algorithm, out=out)
-        times.append(timed_loop(once, comm.barrier, nbytes))
+        cpu = time.process_time()
+        seconds = timed_loop(once, comm.barrier, nbytes)
+        calls = warmup_calls(nbytes) + BLOCKS * iterations(nbytes)
+        times.append((seconds, (time.process_time() - cpu) / calls))
     return times
 
 
 def bench_minidist(world_size: int, sizes: list[int], algorithm: str, in_place: bool,
-                   repeats: int = 1) -> list[float]:
-    """Seconds per allreduce at each size: the slowest rank's, the best of ``repeats`` runs."""
+                   repeats: int = 1) -> tuple[list[float], list[float]]:
+    """Seconds per allreduce at each size, the slowest rank's, best of ``repeats`` runs; and the CPU
+    seconds one call costs the busiest rank (its average over all calls, the fewest of the runs)."""
     from minidist.cluster import run
 
-    best = [float("inf")] * len(sizes)
+    best, cpu = [float("inf")] * len(sizes), [float("inf")] * len(sizes)
     for _ in range(repeats):
         per_rank = run(_minidist_worker, world_size, sizes, algorithm, in_place, timeout=1200.0)
-        best = [min(b, max(ts)) for b, ts in zip(best, zip(*per_rank))]
-    return best
+        best = [min(b, max(t for t, _ in ts)) for b, ts in zip(best, zip(*per_rank))]
+        cpu = [min(c, max(c for _, c in ts)) for c, ts in zip(cpu, zip(*per_rank))]
+    return best, cpu
 
 
 def copy_bandwidth(nbytes: int = 32 << 20, count: int = 5) -> float:
@@ -254,8 +263,10 @@ def main() -> None:
     print(f"one core's copy bandwidth (32 MiB, read + written): {copy_gbs:.2f} GB/s")
     peers = args.peers.split(",")
     for world_size in world_sizes(args.world_sizes, args.oversubscribe):
-        results = {name: bench_minidist(world_size, sizes, algorithm, in_place, args.repeats)
-                   for name, (algorithm, in_place) in MINIDIST.items()}
+        measured = {name: bench_minidist(world_size, sizes, algorithm, in_place, args.repeats)
+                    for name, (algorithm, in_place) in MINIDIST.items()}
+        results = {name: times for name, (times, _) in measured.items()}
+        cpu = measured["ring out=x"][1]
         results |= {"mpich": bench_mpi(world_size, sizes) if "mpich" in peers else None,
                     "gloo": bench_gloo(world_size, sizes) if "gloo" in peers else None,
                     "floor": bench_floor(world_size, sizes) if "floor" in peers else None}
@@ -263,15 +274,16 @@ def main() -> None:
         print(f"\nP = {world_size}: busbw GB/s (time per allreduce in us) [busbw / copy bandwidth]")
         pairs = (("ring out=x", "mpich"), ("auto out=x", "mpich"), ("ring out=x", "gloo"))
         print("| size | " + " | ".join(ran) + " | " + " | ".join(f"{a} / {b}" for a, b in pairs)
-              + " | ring out=x overhead per step (us) |")
-        print("|---" * (len(ran) + len(pairs) + 2) + "|")
+              + " | ring out=x overhead per step (us) | ring out=x CPU per call (us) |")
+        print("|---" * (len(ran) + len(pairs) + 3) + "|")
         for i, nbytes in enumerate(sizes):
             cells = [f"{busbw(nbytes, results[p][i], world_size):.2f} ({results[p][i] * 1e6:.0f}) "
                      f"[{busbw(nbytes, results[p][i], world_size) / copy_gbs:.2f}]"
                      if results[p][i] else "-" for p in ran]
             ratios = [ratio(results, a, b, i) for a, b in pairs]
             overhead = step_overhead(nbytes, results["ring out=x"][i], world_size, copy_gbs)
-            print(f"| {human(nbytes)} | " + " | ".join(cells + ratios) + f" | {overhead * 1e6:.0f} |")
+            print(f"| {human(nbytes)} | " + " | ".join(cells + ratios) + f" | {overhead * 1e6:.0f} | "
+                  f"{cpu[i] * 1e6:.0f} |")
 
 
 def bench_floor(world_size: int, sizes: list[int]) -> list[float | None] | None:
