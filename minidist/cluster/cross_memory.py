@@ -11,7 +11,7 @@ out), and the two ranks meet once per message instead of once per segment.
 
 ``process_vm_readv(pid, local, remote)`` copies bytes from process ``pid``'s address space into ours;
 the kernel allows it between processes of the same user (and, under the Yama security module, only
-for a process that has said so: ``allow_readers``). ``available()`` says whether this system has it;
+for a process that has said so: ``enable``). ``available()`` says whether this system has it;
 ``MINIDIST_CROSS_MEMORY=0`` in the environment turns it off (then large messages stream through the
 mailbox, as everywhere but Linux).
 """
@@ -21,12 +21,18 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import struct
 import sys
 
 import numpy as np
 
+from .mailbox import Aborted, Endpoint
+
 PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1).value     # linux/prctl.h (Yama)
-PIECE_BYTES = 1 << 20          # bytes pulled per call when reducing: about one core's L2 cache
+PIECE_BYTES = 1 << 20           # bytes pulled per call when reducing: about one core's L2 cache
+REMOTE_MIN_BYTES = 1 << 20      # and above the mailbox's capacity: only such messages are read remotely
+ADDRESS = struct.Struct("<qQ")  # what the slot of a remote message holds after its header: pid, address
+GONE_GRACE = 2.0                # seconds a reader whose sender vanished waits for the launcher's abort
 
 
 class _IOVec(ctypes.Structure):
@@ -65,14 +71,45 @@ def available() -> bool:
     return bool((copy == probe).all())
 
 
-def allow_readers() -> None:
-    """In a rank: let the other ranks read this process's memory where Yama would allow only ancestors
-    (``ptrace_scope`` 1). Without Yama, processes of one user may read each other already."""
-    if _readv is not None:
-        try:
-            ctypes.CDLL(None).prctl(PR_SET_PTRACER, ctypes.c_ulong(PR_SET_PTRACER_ANY), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+def enable() -> bool:
+    """In a rank, at its start: True if it sends large messages this way (``available``); then it lets
+    the other ranks read its memory where Yama would allow only ancestors (``ptrace_scope`` 1; without
+    Yama, processes of one user may read each other already). Every rank decides alike: one system, one
+    environment."""
+    if not available():
+        return False
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_PTRACER, ctypes.c_ulong(PR_SET_PTRACER_ANY), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    return True
+
+
+def goes_remote(ep: Endpoint, nbytes: int) -> bool:
+    """True if a message of ``nbytes`` is to be read straight out of the sender's memory."""
+    return ep.cross_memory and nbytes > ep.layout.capacity and nbytes >= REMOTE_MIN_BYTES
+
+
+def post_address(ep: Endpoint, start: int, payload: np.ndarray) -> None:
+    """Write where a remote message's payload is (this process, the array's address) at byte ``start``
+    of the shared block: the slot's payload area."""
+    ADDRESS.pack_into(ep.buf, start, ep.pid, payload.ctypes.data)
+
+
+def receive_remote(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc, base) -> None:
+    """Copy (or combine) a remote message from world rank ``src`` into the 1-D ``target`` (see
+    ``pull_into``); the slot's payload at byte ``start`` says where it is (``post_address``)."""
+    pid, address = ADDRESS.unpack_from(ep.buf, start)
+    if ufunc is not None and ep.scratch is None:
+        ep.scratch = np.empty(PIECE_BYTES, np.uint8)      # one small buffer per rank, reused
+    try:
+        pull_into(pid, address, target, ufunc, base, ep.scratch)
+    except OSError as error:
+        if ep.await_abort(GONE_GRACE):      # the sender died or stopped: the launcher is ending the run
+            raise Aborted() from error
+        raise RuntimeError(f"rank {ep.rank} could not read the message of rank {src} from its memory "
+                           f"({error}); MINIDIST_CROSS_MEMORY=0 sends large messages through the "
+                           f"mailbox instead") from error
 
 
 def pull(pid: int, remote: int, local: int, nbytes: int) -> None:

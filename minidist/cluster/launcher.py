@@ -108,10 +108,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
     layout = Layout(int(world_size), mailbox_bytes)
     # A rank may spin briefly before sleeping while the ranks that are awake fit on the cores (mailbox.py)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    # Messages bigger than a mailbox are read straight out of the sender's array where Linux allows it
-    cross = world_size > 1 and cross_memory.available()
-    plan = (layout, checked_link(link, int(world_size)), device or Device(), cores, keep_spans, os.getpid(),
-            cross)
+    plan = (layout, checked_link(link, int(world_size)), device or Device(), cores, keep_spans, os.getpid())
 
     block = shm = parent = None
     doorbells, procs, conns = [], [], []
@@ -146,8 +143,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
 
 
 def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
-    """Wait for every rank's answer; raise ClusterError on the first failure or at the deadline. ``unlink()``
-    is called once every rank has said "attached" (spawn: it has opened the named objects)."""
+    """Every rank's answer; ClusterError at the first failure or the deadline; unlink() once all attached."""
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     answers: dict[int, tuple] = {}
     attached: set[int] = set()
@@ -262,10 +258,8 @@ def _shutdown(procs, parent: Endpoint) -> None:
 
 def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     """The body of one rank's process."""
-    layout, link, device, cores, keep_spans, launcher, cross = plan
+    layout, link, device, cores, keep_spans, launcher = plan
     die_with_parent(launcher)
-    if cross:
-        cross_memory.allow_readers()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's to handle
     if hasattr(shared, "buf"):
         conn.send("attached")                        # spawn: segment and semaphores are open (by name)
@@ -273,7 +267,7 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     try:
         block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
         keep_freed_memory()
-        endpoint = Endpoint(layout, rank, block, doorbells, cores, cross)
+        endpoint = Endpoint(layout, rank, block, doorbells, cores, cross_memory.enable())
         ledger = Ledger(rank, link, device, keep_spans)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
         result = fn(comm, *args)

@@ -12,10 +12,9 @@ publishes its ``read`` counter, which frees the slot, and rings the writer if it
 
 A message that fits in one slot is written and read in one step (``post_short``, ``take_short``);
 longer ones stream segment by segment (``Outgoing``, ``Incoming``), so a message of any size passes
-through a mailbox of a few slots. A message bigger than the whole mailbox (which must wait for its reader
-anyway) does not pass through it where the system allows (cross_memory.py): its one slot holds the
-header and the sender's pid and array address, the reader copies (or combines) the payload straight out
-of the sender's array and then frees the slot, and the sender waits for that (``wait(ack=True)``).
+through a mailbox of a few slots. A message bigger than the whole mailbox, where the system allows,
+takes one slot (header, sender's pid and address); the reader copies the payload straight out of the
+sender's array, then frees the slot, which the sender waits for (``wait(ack=True)``; cross_memory.py).
 Messages of another communicator or kind that arrive first are read whole and set aside
 (``Endpoint.stash``) until someone asks for them.
 
@@ -24,17 +23,11 @@ Nothing here calls back into comm.py: each function returns what the caller need
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
-from .cross_memory import PIECE_BYTES, pull_into
+from .cross_memory import goes_remote, post_address, receive_remote
 from .header import REMOTE, Meta, pack_header, read_header
-from .mailbox import ACK, DATA, HEADER_BYTES, ROOM, Aborted, Endpoint
-
-REMOTE_MIN_BYTES = 1 << 20      # and above the mailbox's capacity: only such messages are read remotely
-ADDRESS = struct.Struct("<qQ")  # what the slot of a remote message holds after its header: pid, address
-GONE_GRACE = 2.0                # seconds a reader whose sender vanished waits for the launcher's abort
+from .mailbox import ACK, DATA, HEADER_BYTES, ROOM, Endpoint
 
 SMALL_BYTES = 2048     # up to this size a payload goes through bytes (tobytes): fewer NumPy calls
 
@@ -74,11 +67,6 @@ def post_short(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, k
     ep.ctrl[ep.written_out[dst]] = w + 1          # publish after the data is in place
     ep.ring_if_asleep(dst, DATA, 2, w + 1)
     return True
-
-
-def goes_remote(ep: Endpoint, nbytes: int) -> bool:
-    """True if a message of ``nbytes`` is to be read straight out of the sender's memory."""
-    return ep.cross_memory and nbytes > ep.layout.capacity and nbytes >= REMOTE_MIN_BYTES
 
 
 class Outgoing:
@@ -128,7 +116,7 @@ class Outgoing:
             if self.next == 0:
                 ep.buf[offset:offset + len(self.header)] = self.header
             if self.remote:                          # the slot says where the payload is; it stays there
-                ADDRESS.pack_into(ep.buf, offset + HEADER_BYTES, ep.pid, self.bytes.ctypes.data)
+                post_address(ep, offset + HEADER_BYTES, self.bytes)
                 ep.written[dst] = self.taken_at = w + 1     # taken once the reader has read that many
                 ep.ctrl[self.written_index] = w + 1
                 ep.ring_if_asleep(dst, DATA, 2, w + 1)
@@ -280,7 +268,7 @@ class Incoming:
             lo = self.next * self.seg
             n = min(self.seg, meta.nbytes - lo)
             if meta.remote:
-                _pull(ep, src, start, self.target_flat, self.ufunc, self.base_flat)
+                receive_remote(ep, src, start, self.target_flat, self.ufunc, self.base_flat)
             elif self.ufunc is None:
                 self.target_bytes[lo:lo + n] = ep.raw[start:start + n]
             else:
@@ -293,22 +281,6 @@ class Incoming:
             ep.ring_if_asleep(src, ROOM | ACK, 1, r + 1)
             self.next += 1
         return True
-
-
-def _pull(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc, base: np.ndarray | None) -> None:
-    """Copy (or combine) a remote message's payload from world rank ``src``'s array into ``target``; its
-    slot's payload at ``start`` holds the sender's pid and the array's address."""
-    pid, address = ADDRESS.unpack_from(ep.buf, start)
-    if ufunc is not None and ep.scratch is None:
-        ep.scratch = np.empty(PIECE_BYTES, np.uint8)      # one small buffer per rank, reused
-    try:
-        pull_into(pid, address, target, ufunc, base, ep.scratch)
-    except OSError as error:
-        if ep.await_abort(GONE_GRACE):      # the sender died or stopped: the launcher is ending the run
-            raise Aborted() from error
-        raise RuntimeError(f"rank {ep.rank} could not read the message of rank {src} from its memory "
-                           f"({error}); MINIDIST_CROSS_MEMORY=0 sends large messages through the "
-                           f"mailbox instead") from error
 
 
 def _copy_out(ep: Endpoint, start: int, nbytes: int, target: np.ndarray) -> None:

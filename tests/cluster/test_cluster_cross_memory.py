@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from minidist.cluster import ClusterError, cross_memory, run
+from minidist.cluster.cross_memory import REMOTE_MIN_BYTES, goes_remote
 from minidist.cluster.layout import ACK
-from minidist.cluster.messages import REMOTE_MIN_BYTES, goes_remote
 from minidist.collectives import allreduce
 from minidist.collectives.ring import ring_allreduce
 
