@@ -59,9 +59,9 @@ _readv = _load()
 
 def available() -> bool:
     """True if large messages may be copied across processes here: Linux with process_vm_readv, not
-    turned off by MINIDIST_CROSS_MEMORY=0, and a test read of this process's own memory works (a
-    sandbox may refuse the call)."""
-    if _readv is None or os.environ.get("MINIDIST_CROSS_MEMORY", "1") == "0":
+    turned off by MINIDIST_CROSS_MEMORY=0, not forbidden by Yama, and a test read of this process's own
+    memory works (a sandbox may refuse the call)."""
+    if _readv is None or os.environ.get("MINIDIST_CROSS_MEMORY", "1") == "0" or _yama_scope() >= 2:
         return False
     probe, copy = np.arange(8, dtype=np.int64), np.zeros(8, dtype=np.int64)
     try:
@@ -69,6 +69,15 @@ def available() -> bool:
     except OSError:
         return False
     return bool((copy == probe).all())
+
+
+def _yama_scope() -> int:
+    """Yama's ptrace_scope (0 where there is no Yama): 2 and 3 forbid reading a sibling's memory at all."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as scope:
+            return int(scope.read())
+    except (OSError, ValueError):
+        return 0
 
 
 def enable() -> bool:
