@@ -1,16 +1,17 @@
-"""The transport under the Communicator: mailboxes in one block of shared memory, and doorbells. The
-block's layout (control lines, then one mailbox per ordered pair of ranks) is in layout.py.
+"""The transport under the Communicator: mailboxes in one block of shared memory, and doorbells.
+
+The block's layout (control lines, then one mailbox per ordered pair of ranks) is in layout.py.
 
 Mailbox s -> d is a ring buffer with one writer (s) and one reader (d): s may write slot ``written``
 while ``written - read < nslots``; d may read slot ``read`` while ``read < written``. Each side owns
 one counter, so no lock is needed. messages.py says what goes into the slots.
 
-Waiting burns little CPU: a rank that must wait (``Endpoint.wait``) spins briefly (bounded), then
-writes in its status line what it waits for and sleeps on its *doorbell* semaphore; whoever writes the
-data it waits for, or frees the room, rings the bell. Every ``POLL`` seconds the sleeper also looks
-for an abort, a peer that has returned, or a deadlock (``find_deadlock``: every rank asleep and none
-can ever be woken), and raises instead of hanging. This module calls nothing above it: ``wait``
-decides from the counters alone whether a rank may go on.
+Waiting never burns CPU: a rank that must wait (``Endpoint.wait``) writes in its status line what it
+waits for and sleeps on its *doorbell* semaphore; whoever writes the data it waits for, or frees the
+room, rings the bell. Every ``POLL`` seconds the sleeper also looks for an abort, a peer that has
+returned, or a deadlock (``find_deadlock``: every rank asleep and none can ever be woken), and raises
+instead of hanging. This module calls nothing above it: ``wait`` decides from the counters alone
+whether a rank may go on.
 """
 
 from __future__ import annotations
@@ -26,20 +27,25 @@ from .process_setup import exit_if_orphaned
 
 POLL = 0.05                                     # seconds between checks for abort / returned peers
 YIELDS = 3                                      # sched_yield()s before sleeping, when spinning is not allowed
-SPIN, SPIN_MAX = 50e-6, 1e-3                    # bounds of the spin before sleeping (if awake ranks <= cores)
+SPIN = 50e-6                                    # bounded spin before sleeping (only if awake ranks <= cores)
 _lock = threading.Lock()
 
 
 def fence() -> None:
-    """A full memory barrier (taking a lock is an atomic instruction, which the CPU does not reorder): between
-    "publish my counter" and "read the peer's status", so that one of two sides sees the other's."""
+    """A full memory barrier: taking a lock is an atomic instruction, which the CPU does not reorder.
+
+    Needed between "publish my counter" and "read the peer's status" (and the mirror image on the other
+    side), so that one of the two always sees the other and no doorbell is missed.
+    """
     _lock.acquire()
     _lock.release()
 
 
 class Aborted(BaseException):
-    """Raised inside a rank when the run is aborted (another rank failed, or time ran out); a BaseException,
-    like KeyboardInterrupt, so that an ``except Exception`` in user code cannot swallow it."""
+    """Raised inside a rank when the run is being aborted because another rank failed or time ran out.
+
+    A BaseException, like KeyboardInterrupt, so that an ``except Exception`` in user code cannot swallow it.
+    """
 
 
 class PeerReturnedError(RuntimeError):
@@ -60,7 +66,6 @@ class Endpoint:
     def __init__(self, layout: Layout, rank: int, buf, doorbells, cores: int, cross_memory: bool = False):
         self.layout, self.rank, self.doorbells, self.cores = layout, rank, doorbells, cores
         self.cross_memory, self.pid, self.scratch = cross_memory, os.getpid(), None
-        self.spin = SPIN                       # seconds this rank spins before sleeping (adapts: ``wait``)
         # the control lines as 64-bit integers (a memoryview: reading one gives a Python int, quickly)
         self.ctrl = buf[:layout.control_bytes].cast("q")
         self.buf = buf
@@ -155,14 +160,12 @@ class Endpoint:
         recv_from -> me has written this many slots (``Incoming.data_at``; any data still counts).
         Raises Aborted, PeerReturnedError or DeadlockError instead of waiting forever.
 
-        Waking a sleeping process costs tens to hundreds of microseconds, far more than a short message,
-        so a rank first spins if ``may_spin``, else yields its core ``YIELDS`` times (a yield hands the
-        core to an awake rank, often the one it waits for; with nobody else wanting the core it returns
-        at once, so this is no busy-wait). Then it writes its status line (what it waits for, and a new
-        wait number) and sleeps on its doorbell, re-checking after every ring and every ``POLL`` seconds.
-        The spin adapts within [SPIN, SPIN_MAX]: after a sleep shorter than SPIN_MAX it becomes twice
-        that sleep (two ranks that sleep would otherwise wake each other by turns, paying a wake-up per
-        step), after a longer one it halves (the peer is busy or off its core: spinning takes a core).
+        Waking a sleeping process costs tens of microseconds, far more than a short message, so a rank
+        first spins for up to ``SPIN`` seconds if ``may_spin``, else yields its core ``YIELDS`` times (a
+        yield hands the core to an awake rank, often the one it waits for; with nobody else wanting the
+        core it returns at once, so this is no busy-wait). Then it writes its status line (what it
+        waits for, and a new wait number) and sleeps on its doorbell, re-checking after every ring and
+        every ``POLL`` seconds.
         """
         def ready() -> bool:  # from the two mailboxes' counters only (find_deadlock reads the same)
             return (
@@ -175,10 +178,8 @@ class Endpoint:
 
         if ack:
             ready = taken
-        start = time.perf_counter()
-        spun = (recv_from >= 0 or not ack) and self.may_spin()     # (a large message takes long: sleep)
-        if spun:
-            stop = start + self.spin
+        if (recv_from >= 0 or not ack) and self.may_spin():   # (a large message takes longer: sleep)
+            stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
                 if ready():
                     return
@@ -217,9 +218,6 @@ class Endpoint:
                     raise Aborted()
         finally:
             self.ctrl[st] = 0
-            if spun:
-                slept = time.perf_counter() - start
-                self.spin = min(SPIN_MAX, 2 * slept) if slept < SPIN_MAX else max(SPIN, self.spin / 2)
 
     def may_spin(self) -> bool:
         """Spin before sleeping only while the awake ranks (this one included) fit on the cores: every rank
