@@ -38,7 +38,7 @@ from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace, checked_link
 from .mailbox import Aborted, Endpoint, Layout, timeout_report
 
-from .process_setup import (check_picklable, die_with_parent, keep_freed_memory, one_blas_thread,  # isort: skip
+from .process_setup import (check_picklable, die_with_parent, one_blas_thread, settle_rank,  # isort: skip
                             release_block, shared_resources, signals_deferred, unlink_names)
 
 MAX_RANKS = 64
@@ -266,7 +266,7 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     endpoint, code = None, 0
     try:
         block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
-        keep_freed_memory()
+        settle_rank(rank, layout.world_size)         # freed memory kept; a core of its own if enough
         endpoint = Endpoint(layout, rank, block, doorbells, cores, cross_memory.enable())
         ledger = Ledger(rank, link, device, keep_spans)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
