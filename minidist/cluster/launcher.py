@@ -266,7 +266,7 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     endpoint, code = None, 0
     try:
         block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
-        settle_rank(rank, layout.world_size)         # freed memory kept; a core of its own if enough
+        settle_rank(rank, layout.world_size, launcher)     # freed memory kept; a core of its own
         endpoint = Endpoint(layout, rank, block, doorbells, cores, cross_memory.enable())
         ledger = Ledger(rank, link, device, keep_spans)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))

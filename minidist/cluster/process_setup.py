@@ -41,16 +41,18 @@ ORPHANED = 70                                     # exit code of a rank whose la
 _launcher: int | None = None                      # in a rank: the pid of the process that started it
 
 
-def settle_rank(rank: int, world_size: int) -> None:
+def settle_rank(rank: int, world_size: int, launcher: int) -> None:
     """In a rank's process, before its function runs: keep freed memory (``keep_freed_memory``) and
-    take a core of its own (``pin_to_core``)."""
+    take a core of its own (``pin_to_core``; ``launcher``: the pid of the process that started the run)."""
     keep_freed_memory()
-    pin_to_core(rank, world_size)
+    pin_to_core(rank, world_size, launcher)
 
 
-def pin_to_core(rank: int, world_size: int) -> bool:
-    """Bind this rank to one core of its own, the ``rank``-th of those it may run on, if there are at least
-    as many as ranks (as MPI launchers bind ranks to cores); True if it did. MINIDIST_PIN=0 turns it off.
+def pin_to_core(rank: int, world_size: int, run_id: int = 0) -> bool:
+    """Bind this rank to one core of its own if there are at least as many cores (of those it may run on)
+    as ranks, as MPI launchers bind ranks to cores; True if it did. MINIDIST_PIN=0 turns it off. Rank r
+    takes core (run_id + r) mod the count: the ranks of one run get consecutive cores, and runs started
+    side by side by different processes (their pids as run_id) mostly start at different ones.
 
     Why: a rank that wakes another is often given the waker's core (the scheduler's wake-affine
     placement), and while the waker spins there (mailbox.py) the wakee waits for that core; on this
@@ -62,7 +64,7 @@ def pin_to_core(rank: int, world_size: int) -> bool:
     if not 1 < world_size <= len(cores):
         return False
     try:
-        os.sched_setaffinity(0, {cores[rank]})
+        os.sched_setaffinity(0, {cores[(run_id + rank) % len(cores)]})
     except OSError:
         return False
     return True
