@@ -1,24 +1,39 @@
-"""Allreduce bus bandwidth: minidist's ring and auto against MPICH (mpi4py) and torch.distributed (gloo).
+"""Allreduce bus bandwidth: minidist against MPICH (mpi4py) and torch.distributed (gloo), as a fraction of
+what one core can copy.
 
-    PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,1M,32M] [--world-sizes 2,4] [--peers mpich,floor]
+    PYTHONPATH=. python benchmarks/allreduce.py [--sizes 4K,1M,32M] [--world-sizes 2,4,8] [--oversubscribe]
+        [--peers mpich,gloo,floor] [--repeats 1]
 
-For each world size P and message size (float32 arrays of S bytes) every peer runs allreduce-sum untimed
-for ~0.3 s (this VM's cores run slower for a while after idling, and minidist's ranks sleep when they
-wait), then in 5 blocks of a few calls between barriers; t, the time of one allreduce, is the slowest
-rank's average in its fastest block (the machine is shared: other jobs only ever add time). Reported, as
-nccl-tests defines them:
+World sizes above the machine's cores are skipped unless ``--oversubscribe`` (ranks sharing a core measure
+the scheduler, not the transport). For each world size P and message size (float32 arrays of S bytes)
+every peer runs allreduce-sum untimed for ~0.3 s (this VM's cores run slower for a while after idling,
+and minidist's ranks sleep when they wait), then in 5 blocks of a few calls between barriers; t, the time
+of one allreduce, is the slowest rank's average in its fastest block (the machine is shared: other jobs
+only ever add time); ``--repeats N`` runs minidist N times and keeps the best. Reported, as nccl-tests
+defines them:
 
     algbw = S / t          busbw = algbw · 2 (P − 1) / P
 
-(busbw is the per-link rate a ring would need: comparable across P.) The peers run in the same
-invocation: MPICH through ``mpiexec -n P python benchmarks/allreduce.py --mpi-worker`` (mpi4py), gloo
-through P processes running ``--gloo-worker``. A peer that is not installed is skipped. Ratios printed
-are minidist / peer (higher busbw is better; for the 4 KiB latency, lower is better).
+(busbw is the per-link rate a ring would need: comparable across P.) minidist runs three ways: the ring
+in place (``allreduce(comm, x, out=x)``, what DataParallel's buckets call), the ring by default (a new
+result array: one more pass over x) and ``auto`` in place. The peers run in the same invocation: MPICH
+through ``mpiexec -n P python benchmarks/allreduce.py --mpi-worker`` (mpi4py), gloo through P processes
+running ``--gloo-worker``. A peer that is not installed is skipped.
+
+The yardstick is one core's copy bandwidth, measured first in the same run (NumPy copies a 32 MiB array;
+bytes read + written per second): each busbw is also printed as a fraction of it. Every byte a ring moves
+must at least be read once and written once, so at that rate its bus bytes take
+
+    t_bytes = 2 · 2 (P − 1)/P · S / copy_bandwidth
+
+and the ring's *overhead per step* is (t − t_bytes) / (2 (P − 1)): what each of its 2(P − 1) steps
+costs beyond moving its bytes (hand-offs, wake-ups, Python). The last column, the ring's CPU time per
+call (the busiest rank's, averaged over all its calls), says what the transport costs whatever the load
+on the machine: a rank asleep in a wait costs none, one spinning (at most 50 us a wait) does.
 
 The "floor" peer (benchmarks/floor.py, arrays up to 64 KiB, P a power of two) is the same recursive
 doubling written in bare Python — forked processes, one shared-memory slot and two semaphores per ordered
-pair, no minidist code: the least a short allreduce between Python processes costs. "auto/floor" is
-minidist's ``auto`` over it (target <= 2x, issue 17).
+pair, no minidist code: the least a short allreduce between Python processes costs.
 """
 
 from __future__ import annotations
@@ -29,12 +44,13 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 from floor import floor_allreduce  # benchmarks/floor.py, beside this script
 from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
-from timing import best_block  # benchmarks/timing.py, beside this script
+from timing import BLOCKS, best_block  # benchmarks/timing.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -67,21 +83,46 @@ def timed_loop(allreduce_once, barrier, nbytes: int) -> float:
 
 
 # -- minidist ------------------------------------------------------------------------------------------
-def _minidist_worker(comm, sizes, algorithm):
+MINIDIST = {"ring out=x": ("ring", True), "ring": ("ring", False), "auto out=x": ("auto", True)}
+
+
+def _minidist_worker(comm, sizes, algorithm, in_place):
+    """(seconds per allreduce, CPU seconds per allreduce) on this rank at each size."""
     from minidist.collectives import allreduce
 
     times = []
     for nbytes in sizes:
-        x = np.ones(nbytes // 4, dtype=np.float32)
-        times.append(timed_loop(lambda x=x: allreduce(comm, x, algorithm=algorithm), comm.barrier, nbytes))
+        x = np.zeros(nbytes // 4, dtype=np.float32)      # zeros: in place, the sums stay finite
+        out = x if in_place else None
+        once = lambda x=x, out=out: allreduce(comm, x, algorithm=algorithm, out=out)
+        cpu = time.process_time()
+        seconds = timed_loop(once, comm.barrier, nbytes)
+        calls = warmup_calls(nbytes) + BLOCKS * iterations(nbytes)
+        times.append((seconds, (time.process_time() - cpu) / calls))
     return times
 
 
-def bench_minidist(world_size: int, sizes: list[int], algorithm: str) -> list[float]:
+def bench_minidist(world_size: int, sizes: list[int], algorithm: str, in_place: bool,
+                   repeats: int = 1) -> tuple[list[float], list[float]]:
+    """Seconds per allreduce at each size, the slowest rank's, best of ``repeats`` runs; and the CPU
+    seconds one call costs the busiest rank (its average over all calls, the fewest of the runs)."""
     from minidist.cluster import run
 
-    per_rank = run(_minidist_worker, world_size, sizes, algorithm, timeout=1200.0)
-    return [max(ts) for ts in zip(*per_rank)]
+    best, cpu = [float("inf")] * len(sizes), [float("inf")] * len(sizes)
+    for _ in range(repeats):
+        per_rank = run(_minidist_worker, world_size, sizes, algorithm, in_place, timeout=1200.0)
+        best = [min(b, max(t for t, _ in ts)) for b, ts in zip(best, zip(*per_rank))]
+        cpu = [min(c, max(c for _, c in ts)) for c, ts in zip(cpu, zip(*per_rank))]
+    return best, cpu
+
+
+def copy_bandwidth(nbytes: int = 32 << 20, count: int = 5) -> float:
+    """One core's copy bandwidth in GB/s: bytes read + written per second by np.copyto of ``nbytes``,
+    the best of 5 blocks of ``count`` copies (after warming up both arrays)."""
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.zeros_like(src)
+    seconds = best_block(lambda: np.copyto(dst, src), count, warmup=count)
+    return 2 * nbytes / seconds / 1e9
 
 
 # -- MPICH through mpi4py -------------------------------------------------------------------------------
@@ -174,15 +215,34 @@ def busbw(nbytes: int, seconds: float, world_size: int) -> float:
 
 def ratio(results: dict, a: str, b: str, i: int) -> str:
     """busbw of a over busbw of b at size i (= time of b over time of a)."""
-    ok = results[a] and results[b] and results[a][i] and results[b][i]
+    ok = results.get(a) and results.get(b) and results[a][i] and results[b][i]
     return f"{results[b][i] / results[a][i]:.2f}x" if ok else "-"
+
+
+def step_overhead(nbytes: int, seconds: float, world_size: int, copy_gbs: float) -> float:
+    """Seconds per ring step beyond the bytes: (t − 2 · busbytes / copy bandwidth) / (2 (P − 1))."""
+    bus_bytes = 2 * (world_size - 1) / world_size * nbytes
+    return (seconds - 2 * bus_bytes / (copy_gbs * 1e9)) / (2 * (world_size - 1))
+
+
+def world_sizes(text: str, oversubscribe: bool) -> list[int]:
+    """The world sizes asked for, less those above this machine's cores (unless oversubscribe)."""
+    asked = [int(p) for p in text.split(",")]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    kept = [p for p in asked if p <= cores or oversubscribe]
+    if kept != asked:
+        print(f"skipping P = {[p for p in asked if p not in kept]}: more ranks than the {cores} cores "
+              f"(--oversubscribe runs them anyway)")
+    return kept
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="4K,64K,256K,1M,4M,16M,32M,64M")
-    parser.add_argument("--world-sizes", default="2,4")
+    parser.add_argument("--sizes", default="4K,1M,32M")
+    parser.add_argument("--world-sizes", default="2,4,8")
+    parser.add_argument("--oversubscribe", action="store_true", help="also run P above the core count")
+    parser.add_argument("--repeats", type=int, default=1, help="minidist runs per column; the best is kept")
     parser.add_argument("--peers", default="mpich,gloo,floor", help="which peers to run beside minidist")
     parser.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gloo-worker", nargs=3, type=int, metavar=("RANK", "P", "PORT"),
@@ -194,25 +254,36 @@ def main() -> None:
     if args.gloo_worker:
         return gloo_worker(*args.gloo_worker, sizes)
 
+    import minidist
+
     print(f"machine: {os.cpu_count()} cores, {sys.platform}; python {sys.version.split()[0]}; "
-          f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}")
+          f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}; minidist from "
+          f"{Path(minidist.__file__).parent}")
+    copy_gbs = copy_bandwidth()
+    print(f"one core's copy bandwidth (32 MiB, read + written): {copy_gbs:.2f} GB/s")
     peers = args.peers.split(",")
-    for world_size in [int(p) for p in args.world_sizes.split(",")]:
-        results = {"ring": bench_minidist(world_size, sizes, "ring"),
-                   "auto": bench_minidist(world_size, sizes, "auto"),
-                   "mpich": bench_mpi(world_size, sizes) if "mpich" in peers else None,
-                   "gloo": bench_gloo(world_size, sizes) if "gloo" in peers else None,
-                   "floor": bench_floor(world_size, sizes) if "floor" in peers else None}
+    for world_size in world_sizes(args.world_sizes, args.oversubscribe):
+        measured = {name: bench_minidist(world_size, sizes, algorithm, in_place, args.repeats)
+                    for name, (algorithm, in_place) in MINIDIST.items()}
+        results = {name: times for name, (times, _) in measured.items()}
+        cpu = measured["ring out=x"][1]
+        results |= {"mpich": bench_mpi(world_size, sizes) if "mpich" in peers else None,
+                    "gloo": bench_gloo(world_size, sizes) if "gloo" in peers else None,
+                    "floor": bench_floor(world_size, sizes) if "floor" in peers else None}
         ran = [name for name, times in results.items() if times is not None]
-        print(f"\nP = {world_size}: busbw GB/s (time per allreduce in us)")
-        pairs = (("ring", "mpich"), ("auto", "mpich"), ("ring", "gloo"), ("floor", "auto"))
-        print("| size | " + " | ".join(ran) + " | ring/mpich | auto/mpich | ring/gloo | auto/floor (time) |")
-        print("|---" * (len(ran) + 5) + "|")
+        print(f"\nP = {world_size}: busbw GB/s (time per allreduce in us) [busbw / copy bandwidth]")
+        pairs = (("ring out=x", "mpich"), ("auto out=x", "mpich"), ("ring out=x", "gloo"))
+        print("| size | " + " | ".join(ran) + " | " + " | ".join(f"{a} / {b}" for a, b in pairs)
+              + " | ring out=x overhead per step (us) | ring out=x CPU per call (us) |")
+        print("|---" * (len(ran) + len(pairs) + 3) + "|")
         for i, nbytes in enumerate(sizes):
-            cells = [f"{busbw(nbytes, results[p][i], world_size):.2f} ({results[p][i] * 1e6:.0f})"
+            cells = [f"{busbw(nbytes, results[p][i], world_size):.2f} ({results[p][i] * 1e6:.0f}) "
+                     f"[{busbw(nbytes, results[p][i], world_size) / copy_gbs:.2f}]"
                      if results[p][i] else "-" for p in ran]
             ratios = [ratio(results, a, b, i) for a, b in pairs]
-            print(f"| {human(nbytes)} | " + " | ".join(cells + ratios) + " |")
+            overhead = step_overhead(nbytes, results["ring out=x"][i], world_size, copy_gbs)
+            print(f"| {human(nbytes)} | " + " | ".join(cells + ratios) + f" | {overhead * 1e6:.0f} | "
+                  f"{cpu[i] * 1e6:.0f} |")
 
 
 def bench_floor(world_size: int, sizes: list[int]) -> list[float | None] | None:

@@ -15,6 +15,13 @@ thread (minidist.cluster), so P = 2 can use both cores of a 2-core machine.
 Each figure is the best epoch (the least disturbed by other jobs); epochs are timed inside the ranks,
 after a barrier, so process start-up is not counted. P = 1 and P = 2 runs alternate.
 
+    PYTHONPATH=. python benchmarks/data_parallel.py --world-sizes 1,2,4,8 [--oversubscribe] [--repeats 3]
+
+prints strong scaling (the same global batch of 512 split over P ranks): the best epoch time of
+DataParallel (25 MiB buckets, in-place allreduce) at each P and its speedup over P = 1, beside torch's
+DistributedDataParallel over gloo (the same MLP, data, batch and optimizer in torch; one thread per rank)
+in the same run. World sizes above the machine's cores are skipped unless ``--oversubscribe``.
+
     PYTHONPATH=. python benchmarks/data_parallel.py --bucket [--repeats 20]
 
 times one bucket's allreduce at P = 2 (the whole 12.6 MB gradient, ring) the way DataParallel does it
@@ -25,7 +32,13 @@ in place on the buffer (what ``allreduce(..., out=)`` will allow), alternating, 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,6 +49,7 @@ from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 
 WIDTH, EXAMPLES, BATCH = 1024, 4096, 512
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def model_and_data():
@@ -100,12 +114,99 @@ def bucket_allreduce_times(comm, repeats: int) -> dict[str, float]:
     return best
 
 
+def ddp_worker(rank: int, world_size: int, port: int, epochs: int) -> None:
+    """One rank of torch DistributedDataParallel (gloo) on the same MLP, data and global batch; rank 0
+    prints the slowest rank's best epoch time as 'RESULT <seconds>'."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH),
+                                torch.nn.ReLU(), torch.nn.Linear(WIDTH, 10))
+    ddp = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    _, x, y = model_and_data()
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    shard = BATCH // world_size
+    best = float("inf")
+    for _ in range(epochs):
+        dist.barrier()
+        start = time.perf_counter()
+        for lo in range(0, EXAMPLES, BATCH):
+            mine = slice(lo + rank * shard, lo + (rank + 1) * shard)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x[mine]), y[mine]).backward()
+            optimizer.step()
+        best = min(best, time.perf_counter() - start)
+    slowest = torch.tensor([best], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        print(f"RESULT {json.dumps(slowest.item())}")
+    dist.destroy_process_group()
+
+
+def ddp_epoch(world_size: int, epochs: int) -> float | None:
+    """Best epoch time of torch DDP (gloo) at this world size, or None without torch.distributed."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not dist.is_available() or not dist.is_gloo_available():
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, __file__, "--epochs", str(epochs), "--ddp-worker"]
+    workers = [subprocess.Popen(command + [str(rank), str(world_size), str(port)], stdout=subprocess.PIPE,
+                                text=True, env=env) for rank in range(world_size)]
+    outputs = [w.communicate(timeout=1800)[0] for w in workers]
+    lines = [line for line in outputs[0].splitlines() if line.startswith("RESULT ")]
+    return float(lines[-1].split()[1]) if lines and all(w.returncode == 0 for w in workers) else None
+
+
+def strong_scaling(world_sizes: list[int], repeats: int, epochs: int) -> None:
+    """Best epoch of DataParallel and of torch DDP at each world size (runs alternate), and speedups."""
+    best = {(who, p): float("inf") for who in ("minidist", "ddp") for p in world_sizes}
+    for _ in range(repeats):
+        for p in world_sizes:
+            per_rank = run(data_parallel_epochs, p, epochs, True, timeout=1200)
+            best["minidist", p] = min(best["minidist", p], min(max(epoch) for epoch in zip(*per_rank)))
+            ddp = ddp_epoch(p, epochs)
+            best["ddp", p] = min(best["ddp", p], ddp if ddp is not None else float("inf"))
+    one = {who: best[who, world_sizes[0]] for who in ("minidist", "ddp")}
+    print(f"MLP {WIDTH}-{WIDTH}-{WIDTH}-10, {EXAMPLES} examples, global batch {BATCH}, best epoch of "
+          f"{repeats} x {epochs}; speedup: epoch time at P = {world_sizes[0]} / at P")
+    print("| P | DataParallel (s) | speedup | torch DDP gloo (s) | speedup |")
+    print("|---|---|---|---|---|")
+    for p in world_sizes:
+        cells = [f"{best[who, p]:.3f} | {one[who] / best[who, p]:.2f}x" if best[who, p] < float("inf")
+                 else "- | -" for who in ("minidist", "ddp")]
+        print(f"| {p} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="cluster runs per world size (alternating)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs per run")
     parser.add_argument("--bucket", action="store_true", help="time one bucket's allreduce only")
+    parser.add_argument("--world-sizes", help="strong scaling at these P beside torch DDP, e.g. 1,2,4,8")
+    parser.add_argument("--oversubscribe", action="store_true", help="also run P above the core count")
+    parser.add_argument("--ddp-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ddp_worker:
+        return ddp_worker(*args.ddp_worker, args.epochs)
+    if args.world_sizes:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        asked = [int(p) for p in args.world_sizes.split(",")]
+        kept = [p for p in asked if p <= cores or args.oversubscribe]
+        if kept != asked:
+            print(f"skipping P = {[p for p in asked if p not in kept]}: more ranks than the {cores} cores "
+                  f"(--oversubscribe runs them anyway)")
+        return strong_scaling(kept, args.repeats, args.epochs)
     if args.bucket:
         times = run(bucket_allreduce_times, 2, args.repeats, timeout=600)
         for name in times[0]:

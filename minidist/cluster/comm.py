@@ -19,7 +19,9 @@ Send and receive buffers must not overlap (as in MPI): ``sendrecv`` refuses a se
 memory with ``out``, and ``recv`` a ``base`` that overlaps ``out`` without being ``out`` itself.
 
 ``send`` never waits for the receiver while the mailbox has room (by default 16 slots of 128 KiB,
-``run(..., mailbox_bytes=2 MiB)``); bigger messages stream and wait for the reader. A message for
+``run(..., mailbox_bytes=2 MiB)``); bigger messages wait for the reader: on Linux it copies them
+straight out of the sender's array (cross_memory.py; from 1 MiB), elsewhere they stream through the
+mailbox. A message for
 another communicator that arrives while ``recv`` waits is set aside until asked for, so communicators
 from ``split`` never mix. One thread per rank: a Communicator is not shared between threads.
 """
@@ -151,7 +153,8 @@ class Communicator(Group):
             if sent and received:
                 return self._received(src, recvtag, meta, target, out, ufunc, base)
             self._ep.wait(send_to=-1 if sent else world_dst, recv_from=-1 if received else world_src,
-                          tag=recvtag if not received else sendtag, room_at=outgoing.room_at())
+                          tag=recvtag if not received else sendtag, room_at=outgoing.room_at(),
+                          ack=outgoing.awaiting_ack(), data_at=incoming.data_at())
 
     def collective(self, call: str) -> CollectiveCall:
         """``with comm.collective(call):`` — inside the block every message sent carries ``call``'s

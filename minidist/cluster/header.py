@@ -5,7 +5,8 @@
 ``seq`` numbers the messages from one rank to another; ``comm`` is the communicator's id (sub-
 communicators from ``split`` have their own), ``call`` the checksum of the collective call in progress
 (0: a plain send; see ``Communicator.collective``), ``arrival`` the message's arrival time on the
-simulated clock, ``kind`` a user message or one of the communicator's own (barrier, split, all_equal).
+simulated clock, ``kind`` a user message or one of the communicator's own (barrier, split, all_equal),
+with the REMOTE bit set when the payload stays in the sender's array (cross_memory.py).
 The dtype travels as its whole name ('<f4', '<m8[25s]'), the shape as one int64 per dimension.
 """
 
@@ -26,6 +27,7 @@ HEADER = struct.Struct(f"<QQQqQdii{DTYPE_CHARS}s")
 HEADER_WITH_SHAPE = [struct.Struct(HEADER.format + "q" * ndim) for ndim in range(MAX_DIMS + 1)]
 assert HEADER_WITH_SHAPE[MAX_DIMS].size <= HEADER_BYTES
 NDIM_BYTE = struct.calcsize("<QQQqQdi")          # where ndim sits in the header (its low byte: ndim <= 32)
+REMOTE = 1 << 30                 # a bit of ``kind``: the payload stays in the sender's memory (messages.py)
 
 
 class Meta(NamedTuple):
@@ -40,6 +42,7 @@ class Meta(NamedTuple):
     kind: int
     dtype: np.dtype
     shape: tuple
+    remote: bool = False     # the payload stays in the sender's array: the slot holds its pid and address
 
     def describe(self) -> str:
         return f"tag {self.tag}, {self.dtype} {self.shape}, {self.nbytes} bytes"
@@ -56,7 +59,10 @@ def read_header(buf, offset: int) -> Meta:
     """The header at byte ``offset`` of the shared block ``buf`` (a memoryview)."""
     ndim = buf[offset + NDIM_BYTE]          # read first: it says which Struct unpacks the rest
     fields = HEADER_WITH_SHAPE[ndim].unpack_from(buf, offset)       # ..., kind, ndim, dtype code, *shape
-    return Meta._make((*fields[:7], _dtype(fields[8]), fields[9:]))
+    kind = fields[6]
+    if kind & REMOTE:
+        return Meta(*fields[:6], kind & ~REMOTE, _dtype(fields[8]), fields[9:], True)
+    return Meta._make((*fields[:7], _dtype(fields[8]), fields[9:], False))
 
 
 @functools.lru_cache(maxsize=256)

@@ -33,11 +33,12 @@ import multiprocess
 import numpy as np
 from multiprocess.connection import wait
 
+from . import cross_memory
 from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace, checked_link
 from .mailbox import Aborted, Endpoint, Layout, timeout_report
 
-from .process_setup import (check_picklable, die_with_parent, keep_freed_memory, one_blas_thread,  # isort: skip
+from .process_setup import (check_picklable, die_with_parent, one_blas_thread, settle_rank,  # isort: skip
                             release_block, shared_resources, signals_deferred, unlink_names)
 
 MAX_RANKS = 64
@@ -142,8 +143,7 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
 
 
 def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
-    """Wait for every rank's answer; raise ClusterError on the first failure or at the deadline. ``unlink()``
-    is called once every rank has said "attached" (spawn: it has opened the named objects)."""
+    """Every rank's answer; ClusterError at the first failure or the deadline; unlink() once all attached."""
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     answers: dict[int, tuple] = {}
     attached: set[int] = set()
@@ -266,8 +266,8 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     endpoint, code = None, 0
     try:
         block = shared.buf if hasattr(shared, "buf") else shared     # SharedMemory or the inherited map
-        keep_freed_memory()
-        endpoint = Endpoint(layout, rank, block, doorbells, cores)
+        settle_rank(rank, layout.world_size, launcher)     # freed memory kept; a core of its own
+        endpoint = Endpoint(layout, rank, block, doorbells, cores, cross_memory.enable())
         ledger = Ledger(rank, link, device, keep_spans)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
         result = fn(comm, *args)

@@ -3,14 +3,15 @@
     control lines (64 bytes each, so two ranks never write the same cache line):
         line 0                 abort flag, rank that failed first
         line 1 + r             done[r]: rank r's function has returned
-        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA bits, send_to, recv_from,
-                               tag, room_at, wait number; written by ``Endpoint.wait``)
+        line 1 + P + r         status[r]: what rank r sleeps for (ROOM/DATA/ACK bits, send_to, recv_from,
+                               tag, room_at, wait number, data_at; written by ``Endpoint.wait``)
         written[s, d], read[s, d]   slots written by s / consumed by d in mailbox s -> d
     mailboxes: one per ordered pair (s, d), each ``nslots`` slots of [header | segment of payload]
 
 A message takes ceil(nbytes / segment) slots (at least one); its header rides in the first slot
 (messages.py packs it). ``room_at`` in a status line: wake this writer when the reader's ``read``
-counter reaches it; the wait number counts the rank's sleeps, so find_deadlock can tell them apart.
+counter reaches it; ``data_at``: wake this reader when the writer's ``written`` counter reaches it; the
+wait number counts the rank's sleeps, so find_deadlock can tell them apart.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from __future__ import annotations
 MAX_DIMS = 32
 HEADER_BYTES = 384          # a message header with up to 32 dims (messages.py), rounded up to 64
 LINE = 8                    # int64 per 64-byte control line
-ROOM, DATA = 1, 2           # status bits: asleep for room in a mailbox / for data from a rank
+ROOM, DATA, ACK = 1, 2, 4    # status bits: asleep for room in a mailbox / for data from a rank / for
+                             # the reader to take a message copied straight from this rank (room_at)
 
 
 class Layout:
@@ -31,6 +33,7 @@ class Layout:
         self.slot_bytes = HEADER_BYTES + self.segment
         self.control_bytes = (1 + 2 * p + 2 * p * p) * LINE * 8
         self.total_bytes = self.control_bytes + p * p * nslots * self.slot_bytes
+        self.capacity = nslots * self.segment          # payload bytes a mailbox holds: the eager limit
 
     def line(self, name: str, a: int = 0, b: int = 0) -> int:
         """Index (in int64) of a control value."""

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from .layout import DATA, HEADER_BYTES, MAX_DIMS, ROOM, Layout  # noqa: F401 (re-exported)
+from .layout import ACK, DATA, HEADER_BYTES, MAX_DIMS, ROOM, Layout  # noqa: F401 (re-exported)
 from .process_setup import exit_if_orphaned
 
 POLL = 0.05                                     # seconds between checks for abort / returned peers
@@ -59,11 +59,13 @@ class DeadlockError(RuntimeError):
 class Endpoint:
     """One rank's view of the shared block: its mailboxes, counters, doorbells and stash.
 
-    ``buf`` is the shared block (a memoryview), ``doorbells`` one semaphore per rank.
+    ``buf`` is the shared block (a memoryview), ``doorbells`` one semaphore per rank; ``cross_memory``:
+    messages bigger than a mailbox are read straight out of the sender's array (cross_memory.py).
     """
 
-    def __init__(self, layout: Layout, rank: int, buf, doorbells, cores: int):
+    def __init__(self, layout: Layout, rank: int, buf, doorbells, cores: int, cross_memory: bool = False):
         self.layout, self.rank, self.doorbells, self.cores = layout, rank, doorbells, cores
+        self.cross_memory, self.pid, self.scratch = cross_memory, os.getpid(), None
         # the control lines as 64-bit integers (a memoryview: reading one gives a Python int, quickly)
         self.ctrl = buf[:layout.control_bytes].cast("q")
         self.buf = buf
@@ -105,6 +107,15 @@ class Endpoint:
         for bell in self.doorbells:
             bell.release()
 
+    def await_abort(self, seconds: float) -> bool:
+        """Sleep until the run is aborted (the abort rings every doorbell) or ``seconds`` have passed;
+        True if it is aborted. For a rank that finds a peer's process gone: the launcher notices the
+        death and aborts the run, and the rank that died, not this one, is then named as the cause."""
+        deadline = time.monotonic() + seconds
+        while not self.aborting() and (left := deadline - time.monotonic()) > 0:
+            self.doorbells[self.rank].acquire(True, left)
+        return self.aborting()
+
     def mark_done(self) -> None:
         """Tell every rank that this rank's function has returned (a peer waiting for it then raises)."""
         self.ctrl[self.layout.line("done", self.rank)] = 1
@@ -115,15 +126,17 @@ class Endpoint:
         """True if world rank ``peer``'s function has returned."""
         return self.ctrl[self.layout.line("done", peer)] != 0
 
-    def ring_if_asleep(self, peer: int, reason: int, column: int, read: int = 0) -> None:
-        """Ring ``peer``'s doorbell if it sleeps for ``reason`` (ROOM/DATA) concerning this rank.
+    def ring_if_asleep(self, peer: int, reason: int, column: int, count: int) -> None:
+        """Ring ``peer``'s doorbell if it sleeps for ``reason`` (ROOM/DATA/ACK bits) concerning this rank.
 
-        For ROOM, ``read`` is this reader's new counter: the writer is woken once it reaches its room_at.
+        ``count`` is this rank's new counter of the mailbox between them: for ROOM and ACK (column 1)
+        the reader's ``read``, which must reach the sleeper's room_at; for DATA (column 2) the writer's
+        ``written``, which must reach its data_at. (One wake-up per batch of segments, not per segment.)
         """
         fence()
         st = self.status[peer]
         if self.ctrl[st] & reason and self.ctrl[st + column] == self.rank and \
-                (reason == DATA or read >= self.ctrl[st + 4]):
+                count >= self.ctrl[st + (6 if column == 2 else 4)]:
             self.doorbells[peer].release()
 
     def has_room(self, dst: int) -> bool:
@@ -135,12 +148,16 @@ class Endpoint:
         return self.read[src] < self.ctrl[self.written_in[src]]
 
     # -- waiting -----------------------------------------------------------------------------------------
-    def wait(self, send_to: int = -1, recv_from: int = -1, tag: int = 0, room_at: int = 0) -> None:
+    def wait(self, send_to: int = -1, recv_from: int = -1, tag: int = 0, room_at: int = 0,
+             ack: bool = False, data_at: int = 0) -> None:
         """Return once there is room in mailbox me -> ``send_to`` or data in ``recv_from`` -> me.
 
         send_to, recv_from: world ranks, -1 for "not waiting for that"; tag: what the status line shows
         (``blocked_on``); room_at: ring me only once the reader of me -> send_to has read this many
         slots (``Outgoing.room_at``; a poll or data from ``recv_from`` may still wake me earlier).
+        ack: wait instead until that reader *has* read room_at slots (it has taken a message that it
+        copies straight out of this rank's memory). data_at: ring me only once the writer of
+        recv_from -> me has written this many slots (``Incoming.data_at``; any data still counts).
         Raises Aborted, PeerReturnedError or DeadlockError instead of waiting forever.
 
         Waking a sleeping process costs tens of microseconds, far more than a short message, so a rank
@@ -155,7 +172,13 @@ class Endpoint:
                 send_to >= 0 and self.written[send_to] - self.ctrl[self.read_out[send_to]] < self.nslots
             ) or (recv_from >= 0 and self.read[recv_from] < self.ctrl[self.written_in[recv_from]])
 
-        if self.may_spin():
+        def taken() -> bool:  # the ack variant: my message to send_to has been read
+            return self.ctrl[self.read_out[send_to]] >= room_at or (
+                recv_from >= 0 and self.read[recv_from] < self.ctrl[self.written_in[recv_from]])
+
+        if ack:
+            ready = taken
+        if (recv_from >= 0 or not ack) and self.may_spin():   # (a large message takes longer: sleep)
             stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
                 if ready():
@@ -168,8 +191,8 @@ class Endpoint:
         bell, st = self.doorbells[self.rank], self.status[self.rank]
         self.ctrl[st + 5] += 1                 # a new wait number, published before the bits below
         self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
-        self.ctrl[st + 4] = room_at
-        self.ctrl[st] = (ROOM if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
+        self.ctrl[st + 4], self.ctrl[st + 6] = room_at, data_at
+        self.ctrl[st] = ((ACK if ack else ROOM) if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
         fence()
         try:
             while True:
@@ -183,7 +206,8 @@ class Endpoint:
                         raise Aborted()
                     for peer in (recv_from, send_to):
                         if peer >= 0 and self.peer_done(peer) and not ready():
-                            what = "a message from" if peer == recv_from else "room in the mailbox to"
+                            what = ("a message from" if peer == recv_from else
+                                    "its message to be taken by" if ack else "room in the mailbox to")
                             raise PeerReturnedError(
                                 f"rank {self.rank} waits for {what} rank {peer} (tag {tag}), but rank "
                                 f"{peer}'s function has already returned")
@@ -215,7 +239,8 @@ class Endpoint:
 
         A deadlock: every rank that has not returned sleeps in ``wait``, and none can be woken — a rank
         waiting for data from s finds mailbox s -> it empty (written == read), one waiting for room to d
-        finds mailbox it -> d full (written - read >= nslots), one in sendrecv both. Any unread data, even
+        finds mailbox it -> d full (written - read >= nslots), one waiting for d to take its message
+        finds d's read count below its room_at, one in sendrecv both. Any unread data, even
         a message it will only stash, means "not now": the next poll looks again.
 
         Why it never cries wolf, though the other ranks run on while we look: we read every status line
@@ -233,7 +258,7 @@ class Endpoint:
             return [(ctrl[line("done", r)], *ctrl[st:st + 6].tolist()) for r, st in enumerate(self.status)]
 
         first = snapshot()
-        for r, (finished, mask, send_to, recv_from, *_) in enumerate(first):
+        for r, (finished, mask, send_to, recv_from, _, room_at, _) in enumerate(first):
             if finished:
                 continue
             if mask == 0:
@@ -247,6 +272,8 @@ class Endpoint:
                 and ctrl[line("written", r, send_to)] - ctrl[line("read", r, send_to)] < self.nslots
             ):
                 return None                          # a slot is free for it
+            if mask & ACK and ctrl[line("read", r, send_to)] >= room_at:
+                return None                          # its message has been taken
         if snapshot() != first:
             return None                                  # someone moved while we looked: look again later
         return "deadlock: every rank is waiting and no message can arrive: " + "; ".join(
@@ -258,7 +285,7 @@ class Endpoint:
         ``line``)."""
         st = self.status[rank]
         mask, send_to, recv_from, tag = (self.ctrl[st:st + 4].tolist() if line is None else line)[:4]
-        parts = ([f"send to rank {send_to}"] if mask & ROOM else []) + \
+        parts = ([f"send to rank {send_to}"] if mask & (ROOM | ACK) else []) + \
                 ([f"recv from rank {recv_from}"] if mask & DATA else [])
         what = {-1: "barrier", -2: "split", -3: "all_equal"}.get(tag, f"tag {tag}")
         return f"{' + '.join(parts)} ({what})" if parts else "running"

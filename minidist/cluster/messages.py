@@ -12,8 +12,11 @@ publishes its ``read`` counter, which frees the slot, and rings the writer if it
 
 A message that fits in one slot is written and read in one step (``post_short``, ``take_short``);
 longer ones stream segment by segment (``Outgoing``, ``Incoming``), so a message of any size passes
-through a mailbox of a few slots. Messages of another communicator or kind that arrive first are read
-whole and set aside (``Endpoint.stash``) until someone asks for them.
+through a mailbox of a few slots. A message bigger than the whole mailbox, where the system allows,
+takes one slot (header, sender's pid and address); the reader copies the payload straight out of the
+sender's array, then frees the slot, which the sender waits for (``wait(ack=True)``; cross_memory.py).
+Messages of another communicator or kind that arrive first are read whole and set aside
+(``Endpoint.stash``) until someone asks for them.
 
 Nothing here calls back into comm.py: each function returns what the caller needs to decide next.
 """
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .header import Meta, pack_header, read_header
-from .mailbox import DATA, HEADER_BYTES, ROOM, Endpoint
+from .cross_memory import goes_remote, post_address, receive_remote
+from .header import REMOTE, Meta, pack_header, read_header
+from .mailbox import ACK, DATA, HEADER_BYTES, ROOM, Endpoint
 
 SMALL_BYTES = 2048     # up to this size a payload goes through bytes (tobytes): fewer NumPy calls
 
@@ -36,7 +40,7 @@ def send_message(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int,
     if not post_short(ep, dst, data, comm, call, kind, tag, arrival):
         out = Outgoing(ep, dst, data, comm, call, kind, tag, arrival)
         while not out.advance():
-            ep.wait(send_to=dst, tag=wait_tag, room_at=out.room_at())
+            ep.wait(send_to=dst, tag=wait_tag, room_at=out.room_at(), ack=out.awaiting_ack())
 
 
 def post_short(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, kind: int, tag: int,
@@ -61,22 +65,30 @@ def post_short(ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, k
         ep.raw[start:start + nbytes] = data.reshape(-1).view(np.uint8)
     ep.written[dst] = w + 1
     ep.ctrl[ep.written_out[dst]] = w + 1          # publish after the data is in place
-    ep.ring_if_asleep(dst, DATA, 2)
+    ep.ring_if_asleep(dst, DATA, 2, w + 1)
     return True
 
 
 class Outgoing:
-    """A message on its way from this rank to ``dst``: ``advance()`` writes as many segments as fit."""
+    """A message on its way from this rank to ``dst``: ``advance()`` writes as many segments as fit (a
+    remote message: its one slot, then it waits until the reader has taken it)."""
 
     def __init__(self, ep: Endpoint, dst: int, data: np.ndarray, comm: int, call: int, kind: int, tag: int,
                  arrival: float):
         self.ep, self.dst = ep, dst
         self.bytes = data.reshape(-1).view(np.uint8)   # data is C-contiguous
+        self.remote = goes_remote(ep, self.bytes.size)
         self.seg, self.nseg = ep.layout.segments(self.bytes.size, data.dtype.itemsize)
+        if self.remote:
+            self.seg, self.nseg, kind = self.bytes.size, 1, kind | REMOTE
         self.next = 0
         ep.seq[dst] += 1
         self.header = pack_header(ep.seq[dst], comm, call, tag, data, arrival, kind)
         self.written_index, self.box = ep.written_out[dst], ep.box_out[dst]
+
+    def awaiting_ack(self) -> bool:
+        """True once a remote message is in the mailbox: then the sender waits for the reader to take it."""
+        return self.remote and self.next == 1
 
     def room_at(self) -> int:
         """The reader's ``read`` count at which this full mailbox has room for a batch of segments.
@@ -86,11 +98,16 @@ class Outgoing:
         per batch instead of one per segment: a wake-up costs far more CPU than writing a segment.)
         """
         ep = self.ep
+        if self.awaiting_ack():
+            return self.taken_at
         return ep.written[self.dst] - ep.nslots + min(ep.nslots // 2, self.nseg - self.next)
 
     def advance(self) -> bool:
-        """Write segments while there are free slots; True when the whole message is written."""
+        """Write segments while there are free slots; True when the whole message is written (a remote
+        message: when the reader has taken it)."""
         ep, dst = self.ep, self.dst
+        if self.remote and self.next == 1:
+            return ep.ctrl[ep.read_out[dst]] >= self.taken_at
         while self.next < self.nseg:
             if not ep.has_room(dst):
                 return False
@@ -98,13 +115,20 @@ class Outgoing:
             offset = self.box + (w % ep.nslots) * ep.slot_bytes
             if self.next == 0:
                 ep.buf[offset:offset + len(self.header)] = self.header
+            if self.remote:                          # the slot says where the payload is; it stays there
+                post_address(ep, offset + HEADER_BYTES, self.bytes)
+                ep.written[dst] = self.taken_at = w + 1     # taken once the reader has read that many
+                ep.ctrl[self.written_index] = w + 1
+                ep.ring_if_asleep(dst, DATA, 2, w + 1)
+                self.next = 1
+                return False                         # not taken yet (the reader cannot have been this fast)
             lo = self.next * self.seg
             piece = self.bytes[lo:lo + self.seg]
             start = offset + HEADER_BYTES
             ep.buf[start:start + piece.size] = piece
             ep.written[dst] = w + 1
             ep.ctrl[self.written_index] = w + 1      # publish after the data is in place
-            ep.ring_if_asleep(dst, DATA, 2)
+            ep.ring_if_asleep(dst, DATA, 2, w + 1)
             self.next += 1
         return True
 
@@ -143,7 +167,7 @@ def read_message(ep: Endpoint, src: int, meta: Meta, incoming: Incoming | None, 
         return
     incoming.start(target, ufunc, base)
     while not incoming.advance():
-        ep.wait(recv_from=src, tag=wait_tag)
+        ep.wait(recv_from=src, tag=wait_tag, data_at=incoming.data_at())
 
 
 def take_short(ep: Endpoint, src: int, meta: Meta, target: np.ndarray, ufunc, base) -> None:
@@ -159,7 +183,7 @@ def take_short(ep: Endpoint, src: int, meta: Meta, target: np.ndarray, ufunc, ba
         ufunc(target if base is None else base, incoming, out=target)
     ep.read[src] = r + 1
     ep.ctrl[ep.read_in[src]] = r + 1
-    ep.ring_if_asleep(src, ROOM, 1, r + 1)
+    ep.ring_if_asleep(src, ROOM | ACK, 1, r + 1)
 
 
 class Incoming:
@@ -207,6 +231,16 @@ class Incoming:
         else:
             self._begin(self.meta, target, ufunc, base)
 
+    def data_at(self) -> int:
+        """The writer's ``written`` count at which a batch of segments of the message being read has
+        arrived: half the mailbox, or the rest of the message if shorter (the writer writes that much
+        without waiting for anything else, so waiting for the batch cannot deadlock). Any slot while
+        no message is being read (its header is awaited)."""
+        ep = self.ep
+        if self.reading is None or self.next >= self.nseg:
+            return ep.read[self.src] + 1
+        return ep.read[self.src] + min(ep.nslots // 2, self.nseg - self.next)
+
     def advance(self) -> bool:
         """Copy out the segments that have arrived; True once the whole message is in ``target``."""
         if not self.done:
@@ -216,6 +250,8 @@ class Incoming:
     def _begin(self, meta: Meta, target: np.ndarray, ufunc, base) -> None:
         self.reading, self.target, self.ufunc, self.next = meta, target, ufunc, 0
         self.seg, self.nseg = self.ep.layout.segments(meta.nbytes, meta.dtype.itemsize)
+        if meta.remote:
+            self.seg, self.nseg = meta.nbytes, 1
         self.target_flat = target.reshape(-1)
         self.target_bytes = self.target_flat.view(np.uint8)
         self.base_flat = None if base is None else base.reshape(-1)
@@ -231,16 +267,18 @@ class Incoming:
             start = ep.box_in[src] + (r % ep.nslots) * ep.slot_bytes + HEADER_BYTES
             lo = self.next * self.seg
             n = min(self.seg, meta.nbytes - lo)
-            incoming = ep.raw[start:start + n]
-            if self.ufunc is None:
-                self.target_bytes[lo:lo + n] = incoming
+            if meta.remote:
+                receive_remote(ep, src, start, self.target_flat, self.ufunc, self.base_flat)
+            elif self.ufunc is None:
+                self.target_bytes[lo:lo + n] = ep.raw[start:start + n]
             else:
+                incoming = ep.raw[start:start + n]
                 piece = slice(lo // meta.dtype.itemsize, (lo + n) // meta.dtype.itemsize)
                 _combine(self.target_flat[piece], incoming.view(meta.dtype), self.ufunc,
                          None if self.base_flat is None else self.base_flat[piece])
             ep.read[src] = r + 1
             ep.ctrl[ep.read_in[src]] = r + 1
-            ep.ring_if_asleep(src, ROOM, 1, r + 1)
+            ep.ring_if_asleep(src, ROOM | ACK, 1, r + 1)
             self.next += 1
         return True
 

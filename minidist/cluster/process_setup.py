@@ -5,6 +5,9 @@ them. Under fork NumPy is already loaded in the parent, so environment variables
 sets its own BLAS to one thread (``threadpoolctl``) while it forks the workers, and the children inherit
 it. Under spawn OMP/OPENBLAS/MKL_NUM_THREADS=1 in their environment apply before they import NumPy.
 
+A core of its own: where there are at least as many cores as ranks, each rank is bound to one
+(``pin_to_core``), so that two ranks never take turns on one core while another stays idle.
+
 Freed memory kept for reuse: glibc gives every block above 32 MiB a fresh ``mmap`` and returns it when
 freed, so a rank allocating a 32 MiB array per step pays the kernel to zero 8,192 pages each time.
 ``keep_freed_memory`` asks glibc to keep such blocks, as caching allocators (PyTorch, MPI) do.
@@ -36,6 +39,35 @@ KEEP_BYTES = 1 << 30                              # blocks below 1 GiB come from
 PR_SET_PDEATHSIG = 1                              # prctl option (linux/prctl.h)
 ORPHANED = 70                                     # exit code of a rank whose launcher is gone
 _launcher: int | None = None                      # in a rank: the pid of the process that started it
+
+
+def settle_rank(rank: int, world_size: int, launcher: int) -> None:
+    """In a rank's process, before its function runs: keep freed memory (``keep_freed_memory``) and
+    take a core of its own (``pin_to_core``; ``launcher``: the pid of the process that started the run)."""
+    keep_freed_memory()
+    pin_to_core(rank, world_size, launcher)
+
+
+def pin_to_core(rank: int, world_size: int, run_id: int = 0) -> bool:
+    """Bind this rank to one core of its own if there are at least as many cores (of those it may run on)
+    as ranks, as MPI launchers bind ranks to cores; True if it did. MINIDIST_PIN=0 turns it off. Rank r
+    takes core (run_id + r) mod the count: the ranks of one run get consecutive cores, and runs started
+    side by side by different processes (their pids as run_id) mostly start at different ones.
+
+    Why: a rank that wakes another is often given the waker's core (the scheduler's wake-affine
+    placement), and while the waker spins there (mailbox.py) the wakee waits for that core; on this
+    project's VM two ranks then settle into paying a wake-up per step (benchmarks/allreduce.md).
+    """
+    if not hasattr(os, "sched_setaffinity") or os.environ.get("MINIDIST_PIN", "1") == "0":
+        return False
+    cores = sorted(os.sched_getaffinity(0))
+    if not 1 < world_size <= len(cores):
+        return False
+    try:
+        os.sched_setaffinity(0, {cores[(run_id + rank) % len(cores)]})
+    except OSError:
+        return False
+    return True
 
 
 def keep_freed_memory() -> bool:

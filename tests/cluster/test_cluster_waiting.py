@@ -1,5 +1,7 @@
-"""How ranks wait and check: the spin rule, all_equal, and the memory setting of each rank's process."""
+"""How ranks wait and check: the spin rule, all_equal, and the memory setting and core of each rank's
+process."""
 
+import os
 import sys
 
 import numpy as np
@@ -86,3 +88,23 @@ def test_ranks_keep_freed_big_blocks_for_reuse():
         "in a rank a 32 MiB array should come from the heap, and the heap should keep it once freed"
     assert run(_where_a_big_array_lives, 1, False) == [(False, True)], \
         "with glibc's defaults the same array is a fresh mmap (the cost keep_freed_memory removes)"
+
+
+def affinity(comm):
+    return sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this system")
+@pytest.mark.parametrize("pin", ["1", "0"])
+def test_each_rank_takes_a_core_of_its_own_where_there_are_enough(monkeypatch, pin):
+    monkeypatch.setenv("MINIDIST_PIN", pin)
+    cores = sorted(os.sched_getaffinity(0))
+    for world_size in (2, len(cores) + 1):
+        got = run(affinity, world_size)
+        if pin == "1" and world_size <= len(cores):
+            first = cores.index(got[0][0])
+            expected = [[cores[(first + r) % len(cores)]] for r in range(world_size)]
+            assert got == expected, "one core each, consecutive in rank order"
+        else:
+            assert got == [cores] * world_size, "more ranks than cores (or MINIDIST_PIN=0): not bound"
+    assert sorted(os.sched_getaffinity(0)) == cores, "the launcher itself is never bound"
