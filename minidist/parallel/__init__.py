@@ -33,6 +33,7 @@ from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, t
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
+from .mesh import Mesh, MeshShape
 
 # isort: split
 from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
@@ -75,6 +76,8 @@ __all__ = [
     "GridAllgather",
     "HaloPlan",
     "MegatronMLP",
+    "Mesh",
+    "MeshShape",
     "PersistentRNN",
     "OneBit",
     "Pipeline",
