@@ -34,6 +34,7 @@ from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, Top
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
 from .mesh import Mesh, MeshShape
+from .parallelize import parallelize
 
 # isort: split
 from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
@@ -97,6 +98,7 @@ __all__ = [
     "hybrid_train_step",
     "make_schedule",
     "megatron_parallel_mlp",
+    "parallelize",
     "scatter_to_grid",
     "spatialize",
     "train_elastic",

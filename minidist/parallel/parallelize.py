@@ -1,0 +1,199 @@
+"""parallelize(model, mesh, ...): data (ZeRO-1), pipeline (any schedule), tensor, context and expert
+parallelism, any subset of them, on one GPT or Switch Transformer and one Mesh.
+
+    trainer = parallelize(gpt, Mesh(comm, data=2, tensor=2), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: AdamW(params, lr=1e-3))
+    loss = trainer.train_step(x, y)          # the GLOBAL batch on every rank; the global mean loss back
+    state = trainer.full_state_dict()        # = gpt.state_dict() after the same steps in one process
+
+The axes (mesh.py's order): the batch's rows are split over the D·E (data, expert) ranks — token set
+s = d·E + j trains rows [s·N/S, (s+1)·N/S), S = D·E — and each row's positions over the C context ranks
+(zigzag); the model is cut into units (embeddings, blocks, ln_f, head) and pipelined over P ranks by the
+schedule's task table, each stage's blocks split over the tensor group (Megatron), running ring attention
+over the context group and, in a Switch model, their experts over the expert group. The data group then
+averages the gradients (or ZeRO-1 reduce-scatters them, each rank stepping 1/D of the optimizer state).
+grid_pipeline.DataPipelineGrid runs it; this file chooses the units and the table, gathers the loss
+and the state.
+
+Returned loss: Σ over the ranks of tensor rank 0 of their share of the cross-entropy (a last stage's) plus
+their MoE layers' router losses / S, summed by one allreduce: the same bits on every rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.collectives.primitives import pairwise_allreduce
+from minidist.nn import GPT, SwitchTransformer
+
+from .expert import ExpertParallelMoE
+from .grid_expert import switch_units
+from .grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
+from .mesh import Mesh
+from .pipeline.chimera import chimera_schedule
+from .pipeline.interleaved import interleaved_schedule
+from .pipeline.schedule import gpipe_schedule, one_f_one_b_schedule
+from .pipeline.tasks import from_ops
+from .pipeline.zero_bubble import zero_bubble_schedule
+
+# name -> (task table for P ranks and M micro-batches, stages); interleaved: `chunks` stages per rank
+SCHEDULES = {
+    "gpipe": lambda P, M, v: (from_ops(gpipe_schedule(P, M)), P),
+    "1f1b": lambda P, M, v: (from_ops(one_f_one_b_schedule(P, M)), P),
+    "interleaved": lambda P, M, v: (interleaved_schedule(P, M, v), P * v),
+    "zb-h1": lambda P, M, v: (zero_bubble_schedule(P, M), P),
+    "chimera": lambda P, M, v: (chimera_schedule(P, M), P),
+}
+
+
+def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: int = 1,
+                schedule: str = "1f1b", chunks: int = 2, zero: int = 0, mixed=None,
+                sequence_parallel: bool = False) -> Trainer:
+    """A Trainer of ``model`` (an unsplit nn.GPT or nn.SwitchTransformer, dropout 0, untied, built the same
+    on every rank) over ``mesh``. optimizer: parameters -> optimizer; micro_batches: per token set;
+    schedule: a name of SCHEDULES (interleaved: ``chunks`` stages per rank); zero: 0 or 1 (the data
+    axis's ZeRO stage). ValueError for what the mesh cannot split (module docstring)."""
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a minidist.parallel.Mesh, got {type(mesh).__name__}")
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an nn.GPT or nn.SwitchTransformer, got {type(model).__name__}")
+    sizes = mesh.sizes
+    if sizes["tensor"] > 1 and model.blocks[0].attn.n_heads % sizes["tensor"]:
+        raise ValueError(f"tensor = {sizes['tensor']} must divide the heads ({model.blocks[0].attn.n_heads})")
+    switch = isinstance(model, SwitchTransformer)
+    if sizes["expert"] > 1 and not switch:
+        raise ValueError(f"expert = {sizes['expert']} needs a SwitchTransformer, got a dense "
+                         f"{type(model).__name__}")
+    if switch and sizes["expert"] == 1:
+        raise ValueError("a SwitchTransformer is split by the expert axis: expert must be > 1")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
+    if zero not in (0, 1):
+        raise ValueError(f"zero must be 0 or 1 (ZeRO-1 over the data axis), got {zero!r}")
+    if mixed is not None or sequence_parallel:
+        raise ValueError("mixed precision and sequence parallelism are not composed by parallelize yet")
+    table, stages = SCHEDULES[schedule](sizes["pipeline"], micro_batches, chunks)
+    return Trainer(model, mesh, loss_fn, optimizer, table, stages, micro_batches, zero)
+
+
+class Trainer:
+    """parallelize's result: ``train_step(x, y) -> loss`` and ``full_state_dict()``. The grid is built on
+    the first step, when the sequence length (which the context axis splits) is known."""
+
+    def __init__(self, model, mesh, loss_fn, make_optimizer, table, stages, micro_batches, zero):
+        self.model, self.mesh, self.loss_fn, self.make_optimizer = model, mesh, loss_fn, make_optimizer
+        self.table, self.stages, self.micro_batches, self.zero = table, stages, micro_batches, zero
+        self.grid = self.optimizer = self.seq_len = None
+        self.router_losses: list[float] = []
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
+        """x (N, T) tokens, y (N, T) targets: the whole batch, the same on every rank. Returns the global mean
+        training objective, bitwise the same on every rank."""
+        x, y = np.asarray(x), np.asarray(y)
+        if x.ndim != 2 or y.shape != x.shape:
+            raise ValueError(f"expected tokens and targets of one shape (N, T), got {x.shape}, {y.shape}")
+        s = self.mesh.sizes
+        sets = s["data"] * s["expert"]
+        parts = sets * self.micro_batches
+        if len(x) % parts:
+            raise ValueError(f"a batch of {len(x)} does not split into data × expert × micro_batches = "
+                             f"{parts} equal parts")
+        if s["context"] > 1 and x.shape[1] % (2 * s["context"]):
+            raise ValueError(f"a sequence of {x.shape[1]} does not split into 2·context = "
+                             f"{2 * s['context']} zigzag chunks")
+        if self.grid is None:
+            self._build(x.shape[1])
+        elif s["context"] > 1 and x.shape[1] != self.seq_len:
+            raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {x.shape[1]}")
+        self.router_losses.clear()
+        share = self.grid.train_step(x, y, self.optimizer)
+        mine = 0.0
+        if self.mesh.coords["tensor"] == 0:      # the tensor ranks hold the same numbers: count one of them
+            mine = (share or 0.0) + sum(self.router_losses) / sets
+        return float(pairwise_allreduce(self.mesh.comm, np.array([mine]))[0])
+
+    def _build(self, seq_len: int) -> None:
+        s, model = self.mesh.sizes, self.model
+        self.seq_len = seq_len
+        if s["expert"] > 1:
+            units = lambda tc, cc, ec: switch_units(tc, cc, ec, model, seq_len)   # noqa: E731
+        elif s["tensor"] > 1 or s["context"] > 1:
+            units = lambda tc, cc=None: tensor_gpt_units(tc, model, cc, seq_len)  # noqa: E731
+        else:
+            units = gpt_units(model)
+        originals = label_elements(model)
+        self.grid = DataPipelineGrid(self.mesh.comm, units, loss_fn=self.loss_fn, schedule=self.table,
+                                     num_stages=self.stages, num_micro_batches=self.micro_batches,
+                                     data=s["data"], tensor=s["tensor"], context=s["context"],
+                                     expert=s["expert"], seq_len=seq_len, zero1=self.zero == 1)
+        self.held = list({id(p): p for p in self.grid.parameters()}.values())
+        self.labels = restore_values(model, originals, self.held)
+        self.owner = owners(self.mesh.comm, self.labels, sum(v.size for v in originals.values()))
+        self.optimizer = self.grid.build_optimizer(self.make_optimizer)
+        for moe in (m for m in self.grid.mine.modules() if isinstance(m, ExpertParallelMoE)):
+            tally_router_loss(moe, self.router_losses)
+
+    def full_state_dict(self) -> dict[str, np.ndarray]:
+        """{name: array}: model.state_dict() of the unsplit model as one process would hold it after the
+        same steps, in the model's dtype, on every rank (each element sent by the one rank that owns it)."""
+        if self.grid is None:
+            return self.model.state_dict()
+        rank, named = self.mesh.comm.rank, list(self.model.named_parameters())
+        flat = np.zeros(sum(p.size for _, p in named))
+        for p, labels in zip(self.held, self.labels):
+            owned = self.owner[labels] == rank
+            flat[labels[owned]] = p.data.ravel()[owned]
+        flat = pairwise_allreduce(self.mesh.comm, flat)           # one nonzero term per element: exact
+        state, start = {}, 0
+        for name, p in named:
+            state[name] = flat[start:start + p.size].reshape(p.shape).astype(p.data.dtype)
+            start += p.size
+        state.update({name: np.array(b, copy=True) for name, b in self.model.named_buffers()})
+        return state
+
+
+def label_elements(model) -> dict[int, np.ndarray]:
+    """Replace every parameter's values by float64 labels 0, 1, 2, ... (its elements' offsets in the
+    concatenation of model.parameters()), so that after splitting each split parameter's values say
+    which elements of the model it holds. Returns {id(parameter): its original values}."""
+    originals, start = {}, 0
+    for p in model.parameters():
+        originals[id(p)] = p.data
+        p.data = np.arange(start, start + p.size, dtype=np.float64).reshape(p.shape)
+        start += p.size
+    return originals
+
+
+def restore_values(model, originals: dict[int, np.ndarray], held: list) -> list[np.ndarray]:
+    """Read the labels of each held (split) parameter, then give it (and the model) the real values.
+    Returns each held parameter's labels, flat (int64)."""
+    values = np.concatenate([originals[id(p)].ravel() for p in model.parameters()])
+    labels = [p.data.ravel().astype(np.int64) for p in held]
+    for p in model.parameters():
+        p.data = originals[id(p)]
+    for p, where in zip(held, labels):
+        p.data = values[where].reshape(p.shape).astype(values.dtype)
+    return labels
+
+
+def owners(comm, labels: list[np.ndarray], total: int) -> np.ndarray:
+    """owner[i]: the lowest rank holding element i of the model (an allreduce of min over the world)."""
+    mine = np.full(total, float(comm.world_size))
+    for where in labels:
+        mine[where] = comm.rank
+    owner = pairwise_allreduce(comm, mine, op="min").astype(np.int64)
+    if (owner == comm.world_size).any():
+        raise RuntimeError(f"{int((owner == comm.world_size).sum())} elements of the model are on no rank")
+    return owner
+
+
+def tally_router_loss(moe: ExpertParallelMoE, losses: list) -> None:
+    """Make moe's forward also append its router loss (already scaled by its share) to ``losses``."""
+    forward = moe.forward
+
+    def forward_and_tally(x):
+        y = forward(x)
+        losses.append(moe.loss)
+        return y
+
+    moe.forward = forward_and_tally
