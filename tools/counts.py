@@ -61,7 +61,7 @@ def blocks_by_hand(trees) -> list[str]:
 
 def grid_arithmetic(trees) -> list[str]:
     """Definitions mapping ranks to coordinates: divmod of a rank, a split colour computed from
-    coordinates, or a method named coords / stride."""
+    coordinates, or a method named coords / stride that multiplies or divides (not one that delegates)."""
     found = []
     for path, top in tops(trees):
         for n in ast.walk(top):
@@ -69,7 +69,8 @@ def grid_arithmetic(trees) -> list[str]:
                 "rank" in ast.unparse(n.args[0])
             colour = n.args[0] if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "split" and \
                 n.args else next((k.value for k in getattr(n, "keywords", []) if k.arg == "color"), None)
-            named = isinstance(n, ast.FunctionDef) and n.name in ("coords", "stride")
+            named = isinstance(n, ast.FunctionDef) and n.name in ("coords", "stride") and any(
+                isinstance(op, (ast.Mult, ast.FloorDiv, ast.Mod)) for op in ast.walk(n))
             if divmod_rank or isinstance(colour, ast.BinOp) or named:
                 found.append(where(path, top))
                 break

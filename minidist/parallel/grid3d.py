@@ -32,6 +32,7 @@ from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .mesh import Mesh, MeshShape
 from .pipeline.pipeline import Pipeline
 from .tensor.layers import ColumnParallelLinear, RowParallelLinear
 
@@ -53,28 +54,23 @@ class Grid3D:
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.comm, self.sizes, self.placement = comm, sizes, placement
+        order = [("data", data), ("pipeline", pipeline), ("tensor", tensor)]
+        self.shape = MeshShape(order if placement == "tensor_inside" else order[::-1])
         self.d, self.p, self.t = self.coords(comm.rank)
         spans = groups_across_nodes(comm, lambda r: self.coords(r)[:2]) if require_tensor_in_node else {}
         if spans:
             (d, p), nodes = next(iter(spans.items()))
             raise ValueError(f"the tensor group (d, p) = ({d}, {p}) spans nodes {nodes}: tensor groups must "
                              "stay inside a node (placement='tensor_inside', T dividing the node size)")
-        # split is collective: every rank makes the three calls in the same order
-        self.tensor_comm = comm.split(color=self.d * pipeline + self.p, key=self.t)
-        self.pipe_comm = comm.split(color=self.d * tensor + self.t, key=self.p)
-        self.data_comm = comm.split(color=self.p * tensor + self.t, key=self.d)
+        self.mesh = Mesh.of_shape(comm, self.shape)
+        self.tensor_comm, self.pipe_comm, self.data_comm = (self.mesh.group(a) for a in ("tensor", "pipeline",
+                                                                                         "data"))
         self.pipeline: Pipeline | None = None
 
     def coords(self, rank: int) -> tuple[int, int, int]:
         """(d, p, t) of a rank of ``comm`` under this grid's placement."""
-        data, pipeline, tensor = self.sizes
-        if self.placement == "tensor_inside":
-            rest, t = divmod(rank, tensor)
-            d, p = divmod(rest, pipeline)
-        else:
-            rest, d = divmod(rank, data)
-            t, p = divmod(rest, pipeline)
-        return d, p, t
+        at = self.shape.coords(rank)
+        return at["data"], at["pipeline"], at["tensor"]
 
     def stage(self, blocks: list[tuple[Linear, object, Linear]], *, num_micro_batches: int = 1,
               schedule="gpipe") -> Sequential:

@@ -1,4 +1,4 @@
-"""Data × pipeline × context × expert × tensor over one ``comm.split`` grid, for any task table (1F1B,
+"""Data × pipeline × context × expert × tensor over one Mesh (mesh.py), for any task table (1F1B,
 interleaved, ZB-H1, Chimera).
 
     world rank w = (((d·P + p)·c + k)·e + j)·t + q   d: data replica (of D), p: pipeline rank (of P),
@@ -39,6 +39,7 @@ from .context.layout import positions
 from .data.comm import allreduce_gradients
 from .data.zero import ZeRO, zero1_shard_update
 from .expert import AverageGradients, ExpertParallelMoE
+from .mesh import Mesh
 from .pipeline.tasks import TaskSchedule
 from .pipeline.tasks_executor import TaskPipeline
 from .tensor.block import TensorParallelBlock
@@ -136,7 +137,7 @@ def _check_divides(name: str, value, world_size: int) -> None:
 
 class DataPipelineGrid:
     """D data replicas of a P-rank pipeline of c·e·t-rank context × expert × tensor groups over comm
-    (world_size = D·P·c·e·t).
+    (world_size = D·P·c·e·t), its ranks and groups a Mesh's (comm may be that Mesh).
 
     model: the Sequential to pipeline (the same on every rank), or a function tensor_comm -> Sequential
     (e.g. ``lambda c: tensor_gpt_units(c, gpt)``), (tensor_comm, context_comm) -> Sequential with context > 1,
@@ -148,6 +149,8 @@ class DataPipelineGrid:
     def __init__(self, comm, model, *, loss_fn, schedule: TaskSchedule, num_stages: int,
                  num_micro_batches: int, data: int, tensor: int = 1, context: int = 1, expert: int = 1,
                  seq_len: int | None = None, zero1: bool = False):
+        mesh = comm if isinstance(comm, Mesh) else None
+        comm = comm.comm if mesh else comm
         _check_divides("data", data, comm.world_size)
         _check_divides("tensor", tensor, comm.world_size // data)
         _check_divides("context", context, comm.world_size // (data * tensor))
@@ -159,19 +162,15 @@ class DataPipelineGrid:
         self.seq_len = seq_len
         self.loss_fn, self.zero1, self.zero = loss_fn, bool(zero1), None
         self.pipe_size = comm.world_size // (data * tensor * context * expert)
-        inner = context * expert * tensor                            # ranks of one (d, p)
-        self.replica, rest = divmod(comm.rank, self.pipe_size * inner)
-        self.position, within = divmod(rest, inner)
-        self.context_rank, rest = divmod(within, expert * tensor)
-        self.expert_rank, self.tensor_rank = divmod(rest, tensor)
-        dp = self.replica * self.pipe_size + self.position
-        self.tensor_comm = comm.split(comm.rank // tensor, key=self.tensor_rank)
-        context_color = (dp * expert + self.expert_rank) * tensor + self.tensor_rank
-        self.context_comm = comm.split(context_color, key=self.context_rank)
-        expert_color = (dp * context + self.context_rank) * tensor + self.tensor_rank
-        self.expert_comm = comm.split(expert_color, key=self.expert_rank)
-        self.pipe_comm = comm.split(self.replica * inner + within, key=self.position)
-        self.data_comm = comm.split(self.position * inner + within, key=self.replica)
+        sizes = dict(data=data, pipeline=self.pipe_size, context=context, expert=expert, tensor=tensor)
+        if mesh is not None and mesh.sizes != sizes:
+            raise ValueError(f"the mesh's sizes {mesh.sizes} are not the grid's {sizes}")
+        self.mesh = mesh or Mesh(comm, **sizes)
+        at = self.mesh.coords
+        self.replica, self.position, self.context_rank = at["data"], at["pipeline"], at["context"]
+        self.expert_rank, self.tensor_rank = at["expert"], at["tensor"]
+        self.tensor_comm, self.context_comm, self.expert_comm, self.pipe_comm, self.data_comm = (
+            self.mesh.group(axis) for axis in ("tensor", "context", "expert", "pipeline", "data"))
         if callable(model) and not isinstance(model, Module):
             contexts = self.context_comm if context > 1 else None
             model = model(self.tensor_comm, contexts, self.expert_comm) if expert > 1 else \

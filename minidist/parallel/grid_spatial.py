@@ -31,6 +31,7 @@ from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .mesh import Mesh, MeshShape
 from .spatial import grid_blocks, spatialize
 
 PLACEMENTS = ("spatial_inside", "spatial_across")
@@ -60,23 +61,21 @@ class GridSpatial:
                              f"or 'auto', got {algorithm!r}")
         self.comm, self.data, self.spatial, self.placement = comm, data, spatial, placement
         self.algorithm = algorithm
+        order = [("data", data), ("spatial", spatial[0] * spatial[1])]
+        self.shape = MeshShape(order if placement == "spatial_inside" else order[::-1])
         self.d, self.s = self.coords(comm.rank)
         spans = groups_across_nodes(comm, lambda r: self.coords(r)[0]) if require_spatial_in_node else {}
         if spans:
             d, nodes = next(iter(spans.items()))
             raise ValueError(f"spatial group {d} spans nodes {nodes}: spatial groups must stay inside a node "
                              f"(placement='spatial_inside', Ph·Pw dividing the node size)")
-        # split is collective: every rank makes both calls in the same order
-        self.spatial_comm = comm.split(color=self.d, key=self.s)
-        self.data_comm = comm.split(color=self.s, key=self.d)
+        self.mesh = Mesh.of_shape(comm, self.shape)
+        self.spatial_comm, self.data_comm = self.mesh.group("spatial"), self.mesh.group("data")
 
     def coords(self, rank: int) -> tuple[int, int]:
         """(d, s) of a rank of ``comm``: its data group and its place in the spatial group (s = i·Pw + j)."""
-        size = self.spatial[0] * self.spatial[1]
-        if self.placement == "spatial_inside":
-            return divmod(rank, size)
-        s, d = divmod(rank, self.data)
-        return d, s
+        at = self.shape.coords(rank)
+        return at["data"], at["spatial"]
 
     def spatialize(self, model, input_hw: tuple[int, int]):
         """This rank's spatially parallel twin of ``model`` on ``spatial_comm`` (shares its Parameters).

@@ -27,6 +27,7 @@ from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .mesh import Mesh, MeshShape
 
 __all__ = ["Grid", "allreduce_gradients", "hybrid_train_step"]
 
@@ -42,10 +43,9 @@ class Grid:
         self.comm = comm
         self.model_parallel = model_parallel
         self.data_parallel = comm.world_size // model_parallel
-        self.row, self.column = divmod(comm.rank, model_parallel)
-        # split is collective: every rank makes both calls, in the same order.
-        self.model_comm = comm.split(color=self.row, key=self.column)
-        self.data_comm = comm.split(color=self.column, key=self.row)
+        self.mesh = Mesh.of_shape(comm, MeshShape([("data", self.data_parallel), ("model", model_parallel)]))
+        self.row, self.column = self.mesh.coords["data"], self.mesh.coords["model"]
+        self.model_comm, self.data_comm = self.mesh.group("model"), self.mesh.group("data")
 
     def batch_slice(self, batch: int) -> slice:
         """The rows of a batch of ``batch`` samples that this rank's grid row trains on."""

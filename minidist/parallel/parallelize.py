@@ -122,7 +122,7 @@ class Trainer:
         else:
             units = gpt_units(model)
         originals = label_elements(model)
-        self.grid = DataPipelineGrid(self.mesh.comm, units, loss_fn=self.loss_fn, schedule=self.table,
+        self.grid = DataPipelineGrid(self.mesh, units, loss_fn=self.loss_fn, schedule=self.table,
                                      num_stages=self.stages, num_micro_batches=self.micro_batches,
                                      data=s["data"], tensor=s["tensor"], context=s["context"],
                                      expert=s["expert"], seq_len=seq_len, zero1=self.zero == 1)

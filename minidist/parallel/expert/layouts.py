@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from minidist.nn import GELU, Sequential, SwitchTransformer
 from minidist.nn.runner import StepRunner
+from minidist.parallel.mesh import Mesh, MeshShape
 from minidist.parallel.tensor import MegatronMLP
 
 from .expert_parallel import ExpertParallelMoE
@@ -60,15 +61,13 @@ class LayoutGroups:
         if comm.world_size != layout.world_size:
             raise ValueError(f"layout {layout.name} needs {layout.world_size} ranks "
                              f"(D·E·M = {layout.data}·{layout.expert}·{layout.model}), got {comm.world_size}")
-        e, m = layout.expert, layout.model
-        r = comm.rank
         self.comm, self.layout = comm, layout
-        self.coords = (r // (e * m), (r // m) % e, r % m)
-        i, j, k = self.coords
-        self.model_comm = comm.split(color=i * e + j, key=k)
-        self.expert_comm = comm.split(color=i * m + k, key=j)
-        self.replica_comm = comm.split(color=j * m + k, key=i)
-        self.token_set = i * e + j
+        shape = MeshShape([("data", layout.data), ("expert", layout.expert), ("model", layout.model)])
+        mesh = Mesh.of_shape(comm, shape)
+        self.coords = tuple(mesh.coords.values())            # (i, j, k): data, expert, model
+        self.model_comm, self.expert_comm, self.replica_comm = (mesh.group(a) for a in ("model", "expert",
+                                                                                         "data"))
+        self.token_set = self.coords[0] * layout.expert + self.coords[1]
 
 
 def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransformer:
