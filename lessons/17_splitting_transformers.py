@@ -19,6 +19,8 @@
 # `minidist/parallel/tensor/transformer_cost.py` and `minidist/parallel/context/cost.py`.
 
 # %%
+import copy
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -35,6 +37,7 @@ from minidist.parallel.context import (
     RingAttention,
     block_attention,
     causal_work,
+    context_parallel,
     crossover_seq_len,
     merge,
     positions,
@@ -49,6 +52,8 @@ from minidist.parallel.tensor import (
     block_comm_seconds,
     feature_slice,
     sequence_shard,
+    sum_partial_gradients,
+    tensor_parallel,
 )
 from minidist.plots import figures_dir, save_figure
 
@@ -117,6 +122,7 @@ def train(blocks, cut=lambda a: a):
         dy = 2 * (y - cut(target)) / target.size
         for block in reversed(blocks):
             dy = block.backward(dy)
+        sum_partial_gradients([p for b in blocks for p in b.parameters()])  # replicas saw only their tokens
         optimizer.step()
     return blocks
 
@@ -148,17 +154,22 @@ for how in ("tensor", "sequence", "context"):
         assert worst < 1e-9
 
 # %% [markdown]
-# The splits compose. On a 2 × 2 grid of ranks, each *tensor* group of 2 shares a piece of the sequence
-# and splits the heads; each *context* group of 2 holds the same heads and passes K/V blocks round its
-# ring (`TensorParallelBlock(..., context=cp, seq_len=T)`). `TensorParallelGPT` and `ContextParallelGPT`
-# split a whole `nn.GPT` the same ways (tests/parallel/test_parallel_*_gpt*.py).
+# Each split is a *transform*: `tensor_parallel(model, group)` and `context_parallel(model, group)` swap
+# sub-modules of the one `nn.TransformerBlock` (or `nn.GPT`) in place — split linears, ring attention as
+# attention's core — and mark every parameter whose gradient covers only this rank's tokens as *partial*
+# (`p.partial_over`); one sum over those groups after backward (`sum_partial_gradients`, or the gradient
+# sync attachment) completes them. So the splits compose. On a 2 × 2 grid of ranks, each *tensor* group of
+# 2 shares a piece of the sequence and splits the heads; each *context* group of 2 holds the same heads and
+# passes K/V blocks round its ring: `tensor_parallel(context_parallel(block, cp, seq_len=T), tp)`.
+# `TensorParallelGPT` and `ContextParallelGPT` split a whole `nn.GPT` the same ways
+# (tests/parallel/test_parallel_*_gpt*.py).
 
 
 # %%
 def grid_train(comm, t):
     ci, ti = comm.rank // t, comm.rank % t
     tp, cp = comm.split(ci, key=ti), comm.split(ti, key=ci)           # tensor groups, context groups
-    blocks = [TensorParallelBlock(tp, b, context=cp, seq_len=T) for b in make_blocks()]
+    blocks = [tensor_parallel(context_parallel(copy.deepcopy(b), cp, seq_len=T), tp) for b in make_blocks()]
     train(blocks, lambda a: shard(a, comm.world_size // t, ci, "zigzag", axis=1))
     heads = feature_slice(HEADS, t, ti)
     cols = np.arange(heads.start * 3, heads.stop * 3)
@@ -229,6 +240,7 @@ def measure(comm, how):
         x = sequence_shard(x, p, r) if how == "sequence" else x
     start = comm.stats.bytes_sent
     split.backward(np.ones_like(split.forward(x)))
+    sum_partial_gradients(split.parameters())
     ln = held_bytes(model=split.ln1)["activations"] + held_bytes(model=split.ln2)["activations"]
     return comm.stats.bytes_sent - start, held_bytes(model=split)["activations"], ln
 

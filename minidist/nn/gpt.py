@@ -7,6 +7,12 @@ Backward runs the same chain in reverse; the position table gets the gradient su
 (every sample uses the same rows), the token table a scatter-add. With ``tie_weights=True`` the head's
 weight *is* the token table (one Parameter, listed once), so both paths add into one gradient.
 
+The chain is ``units()``: GPTInput (the two embeddings), the blocks, ln_f, head — forward and backward
+run it, the step runner steps through it and a pipeline cuts it into stages. This is the library's only
+GPT chain: a split GPT (minidist.parallel's transforms) replaces sub-modules and keeps it. What a split
+changes is which tokens a rank holds: ``position_ids(t)`` gives the global positions of the t tokens
+forward is given (0 … t−1 in one process; a context-parallel rank's own positions).
+
 Parameters N_params = V·d (+ V·d untied) + T_max·d + L·(12d² + 13d) + 2d. Training FLOPs per token
 ≈ 6·N + 12·L·T·d, N = the weights that multiply activations (blocks and head, not the embedding tables):
 2N forward and 4N backward (Kaplan et al., "Scaling Laws for Neural Language Models"), plus attention's
@@ -25,6 +31,40 @@ from .module import Module, resolve_rng
 from .norm import LayerNorm
 from .runner import backward_through
 from .softmax import softmax
+
+
+class AllPositions:
+    """The global positions of the t tokens a GPT is given: all of them, 0 … t−1 (one process).
+    Splits of the sequence replace it (context parallelism) or wrap it (sequence parallelism)."""
+
+    def __call__(self, t: int) -> np.ndarray:
+        return np.arange(t)
+
+
+class GPTInput(Module):
+    """A GPT's first unit: tokens (B, T) int -> drop(tok_emb(tokens) + pos_emb(position_ids(T))), (B, T', d).
+
+    Shares the GPT's sub-modules (no Parameters of its own) and keeps no state: the embeddings keep what
+    their backward needs, so a fresh GPTInput serves each call of ``GPT.units()``. T' = T, or this rank's
+    T/t tokens when a sequence-parallel embedding reduce-scatters along T.
+    """
+
+    def __init__(self, tok_emb: Module, pos_emb: Module, drop: Module, position_ids):
+        self.tok_emb, self.pos_emb, self.drop, self.position_ids = tok_emb, pos_emb, drop, position_ids
+
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        return 0                                   # a lookup and an addition: no products to count
+
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens (B, T) int -> (B, T', d)."""
+        x = self.tok_emb.forward(tokens)
+        return self.drop.forward(x + self.pos_emb.forward(self.position_ids(tokens.shape[1])))
+
+    def backward(self, dy: np.ndarray) -> None:
+        """dy (B, T', d); adds into both tables' gradients; returns None (tokens have no gradient)."""
+        dy = self.drop.backward(dy)
+        self.tok_emb.backward(dy)
+        self.pos_emb.backward(dy.sum(axis=0))      # every sample used the same rows of the position table
 
 
 class GPT(Module):
@@ -54,6 +94,12 @@ class GPT(Module):
         self.tie_weights = bool(tie_weights)
         if self.tie_weights:
             self.head.weight = self.tok_emb.weight  # (V, d) is both the table and the head's (out, in)
+        self.position_ids = AllPositions()
+
+    def units(self) -> list[Module]:
+        """The chain forward runs: [GPTInput, *blocks, ln_f, head] (the GPT's own sub-modules)."""
+        return [GPTInput(self.tok_emb, self.pos_emb, self.drop, self.position_ids), *self.blocks, self.ln_f,
+                self.head]
 
     def check_tokens(self, tokens) -> None:
         """Raise TypeError/ValueError unless tokens is an integer array (B, T), ids in [0, vocab_size),
@@ -65,23 +111,19 @@ class GPT(Module):
 
     def forward(self, tokens: np.ndarray) -> np.ndarray:
         """tokens: integer ids in [0, vocab_size), shape (B, T) with 1 <= T <= block_size;
-        returns logits, shape (B, T, vocab_size)."""
+        returns logits, shape (B, T, vocab_size) (a vocabulary-parallel head: this rank's ids only)."""
         self.check_tokens(tokens)
-        self.remember_output_shape((*tokens.shape, self.vocab_size))
-        x = self.tok_emb.forward(tokens) + self.pos_emb.forward(np.arange(tokens.shape[1]))
-        x = self.drop.forward(x)
-        for block in self.blocks:
-            x = block.forward(x)
-        return self.head.forward(self.ln_f.forward(x))
+        x = tokens
+        for unit in self.units():
+            x = unit.forward(x)
+        self.remember_output_shape(x.shape)
+        return x
 
     def backward(self, dlogits: np.ndarray) -> None:
-        """dlogits: upstream gradient, shape (B, T, vocab_size); adds every parameter's gradient.
+        """dlogits: upstream gradient, shape of forward's logits; adds every parameter's gradient.
         Returns None: the integer tokens have no gradient."""
         self.check_upstream(dlogits)
-        dx = backward_through([*self.blocks, self.ln_f, self.head], dlogits)   # the runner's one loop
-        dx = self.drop.backward(dx)
-        self.tok_emb.backward(dx)
-        self.pos_emb.backward(dx.sum(axis=0))  # every sample used rows 0 … T−1 of the position table
+        backward_through(self.units(), dlogits)   # the runner's one loop
 
     def generate(self, tokens: np.ndarray, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, rng: np.random.Generator | None = None) -> np.ndarray:

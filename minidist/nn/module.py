@@ -23,7 +23,9 @@ class Parameter:
     """A trainable array and its gradient, both NumPy arrays of one shape and dtype.
 
     ``grad`` starts at zero and is only ever *added to* by ``Module.backward``; optimizers read it and
-    ``zero_grad()`` clears it.
+    ``zero_grad()`` clears it. ``partial_over``: the Communicators over which ``grad`` is only a partial
+    sum (each rank saw only its tokens, positions or rows); a split model's transforms append to it and
+    the gradient sync (minidist.parallel.data.GradientSync) sums ``grad`` over each before the step.
     """
 
     def __init__(self, data: np.ndarray):
@@ -32,6 +34,7 @@ class Parameter:
                             f"{'' if not isinstance(data, np.ndarray) else ' of dtype ' + str(data.dtype)}")
         self.data = data
         self.grad = np.zeros_like(data)
+        self.partial_over: list = []
 
     @property
     def shape(self) -> tuple[int, ...]:

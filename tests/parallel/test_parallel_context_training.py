@@ -3,7 +3,7 @@ process.
 
 Two nn.TransformerBlocks, AdamW for several steps, the sequence split naive or zigzag (even and uneven
 T): every parameter on every rank equals the single-process parameter (float64, relative 1e-9), and the
-bytes each rank sends equal the ring's traffic plus one all-reduce of the block's gradients.
+bytes each rank sends equal the ring's traffic plus one all-reduce of the blocks' gradients.
 """
 
 import numpy as np
@@ -12,7 +12,8 @@ import pytest
 from minidist.cluster import run
 from minidist.nn import GPT, CrossEntropyLoss, TransformerBlock
 from minidist.optim import AdamW
-from minidist.parallel.context import ContextParallelBlock, ContextParallelGPT, ring_traffic, shard
+from minidist.parallel.context import ContextParallelBlock, ContextParallelGPT, positions, ring_traffic, shard
+from minidist.parallel.tensor import sum_partial_gradients
 
 B, D, HEADS, STEPS = 2, 8, 2, 3
 
@@ -32,6 +33,7 @@ def _train(blocks, batches, cut=lambda a: a):
         dy = 2 * (y - cut(target)) / target.size
         for block in reversed(blocks):
             dy = block.backward(dy)
+        sum_partial_gradients([p for b in blocks for p in b.parameters()])   # over the context group
         optimizer.step()
     return [p.data for b in blocks for p in b.parameters()]
 
@@ -70,13 +72,15 @@ def _gpt(tie):
 def _gpt_on_ranks(comm, seq_len, layout, tie, batches):
     model = ContextParallelGPT(comm, _gpt(tie), seq_len, layout=layout)
     optimizer, loss_fn = AdamW(model.parameters(), lr=0.01, weight_decay=0.1), CrossEntropyLoss()
+    mine = positions(seq_len, comm.world_size, comm.rank, layout)    # this rank's tokens
     shares = []
     for tokens in batches:
         optimizer.zero_grad()
-        local_mean = loss_fn.forward(model.forward(tokens[:, :-1]), model.shard(tokens[:, 1:]))
-        share = len(model.positions) / seq_len                 # this rank's part of the mean over all tokens
+        local_mean = loss_fn.forward(model.forward(tokens[:, mine]), tokens[:, mine + 1])
+        share = len(mine) / seq_len                        # this rank's part of the mean over all tokens
         shares.append(local_mean * share)
         model.backward(loss_fn.backward() * share)
+        sum_partial_gradients(model.parameters())          # every parameter saw this rank's tokens only
         optimizer.step()
     return shares, {name: p.data for name, p in model.named_parameters()}
 

@@ -11,7 +11,12 @@ import pytest
 from minidist.cluster import run
 from minidist.nn import GPT, CrossEntropyLoss
 from minidist.optim import AdamW
-from minidist.parallel.tensor import TensorParallelGPT, VocabParallelCrossEntropy, feature_slice
+from minidist.parallel.tensor import (
+    TensorParallelGPT,
+    VocabParallelCrossEntropy,
+    feature_slice,
+    sum_partial_gradients,
+)
 
 V, BLOCK, LAYERS, D, HEADS, B, T, STEPS = 13, 8, 2, 12, 4, 2, 8, 3
 
@@ -34,6 +39,7 @@ def _on_ranks(comm, tie, sequence_parallel, batches):
         optimizer.zero_grad()
         losses.append(loss_fn.forward(model.forward(tokens[:, :-1]), tokens[:, 1:]))
         model.backward(loss_fn.backward())
+        sum_partial_gradients(model.parameters())      # sequence parallel: the token-wise parameters
         optimizer.step()
     return losses, {name: p.data for name, p in model.named_parameters()}
 

@@ -4,8 +4,11 @@ nn.TransformerBlock in one process.
 
 Two blocks trained with AdamW for several steps end with every parameter shard equal to the matching
 slice of the single-process parameters (float64, relative 1e-9); bytes per rank equal the formulas of
-block.py; the activation memory of the LayerNorm regions falls by t with sequence parallelism.
+transform.py and the partial-gradient sum; the activation memory of the LayerNorm regions falls by t with
+sequence parallelism.
 """
+
+import copy
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from minidist.cluster import ClusterError, run
 from minidist.memory import held_bytes
 from minidist.nn import TransformerBlock
 from minidist.optim import AdamW
-from minidist.parallel.context import positions, ring_traffic, shard
+from minidist.parallel.context import context_parallel, positions, ring_traffic, shard
 from minidist.parallel.tensor import (
     TensorParallelBlock,
     block_activation_bytes,
@@ -22,6 +25,8 @@ from minidist.parallel.tensor import (
     block_comm_seconds,
     feature_slice,
     sequence_shard,
+    sum_partial_gradients,
+    tensor_parallel,
 )
 
 B, T, D, STEPS = 2, 8, 12, 3
@@ -48,6 +53,7 @@ def _train(blocks, params, batches, cut=lambda a: a):
         dy = 2 * (y - cut(target)) / target.size          # d mean((y − target)²) / dy, this rank's tokens
         for block in reversed(blocks):
             dy = block.backward(dy)
+        sum_partial_gradients(params)                     # gradients summed over this rank's tokens only
         optimizer.step()
 
 
@@ -143,8 +149,8 @@ def _grid(comm, t, heads, sequence_parallel, layout, batches):
     context groups the heads."""
     c, ci, ti = comm.world_size // t, comm.rank // t, comm.rank % t
     tp, cp = comm.split(ci, key=ti), comm.split(ti, key=ci)
-    blocks = [TensorParallelBlock(tp, b, sequence_parallel=sequence_parallel, context=cp, seq_len=T,
-                                  layout=layout)
+    blocks = [tensor_parallel(context_parallel(copy.deepcopy(b), cp, layout=layout, seq_len=T), tp,
+                              sequence_parallel=sequence_parallel)
               for b in _blocks(heads)]
     params = [p for b in blocks for p in b.parameters()]
 

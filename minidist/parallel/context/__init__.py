@@ -1,22 +1,23 @@
 """Context parallelism: the sequence split over c ranks inside attention (ring attention).
 
-blocks.py (one key/value block's partial attention, the online-softmax merge, the block's backward),
-layout.py (which tokens a rank holds: naive or zigzag split), ring.py (RingAttention on a
-communicator), block.py (a transformer block on a slice of the sequence), gpt.py (a whole GPT), cost.py
-(bytes, messages and time in closed form)."""
+transform.py (``context_parallel``: split a GPT or a block in place), attention.py (attention on this
+rank's tokens), ring.py (RingAttention on a communicator), blocks.py (the online-softmax merge; the
+key/value blocks themselves are nn.blockwise_attention's), layout.py (which tokens a rank holds: naive or
+zigzag split), cost.py (bytes, messages and time in closed form)."""
 
-from .block import ContextParallelAttention, ContextParallelBlock
+from .attention import ContextParallelAttention
 from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge
 from .cost import causal_work, crossover_seq_len, ring_traffic, step_seconds
-from .gpt import ContextParallelGPT
 from .layout import LAYOUTS, causal_pairs, positions, shard, unshard
 from .ring import RingAttention
+from .transform import ContextParallelBlock, ContextParallelGPT, ContextPositions, context_parallel
 
 __all__ = [
     "LAYOUTS",
     "ContextParallelAttention",
     "ContextParallelBlock",
     "ContextParallelGPT",
+    "ContextPositions",
     "RingAttention",
     "block_attention",
     "block_attention_backward",
@@ -24,6 +25,7 @@ __all__ = [
     "causal_mask",
     "causal_pairs",
     "causal_work",
+    "context_parallel",
     "crossover_seq_len",
     "merge",
     "positions",

@@ -1,68 +1,26 @@
-"""Attention one key/value block at a time: partial results, their online-softmax merge, and backward.
+"""The online-softmax merge of two partial attention results over disjoint key sets (ring attention's step).
 
-Attention of queries q against keys k and values v (per batch and head, d_k features, scale 1/√d_k):
-
-    S = q·kᵀ/√d_k (masked pairs −∞),   P = softmax_rows(S),   O = P·v
-
-Split the keys into blocks. One block gives a *partial* result — its own softmax-weighted output and the
-log of its softmax denominator, lse = log Σ_j exp(S_ij) over that block's keys. Two partial results
-(O₁, lse₁) and (O₂, lse₂) over disjoint key sets merge into the result over their union exactly
-(the online softmax of Milakov & Gimelshein, "Online normalizer calculation for softmax"; used by
+One key block gives a *partial* result (O, lse) (minidist.nn.blockwise_attention.block_attention). Two
+partial results (O₁, lse₁) and (O₂, lse₂) over disjoint key sets merge into the result over their union
+exactly (the online softmax of Milakov & Gimelshein, "Online normalizer calculation for softmax"; used by
 FlashAttention and by ring attention, Liu et al., "Ring Attention with Blockwise Transformers"):
 
     lse = log(exp(lse₁) + exp(lse₂)),     O = exp(lse₁ − lse)·O₁ + exp(lse₂ − lse)·O₂
 
-Backward needs only the final lse and D = rowsum(dO ∘ O) (FlashAttention-2, Dao), block by block:
-
-    P = exp(S − lse),  dv = Pᵀ·dO,  dP = dO·vᵀ,  dS = P ∘ (dP − D),  dq = dS·k/√d_k,  dk = dSᵀ·q/√d_k
-
-Cost of a block with n unmasked query–key pairs: forward 4·B·h·d_k·n FLOPs (q·kᵀ and P·v), backward
-10·B·h·d_k·n (S recomputed, then dv, dP, dq, dk). Shapes: q (B, h, T_q, d_k), k and v (B, h, T_k, d_k),
-lse (B, h, T_q); a mask (T_q, T_k) of booleans, True where a query may see a key.
+The blocks themselves (forward, backward from the final lse, FLOPs, the causal mask by global positions)
+are nn's, re-exported here.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def causal_mask(q_positions: np.ndarray, k_positions: np.ndarray) -> np.ndarray:
-    """(T_q, T_k) booleans: query at position i sees key at position j iff j ≤ i (global positions)."""
-    return np.asarray(k_positions)[None, :] <= np.asarray(q_positions)[:, None]
-
-
-def block_flops(q: np.ndarray, mask: np.ndarray | None, n_keys: int, backward: bool = False) -> int:
-    """FLOPs of one block: (4 forward | 10 backward)·B·h·d_k·(unmasked pairs)."""
-    batch, heads, t_q, d_k = q.shape
-    pairs = t_q * n_keys if mask is None else int(np.count_nonzero(mask))
-    return (10 if backward else 4) * batch * heads * d_k * pairs
-
-
-def _scores(q, k, mask):
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
-    if mask is not None:
-        s = np.where(mask, s, -np.inf)
-    return s
-
-
-def block_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                    mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The partial result of one key block: (O (B, h, T_q, d_k), lse (B, h, T_q)).
-
-    A query row that sees no key of this block (or a block of no keys) gets O = 0 and lse = −∞: it adds
-    nothing when merged.
-    """
-    if k.shape[-2] == 0:
-        return np.zeros_like(q), np.full(q.shape[:-1], -np.inf, dtype=q.dtype)
-    s = _scores(q, k, mask)
-    m = s.max(axis=-1, keepdims=True)
-    m_safe = np.where(np.isneginf(m), 0.0, m)            # a fully masked row: exp(−∞) = 0 everywhere
-    p = np.exp(s - m_safe)
-    total = p.sum(axis=-1, keepdims=True)
-    seen = total > 0
-    out = (p @ v) / np.where(seen, total, 1.0)
-    lse = np.where(seen, m_safe + np.log(np.where(seen, total, 1.0)), -np.inf)
-    return out, lse[..., 0]
+from minidist.nn.blockwise_attention import (  # noqa: F401  (re-exported: the context package's names)
+    block_attention,
+    block_attention_backward,
+    block_flops,
+    causal_mask,
+)
 
 
 def merge(out1: np.ndarray, lse1: np.ndarray, out2: np.ndarray,
@@ -78,21 +36,3 @@ def merge(out1: np.ndarray, lse1: np.ndarray, out2: np.ndarray,
     out = np.exp(lse1 - safe)[..., None] * out1 + np.exp(lse2 - safe)[..., None] * out2
     return out, lse
     # END SOLUTION
-
-
-def block_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
-                             lse: np.ndarray, d_out: np.ndarray,
-                             delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One key block's share of the gradients: (dq (B, h, T_q, d_k), dk, dv (B, h, T_k, d_k)).
-
-    lse: the FINAL log-sum-exp of each query row over all keys (B, h, T_q); d_out: dL/dO (B, h, T_q, d_k);
-    delta: rowsum(d_out ∘ O) with the final O, (B, h, T_q). dq summed over all blocks is the full dq;
-    dk and dv summed over all query blocks are the full dk and dv.
-    """
-    scale = 1.0 / np.sqrt(q.shape[-1])
-    lse_safe = np.where(np.isneginf(lse), 0.0, lse)
-    p = np.exp(_scores(q, k, mask) - lse_safe[..., None])   # masked pairs: exp(−∞) = 0
-    dv = np.swapaxes(p, -1, -2) @ d_out
-    dp = d_out @ np.swapaxes(v, -1, -2)
-    ds = p * (dp - delta[..., None])
-    return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, dv

@@ -25,33 +25,45 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster import Device
-from minidist.nn.module import check_float_array
+from minidist.nn.blockwise_attention import (
+    block_attention,
+    block_attention_backward,
+    block_flops,
+    causal_mask,
+)
+from minidist.nn.module import Module, check_float_array
 
-from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge
+from .blocks import merge
 from .layout import positions
 
 TAG = 133
 
 
-class RingAttention:
-    """Attention of this rank's queries to the whole sequence, on the c ranks of ``comm``.
+class RingAttention(Module):
+    """Attention of this rank's queries to the whole sequence, on the c ranks of ``comm``: an attention
+    ``core`` (the interface of nn.BlockwiseAttention) that a context-split attention holds.
 
-    seq_len: T, the whole sequence; this rank holds the tokens ``layout.positions(T, c, rank, layout)``.
+    seq_len: T, the whole sequence; this rank holds the tokens ``layout.positions(T, c, rank, layout)``;
+    None: T = c·T_r, read from each forward's q (every rank the same number of tokens).
     causal: mask keys after the query (by global position). overlap: transfers beside compute on the clock.
     device: the simulated accelerator (default ``comm.device``, the run's): it turns a block's
     FLOPs into seconds of the compute stream. ``flops`` and ``compute_seconds`` add up what was charged.
     """
 
-    def __init__(self, comm, seq_len: int, *, causal: bool = True, layout: str = "zigzag",
+    def __init__(self, comm, seq_len: int | None, *, causal: bool = True, layout: str = "zigzag",
                  overlap: bool = True, device: Device | None = None):
         c, rank = comm.world_size, comm.rank
         self.comm, self.causal, self.layout, self.overlap = comm, bool(causal), layout, bool(overlap)
         self.device = device or comm.device
-        self.positions = [positions(seq_len, c, r, layout) for r in range(c)]
-        self.mine = self.positions[rank]
+        positions(int(seq_len or 2 * c), c, rank, layout)    # refuse a bad layout or length now
+        self.seq_len, self.infer_seq_len = seq_len, seq_len is None
         self.left, self.right = (rank - 1) % c, (rank + 1) % c
         self.flops, self.compute_seconds = 0, 0.0
         self._saved: tuple | None = None
+
+    def held(self, rank: int) -> np.ndarray:
+        """The global positions of the tokens ``rank`` holds (computed, not kept: no activation memory)."""
+        return positions(self.seq_len, self.comm.world_size, rank, self.layout)
 
     def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         """q, k, v: this rank's tokens, each (B, h, T_r, d_k). Returns this rank's output (B, h, T_r, d_k)."""
@@ -103,8 +115,8 @@ class RingAttention:
     # -- helpers ------------------------------------------------------------------------------------------
     def _block(self, q: np.ndarray, owner: int, backward: bool) -> tuple[np.ndarray | None, int]:
         """The mask of this rank's queries against ``owner``'s keys (None: all visible) and its FLOPs."""
-        keys = self.positions[owner]
-        mask = causal_mask(self.mine, keys) if self.causal else None
+        keys = self.held(owner)
+        mask = causal_mask(self.held(self.comm.rank), keys) if self.causal else None
         if mask is not None and mask.all():
             mask = None
         return mask, block_flops(q, mask, len(keys), backward)
@@ -128,6 +140,9 @@ class RingAttention:
         if not (q.ndim == 4 and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype):
             raise ValueError(f"RingAttention expects q, k, v of one shape (B, h, T_r, d_k) and dtype; got "
                              f"{q.shape} {q.dtype}, {k.shape} {k.dtype}, {v.shape} {v.dtype}")
-        if q.shape[2] != len(self.mine):
-            raise ValueError(f"rank {self.comm.rank} holds {len(self.mine)} tokens of the {self.layout} "
+        if self.infer_seq_len:
+            self.seq_len = self.comm.world_size * q.shape[2]
+        mine = len(self.held(self.comm.rank))
+        if q.shape[2] != mine:
+            raise ValueError(f"rank {self.comm.rank} holds {mine} tokens of the {self.layout} "
                              f"split (layout.shard), got q with T_r = {q.shape[2]}")

@@ -1,9 +1,10 @@
-"""Tensor (intra-layer model) parallelism: layers.py (column- and row-parallel Linear), mlp.py (the
-Megatron MLP block, whole-MLP conversions), comm.py (Megatron's f and g, feature shards), cost.py (words
-moved per step, memory per device)."""
+"""Tensor (intra-layer model) parallelism: transform.py (``tensor_parallel``: split a GPT or a block in
+place), layers.py (column- and row-parallel Linear), mlp.py (the Megatron MLP block, whole-MLP
+conversions), attention.py (heads split), vocab_parallel.py (embedding, head, loss split by token id),
+sequence.py (sequence parallelism), comm.py (Megatron's f and g, feature shards, the partial-gradient sum),
+cost.py (words moved per step, memory per device)."""
 
 from .attention import TensorParallelAttention
-from .block import TensorParallelBlock, TensorParallelMLP
 from .comm import (
     CopyToTensorParallel,
     GatherFromTensorParallel,
@@ -13,6 +14,7 @@ from .comm import (
     feature_bounds,
     feature_slice,
     group_allreduce,
+    sum_partial_gradients,
 )
 from .cost import (
     column_parallel_words,
@@ -23,12 +25,12 @@ from .cost import (
     seed_t_comm_data,
     seed_t_comm_model,
 )
-from .gpt import TensorParallelGPT
 from .layers import ColumnParallelLinear, RowParallelLinear
-from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
-from .sequence import sequence_shard
+from .mlp import MegatronMLP, TensorParallelMLP, column_parallel_mlp, megatron_parallel_mlp
+from .sequence import SequenceShard, sequence_shard
+from .transform import TensorParallelBlock, TensorParallelGPT, tensor_parallel
 from .transformer_cost import block_activation_bytes, block_bytes_sent, block_comm_seconds, korthikanti_bytes
-from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
+from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding, VocabParallelHead
 
 __all__ = [
     "ColumnParallelLinear",
@@ -37,12 +39,14 @@ __all__ = [
     "MegatronMLP",
     "ReduceFromTensorParallel",
     "RowParallelLinear",
+    "SequenceShard",
     "TensorParallelAttention",
     "TensorParallelBlock",
     "TensorParallelGPT",
     "TensorParallelMLP",
     "VocabParallelCrossEntropy",
     "VocabParallelEmbedding",
+    "VocabParallelHead",
     "allgather_features",
     "block_activation_bytes",
     "block_bytes_sent",
@@ -62,4 +66,6 @@ __all__ = [
     "seed_t_comm_data",
     "seed_t_comm_model",
     "sequence_shard",
+    "sum_partial_gradients",
+    "tensor_parallel",
 ]

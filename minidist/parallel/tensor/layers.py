@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from minidist.nn import Linear, Module, Parameter
+from minidist.nn import Linear, Module
 from minidist.nn.module import check_float_array
 
 from .comm import (
@@ -30,6 +30,7 @@ from .comm import (
     allgather_features,
     check_same_on_all_ranks,
     feature_slice,
+    shard_parameter,
 )
 
 
@@ -75,8 +76,8 @@ class ColumnParallelLinear(Module):
         check_same_on_all_ranks(comm, "ColumnParallelLinear (in_features, out_features, bias)",
                                 (full.in_features, full.out_features, full.bias is not None))
         self.rows = feature_slice(full.out_features, comm.world_size, comm.rank)
-        self.weight = Parameter(full.weight.data[self.rows].copy())
-        self.bias = Parameter(full.bias.data[self.rows].copy()) if full.bias is not None else None
+        self.weight = shard_parameter(full.weight, self.rows)
+        self.bias = shard_parameter(full.bias, self.rows) if full.bias is not None else None
         self.f = CopyToTensorParallel(comm)
         self.gather = GatherFromTensorParallel(comm, self.rows) if gather_output else None
         self.input_grad = input_grad
@@ -147,8 +148,8 @@ class RowParallelLinear(Module):
         check_same_on_all_ranks(comm, "RowParallelLinear (in_features, out_features, bias)",
                                 (full.in_features, full.out_features, full.bias is not None))
         self.cols = feature_slice(full.in_features, comm.world_size, comm.rank)
-        self.weight = Parameter(full.weight.data[:, self.cols].copy())
-        self.bias = Parameter(full.bias.data.copy()) if full.bias is not None else None
+        self.weight = shard_parameter(full.weight, (slice(None), self.cols))
+        self.bias = shard_parameter(full.bias) if full.bias is not None else None
         self.g = ReduceFromTensorParallel(comm)
         self.input_is_parallel = input_is_parallel
         self._x2d: np.ndarray | None = None

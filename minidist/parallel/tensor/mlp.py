@@ -9,7 +9,9 @@ forward (g) and one backward (f):
 
 The "Distributed Deep Learning (Part II)" slides' own scheme instead all-gathers every
 layer's output forward and all-reduces every input gradient backward: ``column_parallel_mlp``. cost.py
-counts the words each pattern moves.
+counts the words each pattern moves. ``TensorParallelMLP`` is the same split of a transformer block's
+``mlp`` (its bias added after the sum, as a separate Parameter), with f and g or, with sequence
+parallelism, their sequence-parallel forms (sequence.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from minidist.nn import Linear, Module, ReLU, Sequential
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.module import check_float_array
 
+from .attention import local_linear
+from .comm import feature_slice, shard_parameter
 from .layers import ColumnParallelLinear, RowParallelLinear
+from .sequence import region_operators
 
 
 class MegatronMLP(Module):
@@ -89,6 +94,38 @@ class MegatronMLP(Module):
         """This rank's forward FLOPs for x (N, d): its two Linear shares and its n_p activations."""
         hidden = (*tuple(input_shape)[:-1], self.up.weight.shape[0])
         return self.up.flops(input_shape) + forward_flops(self.activation, hidden) + self.down.flops(hidden)
+
+
+class TensorParallelMLP(Module):
+    """A transformer block's ``mlp`` (Sequential Linear(d, f), activation, Linear(f, d)) with its f hidden
+    units split over ``comm``.
+
+    Sub-layers: ``up`` Linear(d, f_p), ``activation``, ``down`` Linear(f_p, d) without bias, ``bias`` (d,).
+    forward: x (B, T, d) whole, or (B, T/t, d) with sequence parallelism -> x's shape;
+        y = g(act(f(x)·W1_pᵀ + b1_p)·W2_pᵀ) + b2.
+    """
+
+    def __init__(self, comm, mlp, *, sequence_parallel: bool = False):
+        first, activation, second = list(mlp)
+        if not (isinstance(first, Linear) and isinstance(second, Linear)):
+            raise TypeError("TensorParallelMLP expects Sequential(Linear, activation, Linear)")
+        self.hidden = feature_slice(first.out_features, comm.world_size, comm.rank)
+        self.up = local_linear(shard_parameter(first.weight, self.hidden),
+                               shard_parameter(first.bias, self.hidden))
+        self.activation = copy.deepcopy(activation)
+        self.down = local_linear(shard_parameter(second.weight, (slice(None), self.hidden)), None)
+        self.bias = shard_parameter(second.bias)
+        self.enter, self.leave = region_operators(comm, sequence_parallel)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        h = self.activation.forward(self.up.forward(self.enter.forward(x)))
+        return self.leave.forward(self.down.forward(h)) + self.bias.data
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dy: gradient of the output (x's shape); adds the parameters' gradients; returns dx (x's shape)."""
+        self.bias.grad += dy.sum(axis=(0, 1))
+        dh = self.activation.backward(self.down.backward(self.leave.backward(dy)))
+        return self.enter.backward(self.up.backward(dh))
 
 
 def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:

@@ -23,7 +23,7 @@ import numpy as np
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn import Module
 
-from .comm import CopyToTensorParallel, ReduceFromTensorParallel, group_allreduce
+from .comm import CopyToTensorParallel, ReduceFromTensorParallel
 
 
 def check_sequence_split(seq_len: int, parts: int) -> None:
@@ -97,12 +97,15 @@ def region_operators(comm, sequence_parallel: bool) -> tuple[Module, Module]:
     return CopyToTensorParallel(comm), ReduceFromTensorParallel(comm)
 
 
-def add_other_tokens(comm, params: list, before: list[np.ndarray]) -> None:
-    """grad = before + Σ over comm's ranks of (grad − before): one all-reduce of the new terms, flattened."""
-    if comm.world_size == 1 or not params:
-        return
-    total = group_allreduce(comm, np.concatenate([(p.grad - b).ravel() for p, b in zip(params, before)]))
-    offset = 0
-    for p, b in zip(params, before):
-        p.grad[...] = b + total[offset:offset + p.grad.size].reshape(p.grad.shape)
-        offset += p.grad.size
+class SequenceShard:
+    """A split GPT's ``position_ids`` under sequence parallelism: of the positions ``inner(T)`` of the T
+    tokens the rank is given, the contiguous T/t that reach its first block (the embedding's
+    reduce-scatter keeps chunk ``rank``)."""
+
+    def __init__(self, comm, inner):
+        self.comm, self.inner = comm, inner
+
+    def __call__(self, t: int) -> np.ndarray:
+        check_sequence_split(t, self.comm.world_size)
+        n = t // self.comm.world_size
+        return self.inner(t)[self.comm.rank * n:(self.comm.rank + 1) * n]

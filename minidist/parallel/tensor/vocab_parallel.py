@@ -6,6 +6,8 @@ need not divide V; every rank needs at least one row).
 
 Embedding     y = Σ_p [t ∈ V_p]·W_p[t]             one all-reduce of N·d words (operator g); backward local
               (with sequence parallelism a reduce-scatter along T instead, and an all-gather backward)
+Head          z_p = f(x)·W_pᵀ, the logits of ids V_p    column-parallel, never gathered (f: all-reduce of dx
+              backward; with sequence parallelism an all-gather along T forward, a reduce-scatter backward)
 Cross-entropy with rank p holding the logits z[:, V_p] (a column-parallel head, gather_output=False):
 
     m  = max_p max_{v∈V_p} z_v          all-reduce (max) of N words
@@ -23,11 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.nn import Embedding, Module, Parameter
+from minidist.nn import Embedding, Linear, Module, Parameter
 from minidist.nn.embedding import check_tokens
 from minidist.nn.module import check_float_array
 
-from .comm import check_same_on_all_ranks, feature_slice, group_allreduce
+from .comm import check_same_on_all_ranks, feature_slice, group_allreduce, shard_parameter
 from .sequence import region_operators
 
 
@@ -57,7 +59,7 @@ class VocabParallelEmbedding(Module):
         check_same_on_all_ranks(comm, "VocabParallelEmbedding (num_embeddings, embedding_dim)",
                                 (full.num_embeddings, full.embedding_dim))
         self.rows = feature_slice(full.num_embeddings, comm.world_size, comm.rank)
-        self.weight = Parameter(full.weight.data[self.rows].copy())
+        self.weight = shard_parameter(full.weight, self.rows)
         self._local: np.ndarray | None = None
 
     def forward(self, tokens: np.ndarray) -> np.ndarray:
@@ -84,6 +86,39 @@ class VocabParallelEmbedding(Module):
     def __repr__(self) -> str:
         return (f"VocabParallelEmbedding({self.num_embeddings}, {self.embedding_dim}, rows={self.rows.start}:"
                 f"{self.rows.stop})")
+
+
+class VocabParallelHead(Module):
+    """A GPT's head (Linear(d, V), no bias) with its rows (token ids V_p) on this rank: the logits stay split.
+
+    ``weight`` (|V_p|, d): this rank's rows of ``head``'s, or ``tied`` (the vocabulary-parallel embedding's
+    Parameter, the same rows) when the GPT ties them. forward x (B, T, d) (sequence parallel: (B, T/t, d))
+    -> z_p (B, T, |V_p|); backward -> dx of x's shape, summed over the group by ``enter``'s backward.
+    """
+
+    def __init__(self, comm, head: Linear, *, sequence_parallel: bool = False, tied: Parameter | None = None):
+        if head.bias is not None:
+            raise ValueError("VocabParallelHead splits a head without bias (a GPT's)")
+        self.rows = feature_slice(head.out_features, comm.world_size, comm.rank)
+        self.enter = region_operators(comm, sequence_parallel)[0]        # f, or ḡ (all-gather along T)
+        self.weight = tied if tied is not None else shard_parameter(head.weight, self.rows)
+        self.in_features, self.out_features = head.in_features, head.out_features
+        self._x: np.ndarray | None = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        self._x = self.enter.forward(x)
+        return self._x @ self.weight.data.T
+
+    def backward(self, dz: np.ndarray) -> np.ndarray:
+        """dz: gradient of this rank's logits (B, T, |V_p|); adds into weight.grad; returns dx."""
+        if self._x is None:
+            raise RuntimeError("VocabParallelHead.backward called before forward")
+        self.weight.grad += dz.reshape(-1, dz.shape[-1]).T @ self._x.reshape(-1, self._x.shape[-1])
+        return self.enter.backward(dz @ self.weight.data)
+
+    def __repr__(self) -> str:
+        return (f"VocabParallelHead({self.in_features}, {self.out_features}, "
+                f"rows={self.rows.start}:{self.rows.stop})")
 
 
 class VocabParallelCrossEntropy:
