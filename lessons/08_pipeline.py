@@ -37,8 +37,7 @@ from minidist.cluster import Device, LinkModel, run_traced
 from minidist.nn import Linear, MSELoss, ReLU, Sequential
 from minidist.nn.checkpoint import Checkpoint, forward_saving
 from minidist.optim import SGD
-from minidist.parallel.pipeline import Pipeline
-from minidist.parallel.pipeline.schedule import format_schedule, make_schedule, max_in_flight
+from minidist.parallel.pipeline import Pipeline, format_schedule, make_schedule, max_in_flight
 from minidist.parallel.pipeline.split import layer_costs, split_by_layers, stage_costs
 from minidist.plots import figures_dir, save_figure
 

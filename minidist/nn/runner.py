@@ -4,7 +4,8 @@ Every strategy in minidist trains with this one loop (the spine of the course):
 
     forward    for each layer i:   x = before_forward(i, x);  y = layer(x);  y = after_forward(i, y)
     loss       loss = L(y, target);  dy = after_loss(dL/dy)
-    backward   for each layer i, last to first:
+    backward   begin_backward(last)
+               for each layer i, last to first:
                    dy = before_backward(i, dy);  dx = layer.backward(dy);  dx = after_backward(i, dx)
                end_backward()
 
@@ -13,6 +14,14 @@ and FSDP hang their autograd hooks (DDP fills a bucket and starts its allreduce,
 reduce-scatter); ``before_forward`` and ``before_backward`` are where FSDP gathers a layer's parameters,
 ``after_forward`` where it frees them (as torch.nn.Module.register_forward_pre_hook / forward_hook).
 ``begin()`` and ``end()`` bracket a whole pass (``end`` runs even when a layer raises).
+
+The events name what they are about: ``after_backward(i, layer, dx)`` means "``layer.parameters()`` have
+their gradients", so an attachment keyed by parameter (the gradient sync) works the same on a whole model
+and on a pipeline stage, whose unit i is another model's unit. ``begin_backward(last)`` says whether this
+backward pass is the step's last for these parameters: a pipeline stage runs one pass per micro-batch and
+passes ``last=True`` only to its last (as DDP's ``no_sync`` for the others), so gradients are synchronised
+once per step. An *empty* pass, ``backward_through([], None, attachments)``, fires only begin_backward and
+end_backward: the sync of gradients that were completed elsewhere (a zero-bubble table's W tasks).
 
 An *attachment* is any object with some of these methods (subclass ``Attachment``, whose methods do
 nothing); events that take a value return it, possibly replaced (mixed precision quantizes it). Like
@@ -60,6 +69,10 @@ class Attachment:
         """dy = dL/d(model output), before backward starts (loss scaling multiplies it here)."""
         return dy
 
+    def begin_backward(self, last: bool) -> None:
+        """A backward pass starts; last=False: more passes of this step follow for these parameters
+        (earlier micro-batches of a pipeline stage, no_sync), so gradient sync waits."""
+
     def before_backward(self, i: int, layer: Module, dy: np.ndarray) -> np.ndarray:
         return dy
 
@@ -84,13 +97,17 @@ def units(model: Module) -> list[Module]:
     return [model]
 
 
-def backward_through(layers: list[Module], dy: np.ndarray, attachments: list = (), input_grad: bool = True):
+def backward_through(layers: list[Module], dy: np.ndarray, attachments: list = (), input_grad: bool = True,
+                     *, last: bool = True):
     """The library's one layer-by-layer backward loop: dy (shape of the last layer's output) -> dx.
 
     Each layer adds its parameters' gradients; with input_grad=False the layers below the first one
-    with parameters are skipped, that one computes no dx (if it can), and None is returned.
+    with parameters are skipped, that one computes no dx (if it can), and None is returned. ``last``:
+    this pass is the step's last for these parameters (attachments get it in begin_backward).
     """
     first = 0 if input_grad else next((i for i, m in enumerate(layers) if m.parameters()), len(layers))
+    for a in attachments:
+        a.begin_backward(last)
     inner_first = attachments[::-1]
     for i in reversed(range(first, len(layers))):
         layer = layers[i]
@@ -148,11 +165,12 @@ class StepRunner:
         finally:
             self._end()
 
-    def forward_backward(self, x: np.ndarray, target: np.ndarray) -> float:
+    def forward_backward(self, x: np.ndarray, target: np.ndarray, *, last: bool = True) -> float:
         """Forward, loss, backward; adds every parameter's gradient into its .grad; returns the loss.
 
         x: the batch (B, ...); target: what loss_fn compares the output with (B, ...). With input_grad,
         the gradient of x (B, ...) is left in ``self.dx`` (a pipeline's last stage sends it back).
+        last=False: more passes of this step follow (gradient accumulation; see begin_backward).
         """
         if self.loss_fn is None:
             raise ValueError("forward_backward needs a loss: StepRunner(model, loss_fn)")
@@ -162,15 +180,16 @@ class StepRunner:
             dy = self.loss_fn.backward()
             for a in reversed(self.attachments):
                 dy = a.after_loss(dy)
-            self.dx = backward_through(self.layers, dy, self.attachments, self.input_grad)
+            self.dx = backward_through(self.layers, dy, self.attachments, self.input_grad, last=last)
         finally:
             self._end()
         return loss
 
-    def backward(self, dy: np.ndarray) -> np.ndarray | None:
+    def backward(self, dy: np.ndarray, *, last: bool = True) -> np.ndarray | None:
         """dy: gradient of the output, shape of forward's output (a pipeline stage's, from the next
-        stage); returns dx (None unless input_grad). Fires the backward events, not begin/end."""
-        return backward_through(self.layers, dy, self.attachments, self.input_grad)
+        stage); returns dx (None unless input_grad). Fires the backward events, not begin/end; last=False
+        for every micro-batch of a stage but its last."""
+        return backward_through(self.layers, dy, self.attachments, self.input_grad, last=last)
 
     def _forward(self, x: np.ndarray) -> np.ndarray:
         for i, layer in enumerate(self.layers):

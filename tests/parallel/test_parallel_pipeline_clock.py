@@ -20,7 +20,8 @@ from minidist.cluster import LinkModel, run
 from minidist.nn import Linear, MSELoss, Sequential, Tanh
 from minidist.nn.checkpoint import forward_saving
 from minidist.parallel.pipeline import Pipeline
-from minidist.parallel.pipeline.schedule import SCHEDULES, make_schedule, max_in_flight, stage_ops
+from minidist.parallel.pipeline.registry import make_schedule
+from minidist.parallel.pipeline.schedule import SCHEDULES, max_in_flight, stage_ops
 
 D, SAMPLES_PER_MICRO_BATCH = 4, 3
 FREE_LINKS = LinkModel(alpha=0.0, beta=0.0)

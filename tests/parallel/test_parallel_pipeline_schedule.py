@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minidist.parallel.pipeline.registry import make_schedule
 from minidist.parallel.pipeline.schedule import (
     SCHEDULES,
     Op,
@@ -16,7 +17,6 @@ from minidist.parallel.pipeline.schedule import (
     check_schedule,
     format_schedule,
     gpipe_schedule,
-    make_schedule,
     max_in_flight,
     naive_schedule,
     one_f_one_b_schedule,

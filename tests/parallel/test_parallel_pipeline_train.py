@@ -17,7 +17,8 @@ from minidist.cluster import run
 from minidist.nn import GELU, CrossEntropyLoss, Dropout, Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline
-from minidist.parallel.pipeline.schedule import SCHEDULES, make_schedule
+from minidist.parallel.pipeline.registry import make_schedule
+from minidist.parallel.pipeline.schedule import SCHEDULES
 
 STEPS = 3
 

@@ -28,24 +28,24 @@ from contextlib import contextmanager
 import numpy as np
 
 from minidist.cluster import Span
-from minidist.collectives import ALGORITHMS, allreduce, broadcast
+from minidist.collectives import ALGORITHMS, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
 from minidist.memory import held_bytes
-from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
-from minidist.nn.runner import Attachment, StepRunner, units
+from minidist.nn.runner import StepRunner, units
 from minidist.parallel.clock import ComputeClock
 from minidist.parallel.memory import MemoryRecorder
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 
-from .comm import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
+from .comm import DEFAULT_BUCKET_BYTES, ready_layers
 from .replicas import check_same_layout, check_same_values
 from .shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
+from .sync import GradientSync
 
 __all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers"]
 
 
-class DataParallel(Attachment):
+class DataParallel:
     """Data-parallel training of ``model`` with ``optimizer`` and ``loss_fn`` on the ranks of ``comm``.
 
     Args:
@@ -84,23 +84,17 @@ class DataParallel(Attachment):
         self.comm, self.model, self.optimizer, self.loss_fn = comm, model, optimizer, loss_fn
         self.algorithm, self.overlap, self.mixed = algorithm, bool(overlap), mixed
         self.check_every_step, self.memory = check_every_step, memory
-        self.layers = units(model)
-        self.buckets = assign_buckets(self.params, bucket_bytes)
-        self.ready_at: list[list] = [[] for _ in self.layers]   # buckets completed by layer i's backward
-        for bucket, layer in zip(self.buckets, ready_layers(self.layers, self.buckets)):
-            self.ready_at[layer].append(bucket)
-        self.gradient_as_bucket_view = bool(gradient_as_bucket_view) and comm.world_size > 1
-        if self.gradient_as_bucket_view:
-            for bucket in self.buckets:
-                bucket.buffer = flatten([p.grad for p in bucket.params])
-                for p, view in zip(bucket.params, views(bucket.buffer, [p.shape for p in bucket.params])):
-                    p.grad = view
         self.precision = mixed if mixed is not None else FullPrecision(optimizer)
         self.clock = ComputeClock(comm)               # the compute stream on the simulated clock
-        self.recorder = MemoryRecorder(memory, self.held, comm, backward_points={   # records after _issue
-            i: f"backward layer {i}" for i, ready in enumerate(self.ready_at) if ready})
-        self.runner = StepRunner(model, loss_fn, [self.recorder, self, self.clock, self.precision])
-        self._syncing, self._synced, self._micro_steps, self._found_inf = True, False, 0, False
+        self.sync = GradientSync(model, comm, algorithm=algorithm, bucket_bytes=bucket_bytes, overlap=overlap,
+                                 mixed=self.precision, clock=self.clock,
+                                 gradient_as_bucket_view=gradient_as_bucket_view)
+        self.buckets, self.gradient_as_bucket_view = self.sync.buckets, self.sync.gradient_as_bucket_view
+        completes = ready_layers(units(model), self.buckets)    # the layers whose backward ends a bucket
+        self.recorder = MemoryRecorder(memory, self.held, comm, backward_points={   # records after the sync
+            i: f"backward layer {i}" for i in sorted(set(completes))})
+        self.runner = StepRunner(model, loss_fn, [self.recorder, self.sync, self.clock, self.precision])
+        self._syncing, self._synced, self._micro_steps = True, False, 0
         self._check_start(broadcast_parameters)
 
     # -- replicas -------------------------------------------------------------------------------------------
@@ -136,7 +130,7 @@ class DataParallel(Attachment):
         x_r, y_r, weight = self.shard(x, y)
         self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, weight)
         self._micro_steps += 1
-        loss = self.runner.forward_backward(x_r, y_r)
+        loss = self.runner.forward_backward(x_r, y_r, last=self._syncing)
         self._synced = self._syncing
         return loss
 
@@ -149,7 +143,7 @@ class DataParallel(Attachment):
         if self._micro_steps > 1:
             for p in self.params:
                 p.grad /= self._micro_steps
-        applied = self.precision.step(self._found_inf)
+        applied = self.precision.step(self.sync.found_inf)
         self._synced, self._micro_steps = False, 0
         self.recorder.record("after step")
         if self.check_every_step:
@@ -188,40 +182,6 @@ class DataParallel(Attachment):
         finally:
             self._syncing = True
 
-    # -- the runner's events: the buckets go out as backward makes them --------------------------------------
-    def after_backward(self, i: int, layer, dx):
-        """Layer i's gradients are ready: the buckets it completes are allreduced (on the communication
-        stream, from the compute stream's time on: see clock.py)."""
-        if self._syncing and self.overlap:
-            for bucket in self.ready_at[i]:
-                self._issue(bucket)
-        return dx
-
-    def end_backward(self) -> None:
-        """overlap=False: every bucket after the whole backward. Then the ranks agree on an overflow
-        (mixed precision; plain precision has none and sends nothing)."""
-        if not self._syncing:
-            return
-        if not self.overlap:
-            for bucket in self.buckets:
-                self._issue(bucket)
-        self._found_inf = self.precision.agree(
-            lambda flag: allreduce(self.comm, flag, op="max", algorithm=self.algorithm))
-
     def held(self) -> dict[str, int]:
         """Bytes this rank holds now, by category (minidist.memory.held_bytes); bucket buffers as buffers."""
         return held_bytes(self.model, self.optimizer, buffers=[b.buffer for b in self.buckets])
-
-    def _issue(self, bucket) -> None:
-        self.clock.wait_until(self.clock.ready(), f"backward until bucket {bucket.index} is ready")
-        if self.comm.world_size == 1:                # a sum over one rank changes nothing: skip the copies
-            return
-        if self.gradient_as_bucket_view:             # the gradients already lie in the buffer, in order
-            if not all(p.grad.base is bucket.buffer for p in bucket.params):
-                raise ValueError("gradient_as_bucket_view: a Parameter.grad was replaced by a new array; "
-                                 "layers and optimizers must update .grad in place")
-            allreduce(self.comm, bucket.buffer, op="sum", algorithm=self.algorithm, out=bucket.buffer)
-            return
-        if bucket.buffer is None:
-            bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
-        allreduce_bucket(self.comm, [p.grad for p in bucket.params], self.algorithm, bucket.buffer)

@@ -22,10 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives import allgather, reduce_scatter
-from minidist.nn.module import Parameter
-
-from . import flat
 from .sharded import ShardedWrapper
 from .zero_mixed import ShardedMixedPrecision
 
@@ -44,71 +40,22 @@ class FSDP(ShardedWrapper):
     def __init__(self, comm, model, make_optimizer, loss_fn, *, algorithm: str = "ring", memory=None,
                  mixed: ShardedMixedPrecision | None = None):
         super().__init__(comm, model, make_optimizer, loss_fn, algorithm, memory, mixed)
-        p, r = comm.world_size, comm.rank
-        self.group_of: list[flat.ShardGroup | None] = []
-        for layer in self.layers:
-            params = layer.parameters()
-            self.group_of.append(flat.ShardGroup(params, r, p) if params else None)
-        self.groups = [g for g in self.group_of if g is not None]
-        for g in self.groups:
-            g.shard = Parameter(g.data[g.lo:g.hi].copy())     # this rank's piece
-        self.optimizer = self._build_optimizer(make_optimizer)
-        for g in self.groups:                                  # only now let the rest go
-            g.free_data()
-            g.free_grad()
-        self.share_masters()
-        with_params = [i for i, g in enumerate(self.group_of) if g is not None]
-        self._attach({i: f"forward layer {i} (gathered)" for i in with_params},
+        with_params = [i for i, layer in enumerate(self.layers) if layer.parameters()]
+        self._attach(make_optimizer, {i: f"forward layer {i} (gathered)" for i in with_params},
                      {i: f"backward layer {i} (gathered)" for i in with_params})
-        self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
-
-    def share_masters(self) -> None:
-        """Each rank's working shard g.low, the one gathered before use (local): the shard itself, or with
-        mixed precision its low-precision copy quantize(master shard, fmt)."""
-        for g in self.groups:
-            g.low = self.precision.working(g.shard.data)
-
-    def _gather(self, g: flat.ShardGroup) -> None:
-        g.bind_data(np.concatenate(allgather(self.comm, g.low)))
 
     # -- one global batch ------------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch, layer by layer with gathered
-        parameters, then the optimizer on the shards.
+        parameters (the sync gathers before a layer runs and frees after, sync.py), then the optimizer on
+        the shards.
 
         x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
         Returns this rank's mean loss over its shard.
         """
         loss = self._forward_backward(x, y)
         self._update()
-        self.recorder.record("after step")
         return loss
-
-    # -- the runner's events: gather a layer before it runs, free it after -----------------------------------
-    def before_forward(self, i, layer, x):
-        if self.group_of[i] is not None:
-            self._gather(self.group_of[i])
-        return x
-
-    def after_forward(self, i, layer, y):
-        if self.group_of[i] is not None:
-            self.group_of[i].free_data()
-        return y
-
-    def before_backward(self, i, layer, dy):
-        g = self.group_of[i]
-        if g is not None:
-            self._gather(g)
-            g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-        return dy
-
-    def after_backward(self, i, layer, dx):
-        g = self.group_of[i]
-        if g is not None:
-            g.free_data()
-            g.shard.grad = reduce_scatter(self.comm, g.grad)   # piece r of Σ_ranks dW_l
-            g.free_grad()
-        return dx
 
     # -- what a rank holds -----------------------------------------------------------------------------------
     def full_parameters(self) -> list[np.ndarray]:

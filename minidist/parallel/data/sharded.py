@@ -1,9 +1,8 @@
 """What ZeRO (stages 1-2, zero.py) and FSDP (stage 3, fsdp.py) share: the checks of their arguments, the
-optimizer built on this rank's shards, the step runner they attach to, the update of the shards, the
-bytes a rank holds, Ψ_r and the optimizer state of its shards.
+gradient sync that shards and reduces (sync.GradientSync with zero=stage), the step runner it attaches
+to, the bytes a rank holds, Ψ_r and the optimizer state of its shards.
 
-A subclass calls ``ShardedWrapper.__init__`` first (it checks and binds the precision), then sets
-``groups`` (flat.ShardGroup list) and ``optimizer`` (``_build_optimizer``) and calls ``_attach``.
+A subclass calls ``ShardedWrapper.__init__`` first (it checks and binds the precision), then ``_attach``.
 """
 
 from __future__ import annotations
@@ -12,21 +11,21 @@ import numpy as np
 
 from minidist.collectives import allgather
 from minidist.memory import held_bytes
-from minidist.nn.runner import Attachment, StepRunner
-from minidist.optim import LARS
+from minidist.nn.runner import StepRunner
 from minidist.parallel.clock import ComputeClock
 from minidist.parallel.memory import MemoryRecorder
 
 from . import flat
 from .replicas import check_same_layout, check_same_values
 from .shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
+from .sync import GradientSync
 from .zero_mixed import check_mixed
 
 
-class ShardedWrapper(Attachment):
+class ShardedWrapper:
     """The bookkeeping common to every ZeRO stage (not a wrapper on its own: see ZeRO and FSDP), and the
-    step runner they attach to: [the wrapper, the memory recorder (it sees a layer's gathered parameters
-    or full gradient before the wrapper frees them), the compute clock (no overlap), the precision]."""
+    step runner: [the gradient sync, the memory recorder (it sees a layer's gathered parameters or full
+    gradient before the sync frees them), the compute clock (no overlap), the precision]."""
 
     def __init__(self, comm, model, make_optimizer, loss_fn, algorithm: str, memory, mixed):
         """Check everything before anything changes: TypeError for a wrong comm / model / make_optimizer /
@@ -56,29 +55,19 @@ class ShardedWrapper(Attachment):
         self.precision.bind(model, params)
         self.comm, self.model, self.loss_fn, self.memory = comm, model, loss_fn, memory
 
-    def _build_optimizer(self, make_optimizer):
-        """make_optimizer(shards), checked: an element-wise minidist optimizer over exactly the shards."""
-        shards = [g.shard for g in self.groups]
-        optimizer = make_optimizer(shards)
-        for name in ("step", "zero_grad", "state_dict", "load_state_dict"):
-            if not callable(getattr(optimizer, name, None)):
-                raise TypeError(f"make_optimizer must return an optimizer with .{name}(), got "
-                                f"{type(optimizer).__name__}")
-        if isinstance(optimizer, LARS):
-            raise TypeError("LARS scales each parameter by its whole norm; a shard cuts parameters, so "
-                            "sharded data parallelism supports the element-wise optimizers "
-                            "(SGD, Adam, AdamW, RMSprop, Adagrad)")
-        if [id(p) for p in getattr(optimizer, "params", shards)] != [id(s) for s in shards]:
-            raise ValueError("make_optimizer must build the optimizer on the parameters it is given "
-                             "(the shards)")
-        return optimizer
-
-    def _attach(self, forward_points: dict[int, str], backward_points: dict[int, str]) -> None:
-        """Build the runner; the memory recorder records after the layers of these {index: label}."""
+    def _attach(self, make_optimizer, forward_points: dict[int, str], backward_points: dict[int, str],
+                **sync_options) -> None:
+        """The gradient sync (it shards the parameters and builds the optimizer on the shards) and the
+        runner; the memory recorder records after the layers of these {index: label}."""
+        self.sync = GradientSync(self.model, self.comm, zero=self.stage, mixed=self.precision,
+                                 make_optimizer=make_optimizer, **sync_options)
+        self.groups, self.optimizer = self.sync.groups, self.sync.optimizer
         self.clock = ComputeClock(self.comm, overlap=False)
         self.recorder = MemoryRecorder(self.memory, self.held, self.comm, forward_points=forward_points,
                                        backward_points=backward_points)
-        self.runner = StepRunner(self.model, self.loss_fn, [self, self.recorder, self.clock, self.precision])
+        self.runner = StepRunner(self.model, self.loss_fn, [self.sync, self.recorder, self.clock,
+                                                            self.precision])
+        self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
 
     def _forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward of this rank's shard of the global batch (x, y) through the runner, its
@@ -88,12 +77,15 @@ class ShardedWrapper(Attachment):
         return self.runner.forward_backward(x[lo:hi], y[lo:hi])
 
     def _update(self) -> bool:
-        """The optimizer on the shards, whose .grad holds this rank's piece of the summed gradient (mixed
-        precision: unless a rank found Inf/NaN); then the parameters follow (``share_masters``)."""
-        self.applied = self.precision.step(self.comm, [g.shard for g in self.groups], self.optimizer)
-        if self.applied:
-            self.share_masters()
+        """The sharded update (sync.step): the optimizer on the shards, whose .grad holds this rank's piece
+        of the summed gradient (mixed precision: unless a rank found Inf/NaN); then the parameters follow."""
+        self.applied = self.sync.step()
+        self.recorder.record("after step")
         return self.applied
+
+    def share_masters(self) -> None:
+        """The parameters follow the updated shards (sync.GradientSync.share_masters)."""
+        self.sync.share_masters()
 
     @property
     def compute_spans(self) -> list:

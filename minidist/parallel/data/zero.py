@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, reduce_scatter
-from minidist.nn.module import Parameter
 
 from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
@@ -75,32 +74,16 @@ class ZeRO(ShardedWrapper):
         if stage not in (1, 2) or isinstance(stage, bool):
             raise ValueError(f"ZeRO stage must be 1 or 2 (stage 3 is FSDP, fsdp.py), got {stage!r}")
         super().__init__(comm, model, make_optimizer, loss_fn, algorithm, memory, mixed)
-        buckets = assign_buckets(model.parameters(), bucket_bytes)
         self.stage = stage
-        p, r = comm.world_size, comm.rank
-        self.groups = [flat.ShardGroup(b.params, r, p) for b in buckets]
-        self.ready_at: list[list[flat.ShardGroup]] = [[] for _ in self.layers]   # reduced after layer i
-        for group, layer in zip(self.groups, ready_layers(self.layers, buckets)):
-            self.ready_at[layer].append(group)
-        layer_of = {id(q): i for i, layer in enumerate(self.layers) for q in layer.parameters()}
-        self.first_layer = {id(g): max(layer_of[id(q)] for q in g.params) for g in self.groups}
-        for g in self.groups:                          # shards first: a refused optimizer changes nothing
-            g.shard = Parameter(self.precision.master(g.data[g.lo:g.hi]))   # mixed: an fp32 copy
-        self.optimizer = self._build_optimizer(make_optimizer)
-        for g in self.groups:
-            g.data = self.precision.working(g.data)   # mixed: the parameters live in low precision
-            g.bind_data(g.data)                       # the model's parameters become views of the flat vector
-            if stage == 1:
-                g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-                g.shard.grad = g.grad[g.lo:g.hi]
-            else:
-                g.free_grad()                          # allocated bucket by bucket during backward
-        self._attach({}, {i: f"backward layer {i}" for i, ready in enumerate(self.ready_at) if ready})
-        self.applied = True                            # did the last step update (False: skipped, Inf/NaN)?
+        completes = ready_layers(self.layers, assign_buckets(model.parameters(), bucket_bytes))
+        self._attach(make_optimizer, {}, {i: f"backward layer {i}" for i in sorted(set(completes))},
+                     bucket_bytes=bucket_bytes)
 
     # -- one global batch --------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
-        """Forward and backward on this rank's shard of the global batch, then the sharded update.
+        """Forward and backward on this rank's shard of the global batch, then the sharded update: stage 1
+        reduce-scatters, steps and allgathers now (zero1_shard_update), stage 2 reduce-scattered each
+        bucket during backward (sync.py).
 
         x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
         Returns this rank's mean loss over its shard.
@@ -109,33 +92,8 @@ class ZeRO(ShardedWrapper):
             for g in self.groups:
                 g.grad[...] = 0
         loss = self._forward_backward(x, y)
-        if self.stage == 1:                    # reduce-scatter, step, allgather (plain: the exercise)
-            self.applied = self.precision.zero1_step(self)
-        else:                                  # the gradients were reduce-scattered during backward
-            self._update()
-        self.recorder.record("after step")
+        self._update()
         return loss
-
-    # -- the runner's events: ZeRO-2 reduce-scatters each bucket as soon as backward completes it ----------
-    def before_backward(self, i, layer, dy):
-        if self.stage == 2:
-            for g in self.groups:
-                if g.grad is None and self.first_layer[id(g)] == i:
-                    g.bind_grad(np.zeros(g.n, dtype=g.dtype))
-        return dy
-
-    def after_backward(self, i, layer, dx):
-        if self.stage == 2:
-            for g in self.ready_at[i]:                 # the bucket is complete: reduce-scatter it, free it
-                g.shard.grad[...] = reduce_scatter(self.comm, g.grad)
-                g.free_grad()
-        return dx
-
-    def share_masters(self) -> None:
-        """Allgather the updated shards into the parameters (mixed precision: quantize(master shard, fmt)
-        into the low-precision parameters)."""
-        for g in self.groups:
-            g.data[...] = np.concatenate(allgather(self.comm, self.precision.working(g.shard.data)))
 
     # -- what a rank holds ----------------------------------------------------------------------------------
     def full_parameters(self) -> list[np.ndarray]:

@@ -185,6 +185,8 @@ def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
     (a MixedPrecisionTrainer is built on a whole optimizer: refused)."""
     if mixed is None:                      # the wrappers' default argument: plain precision
         return ShardedFullPrecision()
+    if isinstance(mixed, ShardedFullPrecision):
+        return mixed
     if not isinstance(mixed, ShardedMixedPrecision):
         raise TypeError("mixed must be a ShardedMixedPrecision(fmt, grad_fmt=..., scaler=...) (the sharded "
                         f"wrappers build the optimizer on fp32 master shards), got {type(mixed).__name__}")

@@ -1,29 +1,21 @@
-"""Pipeline parallelism: pipeline.py (the stage and its executor), schedule.py (naive, GPipe, 1F1B as
-tables of ticks), tasks.py (tables with several stages per rank and a split backward: interleaved.py,
-zero_bubble.py, chimera.py; run by tasks_executor.py, the B/W split in split_backward.py), split.py (cutting a
-Sequential into stages), comm.py (point-to-point between stages, and StageLinks: 1F1B's sendrecv pairing),
-ledger.py (the stage's clock, timeline and memory books)."""
+"""Pipeline parallelism: pipeline.py (the one executor: a rank's stages and its row of a table),
+schedule.py (the table format, Task/Op, and naive, GPipe, 1F1B as tables of ticks), tasks.py (tables with
+several stages per rank and a split backward: interleaved.py, zero_bubble.py, chimera.py; the B/W split in
+split_backward.py), registry.py (schedule name -> table), split.py (cutting a Sequential into stages),
+comm.py (point-to-point between stages, 1F1B's sendrecv pairing), ledger.py (the clock, timeline and
+memory books); tasks_executor.TaskPipeline is Pipeline."""
 
 from .chimera import chimera_schedule
-from .comm import (
-    recv_activation,
-    recv_gradient,
-    send_activation,
-    send_activation_recv_gradient,
-    send_gradient,
-    send_gradient_recv_activation,
-)
 from .interleaved import interleaved_schedule
 from .pipeline import Pipeline
+from .registry import SCHEDULES, make_schedule
 from .schedule import (
-    SCHEDULES,
     Op,
     Schedule,
     bubble_fraction,
     check_schedule,
     format_schedule,
     gpipe_schedule,
-    make_schedule,
     max_in_flight,
     naive_schedule,
     one_f_one_b_schedule,
@@ -56,12 +48,6 @@ __all__ = [
     "max_in_flight",
     "naive_schedule",
     "one_f_one_b_schedule",
-    "recv_activation",
-    "recv_gradient",
-    "send_activation",
-    "send_activation_recv_gradient",
-    "send_gradient",
-    "send_gradient_recv_activation",
     "split_by_cost",
     "split_by_layers",
     "stage_costs",

@@ -1,94 +1,94 @@
-"""The only communication a pipeline needs: point-to-point between neighbouring stages.
+"""The only communication a pipeline needs: point-to-point between the ranks that run neighbouring stages.
 
-Stage s runs on rank s. Activations flow forward (s → s+1), their gradients backward (s+1 → s); no
-collective is involved ("Distributed Deep Learning (Part II)" slides: "No collective, only
-P2P"). The tag is the micro-batch index, so a schedule that sends micro-batches out of the order the
-receiver expects fails loudly (the cluster names both tags) instead of mixing activations up.
+Activations flow forward (stage k → k+1), their gradients backward (k+1 → k); no collective is involved
+("Distributed Deep Learning (Part II)" slides: "No collective, only P2P"). Per micro-batch of n samples at
+a boundary with activations of shape (n, *feature): one activation forward and one gradient of the same
+shape backward, n · prod(feature) · itemsize bytes each way.
 
-Per micro-batch of n samples at a boundary with activations of shape (n, *feature): one activation
-forward and one gradient of the same shape backward, n · prod(feature) · itemsize bytes each way.
+Tags: F(m, k) sends its output with tag 2·(m·S + k + 1) (the stage that receives it), B(m, k) its input
+gradient with 2·(m·S + k − 1) + 1: unique within a step, so a message read for the wrong task fails loudly
+(the cluster names both tags). A channel between two ranks is FIFO: the receiver knows the sender's row
+of the table, so it reads messages in the order they were sent and keeps one that arrives before its task
+needs it. Pairing (1F1B's steady state): when a task sends to the rank its next task receives from, both
+travel in one sendrecv — two plain sends toward each other could both wait for room in a full mailbox;
+sendrecv progresses both directions together, so this never deadlocks, whatever the size.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
-from .schedule import Op
+from .schedule import Schedule, Task, stage_ops
 
 
-def send_activation(comm, activation: np.ndarray, micro_batch: int) -> None:
-    """Forward: this stage's output for micro_batch goes to the next stage (rank + 1)."""
-    comm.send(np.ascontiguousarray(activation), comm.rank + 1, tag=micro_batch)
+def message_of(task: Task, rank_of: dict, num_stages: int) -> tuple[int, int] | None:
+    """(destination rank, tag) of what task sends: F an activation to stage k + 1, B a gradient to k − 1."""
+    _, kind, m, k = task
+    if kind == "F" and k < num_stages - 1:
+        return rank_of[m, k + 1], 2 * (m * num_stages + k + 1)
+    if kind == "B" and k > 0:
+        return rank_of[m, k - 1], 2 * (m * num_stages + k - 1) + 1
+    return None
 
 
-def recv_activation(comm, micro_batch: int) -> np.ndarray:
-    """Forward: the previous stage's output (rank − 1) for micro_batch, the input of this stage."""
-    return comm.recv(comm.rank - 1, tag=micro_batch)
-
-
-def send_gradient(comm, grad_input: np.ndarray, micro_batch: int) -> None:
-    """Backward: dLoss/d(this stage's input) goes back to the previous stage (rank − 1)."""
-    comm.send(np.ascontiguousarray(grad_input), comm.rank - 1, tag=micro_batch)
-
-
-def recv_gradient(comm, micro_batch: int) -> np.ndarray:
-    """Backward: dLoss/d(this stage's output) from the next stage (rank + 1)."""
-    return comm.recv(comm.rank + 1, tag=micro_batch)
-
-
-def send_activation_recv_gradient(comm, activation: np.ndarray, micro_batch: int, grad_micro_batch: int):
-    """F(m) then B(j) on this stage, B(j) then F(m) on the next (1F1B's steady state): exchange both
-    messages at once. Two plain sends toward each other could both wait for room in a full mailbox;
-    sendrecv progresses both directions together, so this never deadlocks, whatever the size."""
-    return comm.sendrecv(np.ascontiguousarray(activation), comm.rank + 1, comm.rank + 1,
-                         sendtag=micro_batch, recvtag=grad_micro_batch)
-
-
-def send_gradient_recv_activation(comm, grad_input: np.ndarray, micro_batch: int, act_micro_batch: int):
-    """The other side of send_activation_recv_gradient: B(m) here, then F(k) from the previous stage."""
-    return comm.sendrecv(np.ascontiguousarray(grad_input), comm.rank - 1, comm.rank - 1,
-                         sendtag=micro_batch, recvtag=act_micro_batch)
+def source_of(task: Task, rank_of: dict, num_stages: int) -> tuple[int, int] | None:
+    """(source rank, tag) of what task receives: F(m, k > 0) stage k − 1's output, B(m, k < S − 1) the
+    gradient of its output from stage k + 1."""
+    _, kind, m, k = task
+    if kind == "F" and k > 0:
+        return rank_of[m, k - 1], 2 * (m * num_stages + k)
+    if kind == "B" and k < num_stages - 1:
+        return rank_of[m, k + 1], 2 * (m * num_stages + k) + 1
+    return None
 
 
 class StageLinks:
-    """This stage's messages for one pass over its row of the schedule, with 1F1B's pairing in one place.
+    """This rank's messages for one pass over its row of the table.
 
-    comm: the communicator (stage s = rank s); ops: row s of the schedule, in order.
-
-    Pairing: when a send goes to the neighbour that the *next* op in the row receives from, both
-    travel in one sendrecv (send_activation_recv_gradient and its other side: why, see there) and the
-    received message waits here until that op asks for it.
+    comm: the communicator; schedule: the whole table (every rank's row: the order of what arrives);
+    rank_of: {(micro_batch, stage): rank}; num_stages: S.
     """
 
-    def __init__(self, comm, ops: list[Op]):
-        self.comm = comm
-        self._then = dict(zip(ops, ops[1:] + [None]))  # the op after each op in this row
-        self._early: dict[tuple[str, int], np.ndarray] = {}  # (kind, micro-batch) -> message fetched early
+    def __init__(self, comm, schedule: Schedule, rank_of: dict, num_stages: int):
+        self.comm, self.rank_of, self.S = comm, rank_of, num_stages
+        row = stage_ops(schedule, comm.rank)
+        self._then = dict(zip(row, row[1:] + [None]))              # the task after each task of this row
+        self.expected: dict[int, deque] = {src: deque() for src in range(comm.world_size)}
+        for src in range(comm.world_size):
+            for task in stage_ops(schedule, src):
+                sent = message_of(task, rank_of, num_stages)
+                if sent is not None and sent[0] == comm.rank != src:
+                    self.expected[src].append(sent[1])
+        self.local: dict[int, np.ndarray] = {}                     # messages between this rank's stages
+        self.early: dict[int, np.ndarray] = {}                     # tag -> message read before its task
 
-    def recv_activation(self, micro_batch: int) -> np.ndarray:
-        """The input of F(micro_batch), from stage s − 1."""
-        early = self._early.pop(("F", micro_batch), None)
-        return recv_activation(self.comm, micro_batch) if early is None else early
+    def recv(self, task: Task) -> np.ndarray:
+        """The input of F(m, k) or the output gradient of B(m, k)."""
+        src, tag = source_of(task, self.rank_of, self.S)
+        if src == self.comm.rank:
+            return self.local.pop(tag)
+        while tag not in self.early:
+            next_tag = self.expected[src].popleft()
+            self.early[next_tag] = self.comm.recv(src, tag=next_tag)
+        return self.early.pop(tag)
 
-    def recv_gradient(self, micro_batch: int) -> np.ndarray:
-        """The output gradient of B(micro_batch), from stage s + 1."""
-        early = self._early.pop(("B", micro_batch), None)
-        return recv_gradient(self.comm, micro_batch) if early is None else early
-
-    def send_activation(self, activation: np.ndarray, micro_batch: int) -> None:
-        """F(micro_batch)'s output to stage s + 1 (paired with the gradient the next op needs, if any)."""
-        then = self._then[Op(self.comm.rank, "F", micro_batch)]
-        if then is not None and then.kind == "B":
-            self._early["B", then.micro_batch] = send_activation_recv_gradient(
-                self.comm, activation, micro_batch, then.micro_batch)
+    def send(self, task: Task, array: np.ndarray) -> None:
+        """What task produced (its output, or its input gradient) to the rank that needs it, paired with
+        the next message from that rank when this rank's next task receives from it."""
+        sent = message_of(task, self.rank_of, self.S)
+        if sent is None:
+            return
+        dst, tag = sent
+        if dst == self.comm.rank:
+            self.local[tag] = array
+            return
+        then = self._then[task]
+        needs = None if then is None else source_of(then, self.rank_of, self.S)
+        if needs is not None and needs[0] == dst and self.expected[dst] and self.expected[dst][0] == needs[1]:
+            self.expected[dst].popleft()                           # the very message the next task needs
+            self.early[needs[1]] = self.comm.sendrecv(np.ascontiguousarray(array), dst, dst, sendtag=tag,
+                                                      recvtag=needs[1])
         else:
-            send_activation(self.comm, activation, micro_batch)
-
-    def send_gradient(self, grad_input: np.ndarray, micro_batch: int) -> None:
-        """B(micro_batch)'s input gradient to stage s − 1 (paired with the activation the next op needs)."""
-        then = self._then[Op(self.comm.rank, "B", micro_batch)]
-        if then is not None and then.kind == "F":
-            self._early["F", then.micro_batch] = send_gradient_recv_activation(
-                self.comm, grad_input, micro_batch, then.micro_batch)
-        else:
-            send_gradient(self.comm, grad_input, micro_batch)
+            self.comm.send(np.ascontiguousarray(array), dst, tag=tag)

@@ -7,7 +7,7 @@ Training" slides).
 
     clock      every layer's FLOPs are charged as the layer runs: forward FLOPs in F,
                2× in B, +1× in B when the layer is a checkpointed segment recomputing its forward
-    timeline   (Op, start, end) per op, start taken after the op's input arrived
+    timeline   (Task, start, end) per task, start taken after the task's input arrived
     memory     (time, bytes of activations held) samples; peak = max over the samples
     busy       seconds the stage spent computing (the rest of the step is bubble or waiting)
 """
@@ -17,22 +17,22 @@ from __future__ import annotations
 from minidist.nn.checkpoint import Checkpoint, forward_flops
 from minidist.nn.runner import Attachment
 
-from .schedule import Op
+from .schedule import Task
 from .split_backward import DeferredWeightGrad
 
 
 class StageLedger:
-    """The accounts of one stage: comm (its clock is charged), stage (this rank's stage index)."""
+    """The accounts of one rank's stages: comm (its clock is charged)."""
 
-    def __init__(self, comm, stage: int):
-        self.comm, self.stage = comm, stage
-        self.timeline: list[tuple[Op, float, float]] = []
+    def __init__(self, comm):
+        self.comm = comm
+        self.timeline: list[tuple[Task, float, float]] = []
         self.memory: list[tuple[float, int]] = [(comm.clock, 0)]
         self.busy_seconds = 0.0
         self._start = comm.clock
 
     def begin(self) -> None:
-        """An op starts now (its input has been received)."""
+        """A task starts now (its input has been received)."""
         self._start = self.comm.clock
 
     def charge(self, flops: int, label: str) -> None:
@@ -41,15 +41,15 @@ class StageLedger:
         self.comm.compute(flops, label=label)
         self.busy_seconds += self.comm.clock - start
 
-    def forward_done(self, micro_batch: int, held: int) -> None:
-        """F(micro_batch) ended; held: bytes of activations kept now, counted from the op's start."""
-        self.timeline.append((Op(self.stage, "F", micro_batch), self._start, self.comm.clock))
+    def forward_done(self, task: Task, held: int) -> None:
+        """F ended; held: bytes of activations kept now, counted from the task's start."""
+        self.timeline.append((task, self._start, self.comm.clock))
         self.memory.append((self._start, held))
 
-    def backward_done(self, micro_batch: int, held_during: int, held_after: int) -> None:
-        """B(micro_batch) ended; held_during: bytes held while it ran (including what a checkpointed
-        segment recomputed), held_after: bytes still held once its activations were let go."""
-        self.timeline.append((Op(self.stage, "B", micro_batch), self._start, self.comm.clock))
+    def backward_done(self, task: Task, held_during: int, held_after: int) -> None:
+        """B or W ended; held_during: bytes held while it ran (including what a checkpointed segment
+        recomputed), held_after: bytes still held once what it needed was let go."""
+        self.timeline.append((task, self._start, self.comm.clock))
         self.memory += [(self._start, held_during), (self.comm.clock, held_after)]
 
 

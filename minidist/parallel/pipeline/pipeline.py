@@ -1,23 +1,32 @@
-"""Pipeline parallelism: a Sequential cut into P stages, one per rank, fed micro-batch by micro-batch.
+"""Pipeline parallelism: a Sequential cut into S stages, run micro-batch by micro-batch from a table.
 
 "Distributed Deep Learning (Part II)" slides ("Pipeline parallelism", "GPipe: Reduce Bubble
 with Micro-Batching", "PipeDream"); "Scaling Up Training" slides (micro-batches, gradient checkpointing).
 
-    stage s (rank s) holds layers[b[s]:b[s+1]]                                    (split.py)
-    F(s, m): x_m = recv from s−1 (stage 0: the data);  y_m = stage(x_m);  send y_m to s+1
-             (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m)
-    B(s, m): dy_m = recv from s+1 (last stage: from F);  dx_m = stage.backward(dy_m);  send dx_m to s−1
-    the order of the F's and B's on stage s is row s of the schedule                (schedule.py)
+    stage k holds layers[b[k]:b[k+1]] (split.py); rank r keeps the stages its tasks name (one per rank
+    for GPipe/1F1B; interleaved: r, r + P, ...; Chimera: r and P − 1 − r)
+    F(m, k)  x_m = the data (k = 0) or stage k − 1's output;  y_m = stage k (x_m);  sent to stage k + 1
+             (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m, kept for B)
+    B(m, k)  dy_m from stage k + 1 (last stage: from F);  dx_m = backward of stage k;  sent to stage k − 1.
+             With W tasks in the table the Linears' backward gives dx only (split_backward.py) and
+    W(m, k)  adds the weight gradients B left for it
+    the order of the tasks on rank r is row r of the table (schedule.py; names: registry.py)
 
 With micro-batches of n_m of the N samples (minidist.split's sizes) and a loss averaging over its
 micro-batch, loss = Σ_m (n_m / N)·loss_m: scaling each micro-batch's output gradient by n_m / N and
 letting backward *add* into Parameter.grad gives the full-batch gradient; the optimizer steps once.
 
-Between F(s, m) and B(s, m) the stage keeps m's activations (``checkpoint=True``: only its input, the
-rest recomputed in B). BatchNorm normalises per micro-batch (as in GPipe); weights are updated
-synchronously once per batch. Kept to the side: ledger.py charges the simulated clock per layer and
-records ``timeline``, ``memory`` and ``busy_seconds``; comm.StageLinks pairs a send with the next op's
-receive in one sendrecv, so 1F1B's steady state cannot deadlock on a full mailbox.
+Each stage runs through its own step runner (minidist/nn/runner.py), whose per-unit events the stage's
+attachments see: ``stage_attachments(k, module)`` returns them (e.g. a data group's GradientSync); only
+the stage's last backward task of the step passes ``last=True``, so a gradient sync runs once per step,
+bucketed and overlapped with that backward (a table with W tasks: an empty pass after the stage's last
+W). ``attachments``: step-level ones, given one empty backward pass after the table. A stage held by two
+ranks (Chimera) sums its two gradients (one exchange) before the optimizer steps.
+
+Between F(m, k) and B(m, k) the rank keeps m's activations (``checkpoint``: only the stage's input, the
+rest recomputed in B). BatchNorm normalises per micro-batch (as in GPipe). Kept to the side: ledger.py
+charges the simulated clock per layer and records ``timeline``, ``memory`` and ``busy_seconds``; comm.py
+carries the messages (1F1B's sendrecv pairing included).
 """
 
 from __future__ import annotations
@@ -25,89 +34,109 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import check_count
-from minidist.nn.checkpoint import Checkpoint, SavedActivations, forward_saving, nbytes_of
+from minidist.nn.checkpoint import Checkpoint, forward_saving, nbytes_of
+from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
-from minidist.nn.runner import StepRunner
+from minidist.nn.runner import StepRunner, backward_through
 from minidist.split import split_offsets
 
 from .comm import StageLinks
 from .ledger import StageCharges, StageLedger
-from .schedule import Op, Schedule, check_schedule, make_schedule, stage_ops
+from .registry import make_schedule
+from .schedule import Schedule, Task, stage_ops
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
+from .split_backward import DeferredWeightGrad
+from .tasks import check_tasks
 
 
 class Pipeline:
-    """This rank's stage of a pipelined Sequential, and the executor that runs a schedule on it.
+    """This rank's stages of a pipelined Sequential, and the executor that runs a table on them.
 
-    comm: the cluster communicator; rank s runs stage s of P = comm.world_size stages.
-    model: the whole Sequential (the same on every rank); this rank keeps layers[b[s]:b[s+1]].
+    comm: the communicator; P = comm.world_size ranks. model: the whole Sequential (the same on every rank).
+    loss_fn: forward(prediction, target) -> mean loss, backward() -> dL/dprediction.
+    num_micro_batches: M. schedule: a name of registry.SCHEDULES ("naive", "gpipe", "1f1b", "interleaved",
+        "zb-h1", "chimera") or a table (ticks of Ops or Tasks). num_stages: S (default: the table's).
     boundaries: "layers" (equal layer counts), "flops" (balanced by forward FLOPs of ``sample``), or a
-        list [0, b_1, ..., L] of P + 1 increasing layer indices.
-    num_micro_batches: M; schedule: "naive", "gpipe", "1f1b" or a Schedule (list of ticks of Ops).
-    checkpoint: recompute activations in backward, for every stage (bool) or per stage (list of bools).
-    loss_fn: a loss with forward(prediction, target) -> mean loss and backward() -> dL/dprediction.
+        list [0, b_1, ..., L] of S + 1 increasing layer indices.
+    checkpoint: recompute activations in backward, for every stage (bool) or per stage (S bools).
+    stage_attachments: a function (stage k, its Sequential) -> runner attachments for that stage.
+    attachments: step-level attachments (one empty backward pass after the table: their end_backward).
 
     Batch norm is per micro-batch, by choice (as GPipe): a BatchNorm layer in training mode normalises
-    each micro-batch of n_m samples with that micro-batch's statistics and updates its running
-    estimates M times per step. Its loss and gradients therefore depend on M (M = 1 is full-batch
-    training); GroupNorm / LayerNorm / OnlineNorm do not (lessons/12_normalization.py shows both).
+    each micro-batch with its own statistics and updates its running estimates M times per step (M = 1
+    is full-batch training; GroupNorm / LayerNorm do not depend on M: lessons/12_normalization.py).
     """
 
     def __init__(self, comm, model: Sequential, *, loss_fn, num_micro_batches: int, schedule="gpipe",
-                 boundaries="layers", sample: np.ndarray | None = None, checkpoint=False):
+                 num_stages: int | None = None, boundaries="layers", sample: np.ndarray | None = None,
+                 checkpoint=False, stage_attachments=None, attachments=()):
         if not isinstance(model, Sequential):
             raise TypeError(f"a pipeline splits a Sequential, got {type(model).__name__}")
-        self.comm, P = comm, comm.world_size
-        self.stage, self.num_stages, self.loss_fn = comm.rank, P, loss_fn
+        self.comm, self.loss_fn, P = comm, loss_fn, comm.world_size
+        self.num_micro_batches = self.M = check_count(num_micro_batches, "number of micro-batches")
+        table = make_schedule(schedule, P, self.M) if isinstance(schedule, str) else schedule
+        S = num_stages or max([t.stage + 1 for tick in table for t in tick], default=P)
+        self.num_stages = self.S = S
         self.boundaries = self._boundaries(model, boundaries, sample)
-        self.num_micro_batches = check_count(num_micro_batches, "number of micro-batches")
-        if isinstance(schedule, str):
-            schedule = make_schedule(schedule, P, num_micro_batches)
-        check_schedule(schedule, P, num_micro_batches)
-        self.schedule: Schedule = schedule
-        flags = [checkpoint] * P if isinstance(checkpoint, bool) else list(checkpoint)
-        if len(flags) != P or not all(isinstance(f, bool) for f in flags):
-            raise ValueError(f"checkpoint must be a bool or {P} bools (one per stage), got {checkpoint!r}")
-        self.checkpointed = flags[self.stage]
-        a, b = self.boundaries[self.stage], self.boundaries[self.stage + 1]
-        self.module = Sequential(*model.layers[a:b])
-        # The units the executor runs and prices one by one: the layers, or one checkpointed segment.
-        self.units = [Checkpoint(self.module)] if self.checkpointed else list(self.module.layers)
-        self._runner = Sequential(*self.units)  # what forward_saving watches for saved activations
-        self.ledger = StageLedger(comm, self.stage)  # clock, timeline, memory: kept to the side
+        check_tasks(table, P, S, self.M)
+        self.schedule: Schedule = table
+        flags = [checkpoint] * S if isinstance(checkpoint, bool) else list(checkpoint)
+        if len(flags) != S or not all(isinstance(f, bool) for f in flags):
+            raise ValueError(f"checkpoint must be a bool or {S} bools (one per stage), got {checkpoint!r}")
+        self.rank_of = {(t.micro_batch, t.stage): t.rank for tick in table for t in tick}
+        self.holders = {k: sorted({r for (_, s), r in self.rank_of.items() if s == k}) for k in range(S)}
+        self.split = any(t.kind == "W" for tick in table for t in tick)
+        self.my_tasks = stage_ops(table, comm.rank)
+        done = "W" if self.split else "B"        # the task after which a stage's gradients are complete
+        self.last_of = {k: [t for t in self.my_tasks if t.stage == k and t.kind == done][-1]
+                        for k in {t.stage for t in self.my_tasks}}
+        self.several = len({(t.rank, t.stage) for tick in table for t in tick}) > P
+        self.ledger = StageLedger(comm)          # clock, timeline, memory: kept to the side
         self.charges = StageCharges(self.ledger.charge)
-        self.stage_runner = StepRunner(self._runner, None, [self.charges], input_grad=True)
+        self.stages: dict[int, Sequential] = {}
+        self.runners: dict[int, StepRunner] = {}
+        for k in sorted(self.last_of):
+            self.stages[k] = Sequential(*model.layers[self.boundaries[k]:self.boundaries[k + 1]])
+            units = [Checkpoint(self.stages[k])] if flags[k] else [
+                DeferredWeightGrad(layer) if self.split and isinstance(layer, Linear) else layer
+                for layer in self.stages[k].layers]
+            mine = list(stage_attachments(k, self.stages[k])) if stage_attachments else []
+            self.runners[k] = StepRunner(Sequential(*units), None, [*mine, self.charges], input_grad=True)
+        self.stage = min(self.stages) if self.stages else None        # one stage per rank: its index
+        self.module = self.stages.get(self.stage)
+        self.checkpointed = bool(self.stages) and flags[self.stage]
+        self.attachments = list(attachments)
         self.loss: float | None = None
         self.output: np.ndarray | None = None
 
     def _boundaries(self, model: Sequential, boundaries, sample) -> list[int]:
-        L, P = len(model), self.num_stages
+        L, S = len(model), self.num_stages
         if isinstance(boundaries, str):
             if boundaries == "layers":
-                return split_by_layers(L, P)
+                return split_by_layers(L, S)
             if boundaries == "flops":
                 if sample is None:
                     raise ValueError("boundaries='flops' needs sample=, an input batch to price the layers")
-                return split_by_cost(layer_costs(model, sample), P)
+                return split_by_cost(layer_costs(model, sample), S)
             raise ValueError(f"boundaries must be 'layers', 'flops' or a list of indices, got {boundaries!r}")
-        return check_boundaries(boundaries, L, P)
+        return check_boundaries(boundaries, L, S)
 
     @property
     def is_first(self) -> bool:
-        return self.stage == 0
+        return 0 in self.stages
 
     @property
     def is_last(self) -> bool:
-        return self.stage == self.num_stages - 1
+        return self.num_stages - 1 in self.stages
 
     def parameters(self):
-        """This stage's parameters (give them to this rank's optimizer)."""
-        return self.module.parameters()
+        """The parameters of this rank's stages (give them to this rank's optimizer)."""
+        return [p for k in sorted(self.stages) for p in self.stages[k].parameters()]
 
-    # What running the schedule cost (ledger.py): the ops' (Op, start, end), (time, bytes held) samples,
+    # What running the table cost (ledger.py): the tasks' (Task, start, end), (time, bytes held) samples,
     # seconds spent computing, and the peak of the activation memory.
     @property
-    def timeline(self) -> list[tuple[Op, float, float]]:
+    def timeline(self) -> list[tuple[Task, float, float]]:
         return self.ledger.timeline
 
     @property
@@ -122,75 +151,96 @@ class Pipeline:
     def peak_activation_bytes(self) -> int:
         return max(nbytes for _, nbytes in self.memory)
 
-    # -- one training step: run my row of the schedule -------------------------------------------------
+    def held_activations(self) -> int:
+        """Bytes held now for backward: the saved activations of the micro-batches in flight, the loss
+        gradients kept for B, the (x, dy) waiting for W (a view counts through its base, once)."""
+        saved = [(entries.entries, dy) for entries, _, dy in self._saved.values()]
+        waiting = [pending for units in self._deferred.values() for _, pending, _ in units]
+        return nbytes_of(saved, waiting)
+
+    # -- one training step: run my row of the table --------------------------------------------------------
     def train_step(self, x: np.ndarray, target: np.ndarray, optimizer=None) -> float | None:
-        """Zero the gradients, run the schedule over the batch (x, target), step the optimizer once.
-
-        x: the batch, shape (N, ...), read by stage 0; target: shape (N, ...), read by the last stage
-        (every rank is given both). Returns the batch's mean loss on the last stage (also kept with the
-        output, shape (N, ...), in .loss and .output), None elsewhere.
-        """
-        M = self.num_micro_batches
-        self._x, self._target, self._weight = split_micro_batches(x, target, M)
-        self._in_flight: dict[int, tuple[SavedActivations, list[int], np.ndarray | None]] = {}
-        self._outputs: dict[int, np.ndarray] = {}
-        self._losses: dict[int, float] = {}
-        self.module.zero_grad()
-
-        my_row = stage_ops(self.schedule, self.stage)
-        self.links = StageLinks(self.comm, my_row)
-        for op in my_row:
-            if op.kind == "F":
-                self._forward(op.micro_batch)
-            else:
-                self._backward(op.micro_batch)
-
+        """Zero the gradients, run this rank's row of the table over the batch (x (N, ...), target
+        (N, ...); every rank is given both), sum replicated stages' gradients, step the optimizer once.
+        Returns Σ (n_m / N)·loss_m over the micro-batches whose last stage ran here (the batch's mean loss
+        on the last stage of a one-stage-per-rank table; also in .loss, its output (N, ...) in .output),
+        None if none did."""
+        self._x, self._target, self._weight = split_micro_batches(x, target, self.M)
+        self._saved, self._deferred, self._losses, self._outputs = {}, {}, {}, {}
+        for stage in self.stages.values():
+            stage.zero_grad()
+        self.links = StageLinks(self.comm, self.schedule, self.rank_of, self.S)
+        for task in self.my_tasks:
+            self.charges.label = f"{task.kind}{task.micro_batch}" + (f".{task.stage}" if self.several else "")
+            {"F": self._forward, "B": self._backward, "W": self._weight_grad}[task.kind](task)
+        self._sum_replicas()
+        backward_through([], None, self.attachments)      # step-level attachments: every gradient is in
         if optimizer is not None:
             optimizer.step()
-        if not self.is_last:
+        if not self._losses:
             return None
-        self.output = np.concatenate([self._outputs[m] for m in range(M)])
-        self.loss = float(sum(self._weight[m] * self._losses[m] for m in range(M)))
+        if len(self._outputs) == self.M:
+            self.output = np.concatenate([self._outputs[m] for m in range(self.M)])
+        self.loss = float(sum(self._weight[m] * loss for m, loss in sorted(self._losses.items())))
         return self.loss
 
-    def _forward(self, m: int) -> None:
-        """F(m): receive x_m, run the stage keeping its activations, send y_m on (last stage: the loss)."""
-        x = self._x[m] if self.is_first else self.links.recv_activation(m)
+    def _forward(self, task: Task) -> None:
+        """F(m, k): receive x_m, run the stage keeping its activations, send y_m on (last stage: the loss)."""
+        m, k = task.micro_batch, task.stage
+        x = self._x[m] if k == 0 else self.links.recv(task)
         self.ledger.begin()
-        self.charges.label = f"F{m}"           # each unit is charged to the clock as it runs (ledger.py)
-        y, saved = forward_saving(self._runner, x, self.stage_runner.forward)
-        unit_flops, dy = self.charges.flops, None
-        if self.is_last:  # the loss's gradient is known now; keep it (scaled by n_m / N) until B(m)
+        y, saved = forward_saving(self.runners[k].model, x, self.runners[k].forward)
+        dy = None
+        if k == self.S - 1:   # the loss's gradient is known now; keep it (scaled by n_m / N) until B
             self._outputs[m] = y
             self._losses[m] = self.loss_fn.forward(y, self._target[m])
             dy = self.loss_fn.backward() * self._weight[m]
-        self._in_flight[m] = (saved, unit_flops, dy)
-        self.ledger.forward_done(m, held=self._held_bytes())
-        if not self.is_last:
-            self.links.send_activation(y, m)
+        self._saved[m, k] = (saved, self.charges.flops, dy)
+        self.ledger.forward_done(task, held=self.held_activations())
+        self.links.send(task, y)
 
-    def _backward(self, m: int) -> None:
-        """B(m): receive dy_m, backward through the stage (gradients add up), send dx_m back."""
-        saved, unit_flops, dy = self._in_flight[m]
-        if not self.is_last:
-            dy = self.links.recv_gradient(m)
+    def _backward(self, task: Task) -> None:
+        """B(m, k): receive dy_m, backward through the stage (gradients add up), send dx_m back."""
+        m, k = task.micro_batch, task.stage
+        saved, flops, dy = self._saved[m, k]
+        if k < self.S - 1:
+            dy = self.links.recv(task)
         self.ledger.begin()
-        held = self._held_bytes()
+        held = self.held_activations()
         saved.restore()
-        # charged 2× forward per unit, +1× to recompute a checkpointed segment; charges.recomputed: the
-        # largest activation such a recompute held for a moment (bytes)
-        self.charges.label, self.charges.flops, self.charges.recomputed = f"B{m}", unit_flops, 0
-        dx = self.stage_runner.backward(dy)
+        # charged 2× forward per unit (1× for a split Linear), +1× to recompute a checkpointed segment;
+        # charges.recomputed: the largest activation such a recompute held for a moment (bytes)
+        self.charges.flops, self.charges.recomputed = flops, 0
+        runner = self.runners[k]
+        dx = runner.backward(dy, last=self.last_of[k] == task)
         saved.release()
-        del self._in_flight[m]
-        held_during = held + self.charges.recomputed
-        self.ledger.backward_done(m, held_during=held_during, held_after=self._held_bytes())
-        if not self.is_first:
-            self.links.send_gradient(dx, m)
+        del self._saved[m, k]
+        if self.split:   # what W will need: each split Linear's (x, dy), and the FLOPs to charge
+            self._deferred[m, k] = [(unit, unit.pending, f) for unit, f in zip(runner.layers, flops)
+                                    if isinstance(unit, DeferredWeightGrad)]
+        self.ledger.backward_done(task, held + self.charges.recomputed, self.held_activations())
+        self.links.send(task, dx)
 
-    def _held_bytes(self) -> int:
-        """Bytes of the activations (and the last stage's loss gradients) kept between F(m) and B(m)."""
-        return nbytes_of([(saved.entries, dy) for saved, _, dy in self._in_flight.values()])
+    def _weight_grad(self, task: Task) -> None:
+        """W(m, k): the weight gradients B left; after the stage's last W, its gradient sync (empty pass)."""
+        self.ledger.begin()
+        held = self.held_activations()
+        for unit, pending, flops in self._deferred.pop((task.micro_batch, task.stage)):
+            unit.weight_grad(pending)
+            self.ledger.charge(flops, label=self.charges.label)
+        if self.last_of[task.stage] == task:
+            backward_through([], None, self.runners[task.stage].attachments)
+        self.ledger.backward_done(task, held, self.held_activations())
+
+    def _sum_replicas(self) -> None:
+        """A stage on two ranks (Chimera): both add the other's gradients (a + b == b + a: bitwise alike)."""
+        for k in sorted(self.stages):
+            others = [r for r in self.holders[k] if r != self.comm.rank]
+            if len(others) > 1:
+                raise ValueError(f"stage {k} is held by {len(others) + 1} ranks; only pairs are summed here")
+            for p in self.stages[k].parameters() if others else []:
+                tag = 2 * self.M * self.S        # after every pipeline tag; the pair's order keeps them apart
+                p.grad += self.comm.sendrecv(p.grad, others[0], others[0], sendtag=tag, recvtag=tag)
 
 
 def split_micro_batches(x: np.ndarray, target: np.ndarray, M: int):

@@ -17,9 +17,10 @@ with Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
 
 Bubble fraction = idle stage-ticks / all stage-ticks = (P·T − 2·P·M) / (P·T) for T ticks.
 
-tasks.py's tables (several stages per rank, a split backward) are placed, checked and measured by the
-same functions: ``place_in_ticks``, ``check_order``, ``max_in_flight``, ``bubble_fraction`` read an op's
-``rank`` (an Op's is its stage) and its ``key_of`` (kind, micro-batch, stage).
+An ``Op`` *is* a ``Task`` (rank, kind, micro_batch, stage) whose rank is its stage: tasks.py's tables
+(several stages per rank, a split backward) are the same format, placed, checked and measured by the same
+functions (``place_in_ticks``, ``check_order``, ``max_in_flight``, ``bubble_fraction``), and run by the
+one executor (pipeline.py). Names -> tables: registry.py.
 """
 
 from __future__ import annotations
@@ -28,21 +29,35 @@ from typing import NamedTuple
 
 from minidist.checks import check_count
 
-SCHEDULES = ("naive", "gpipe", "1f1b")
+SCHEDULES = ("naive", "gpipe", "1f1b")   # the tables of this file (every schedule: registry.py)
 
 
-class Op(NamedTuple):
-    stage: int
-    kind: str  # "F" or "B"
+class Task(NamedTuple):
+    """One entry of a table: ``rank`` runs the ``kind`` ("F", "B" or "W") of ``micro_batch`` on ``stage``."""
+
+    rank: int
+    kind: str
     micro_batch: int
-
-    @property
-    def rank(self) -> int:
-        """Stage s runs on rank s (a tasks.py Task names its rank apart from its stage)."""
-        return self.stage
+    stage: int
 
 
-Schedule = list[list[Op]]
+class Op(Task):
+    """A task of a table with one stage per rank: ``Op(stage, kind, micro_batch)`` is the Task
+    (rank = stage, kind, micro_batch, stage) — the one table format, spelled as the slides do."""
+
+    __slots__ = ()
+
+    def __new__(cls, stage: int, kind: str, micro_batch: int):
+        return super().__new__(cls, stage, kind, micro_batch, stage)
+
+    def __getnewargs__(self):
+        return self.stage, self.kind, self.micro_batch
+
+    def __repr__(self) -> str:
+        return f"Op(stage={self.stage}, kind={self.kind!r}, micro_batch={self.micro_batch})"
+
+
+Schedule = list[list[Task]]
 
 
 def _check_sizes(num_stages: int, num_micro_batches: int) -> None:
@@ -155,14 +170,6 @@ def one_f_one_b_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     """1F1B (PipeDream-flush): GPipe's ticks and bubble, at most P − s micro-batches held at stage s."""
     _check_sizes(num_stages, num_micro_batches)
     return place_in_ticks(one_f_one_b_orders(num_stages, num_micro_batches))
-
-
-def make_schedule(name: str, num_stages: int, num_micro_batches: int) -> Schedule:
-    """The schedule called name ("naive", "gpipe" or "1f1b") for P stages and M micro-batches."""
-    builders = {"naive": naive_schedule, "gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule}
-    if name not in builders:
-        raise ValueError(f"unknown pipeline schedule {name!r}: expected one of {SCHEDULES}")
-    return builders[name](num_stages, num_micro_batches)
 
 
 def stage_ops(schedule: Schedule, stage: int) -> list[Op]:

@@ -26,10 +26,10 @@ an Op's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 from .schedule import (
     Schedule,
+    Task,
     bubble_fraction,
     check_order,
     dependencies,
@@ -41,15 +41,7 @@ from .schedule import (
     to_ticks,
 )
 
-
-class Task(NamedTuple):
-    rank: int
-    kind: str  # "F", "B" or "W"
-    micro_batch: int
-    stage: int
-
-
-TaskSchedule = list[list[Task]]
+TaskSchedule = Schedule   # one table format: a list of ticks of Tasks (an Op is a Task)
 
 
 def check_positive(**values: int) -> None:
@@ -99,8 +91,8 @@ def greedy_tasks(tasks_by_rank: list[list[Task]], num_stages: int,
 
 
 def from_ops(schedule: Schedule) -> TaskSchedule:
-    """A schedule.py table (stage s on rank s) as tasks."""
-    return [[Task(op.stage, op.kind, op.micro_batch, op.stage) for op in tick] for tick in schedule]
+    """A schedule.py table (stage s on rank s) as plain Tasks (an Op already is one: kept for old code)."""
+    return [[Task(*op) for op in tick] for tick in schedule]
 
 
 def check_tasks(schedule: TaskSchedule, num_ranks: int, num_stages: int, num_micro_batches: int) -> None:
