@@ -16,7 +16,8 @@ grid_pipeline.DataPipelineGrid runs it; this file chooses the units and the tabl
 and the state.
 
 Returned loss: Σ over the ranks of tensor rank 0 of their share of the cross-entropy (a last stage's) plus
-their MoE layers' router losses / S, summed by one allreduce: the same bits on every rank.
+their MoE layers' router losses (scaled to their share), summed by one allreduce: the same bits on every
+rank.
 """
 
 from __future__ import annotations
@@ -93,8 +94,7 @@ class Trainer:
         if x.ndim != 2 or y.shape != x.shape:
             raise ValueError(f"expected tokens and targets of one shape (N, T), got {x.shape}, {y.shape}")
         s = self.mesh.sizes
-        sets = s["data"] * s["expert"]
-        parts = sets * self.micro_batches
+        parts = s["data"] * s["expert"] * self.micro_batches
         if len(x) % parts:
             raise ValueError(f"a batch of {len(x)} does not split into data × expert × micro_batches = "
                              f"{parts} equal parts")
@@ -109,7 +109,7 @@ class Trainer:
         share = self.grid.train_step(x, y, self.optimizer)
         mine = 0.0
         if self.mesh.coords["tensor"] == 0:      # the tensor ranks hold the same numbers: count one of them
-            mine = (share or 0.0) + sum(self.router_losses) / sets
+            mine = (share or 0.0) + sum(self.router_losses)
         return float(pairwise_allreduce(self.mesh.comm, np.array([mine]))[0])
 
     def _build(self, seq_len: int) -> None:
@@ -121,14 +121,14 @@ class Trainer:
             units = lambda tc, cc=None: tensor_gpt_units(tc, model, cc, seq_len)  # noqa: E731
         else:
             units = gpt_units(model)
-        originals = label_elements(model)
+        self.named = label_elements(model)
         self.grid = DataPipelineGrid(self.mesh, units, loss_fn=self.loss_fn, schedule=self.table,
                                      num_stages=self.stages, num_micro_batches=self.micro_batches,
                                      data=s["data"], tensor=s["tensor"], context=s["context"],
                                      expert=s["expert"], seq_len=seq_len, zero1=self.zero == 1)
         self.held = list({id(p): p for p in self.grid.parameters()}.values())
-        self.labels = restore_values(model, originals, self.held)
-        self.owner = owners(self.mesh.comm, self.labels, sum(v.size for v in originals.values()))
+        self.labels = restore_values(self.named, self.held)
+        self.owner = owners(self.mesh.comm, self.labels, sum(v.size for _, _, v in self.named))
         self.optimizer = self.grid.build_optimizer(self.make_optimizer)
         for moe in (m for m in self.grid.mine.modules() if isinstance(m, ExpertParallelMoE)):
             tally_router_loss(moe, self.router_losses)
@@ -138,41 +138,42 @@ class Trainer:
         same steps, in the model's dtype, on every rank (each element sent by the one rank that owns it)."""
         if self.grid is None:
             return self.model.state_dict()
-        rank, named = self.mesh.comm.rank, list(self.model.named_parameters())
-        flat = np.zeros(sum(p.size for _, p in named))
+        rank = self.mesh.comm.rank
+        flat = np.zeros(sum(v.size for _, _, v in self.named))
         for p, labels in zip(self.held, self.labels):
             owned = self.owner[labels] == rank
             flat[labels[owned]] = p.data.ravel()[owned]
         flat = pairwise_allreduce(self.mesh.comm, flat)           # one nonzero term per element: exact
         state, start = {}, 0
-        for name, p in named:
-            state[name] = flat[start:start + p.size].reshape(p.shape).astype(p.data.dtype)
-            start += p.size
+        for name, _, value in self.named:
+            state[name] = flat[start:start + value.size].reshape(value.shape).astype(value.dtype)
+            start += value.size
         state.update({name: np.array(b, copy=True) for name, b in self.model.named_buffers()})
         return state
 
 
-def label_elements(model) -> dict[int, np.ndarray]:
+def label_elements(model) -> list[tuple[str, object, np.ndarray]]:
     """Replace every parameter's values by float64 labels 0, 1, 2, ... (its elements' offsets in the
-    concatenation of model.parameters()), so that after splitting each split parameter's values say
-    which elements of the model it holds. Returns {id(parameter): its original values}."""
-    originals, start = {}, 0
-    for p in model.parameters():
-        originals[id(p)] = p.data
+    concatenation of model.named_parameters()), so that after splitting each split parameter's values say
+    which elements of the model it holds. Returns [(name, parameter, its original values)]."""
+    named, start = [], 0
+    for name, p in model.named_parameters():
+        named.append((name, p, p.data))
         p.data = np.arange(start, start + p.size, dtype=np.float64).reshape(p.shape)
         start += p.size
-    return originals
+    return named
 
 
-def restore_values(model, originals: dict[int, np.ndarray], held: list) -> list[np.ndarray]:
-    """Read the labels of each held (split) parameter, then give it (and the model) the real values.
-    Returns each held parameter's labels, flat (int64)."""
-    values = np.concatenate([originals[id(p)].ravel() for p in model.parameters()])
+def restore_values(named: list, held: list) -> list[np.ndarray]:
+    """Read the labels of each held (split) parameter, then give it (and the unsplit parameters) the real
+    values and a zero gradient of their dtype. Returns each held parameter's labels, flat (int64)."""
+    values = np.concatenate([v.ravel() for _, _, v in named])
     labels = [p.data.ravel().astype(np.int64) for p in held]
-    for p in model.parameters():
-        p.data = originals[id(p)]
+    for _, p, value in named:
+        p.data = value
     for p, where in zip(held, labels):
-        p.data = values[where].reshape(p.shape).astype(values.dtype)
+        p.data = values[where].reshape(p.shape)
+        p.grad = np.zeros_like(p.data)
     return labels
 
 

@@ -60,7 +60,7 @@ def switch_block_arrays(spec: ModelSpec, expert: int) -> int:
 
 
 def switch_replicated_params(spec: ModelSpec, tensor: int, expert: int) -> int:
-    """Of switch_block_params, those AverageGradients all-reduces over the expert group (all but experts)."""
+    """Of switch_block_params, those summed over the expert group (partial_over: all but the experts)."""
     d, f, big_e = spec.d_model, spec.ff, spec.experts
     return switch_block_params(spec, tensor, expert) - big_e // expert * ((2 * d * f + f) // tensor + d)
 
@@ -99,6 +99,4 @@ def switch_block_seconds(spec: ModelSpec, block, micro_batch: int, tensor: int, 
         ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
                                       device.flops, link)
         forward, backward = forward + ring[0], backward + ring[1]
-        backward += pairwise_allreduce_seconds(switch_block_params(spec, tensor, expert), context, itemsize,
-                                               link)
     return forward, backward
