@@ -28,11 +28,8 @@ from minidist.optim import AdamW
 from minidist.parallel.grid_expert import switch_units
 from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
 from minidist.parallel.mesh import MeshShape
-from minidist.parallel.pipeline.chimera import chimera_schedule
-from minidist.parallel.pipeline.interleaved import interleaved_schedule
-from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import TaskSchedule, from_ops
-from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
+from minidist.parallel.pipeline.registry import PLANNED, make_schedule
+from minidist.parallel.pipeline.tasks import TaskSchedule
 
 from .minidist_mode import predict_grid
 from .model import ModelSpec
@@ -69,11 +66,7 @@ class GridLayout:
         return CHUNKS * self.pipe if self.schedule == "interleaved" else self.pipe
 
     def table(self) -> TaskSchedule:
-        P, M = self.pipe, self.micro_batches
-        return {"1f1b": lambda: from_ops(one_f_one_b_schedule(P, M)),
-                "interleaved": lambda: interleaved_schedule(P, M, CHUNKS),
-                "zb-h1": lambda: zero_bubble_schedule(P, M), "chimera": lambda: chimera_schedule(P, M)}[
-                    self.schedule]()
+        return make_schedule(self.schedule, self.pipe, self.micro_batches, chunks=CHUNKS)
 
     def name(self) -> str:
         sizes = " ".join(f"{a}{n}" for a, n in (("dp", self.data), ("pp", self.pipe), ("cp", self.context),
@@ -95,7 +88,7 @@ def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
                 for tensor in (t for t in range(1, max_ranks + 1) if spec.heads % t == spec.ff % t == 0):
                     if data * pipe * context * tensor * expert > max_ranks:
                         continue
-                    for schedule in ("1f1b", "interleaved", "zb-h1", "chimera") if pipe > 1 else ("1f1b",):
+                    for schedule in PLANNED if pipe > 1 else ("1f1b",):
                         if (schedule == "interleaved" and CHUNKS * pipe > units) or \
                                 (schedule == "chimera" and pipe % 2):
                             continue

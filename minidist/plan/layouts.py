@@ -16,13 +16,14 @@ from itertools import product
 from minidist.parallel.mesh import MeshShape
 from minidist.parallel.pipeline.chimera import chimera_bubble
 from minidist.parallel.pipeline.interleaved import interleaved_bubble
+from minidist.parallel.pipeline.registry import PLANNED
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble
 
 from .model import RECOMPUTE, ModelSpec
 
 AXES = ("dp", "ep", "pp", "tp", "cp")            # outermost-but-one ... as printed; placement order below
 PLACEMENT = ("tp", "cp", "ep", "dp", "pp")        # innermost first
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "chimera")
+SCHEDULES = PLANNED                               # the pipeline's schedule registry (registry.py)
 
 
 @dataclass(frozen=True)

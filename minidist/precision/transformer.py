@@ -5,26 +5,30 @@ for operations f with |f(x)| ≫ |x| (exp, square, log, cross-entropy) and for r
 softmax) — "Loss, probability layers: softmax, cross-entropy, attention modules: FP32 math, FP32 output";
 FP16 is safe for pointwise ops on values near 0 (add, scale, GELU) and matrix products accumulate in FP32.
 
-``mixed_forward(model, tokens, fmt, policy)`` evaluates a GPT's logits with every value emulated:
-    matmul      operands rounded to fmt, products summed in FP32, result rounded to fmt   (tensor cores)
-    pointwise   embeddings, residual adds, GELU: computed, then rounded to fmt
-    reductions  policy "rule": softmax and LayerNorm in FP32 (input upcast, output rounded to fmt where
-                a matmul reads it next); policy "lowp": every step of them rounded to fmt; "lowp-nomax"
-                as "lowp" without the max subtraction in softmax, so e^x overflows fmt once x > ln(max)
-                (11.09 in FP16: e^11.09 ≈ 65504) and Inf/Inf gives NaN.
+``mixed_forward(model, tokens, fmt, policy)`` evaluates a GPT's logits with every value emulated, by running
+the model's own chain (nn.GPT.units, through the step runner) on a copy whose layers compute in fmt:
+    matmul      Linear -> LowPrecisionLinear: operands rounded to fmt, products summed in FP32, result
+                rounded to fmt (tensor cores); attention's q·kᵀ and P·v the same (PolicyAttention)
+    pointwise   GELU -> Rounded(GELU); the embeddings' sum and each block's output (the residual stream)
+                are rounded by the RoundOutputs attachment after each unit
+    reductions  LayerNorm -> PolicyLayerNorm, attention's softmax -> policy_softmax: policy "rule" in FP32
+                (input upcast, output rounded to fmt where a matmul reads it next); "lowp": every step of
+                them rounded to fmt; "lowp-nomax" as "lowp" without the max subtraction in softmax, so e^x
+                overflows fmt once x > ln(max) (11.09 in FP16: e^11.09 ≈ 65504) and Inf/Inf gives NaN.
 ``mixed_cross_entropy(logits, targets, policy)`` is the loss under the same policy. Cost: as the FP32
-model plus one rounding per stored value (emulation, not speed).
+model plus one rounding per stored value (emulation, not speed; forward only).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
-from scipy.special import erf
 
+from minidist.nn import GPT, Module, Sequential
 from minidist.nn.attention import causal_mask, merge_heads, split_heads
-from minidist.nn.gpt import GPT
+from minidist.nn.runner import Attachment, StepRunner
 from minidist.nn.softmax import log_softmax, softmax
 
 from .formats import FloatFormat
@@ -65,19 +69,82 @@ def policy_layer_norm(x: np.ndarray, weight, bias, eps: float, fmt: FloatFormat,
         return _q(_q(centred / _q(np.sqrt(var + eps), fmt), fmt) * _q(weight, fmt) + _q(bias, fmt), fmt)
 
 
-def _linear(x, layer, fmt):
-    y = lowp_matmul_fp32_accumulate(x, layer.weight.data.T, fmt)
-    return y if layer.bias is None else _q(y + layer.bias.data, fmt)
+class LowPrecisionLinear(Module):
+    """``layer`` (a Linear) computing y = q(q(x)·q(W)ᵀ) + b, rounded to fmt (forward only)."""
+
+    def __init__(self, layer, fmt: FloatFormat):
+        self.layer, self.fmt = layer, fmt
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        y = lowp_matmul_fp32_accumulate(x, self.layer.weight.data.T, self.fmt)
+        return y if self.layer.bias is None else _q(y + self.layer.bias.data, self.fmt)
 
 
-def _attention(x, attn, fmt, policy):
-    q, k, v = (split_heads(a, attn.n_heads) for a in np.split(_linear(x, attn.qkv, fmt), 3, axis=-1))
-    scores = lowp_matmul_fp32_accumulate(q, k.transpose(0, 1, 3, 2), fmt)
-    scores = _q(scores * np.float32(1.0 / math.sqrt(attn.d_head)), fmt)
-    if attn.causal:
-        scores[..., causal_mask(x.shape[1])] = -np.inf
-    probs = policy_softmax(scores, fmt, policy)
-    return _linear(merge_heads(lowp_matmul_fp32_accumulate(probs, v, fmt)), attn.proj, fmt)
+class Rounded(Module):
+    """``inner`` (a pointwise layer, e.g. GELU: safe in fmt) with its output rounded to fmt."""
+
+    def __init__(self, inner: Module, fmt: FloatFormat):
+        self.inner, self.fmt = inner, fmt
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        return _q(self.inner.forward(x), self.fmt)
+
+
+class PolicyLayerNorm(Module):
+    """``ln`` (a LayerNorm over the last axis) under ``policy``: policy_layer_norm."""
+
+    def __init__(self, ln, fmt: FloatFormat, policy: str):
+        self.ln, self.fmt, self.policy = ln, fmt, policy
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        ln = self.ln
+        return policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, self.fmt, self.policy)
+
+
+class PolicyAttention(Module):
+    """``attn`` (an nn.CausalSelfAttention) with its products in fmt and its softmax under ``policy``:
+    q, k, v = LowPrecisionLinear(qkv)(x); P = policy_softmax(q(q·kᵀ)·(1/√d_k)); y = proj(q(P·v))."""
+
+    def __init__(self, attn, fmt: FloatFormat, policy: str):
+        self.attn, self.fmt, self.policy = attn, fmt, policy
+        self.qkv, self.proj = LowPrecisionLinear(attn.qkv, fmt), LowPrecisionLinear(attn.proj, fmt)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        attn, fmt = self.attn, self.fmt
+        q, k, v = (split_heads(a, attn.n_heads) for a in np.split(self.qkv.forward(x), 3, axis=-1))
+        scores = lowp_matmul_fp32_accumulate(q, k.transpose(0, 1, 3, 2), fmt)
+        scores = _q(scores * np.float32(1.0 / math.sqrt(attn.d_head)), fmt)
+        if attn.causal:
+            scores[..., causal_mask(x.shape[1])] = -np.inf
+        probs = policy_softmax(scores, fmt, self.policy)
+        return self.proj.forward(merge_heads(lowp_matmul_fp32_accumulate(probs, v, fmt)))
+
+
+class RoundOutputs(Attachment):
+    """Rounds every unit's output to fmt (the embeddings' sum, each block's residual stream)."""
+
+    def __init__(self, fmt: FloatFormat):
+        self.fmt = fmt
+
+    def after_forward(self, i: int, layer: Module, y: np.ndarray) -> np.ndarray:
+        return _q(y, self.fmt)
+
+
+def emulated(model: GPT, fmt: FloatFormat, policy: str) -> GPT:
+    """A shallow copy of ``model`` (sharing its Parameters) whose Linears, attention, LayerNorms and GELUs
+    compute in fmt under ``policy``; its forward is GPT's own chain (the embeddings stay lookups)."""
+    copy_ = copy.copy(model)
+    copy_.blocks = []
+    for block in model.blocks:
+        b = copy.copy(block)
+        first, activation, second = list(block.mlp)
+        b.ln1, b.ln2 = PolicyLayerNorm(block.ln1, fmt, policy), PolicyLayerNorm(block.ln2, fmt, policy)
+        b.attn = PolicyAttention(block.attn, fmt, policy)
+        b.mlp = Sequential(LowPrecisionLinear(first, fmt), Rounded(activation, fmt),
+                           LowPrecisionLinear(second, fmt))
+        copy_.blocks.append(b)
+    copy_.ln_f, copy_.head = PolicyLayerNorm(model.ln_f, fmt, policy), LowPrecisionLinear(model.head, fmt)
+    return copy_
 
 
 def mixed_forward(model: GPT, tokens: np.ndarray, fmt: FloatFormat, policy: str = "rule") -> np.ndarray:
@@ -88,18 +155,7 @@ def mixed_forward(model: GPT, tokens: np.ndarray, fmt: FloatFormat, policy: str 
     if not isinstance(model, GPT):
         raise TypeError(f"mixed_forward expects a minidist.nn.GPT, got {type(model).__name__}")
     model.check_tokens(tokens)
-    x = _q(model.tok_emb.weight.data[tokens] + model.pos_emb.weight.data[:tokens.shape[1]], fmt)
-    for block in model.blocks:
-        ln = block.ln1
-        x = _q(x + _attention(policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, fmt, policy),
-                              block.attn, fmt, policy), fmt)
-        ln = block.ln2
-        h = _linear(policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, fmt, policy),
-                    block.mlp[0], fmt)
-        h = _q(h * 0.5 * (1 + erf(h / math.sqrt(2))), fmt)  # GELU: pointwise, safe in fmt
-        x = _q(x + _linear(h, block.mlp[2], fmt), fmt)
-    ln = model.ln_f
-    return _linear(policy_layer_norm(x, ln.weight.data, ln.bias.data, ln.eps, fmt, policy), model.head, fmt)
+    return StepRunner(emulated(model, fmt, policy), attachments=[RoundOutputs(fmt)]).forward(tokens)
 
 
 def mixed_cross_entropy(logits: np.ndarray, targets: np.ndarray, fmt: FloatFormat,

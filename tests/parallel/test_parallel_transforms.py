@@ -3,7 +3,7 @@ every parameter on every rank equals the matching piece of the one-process model
 1e-9). tensor (t = 2), tensor + sequence (t = 2), context (c = 2, zigzag and naive), expert (e = 2) on a
 Switch Transformer, and the compositions tensor∘context, context∘tensor + sequence, expert∘tensor and
 tensor∘expert. Each rank's loss is its share of the global mean; the replicated gradients are completed
-by one sum over ``partial_over`` after backward.
+by one sum over ``partial_over`` after backward (by hand, or by the step runner's GradientSync).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import pytest
 
 from minidist.cluster import run
 from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
+from minidist.nn.runner import StepRunner
 from minidist.optim import AdamW
 from minidist.parallel.context import context_parallel, positions
+from minidist.parallel.data import GradientSync, ShardWeightedLoss
 from minidist.parallel.expert import expert_parallel
 from minidist.parallel.tensor import (
     VocabParallelCrossEntropy,
@@ -51,8 +53,9 @@ def _one_process(switch: bool, e: int):
     return {name: p.data for name, p in model.named_parameters()}
 
 
-def _on_ranks(comm, order, t, c, e, sequence_parallel, layout):
-    """Ranks (expert, context, tensor), tensor innermost; the transforms applied in ``order``."""
+def _on_ranks(comm, order, t, c, e, sequence_parallel, layout, runner):
+    """Ranks (expert, context, tensor), tensor innermost; the transforms applied in ``order``; runner: train
+    through StepRunner with GradientSync (else forward, backward and sum_partial_gradients by hand)."""
     ti, ci, ei = comm.rank % t, comm.rank // t % c, comm.rank // (t * c)
     groups = {"tensor": comm.split(ei * c + ci, key=ti), "context": comm.split(ei * t + ti, key=ci),
               "expert": comm.split(ci * t + ti, key=ei)}
@@ -71,12 +74,16 @@ def _on_ranks(comm, order, t, c, e, sequence_parallel, layout):
     optimizer = AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
     mine = positions(T, c, ci, layout)                       # this rank's positions of the sequence
     share = len(mine) / T / e                                # its part of the global mean loss
+    step = StepRunner(model, ShardWeightedLoss(loss_fn, share), [GradientSync(model)]) if runner else None
     for tokens in _batches(B * e):
         rows = tokens[ei * B:(ei + 1) * B]
         optimizer.zero_grad()
-        loss_fn.forward(model.forward(rows[:, mine]), rows[:, mine + 1])
-        model.backward(loss_fn.backward() * share)
-        sum_partial_gradients(model.parameters())
+        if step is not None:
+            step.forward_backward(rows[:, mine], rows[:, mine + 1])
+        else:
+            loss_fn.forward(model.forward(rows[:, mine]), rows[:, mine + 1])
+            model.backward(loss_fn.backward() * share)
+            sum_partial_gradients(model.parameters())
         optimizer.step()
     held = {name: p.data for name, p in model.named_parameters()}
     first = [getattr(block.mlp, "first_expert", 0) for block in model.blocks]
@@ -119,20 +126,22 @@ def _cut(full: dict, name: str, t: int, ti: int, first: list[int]) -> np.ndarray
     return full[name]
 
 
-@pytest.mark.parametrize("order,t,c,e,sequence_parallel,layout", [
-    (("tensor",), 2, 1, 1, False, "zigzag"),
-    (("tensor",), 2, 1, 1, True, "zigzag"),
-    (("context",), 1, 2, 1, False, "zigzag"),
-    (("context",), 1, 2, 1, False, "naive"),
-    (("expert",), 1, 1, 2, False, "zigzag"),
-    (("tensor", "context"), 2, 2, 1, False, "zigzag"),
-    (("context", "tensor"), 2, 2, 1, True, "zigzag"),
-    (("expert", "tensor"), 2, 1, 2, False, "zigzag"),
-    (("tensor", "expert"), 2, 1, 2, False, "zigzag"),
+@pytest.mark.parametrize("order,t,c,e,sequence_parallel,layout,runner", [
+    (("tensor",), 2, 1, 1, False, "zigzag", False),
+    (("tensor",), 2, 1, 1, True, "zigzag", True),
+    (("context",), 1, 2, 1, False, "zigzag", True),
+    (("context",), 1, 2, 1, False, "naive", False),
+    (("expert",), 1, 1, 2, False, "zigzag", True),
+    (("tensor", "context"), 2, 2, 1, False, "zigzag", False),
+    (("context", "tensor"), 2, 2, 1, True, "zigzag", True),
+    (("expert", "tensor"), 2, 1, 2, False, "zigzag", False),
+    (("tensor", "expert"), 2, 1, 2, False, "zigzag", True),
 ])
-def test_transformed_model_trains_like_the_one_process_model(order, t, c, e, sequence_parallel, layout):
+def test_transformed_model_trains_like_the_one_process_model(order, t, c, e, sequence_parallel, layout,
+                                                              runner):
     full = _one_process(switch=e > 1, e=e)
-    for held, ti, first in run(_on_ranks, t * c * e, order, t, c, e, sequence_parallel, layout, timeout=300):
+    for held, ti, first in run(_on_ranks, t * c * e, order, t, c, e, sequence_parallel, layout, runner,
+                               timeout=300):
         # every parameter is held once, in pieces; the experts of the other expert ranks are not
         assert len(held) == len(full) - LAYERS * (EXPERTS - EXPERTS // e) * 4
         for name, value in held.items():

@@ -39,6 +39,13 @@ from .layout import positions
 TAG = 133
 
 
+class Charged:
+    """What a RingAttention charged to the clock so far: FLOPs and seconds of its compute stream."""
+
+    def __init__(self):
+        self.flops, self.seconds = 0, 0.0
+
+
 class RingAttention(Module):
     """Attention of this rank's queries to the whole sequence, on the c ranks of ``comm``: an attention
     ``core`` (the interface of nn.BlockwiseAttention) that a context-split attention holds.
@@ -58,8 +65,16 @@ class RingAttention(Module):
         positions(int(seq_len or 2 * c), c, rank, layout)    # refuse a bad layout or length now
         self.seq_len, self.infer_seq_len = seq_len, seq_len is None
         self.left, self.right = (rank - 1) % c, (rank + 1) % c
-        self.flops, self.compute_seconds = 0, 0.0
+        self.charged = Charged()   # updated in place: a pipeline saves what forward *assigns* per micro-batch
         self._saved: tuple | None = None
+
+    @property
+    def flops(self) -> int:
+        return self.charged.flops
+
+    @property
+    def compute_seconds(self) -> float:
+        return self.charged.seconds
 
     def held(self, rank: int) -> np.ndarray:
         """The global positions of the tokens ``rank`` holds (computed, not kept: no activation memory)."""
@@ -124,8 +139,8 @@ class RingAttention(Module):
     def _ring_step(self, outgoing: list[np.ndarray], flops: int, label: str) -> list[np.ndarray]:
         """Pass each array right and receive the left neighbour's, beside ``flops`` of compute (the clock)."""
         comm, seconds = self.comm, flops / self.device.flops
-        self.flops += flops
-        self.compute_seconds += seconds
+        self.charged.flops += flops
+        self.charged.seconds += seconds
         start = comm.clock
         if not self.overlap and seconds:
             comm.elapse(seconds, label)
@@ -140,7 +155,7 @@ class RingAttention(Module):
         if not (q.ndim == 4 and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype):
             raise ValueError(f"RingAttention expects q, k, v of one shape (B, h, T_r, d_k) and dtype; got "
                              f"{q.shape} {q.dtype}, {k.shape} {k.dtype}, {v.shape} {v.dtype}")
-        if self.infer_seq_len:
+        if self.infer_seq_len and self.seq_len != self.comm.world_size * q.shape[2]:
             self.seq_len = self.comm.world_size * q.shape[2]
         mine = len(self.held(self.comm.rank))
         if q.shape[2] != mine:

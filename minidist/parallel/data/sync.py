@@ -133,10 +133,14 @@ class GradientSync(Attachment):
             if self._left[id(p)] == 0:
                 ready.append(p)
         self.sum_partial(ready)
+        complete = []
         for p in ready:
             bucket = self.bucket_of[id(p)]
             self._waiting[bucket.index] -= 1
-            if self._waiting[bucket.index] == 0 and (self.zero >= 2 or self.zero == 0 and self.overlap):
+            if self._waiting[bucket.index] == 0:
+                complete.append(bucket)
+        if self.zero >= 2 or self.zero == 0 and self.overlap:
+            for bucket in sorted(complete, key=lambda b: b.index):     # in bucket order, as DDP issues them
                 self._issue(bucket)
         return dx
 
