@@ -38,14 +38,16 @@ def attributes(node: ast.AST) -> set[str]:
 
 
 def gpt_chains(trees) -> list[str]:
-    """Definitions that run a GPT's input (tok_emb and pos_emb used outside __init__): one per chain."""
-    found = []
-    for path, top in tops(trees):
-        bodies = [top] if isinstance(top, ast.FunctionDef) else \
-            [f for f in top.body if isinstance(f, ast.FunctionDef) and f.name != "__init__"]
-        if any({"tok_emb", "pos_emb"} <= attributes(body) for body in bodies):
-            found.append(where(path, top))
-    return found
+    """Definitions that run a GPT's input themselves (call ``x.tok_emb.forward`` or ``x.tok_emb(...)``, or
+    index ``x.tok_emb.weight.data``): each is the start of its own forward/backward chain."""
+    def embeds(n) -> bool:
+        if isinstance(n, ast.Call):
+            f = n.func
+            return getattr(f, "attr", "") == "tok_emb" or \
+                getattr(f, "attr", "") == "forward" and getattr(f.value, "attr", "") == "tok_emb"
+        return isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith("tok_emb.weight.data")
+
+    return [where(path, top) for path, top in tops(trees) if any(embeds(n) for n in ast.walk(top))]
 
 
 def blocks_by_hand(trees) -> list[str]:
