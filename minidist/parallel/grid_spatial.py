@@ -29,8 +29,8 @@ from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
-from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .data.sync import GradientSync
 from .mesh import Mesh, MeshShape
 from .spatial import grid_blocks, spatialize
 
@@ -113,7 +113,8 @@ class GridSpatial:
         share = (hi - lo) / len(x)
         optimizer.zero_grad()
         # spatial layers sum their gradients over S during backward
-        loss = StepRunner(net, ShardWeightedLoss(loss_fn, share)).forward_backward(local, target[lo:hi])
-        allreduce_gradients(self.data_comm, net.parameters(), self.algorithm)   # the weighted sums over D
+        sync = GradientSync(net, self.data_comm, algorithm=self.algorithm, overlap=False)  # the sums over D
+        runner = StepRunner(net, ShardWeightedLoss(loss_fn, share), [sync])
+        loss = runner.forward_backward(local, target[lo:hi])
         optimizer.step()
         return loss * share

@@ -10,7 +10,8 @@ P = D·M ranks form a grid of D rows and M columns; rank r sits at row r // M, c
 
 Each row runs the model-parallel layers of ``minidist.parallel.tensor`` on its communicator ``model_comm``
 with batch slice B_j (minidist.split cuts the batch into D pieces). Each column then all-reduces the
-gradients of its shard over ``data_comm``, so all D copies of a shard take the same step.
+gradients of its shard over ``data_comm`` (data/sync.py's GradientSync, attached to the step runner), so
+all D copies of a shard take the same step. The ranks' places: a Mesh of axes data × model (mesh.py).
 D = 1 is pure model parallelism; M = 1 pure data parallelism.
 
 The loss is a mean over the whole batch B, so row j scales its loss gradient by B_j/B before backward:
@@ -27,6 +28,7 @@ from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .data.sync import GradientSync
 from .mesh import Mesh, MeshShape
 
 __all__ = ["Grid", "allreduce_gradients", "hybrid_train_step"]
@@ -74,7 +76,8 @@ def hybrid_train_step(grid: Grid, model, loss_fn, optimizer, x: np.ndarray, targ
     rows = grid.batch_slice(len(x))
     share = (rows.stop - rows.start) / len(x)
     optimizer.zero_grad()
-    loss = StepRunner(model, ShardWeightedLoss(loss_fn, share)).forward_backward(x[rows], target[rows])
-    allreduce_gradients(grid.data_comm, model.parameters())
+    sync = GradientSync(model, grid.data_comm, overlap=False)        # the column's sum, after backward
+    runner = StepRunner(model, ShardWeightedLoss(loss_fn, share), [sync])
+    loss = runner.forward_backward(x[rows], target[rows])
     optimizer.step()
     return loss * share
