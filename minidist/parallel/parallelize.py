@@ -26,25 +26,16 @@ import numpy as np
 
 from minidist.collectives.primitives import pairwise_allreduce
 from minidist.nn import GPT, SwitchTransformer
+from minidist.nn.runner import StepRunner
+from minidist.precision.mixed import MixedPrecisionTrainer
 
+from .context.layout import positions
+from .data import GradientSync
 from .expert import ExpertParallelMoE
 from .grid_expert import switch_units
-from .grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
+from .grid_pipeline import DataPipelineGrid, _Share, gpt_units, tensor_gpt_units
 from .mesh import Mesh
-from .pipeline.chimera import chimera_schedule
-from .pipeline.interleaved import interleaved_schedule
-from .pipeline.schedule import gpipe_schedule, one_f_one_b_schedule
-from .pipeline.tasks import from_ops
-from .pipeline.zero_bubble import zero_bubble_schedule
-
-# name -> (task table for P ranks and M micro-batches, stages); interleaved: `chunks` stages per rank
-SCHEDULES = {
-    "gpipe": lambda P, M, v: (from_ops(gpipe_schedule(P, M)), P),
-    "1f1b": lambda P, M, v: (from_ops(one_f_one_b_schedule(P, M)), P),
-    "interleaved": lambda P, M, v: (interleaved_schedule(P, M, v), P * v),
-    "zb-h1": lambda P, M, v: (zero_bubble_schedule(P, M), P),
-    "chimera": lambda P, M, v: (chimera_schedule(P, M), P),
-}
+from .pipeline.registry import SCHEDULES, make_schedule
 
 
 def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: int = 1,
@@ -52,8 +43,10 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
                 sequence_parallel: bool = False) -> Trainer:
     """A Trainer of ``model`` (an unsplit nn.GPT or nn.SwitchTransformer, dropout 0, untied, built the same
     on every rank) over ``mesh``. optimizer: parameters -> optimizer; micro_batches: per token set;
-    schedule: a name of SCHEDULES (interleaved: ``chunks`` stages per rank); zero: 0 or 1 (the data
-    axis's ZeRO stage). ValueError for what the mesh cannot split (module docstring)."""
+    schedule: a name of pipeline/registry.SCHEDULES (interleaved: ``chunks`` stages per rank); zero: 0 or
+    1 (the data axis's ZeRO stage); mixed: None, or MixedPrecisionTrainer's keywords (``dict(fmt=BF16,
+    scaler=...)``: the recipe DataParallel takes, built here on the split model; no pipeline axis, one
+    micro-batch). ValueError for what the mesh cannot split (module docstring)."""
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a minidist.parallel.Mesh, got {type(mesh).__name__}")
     if not isinstance(model, GPT):
@@ -71,20 +64,29 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
         raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
     if zero not in (0, 1):
         raise ValueError(f"zero must be 0 or 1 (ZeRO-1 over the data axis), got {zero!r}")
-    if mixed is not None or sequence_parallel:
-        raise ValueError("mixed precision and sequence parallelism are not composed by parallelize yet")
-    table, stages = SCHEDULES[schedule](sizes["pipeline"], micro_batches, chunks)
-    return Trainer(model, mesh, loss_fn, optimizer, table, stages, micro_batches, zero)
+    if sequence_parallel:
+        raise ValueError("sequence parallelism is not composed by parallelize (the grid keeps the "
+                         "embeddings and the head whole)")
+    if mixed is not None and (not isinstance(mixed, dict) or sizes["pipeline"] > 1 or micro_batches != 1
+                              or zero):
+        raise ValueError("mixed must be a dict of MixedPrecisionTrainer's keywords (fmt=...), on a mesh "
+                         f"without a pipeline axis, one micro-batch and zero=0; got {mixed!r}, pipeline = "
+                         f"{sizes['pipeline']}, micro_batches = {micro_batches}, zero = {zero}")
+    options = {"chunks": chunks} if schedule == "interleaved" else {}
+    table = make_schedule(schedule, sizes["pipeline"], micro_batches, **options)
+    stages = 1 + max(t.stage for tick in table for t in tick)
+    return Trainer(model, mesh, loss_fn, optimizer, table, stages, micro_batches, zero, mixed)
 
 
 class Trainer:
     """parallelize's result: ``train_step(x, y) -> loss`` and ``full_state_dict()``. The grid is built on
     the first step, when the sequence length (which the context axis splits) is known."""
 
-    def __init__(self, model, mesh, loss_fn, make_optimizer, table, stages, micro_batches, zero):
+    def __init__(self, model, mesh, loss_fn, make_optimizer, table, stages, micro_batches, zero, mixed):
         self.model, self.mesh, self.loss_fn, self.make_optimizer = model, mesh, loss_fn, make_optimizer
         self.table, self.stages, self.micro_batches, self.zero = table, stages, micro_batches, zero
-        self.grid = self.optimizer = self.seq_len = None
+        self.mixed = mixed
+        self.grid = self.runner = self.optimizer = self.seq_len = None
         self.router_losses: list[float] = []
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -101,42 +103,71 @@ class Trainer:
         if s["context"] > 1 and x.shape[1] % (2 * s["context"]):
             raise ValueError(f"a sequence of {x.shape[1]} does not split into 2·context = "
                              f"{2 * s['context']} zigzag chunks")
-        if self.grid is None:
-            self._build(x.shape[1])
+        if self.grid is None and self.runner is None:
+            self._build(x.shape[1]) if self.mixed is None else self._build_mixed(x.shape[1])
         elif s["context"] > 1 and x.shape[1] != self.seq_len:
             raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {x.shape[1]}")
         self.router_losses.clear()
-        share = self.grid.train_step(x, y, self.optimizer)
+        share = self.grid.train_step(x, y, self.optimizer) if self.runner is None else self._mixed_step(x, y)
         mine = 0.0
         if self.mesh.coords["tensor"] == 0:      # the tensor ranks hold the same numbers: count one of them
             mine = (share or 0.0) + sum(self.router_losses)
         return float(pairwise_allreduce(self.mesh.comm, np.array([mine]))[0])
 
     def _build(self, seq_len: int) -> None:
-        s, model = self.mesh.sizes, self.model
+        s, model, mesh = self.mesh.sizes, self.model, self.mesh
         self.seq_len = seq_len
-        if s["expert"] > 1:
-            units = lambda tc, cc, ec: switch_units(tc, cc, ec, model, seq_len)   # noqa: E731
-        elif s["tensor"] > 1 or s["context"] > 1:
-            units = lambda tc, cc=None: tensor_gpt_units(tc, model, cc, seq_len)  # noqa: E731
-        else:
-            units = gpt_units(model)
         self.named = label_elements(model)
-        self.grid = DataPipelineGrid(self.mesh, units, loss_fn=self.loss_fn, schedule=self.table,
-                                     num_stages=self.stages, num_micro_batches=self.micro_batches,
-                                     data=s["data"], tensor=s["tensor"], context=s["context"],
-                                     expert=s["expert"], seq_len=seq_len, zero1=self.zero == 1)
-        self.held = list({id(p): p for p in self.grid.parameters()}.values())
-        self.labels = restore_values(self.named, self.held)
-        self.owner = owners(self.mesh.comm, self.labels, sum(v.size for _, _, v in self.named))
+        self.grid = DataPipelineGrid(mesh, lambda *groups: split_units(model, mesh, seq_len),
+                                     loss_fn=self.loss_fn, schedule=self.table, num_stages=self.stages,
+                                     num_micro_batches=self.micro_batches, data=s["data"], tensor=s["tensor"],
+                                     context=s["context"], expert=s["expert"], seq_len=seq_len,
+                                     zero1=self.zero == 1)
+        self._restore(self.grid.parameters())
         self.optimizer = self.grid.build_optimizer(self.make_optimizer)
         for moe in (m for m in self.grid.mine.modules() if isinstance(m, ExpertParallelMoE)):
             tally_router_loss(moe, self.router_losses)
 
+    def _build_mixed(self, seq_len: int) -> None:
+        """No pipeline: one step runner over the split units with GradientSync (partial sums, the data
+        group's buckets, the agreed overflow) and the MixedPrecisionTrainer, as DataParallel's."""
+        s, mesh = self.mesh.sizes, self.mesh
+        self.seq_len, self.named = seq_len, label_elements(self.model)
+        split_units(self.model, mesh, seq_len)                # in place: the runner steps the GPT's units
+        units, sets = self.model, s["data"] * s["expert"]
+        for moe in (m for m in units.modules() if isinstance(m, ExpertParallelMoE)):
+            moe.aux_loss_coef /= s["context"] * sets           # this rank's share, as the grid's
+            moe.z_loss_coef /= s["context"] * sets
+            tally_router_loss(moe, self.router_losses)
+        self._restore(units.parameters())
+        share = _Share(self.loss_fn, 1 / (s["context"] * sets))
+        self.optimizer = self.make_optimizer(self.held)
+        self.recipe = MixedPrecisionTrainer(units, self.optimizer, share, **self.mixed)
+        self.sync = GradientSync(units, mesh.group("data"), mixed=self.recipe, inf_group=mesh.comm)
+        self.runner = StepRunner(units, share, [self.sync, self.recipe])
+
+    def _mixed_step(self, x: np.ndarray, y: np.ndarray) -> float:
+        s, at = self.mesh.sizes, self.mesh.coords
+        sets, n = s["data"] * s["expert"], len(x)
+        k = at["data"] * s["expert"] + at["expert"]
+        x, y = x[k * n // sets:(k + 1) * n // sets], y[k * n // sets:(k + 1) * n // sets]
+        if s["context"] > 1:
+            where = positions(self.seq_len, s["context"], at["context"])
+            x, y = x[:, where], y[:, where]
+        self.optimizer.zero_grad()
+        loss = self.runner.forward_backward(x, y)
+        self.recipe.step(self.sync.found_inf)
+        return loss
+
+    def _restore(self, params) -> None:
+        self.held = list({id(p): p for p in params}.values())
+        self.labels = restore_values(self.named, self.held)
+        self.owner = owners(self.mesh.comm, self.labels, sum(v.size for _, _, v in self.named))
+
     def full_state_dict(self) -> dict[str, np.ndarray]:
         """{name: array}: model.state_dict() of the unsplit model as one process would hold it after the
         same steps, in the model's dtype, on every rank (each element sent by the one rank that owns it)."""
-        if self.grid is None:
+        if self.grid is None and self.runner is None:
             return self.model.state_dict()
         rank = self.mesh.comm.rank
         flat = np.zeros(sum(v.size for _, _, v in self.named))
@@ -150,6 +181,17 @@ class Trainer:
             start += value.size
         state.update({name: np.array(b, copy=True) for name, b in self.model.named_buffers()})
         return state
+
+
+def split_units(model: GPT, mesh: Mesh, seq_len: int):
+    """model split in place over the mesh's tensor, context and expert groups, as its units."""
+    s = mesh.sizes
+    context = mesh.group("context") if s["context"] > 1 else None
+    if s["expert"] > 1:
+        return switch_units(mesh.group("tensor"), context, mesh.group("expert"), model, seq_len)
+    if s["tensor"] > 1 or context is not None:
+        return tensor_gpt_units(mesh.group("tensor"), model, context, seq_len)
+    return gpt_units(model)
 
 
 def label_elements(model) -> list[tuple[str, object, np.ndarray]]:

@@ -8,6 +8,8 @@ the same on all ranks), and each step's loss the one process's objective (cross-
 bitwise the same on every rank. The pairs run two at a time on the halves of one 8-rank cluster, the triples
 one after another on another: three cluster runs in all.
 
+Mixed precision (BF16) on data × tensor is checked against DataParallel with the same recipe.
+
 One process routes a Switch model's tokens in S·M groups (S = data × expert token sets, M micro-batches),
 as the mesh does. With a context axis a group is a rank's zigzag positions, which no contiguous grouping
 matches: capacity factor E (nothing dropped) and the z-loss only (as test_parallel_grid_expert.py).
@@ -20,8 +22,10 @@ import pytest
 
 from minidist.cluster import run
 from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
-from minidist.optim import AdamW
-from minidist.parallel import Mesh, parallelize
+from minidist.optim import SGD, AdamW
+from minidist.parallel import DataParallel, Mesh, parallelize
+from minidist.precision import BF16, StaticLossScaler
+from minidist.precision.mixed import MixedPrecisionTrainer
 
 STEPS, N, T, V = 3, 8, 8, 11
 AXES = ("data", "pipeline", "tensor", "context", "expert")
@@ -142,6 +146,36 @@ def test_parallel_parallelize_four_axes_on_16_ranks_train_like_one_process():
 
 
 
+def _mixed(comm, how):
+    """3 SGD steps in BF16 (static loss scale 256) of a float32 GPT: through parallelize on data 2 × tensor 2,
+    through DataParallel on data 2, or (how="fp32") parallelize without the recipe."""
+    model, (x, y) = GPT(V, T, 2, 8, 2, rng=np.random.default_rng(5)), batch()
+    recipe = dict(fmt=BF16, scaler=StaticLossScaler(256.0))
+    if how == "DataParallel":
+        opt = SGD(model.parameters(), lr=0.1)
+        mixed = MixedPrecisionTrainer(model, opt, CrossEntropyLoss(), **recipe)
+        trainer = DataParallel(comm, model, opt, CrossEntropyLoss(), mixed=mixed)
+        return [trainer.train_step(x, y) for _ in range(STEPS)], model.state_dict()
+    trainer = parallelize(model, Mesh(comm, data=2, tensor=2), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: SGD(params, lr=0.1),
+                          mixed=recipe if how == "bf16" else None)
+    return [trainer.train_step(x, y) for _ in range(STEPS)], trainer.full_state_dict()
+
+
+def test_parallel_parallelize_mixed_precision_inside_a_hybrid_is_data_parallels_recipe():
+    """data 2 × tensor 2 in BF16 equals DataParallel's BF16 recipe on data 2 per parameter (the tensor split
+    changes only float32 rounding inside the blocks), and differs from float32 training by far more: the
+    recipe ran. SGD, not AdamW: Adam's normalisation turns the BF16 rounding of a tiny gradient — rounded
+    per replica here, once in one process — into a step of lr, so no tolerance would be meaningful."""
+    (losses, state), *_ = run(_mixed, 4, "bf16", timeout=120)
+    (first, expected), (second, _) = run(_mixed, 2, "DataParallel", timeout=120)
+    (_, plain), *_ = run(_mixed, 4, "fp32", timeout=120)
+    np.testing.assert_allclose(losses, np.add(first, second) / 2, rtol=1e-5)     # the replicas' mean
+    for name, value in expected.items():
+        np.testing.assert_allclose(state[name], value, rtol=0, atol=1e-5, err_msg=name)
+    assert max(np.abs(plain[name] - value).max() for name, value in expected.items()) > 1e-4
+
+
 def _bad(comm, case):
     sizes = {"heads": dict(tensor=4), "dense": dict(expert=4)}.get(case, dict(data=2, context=2))
     options = {"zero": dict(zero=2), "schedule": dict(schedule="1F1B")}.get(case, {})
@@ -160,7 +194,7 @@ def _bad(comm, case):
     ("switch", "a SwitchTransformer is split by the expert axis: expert must be > 1"),
     ("batch", r"a batch of 3 does not split into data × expert × micro_batches = 2 equal parts"),
     ("zero", "zero must be 0 or 1"),
-    ("schedule", r"schedule must be one of \['1f1b', 'chimera', 'gpipe', 'interleaved', 'zb-h1'\], got"),
+    ("schedule", r"schedule must be one of \['1f1b', 'chimera', 'gpipe', 'interleaved', 'naive', 'zb-h1'\]"),
     ("sequence", r"a sequence of 6 does not split into 2·context = 4 zigzag chunks"),
 ])
 def test_parallel_parallelize_refuses_what_the_mesh_cannot_split(case, message):
