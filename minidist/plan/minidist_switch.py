@@ -17,10 +17,10 @@ rank. (Top-1 routing's loads depend on the tokens: this module refuses k < E.) P
                 backward the two token all-to-alls again
     tensor      attention's g forward and f backward (n·d words), and per local expert its MegatronMLP's
                 g forward and f backward (R·d words): pairwise all-reduces over t
-    context     ring attention as the dense block's; backward ends with the sum of all the block's
-                parameters on this rank over the context group (a pairwise all-reduce)
-    step end    AverageGradients: one ring all-reduce of the replicated parameters (all but the experts)
-                over the expert group; then the grid's context and data all-reduces as for a GPT
+    context     ring attention as the dense block's
+    step end    the partial sums: one pairwise all-reduce of every parameter on this rank over the context
+                group, one of the replicated parameters (all but the experts) over the expert group; then
+                the data group's all-reduce as for a GPT
     activations per block (itemsize i): the norms and the attention as TensorParallelBlock keeps them
                 (tensor/transformer_cost.py), the router's input n·d·i, the counts 2·8·E, the combined
                 outputs E·n·d·i, and per local expert (R·d + 3·R·f/t)·i (its input, GELU's input and cdf,
