@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 from minidist.nn import GELU, Sequential, SwitchTransformer
 from minidist.nn.runner import StepRunner
+from minidist.parallel.data.shards import ShardWeightedLoss
+from minidist.parallel.data.sync import GradientSync
 from minidist.parallel.mesh import Mesh, MeshShape
 from minidist.parallel.tensor import MegatronMLP
 
-from .expert_parallel import ExpertParallelMoE
-from .replicas import AverageGradients
+from .transform import expert_parallel
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ class LayoutGroups:
 
 
 def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransformer:
-    """Split ``model`` (built the same on every rank) in place for this rank; returns it."""
+    """Split ``model`` (built the same on every rank) in place for this rank; returns it. Each rank's
+    objective is its share 1/S of the mean over the S = D·E token sets: its router losses are scaled here,
+    its cross-entropy by train_step."""
     layout = groups.layout
     for block in model.blocks:
         moe = block.mlp
@@ -80,20 +83,24 @@ def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransfo
         if layout.model > 1:
             moe.experts = [MegatronMLP(groups.model_comm, ex.layers[0], ex.layers[2], GELU())
                            for ex in moe.experts]
-        if layout.expert > 1:
-            block.mlp = ExpertParallelMoE(groups.expert_comm, moe)
+        moe.aux_loss_coef /= layout.token_sets
+        moe.z_loss_coef /= layout.token_sets
+    if layout.expert > 1:       # the replicated parameters become partial sums over the expert group
+        expert_parallel(model, groups.expert_comm)
     return model
 
 
 def train_step(groups: LayoutGroups, model, loss_fn, optimizer, tokens, targets) -> float:
-    """One step on this rank's token set through the step runner: forward, loss, backward (the MoE layers
-    add their router losses' gradients), the averaging at end_backward, update. Returns the loss with the
-    router losses."""
+    """One step on this rank's token set through the step runner: forward, loss (its share 1/S), backward
+    (the MoE layers add their router losses' gradients); GradientSync sums the replicated parameters over
+    the expert group (their partial_over) and every parameter over the replicas; update. Returns the token
+    set's loss with its router losses."""
     optimizer.zero_grad()
-    average = AverageGradients(groups.comm, model, groups.replica_comm, groups.layout.token_sets)
-    loss = StepRunner(model, loss_fn, [average]).forward_backward(tokens, targets)
+    sync = GradientSync(model, groups.replica_comm, overlap=False)
+    S = groups.layout.token_sets
+    loss = StepRunner(model, ShardWeightedLoss(loss_fn, 1 / S), [sync]).forward_backward(tokens, targets)
     optimizer.step()
-    return loss + model.router_loss
+    return loss + model.router_loss * S
 
 
 def held_weights(model: SwitchTransformer) -> dict[str, tuple]:
