@@ -13,16 +13,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "minidist"
 
 
-def sources(under: Path = PACKAGE) -> dict[Path, ast.Module]:
-    return {path: ast.parse(path.read_text(), str(path)) for path in sorted(under.rglob("*.py"))}
+def sources(root: Path = ROOT) -> dict[Path, ast.Module]:
+    """{path relative to root: its parsed source} for every .py file under root/minidist."""
+    return {path.relative_to(root): ast.parse(path.read_text(), str(path))
+            for path in sorted((root / "minidist").rglob("*.py"))}
 
 
 def where(path: Path, node: ast.AST) -> str:
     name = getattr(node, "name", "")
-    return f"{path.relative_to(ROOT)}:{node.lineno}" + (f" {name}" if name else "")
+    return f"{path}:{node.lineno}" + (f" {name}" if name else "")
 
 
 def tops(trees):
@@ -101,7 +102,7 @@ def hand_rolled_allreduces(trees) -> list[str]:
 
 
 def module_of(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -200,8 +201,15 @@ CHECKS = [
 ]
 
 
-def main(argv: list[str]) -> int:
-    trees, verbose, failed = sources(), "-v" in argv, 0
+def counts(root: Path = ROOT) -> dict[str, list[str]]:
+    """{check's name: the places it found} for the tree at root."""
+    trees = sources(root)
+    return {name: measure(trees) for name, measure, _ in CHECKS}
+
+
+def main(argv: list[str], root: Path | None = None) -> int:
+    root = ROOT if root is None else root
+    trees, verbose, failed = sources(root), "-v" in argv, 0
     print(f"{'check':40} {'count':>5} {'target':>6}")
     for name, measure, target in CHECKS:
         found = measure(trees)
@@ -210,7 +218,7 @@ def main(argv: list[str]) -> int:
         print(f"{name:40} {len(found):5d} {'-' if target is None else target:>6}{'  OVER' if over else ''}")
         for place in found if verbose or over else []:
             print(f"    {place}")
-    print(f"{'lines of minidist/parallel/':40} {lines(PACKAGE / 'parallel'):5d}")
+    print(f"{'lines of minidist/parallel/':40} {lines(root / 'minidist' / 'parallel'):5d}")
     return 1 if failed else 0
 
 
