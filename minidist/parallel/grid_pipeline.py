@@ -36,9 +36,11 @@ from minidist.nn.checkpoint import forward_flops
 from .context import context_parallel
 from .context.layout import positions
 from .data import GradientSync
+from .data.comm import DEFAULT_BUCKET_BYTES
 from .expert import ExpertParallelMoE
 from .mesh import Mesh
 from .pipeline.pipeline import Pipeline
+from .pipeline.registry import make_schedule
 from .pipeline.tasks import TaskSchedule
 from .tensor import tensor_parallel
 from .tensor.comm import sum_partial_gradients
@@ -119,12 +121,15 @@ class DataPipelineGrid:
     (tensor_comm, context_comm or None, expert_comm) -> Sequential with expert > 1 (grid_expert.switch_units);
     schedule: a task table (or a name of pipeline/registry.py) for P ranks, num_stages stages,
     num_micro_batches micro-batches; loss_fn: mean loss per micro-batch; zero1: shard the optimizer over the
-    data group (build it with build_optimizer).
+    data group (build it with build_optimizer); overlap: each stage's runner gets a GradientSync (buckets of
+    bucket_bytes sent as the stage's last backward completes them, partial sums per unit) instead of one
+    sum after the table (which is what the planner's minidist mode prices).
     """
 
     def __init__(self, comm, model, *, loss_fn, schedule: TaskSchedule, num_stages: int,
                  num_micro_batches: int, data: int, tensor: int = 1, context: int = 1, expert: int = 1,
-                 seq_len: int | None = None, zero1: bool = False):
+                 seq_len: int | None = None, zero1: bool = False, overlap: bool = False,
+                 bucket_bytes: int | None = DEFAULT_BUCKET_BYTES):
         mesh = comm if isinstance(comm, Mesh) else None
         comm = comm.comm if mesh else comm
         _check_divides("data", data, comm.world_size)
@@ -158,13 +163,24 @@ class DataPipelineGrid:
             # its share of the batch (equal micro-batches), as _Share does the loss
             moe.aux_loss_coef /= num_micro_batches * context * sets
             moe.z_loss_coef /= num_micro_batches * context * sets
+        if isinstance(schedule, str):
+            schedule = make_schedule(schedule, self.pipe_size, num_micro_batches)
+        # a table with W tasks completes the weight gradients after the last B: then one sum after the table
+        late = any(t.kind == "W" for tick in schedule for t in tick)
+        self.overlap, self.stage_syncs = bool(overlap) and not self.zero1 and not late, []
+
+        def stage_sync(k, stage):     # DataParallel's buckets, sent while the stage's last backward runs
+            self.stage_syncs.append(GradientSync(stage, self.data_comm, bucket_bytes=bucket_bytes))
+            return self.stage_syncs[-1:]
+
         self.pipeline = Pipeline(self.pipe_comm, self.model, loss_fn=_Share(loss_fn, 1 / (context * sets)),
                                  schedule=schedule, num_stages=num_stages,
-                                 num_micro_batches=num_micro_batches)
+                                 num_micro_batches=num_micro_batches,
+                                 stage_attachments=stage_sync if self.overlap else None)
         self.mine = Sequential(*(self.pipeline.stages[k] for k in sorted(self.pipeline.stages)))
         self.sync = None
-        if not self.zero1:              # the data group's sum, after the table (its end_backward)
-            self.sync = GradientSync(self.mine, self.data_comm)
+        if not self.zero1 and not self.overlap:      # the data group's sum, after the table (end_backward)
+            self.sync = GradientSync(self.mine, self.data_comm, bucket_bytes=bucket_bytes)
             self.pipeline.attachments.append(self.sync)
 
     def parameters(self):
@@ -197,7 +213,8 @@ class DataPipelineGrid:
             where = positions(self.seq_len, self.context, self.context_rank)
             x, target = x[:, where], target[:, where]
         loss = self.pipeline.train_step(x, target)       # ends with GradientSync's data sum (zero1: none)
-        sum_partial_gradients(self.parameters())          # over the context and expert groups
+        if not self.overlap:                              # (overlap: the stages' GradientSyncs did them)
+            sum_partial_gradients(self.parameters())      # over the context and expert groups
         if self.zero1:
             self.sync.step()                              # reduce-scatter, step the shards, allgather
         else:

@@ -10,10 +10,12 @@ The axes (mesh.py's order): the batch's rows are split over the D·E (data, expe
 s = d·E + j trains rows [s·N/S, (s+1)·N/S), S = D·E — and each row's positions over the C context ranks
 (zigzag); the model is cut into units (embeddings, blocks, ln_f, head) and pipelined over P ranks by the
 schedule's task table, each stage's blocks split over the tensor group (Megatron), running ring attention
-over the context group and, in a Switch model, their experts over the expert group. The data group then
-averages the gradients (or ZeRO-1 reduce-scatters them, each rank stepping 1/D of the optimizer state).
-grid_pipeline.DataPipelineGrid runs it; this file chooses the units and the table, gathers the loss
-and the state.
+over the context group and, in a Switch model, their experts over the expert group (the transforms, in
+place). Each stage's runner carries a GradientSync: the partial sums over the context and expert groups,
+then DataParallel's buckets over the data group, sent while the stage's last backward runs (zero=1: one
+sum after the table, reduce-scattered, each rank stepping 1/D of the optimizer state).
+grid_pipeline.DataPipelineGrid runs it; this file chooses the units and the table, gathers the loss and
+the state.
 
 Returned loss: Σ over the ranks of tensor rank 0 of their share of the cross-entropy (a last stage's) plus
 their MoE layers' router losses (scaled to their share), summed by one allreduce: the same bits on every
@@ -122,7 +124,7 @@ class Trainer:
                                      loss_fn=self.loss_fn, schedule=self.table, num_stages=self.stages,
                                      num_micro_batches=self.micro_batches, data=s["data"], tensor=s["tensor"],
                                      context=s["context"], expert=s["expert"], seq_len=seq_len,
-                                     zero1=self.zero == 1)
+                                     zero1=self.zero == 1, overlap=True)
         self._restore(self.grid.parameters())
         self.optimizer = self.grid.build_optimizer(self.make_optimizer)
         for moe in (m for m in self.grid.mine.modules() if isinstance(m, ExpertParallelMoE)):
