@@ -27,17 +27,19 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives.primitives import pairwise_allreduce
-from minidist.nn import GPT, SwitchTransformer
+from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
 from minidist.nn.runner import StepRunner
 from minidist.precision.mixed import MixedPrecisionTrainer
 
+from .context import context_parallel
 from .context.layout import positions
 from .data import GradientSync
-from .expert import ExpertParallelMoE
+from .expert import ExpertParallelMoE, expert_parallel
 from .grid_expert import switch_units
 from .grid_pipeline import DataPipelineGrid, _Share, gpt_units, tensor_gpt_units
 from .mesh import Mesh
 from .pipeline.registry import SCHEDULES, make_schedule
+from .tensor import VocabParallelCrossEntropy, tensor_parallel
 
 
 def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: int = 1,
@@ -47,8 +49,10 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
     on every rank) over ``mesh``. optimizer: parameters -> optimizer; micro_batches: per token set;
     schedule: a name of pipeline/registry.SCHEDULES (interleaved: ``chunks`` stages per rank); zero: 0 or
     1 (the data axis's ZeRO stage); mixed: None, or MixedPrecisionTrainer's keywords (``dict(fmt=BF16,
-    scaler=...)``: the recipe DataParallel takes, built here on the split model; no pipeline axis, one
-    micro-batch). ValueError for what the mesh cannot split (module docstring)."""
+    scaler=...)``: the recipe DataParallel takes, built here on the split model); sequence_parallel: the
+    tensor axis also splits the tokens between its all-reduces (Korthikanti et al.). Mixed precision and
+    sequence parallelism run without a pipeline axis, on one micro-batch. ValueError for what the mesh
+    cannot split (module docstring)."""
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a minidist.parallel.Mesh, got {type(mesh).__name__}")
     if not isinstance(model, GPT):
@@ -66,29 +70,32 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
         raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
     if zero not in (0, 1):
         raise ValueError(f"zero must be 0 or 1 (ZeRO-1 over the data axis), got {zero!r}")
-    if sequence_parallel:
-        raise ValueError("sequence parallelism is not composed by parallelize (the grid keeps the "
-                         "embeddings and the head whole)")
-    if mixed is not None and (not isinstance(mixed, dict) or sizes["pipeline"] > 1 or micro_batches != 1
-                              or zero):
-        raise ValueError("mixed must be a dict of MixedPrecisionTrainer's keywords (fmt=...), on a mesh "
-                         f"without a pipeline axis, one micro-batch and zero=0; got {mixed!r}, pipeline = "
-                         f"{sizes['pipeline']}, micro_batches = {micro_batches}, zero = {zero}")
+    if mixed is not None and not isinstance(mixed, dict):
+        raise ValueError(f"mixed must be a dict of MixedPrecisionTrainer's keywords (fmt=...), got {mixed!r}")
+    if sequence_parallel and (sizes["tensor"] == 1 or not isinstance(loss_fn, CrossEntropyLoss)):
+        raise ValueError("sequence_parallel needs a tensor axis > 1 and loss_fn a CrossEntropyLoss (the head "
+                         "is split by vocabulary: VocabParallelCrossEntropy takes its place)")
+    if (mixed is not None or sequence_parallel) and (sizes["pipeline"] > 1 or micro_batches != 1 or zero):
+        raise ValueError(f"mixed precision and sequence parallelism run without a pipeline axis, on one "
+                         f"micro-batch and zero=0; got pipeline = {sizes['pipeline']}, micro_batches = "
+                         f"{micro_batches}, zero = {zero}")
     options = {"chunks": chunks} if schedule == "interleaved" else {}
     table = make_schedule(schedule, sizes["pipeline"], micro_batches, **options)
     stages = 1 + max(t.stage for tick in table for t in tick)
-    return Trainer(model, mesh, loss_fn, optimizer, table, stages, micro_batches, zero, mixed)
+    return Trainer(model, mesh, loss_fn, optimizer, table, stages, micro_batches, zero, mixed,
+                   bool(sequence_parallel))
 
 
 class Trainer:
     """parallelize's result: ``train_step(x, y) -> loss`` and ``full_state_dict()``. The grid is built on
     the first step, when the sequence length (which the context axis splits) is known."""
 
-    def __init__(self, model, mesh, loss_fn, make_optimizer, table, stages, micro_batches, zero, mixed):
+    def __init__(self, model, mesh, loss_fn, make_optimizer, table, stages, micro_batches, zero, mixed,
+                 sequence_parallel):
         self.model, self.mesh, self.loss_fn, self.make_optimizer = model, mesh, loss_fn, make_optimizer
         self.table, self.stages, self.micro_batches, self.zero = table, stages, micro_batches, zero
-        self.mixed = mixed
-        self.grid = self.runner = self.optimizer = self.seq_len = None
+        self.mixed, self.sequence_parallel = mixed, sequence_parallel
+        self.grid = self.runner = self.recipe = self.optimizer = self.seq_len = None
         self.router_losses: list[float] = []
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -106,11 +113,12 @@ class Trainer:
             raise ValueError(f"a sequence of {x.shape[1]} does not split into 2·context = "
                              f"{2 * s['context']} zigzag chunks")
         if self.grid is None and self.runner is None:
-            self._build(x.shape[1]) if self.mixed is None else self._build_mixed(x.shape[1])
+            one_runner = self.mixed is not None or self.sequence_parallel
+            self._build_runner(x.shape[1]) if one_runner else self._build(x.shape[1])
         elif s["context"] > 1 and x.shape[1] != self.seq_len:
             raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {x.shape[1]}")
         self.router_losses.clear()
-        share = self.grid.train_step(x, y, self.optimizer) if self.runner is None else self._mixed_step(x, y)
+        share = self.grid.train_step(x, y, self.optimizer) if self.runner is None else self._runner_step(x, y)
         mine = 0.0
         if self.mesh.coords["tensor"] == 0:      # the tensor ranks hold the same numbers: count one of them
             mine = (share or 0.0) + sum(self.router_losses)
@@ -130,25 +138,36 @@ class Trainer:
         for moe in (m for m in self.grid.mine.modules() if isinstance(m, ExpertParallelMoE)):
             tally_router_loss(moe, self.router_losses)
 
-    def _build_mixed(self, seq_len: int) -> None:
-        """No pipeline: one step runner over the split units with GradientSync (partial sums, the data
-        group's buckets, the agreed overflow) and the MixedPrecisionTrainer, as DataParallel's."""
-        s, mesh = self.mesh.sizes, self.mesh
-        self.seq_len, self.named = seq_len, label_elements(self.model)
-        split_units(self.model, mesh, seq_len)                # in place: the runner steps the GPT's units
-        units, sets = self.model, s["data"] * s["expert"]
+    def _build_runner(self, seq_len: int) -> None:
+        """No pipeline: one step runner over the split GPT's units with GradientSync (partial sums, the data
+        group's buckets, the agreed overflow) and the MixedPrecisionTrainer, as DataParallel's. Sequence
+        parallelism splits the whole GPT (the vocabulary too: the loss becomes VocabParallelCrossEntropy)."""
+        s, mesh, model = self.mesh.sizes, self.mesh, self.model
+        self.seq_len, self.named = seq_len, label_elements(model)
+        loss_fn = self.loss_fn
+        if self.sequence_parallel:
+            tensor_parallel(model, mesh.group("tensor"), sequence_parallel=True)
+            if s["context"] > 1:
+                context_parallel(model, mesh.group("context"), seq_len=seq_len)
+            if s["expert"] > 1:
+                expert_parallel(model, mesh.group("expert"))
+            loss_fn = VocabParallelCrossEntropy(mesh.group("tensor"), model.vocab_size)
+        else:
+            split_units(model, mesh, seq_len)                 # in place: the runner steps the GPT's units
+        units, sets = model, s["data"] * s["expert"]
         for moe in (m for m in units.modules() if isinstance(m, ExpertParallelMoE)):
             moe.aux_loss_coef /= s["context"] * sets           # this rank's share, as the grid's
             moe.z_loss_coef /= s["context"] * sets
             tally_router_loss(moe, self.router_losses)
         self._restore(units.parameters())
-        share = _Share(self.loss_fn, 1 / (s["context"] * sets))
+        share = _Share(loss_fn, 1 / (s["context"] * sets))
         self.optimizer = self.make_optimizer(self.held)
-        self.recipe = MixedPrecisionTrainer(units, self.optimizer, share, **self.mixed)
+        if self.mixed is not None:
+            self.recipe = MixedPrecisionTrainer(units, self.optimizer, share, **self.mixed)
         self.sync = GradientSync(units, mesh.group("data"), mixed=self.recipe, inf_group=mesh.comm)
-        self.runner = StepRunner(units, share, [self.sync, self.recipe])
+        self.runner = StepRunner(units, share, [self.sync] + ([self.recipe] if self.recipe else []))
 
-    def _mixed_step(self, x: np.ndarray, y: np.ndarray) -> float:
+    def _runner_step(self, x: np.ndarray, y: np.ndarray) -> float:
         s, at = self.mesh.sizes, self.mesh.coords
         sets, n = s["data"] * s["expert"], len(x)
         k = at["data"] * s["expert"] + at["expert"]
@@ -158,7 +177,10 @@ class Trainer:
             x, y = x[:, where], y[:, where]
         self.optimizer.zero_grad()
         loss = self.runner.forward_backward(x, y)
-        self.recipe.step(self.sync.found_inf)
+        if self.recipe is not None:
+            self.recipe.step(self.sync.found_inf)
+        else:
+            self.optimizer.step()
         return loss
 
     def _restore(self, params) -> None:

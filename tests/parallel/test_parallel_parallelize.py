@@ -8,7 +8,8 @@ the same on all ranks), and each step's loss the one process's objective (cross-
 bitwise the same on every rank. The pairs run two at a time on the halves of one 8-rank cluster, the triples
 one after another on another: three cluster runs in all.
 
-Mixed precision (BF16) on data × tensor is checked against DataParallel with the same recipe.
+Sequence parallelism on data × tensor and tensor × context is checked like the pairs; mixed precision (BF16)
+on data × tensor against DataParallel with the same recipe.
 
 One process routes a Switch model's tokens in S·M groups (S = data × expert token sets, M micro-batches),
 as the mesh does. With a context axis a group is a rank's zigzag positions, which no contiguous grouping
@@ -146,6 +147,26 @@ def test_parallel_parallelize_four_axes_on_16_ranks_train_like_one_process():
 
 
 
+def _sequence(comm):
+    """Two 4-rank meshes at once, on the halves of 8 ranks: data × tensor and tensor × context, each with
+    sequence parallelism on the tensor axis."""
+    half = comm.split(color=comm.rank // 4, key=comm.rank % 4)
+    sizes = [dict(data=2, tensor=2), dict(tensor=2, context=2)][comm.rank // 4]
+    model, (x, y) = build(False), batch()
+    trainer = parallelize(model, Mesh(half, **sizes), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: AdamW(params, lr=0.01), sequence_parallel=True)
+    losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+    split = model.blocks[0].ln1.weight.partial_over       # the norms saw T/t tokens: summed over tensor
+    return trainer.full_state_dict(), losses, len(split) == 1 and split[0].world_size == 2
+
+
+def test_parallel_parallelize_sequence_parallelism_trains_like_one_process():
+    results = run(_sequence, 8, timeout=120)
+    assert all(sequence for *_, sequence in results)
+    check(("data", "tensor"), [result[:2] for result in results[:4]])
+    check(("tensor", "context"), [result[:2] for result in results[4:]])
+
+
 def _mixed(comm, how):
     """3 SGD steps in BF16 (static loss scale 256) of a float32 GPT: through parallelize on data 2 × tensor 2,
     through DataParallel on data 2, or (how="fp32") parallelize without the recipe."""
@@ -178,7 +199,8 @@ def test_parallel_parallelize_mixed_precision_inside_a_hybrid_is_data_parallels_
 
 def _bad(comm, case):
     sizes = {"heads": dict(tensor=4), "dense": dict(expert=4)}.get(case, dict(data=2, context=2))
-    options = {"zero": dict(zero=2), "schedule": dict(schedule="1F1B")}.get(case, {})
+    options = {"zero": dict(zero=2), "schedule": dict(schedule="1F1B"),
+               "sequence_parallel": dict(sequence_parallel=True)}.get(case, {})
     trainer = parallelize(build(case == "switch"), Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
                           optimizer=lambda params: AdamW(params), micro_batches=1, **options)
     x, y = batch()
@@ -194,6 +216,7 @@ def _bad(comm, case):
     ("switch", "a SwitchTransformer is split by the expert axis: expert must be > 1"),
     ("batch", r"a batch of 3 does not split into data × expert × micro_batches = 2 equal parts"),
     ("zero", "zero must be 0 or 1"),
+    ("sequence_parallel", "sequence_parallel needs a tensor axis > 1"),
     ("schedule", r"schedule must be one of \['1f1b', 'chimera', 'gpipe', 'interleaved', 'naive', 'zb-h1'\]"),
     ("sequence", r"a sequence of 6 does not split into 2·context = 4 zigzag chunks"),
 ])
