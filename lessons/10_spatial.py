@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.cluster import Device, LinkModel, run, run_traced
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import Conv2d
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
 from minidist.parallel.spatial.cost import forward_time_1d, rehearse_conv_step
@@ -201,6 +202,7 @@ def real_and_rehearsed(comm, size):
     y = layer.forward(np.ascontiguousarray(x))
     middle = comm.clock
     layer.backward(np.ones_like(y))
+    sum_partial_gradients(layer.parameters(), algorithm="ring")   # the weight gradient, summed over the grid
     real = (middle - start, comm.clock - middle)
     comm.barrier()
     return real, rehearse_conv_step(comm, layer.plan, 2, 4, 4, dtype=np.float32)

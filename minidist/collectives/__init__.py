@@ -10,6 +10,7 @@ are in ``minidist.collectives.cost``.
 
 from minidist.collectives.allreduce import ALGORITHMS, allreduce, choose_algorithm
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
+from minidist.collectives.partial import sum_gradients, sum_partial_gradients
 from minidist.collectives.primitives import (
                                              allgather,
                                              alltoall,
@@ -23,4 +24,5 @@ from minidist.collectives.primitives import (
 )
 
 __all__ = ["ALGORITHMS", "TOPOLOGY_ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
-           "choose_algorithm", "gather", "pairwise_allreduce", "reduce", "reduce_scatter", "scatter"]
+           "choose_algorithm", "gather", "pairwise_allreduce", "reduce", "reduce_scatter", "scatter",
+           "sum_gradients", "sum_partial_gradients"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run
-from minidist.collectives import ALGORITHMS
+from minidist.collectives import ALGORITHMS, sum_partial_gradients
 from minidist.nn import BatchNorm2d, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.spatial import grid_blocks, spatialize
@@ -40,6 +40,7 @@ def train(model, forward_input):
         optimizer.zero_grad()
         losses.append(loss_fn.forward(model.forward(forward_input(x)), labels))
         model.backward(loss_fn.backward())
+        sum_partial_gradients(model.parameters(), algorithm="ring")   # the convs': summed over the blocks
         optimizer.step()
     return losses
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import AvgPool2d, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.spatial import GridAllgather, SpatialConv2d, grid_blocks, spatialize
@@ -36,6 +37,7 @@ def train(model, forward_input, steps=STEPS):
         optimizer.zero_grad()
         losses.append(loss_fn.forward(model.forward(forward_input(x)), labels))
         model.backward(loss_fn.backward())
+        sum_partial_gradients(model.parameters(), algorithm="ring")   # the convs': summed over the blocks
         optimizer.step()
     return losses
 
@@ -74,6 +76,7 @@ def accumulate_worker(comm):
     for _ in range(2):                                # two backward passes without zero_grad
         y = layer.forward(np.ascontiguousarray(x[:, :, rows, cols]))
         layer.backward(np.ones_like(y))
+    sum_partial_gradients(conv.parameters(), algorithm="ring")    # once, after both passes
     return [p.grad for p in conv.parameters()]
 
 

@@ -14,6 +14,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import ClusterError, run
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import AvgPool2d, Conv2d, MaxPool2d
 from minidist.parallel.spatial import (
     SpatialAvgPool2d,
@@ -66,6 +67,7 @@ def worker(comm, grid, cases):
                  comm.stats.messages_received)
         (r0, r1), (c0, c1) = spatial.plan.out_block(comm.rank)
         dx_local = spatial.backward(np.ascontiguousarray(dy[:, :, r0:r1, c0:c1]))
+        sum_partial_gradients(layer.parameters(), algorithm="ring")   # a conv's: summed over the blocks
         results.append({
             "y": gather_from_grid(comm, y_local, grid), "dx": gather_from_grid(comm, dx_local, grid),
             "grads": [p.grad.copy() for p in layer.parameters()],

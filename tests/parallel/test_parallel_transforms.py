@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minidist.cluster import run
+from minidist.cluster import ClusterError, run
 from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
 from minidist.nn.runner import StepRunner
 from minidist.optim import AdamW
@@ -158,3 +158,9 @@ def test_transforms_refuse_what_they_cannot_split():
         tensor_parallel(gpt.blocks[0].attn, None)
     with pytest.raises(TypeError, match="nn.GPT"):
         context_parallel(gpt.ln_f, None)
+    with pytest.raises(ClusterError, match="sequence parallelism with a mixture-of-experts"):
+        run(lambda comm: tensor_parallel(_model(switch=True), comm, sequence_parallel=True), 2)
+    with pytest.raises(ClusterError, match="dropout = 0 only"):
+        run(lambda comm: context_parallel(GPT(V, BLOCK, 1, D, HEADS, dropout=0.1), comm), 2)
+    with pytest.raises(ClusterError, match="layout must be one of"):
+        run(lambda comm: context_parallel(_model(switch=False), comm, layout="spiral"), 2)

@@ -18,9 +18,9 @@ already gave each rank. ``AverageGradients`` attaches it to the step runner (its
 
 from __future__ import annotations
 
+from minidist.collectives import sum_gradients
 from minidist.nn import Module, MoE, Parameter
 from minidist.nn.runner import Attachment
-from minidist.parallel.data.comm import allreduce_gradients
 
 from .expert_parallel import ExpertParallelMoE
 
@@ -46,12 +46,12 @@ def average_gradients(comm, model: Module, replica_comm=None, token_sets: int | 
     """
     world, token_sets = comm.world_size, _check_token_sets(comm, token_sets)
     replicated = replicated_parameters(model)
-    allreduce_gradients(comm, replicated)
+    sum_gradients(comm, replicated, algorithm="ring")       # one flat ring all-reduce
     for p in replicated:
         p.grad /= world
     experts = expert_parameters(model)
     if replica_comm is not None:
-        allreduce_gradients(replica_comm, experts)
+        sum_gradients(replica_comm, experts, algorithm="ring")
     for p in experts:
         p.grad /= token_sets
 

@@ -11,7 +11,9 @@ split of H and of W (rank = i·Pw + j). One layer, on each rank:
                y_local = layer(pad(window))               the ordinary single-process layer, padding 0
     backward:  d_window = layer.backward(dy_local)        includes the gradient of the halo part
                dx_local = return_halo_gradient(d_window)  halo gradients go home and are added
-               weight.grad += allreduce(local weight gradient)   (conv: the sum is the full gradient)
+A conv's weight and bias gradients are then sums over this rank's block only: SpatialConv2d marks them
+partial over the grid (``Parameter.partial_over``), and the gradient sync (GradientSync, or
+minidist.parallel.tensor.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
 
 Halos wider than a neighbour's piece are fetched from the ranks beyond it (multi-hop). More ranks along
 an axis than the layer has output rows is a ValueError at construction. FLOPs are charged to the
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives import allgather, allreduce, gather, scatter
+from minidist.collectives import allgather, gather, scatter
 from minidist.nn import (
     GELU,
     AvgPool2d,
@@ -37,7 +39,6 @@ from minidist.nn import (
     Sigmoid,
     Tanh,
 )
-from minidist.nn.flat import flatten, views
 
 from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
@@ -107,21 +108,8 @@ class SpatialConv2d(_SpatialLayer):
         # The same Parameter objects (the new layer's random initial values are dropped): one set of weights.
         local.weight, local.bias = conv.weight, conv.bias
         super().__init__(local, comm, grid, input_hw, conv.kernel_size, conv.stride, conv.padding)
-
-    def backward(self, dy_local: np.ndarray) -> np.ndarray:
-        """dy_local: (N, C_out, h_out, w_out). Returns dx_local (N, C, h, w); adds the weight and bias
-        gradients summed over all ranks (the same on every rank)."""
-        # Module.backward *adds* into .grad; keep what was there, let the local backward write this
-        # rank's contribution alone, sum the contributions over ranks, and add the sum back.
-        params = self.local.parameters()
-        kept = [p.grad.copy() for p in params]
-        for p in params:
-            p.grad[...] = 0
-        dx_local = super().backward(dy_local)          # local backward, then the halo gradients go home
-        total = allreduce(self.comm, flatten([p.grad for p in params]), op="sum")   # weight and bias together
-        for p, before, piece in zip(params, kept, views(total, [p.shape for p in params])):
-            p.grad[...] = before + piece
-        return dx_local
+        for p in local.parameters():
+            p.partial_over.append(comm)                # this rank's block's terms only: summed over the grid
 
 
 class _SpatialPool(_SpatialLayer):

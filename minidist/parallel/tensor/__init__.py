@@ -1,8 +1,10 @@
 """Tensor (intra-layer model) parallelism: transform.py (``tensor_parallel``: split a GPT or a block in
 place), layers.py (column- and row-parallel Linear), mlp.py (the Megatron MLP block, whole-MLP
 conversions), attention.py (heads split), vocab_parallel.py (embedding, head, loss split by token id),
-sequence.py (sequence parallelism), comm.py (Megatron's f and g, feature shards, the partial-gradient sum),
+sequence.py (sequence parallelism), comm.py (Megatron's f and g, feature shards),
 cost.py (words moved per step, memory per device)."""
+
+from minidist.collectives import sum_partial_gradients  # the by-hand partial sums, named here too
 
 from .attention import TensorParallelAttention
 from .comm import (
@@ -14,7 +16,6 @@ from .comm import (
     feature_bounds,
     feature_slice,
     group_allreduce,
-    sum_partial_gradients,
 )
 from .cost import (
     column_parallel_words,

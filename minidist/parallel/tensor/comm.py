@@ -19,7 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.collectives import allgather, pairwise_allreduce
+from minidist.collectives import (
+    allgather,
+    pairwise_allreduce,
+    sum_partial_gradients,  # noqa: F401  (its first home; the grids import it here)
+)
 from minidist.nn import Module, Parameter
 from minidist.split import split_bounds, split_range
 
@@ -62,27 +66,6 @@ def group_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """x reduced elementwise over the group's ranks, bitwise the same on every rank: reduce-scatter then
     all-gather, 2(P−1)/P·n words per rank. A group of one rank gets a copy (and needs no messages)."""
     return pairwise_allreduce(comm, x, op=op) if comm.world_size > 1 else x.copy()
-
-
-def sum_partial_gradients(params) -> None:
-    """grad = Σ over each group in ``p.partial_over`` of grad, for every Parameter p of ``params``: one
-    ``group_allreduce`` of the concatenated gradients per group (2(P−1)/P·n words per rank).
-
-    The by-hand form of the gradient sync's partial sums (minidist.parallel.data.GradientSync), for
-    loops that run forward and backward themselves; call it once per step, after the last backward.
-    """
-    groups: dict[int, tuple] = {}
-    for p in params:
-        for comm in p.partial_over:
-            groups.setdefault(id(comm), (comm, []))[1].append(p)
-    for comm, members in groups.values():
-        if comm.world_size == 1:
-            continue
-        total = group_allreduce(comm, np.concatenate([p.grad.ravel() for p in members]))
-        offset = 0
-        for p in members:
-            p.grad[...] = total[offset:offset + p.grad.size].reshape(p.grad.shape)
-            offset += p.grad.size
 
 
 def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:
