@@ -45,7 +45,8 @@ class Parameter:
         return self.data.size
 
     def zero_grad(self) -> None:
-        self.grad[...] = 0
+        if self.grad is not None:         # None: freed between steps (ZeRO-2/3 keep only a shard of it)
+            self.grad[...] = 0
 
     def __repr__(self) -> str:
         return f"Parameter(shape={self.data.shape}, dtype={self.data.dtype})"

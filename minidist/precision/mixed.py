@@ -136,9 +136,11 @@ class MixedPrecisionTrainer(Recipe):
         self.runner.loss_fn = self.loss_fn
         return self.runner.forward_backward(x, target)
 
-    # the runner's events (see minidist/nn/runner.py)
+    # the runner's events (see minidist/nn/runner.py). A pipeline stage runs forward passes (begin ... end)
+    # and, later, backward passes alone (begin_backward ... end_backward): the working copy is swapped in
+    # for each.
     def begin(self, runner) -> None:
-        """Swap in the low-precision working copy; keep the gradients accumulated so far aside."""
+        """Swap in the low-precision working copy."""
         self._masters = [p.data for p in self.params]
         for p in self.params:
             p.data = quantize(p.data, self.fmt, saturate=True)
@@ -146,21 +148,33 @@ class MixedPrecisionTrainer(Recipe):
         self._errors = np.seterr(over="ignore", invalid="ignore")
 
     def after_loss(self, dy):
-        self._earlier = {}                    # this pass's dW is rounded alone, then added to the earlier
+        """dL/dlogits · s in grad_fmt (a pipeline fires it on its last stage)."""
+        return quantize(dy * np.float32(self.scaler.scale), self.grad_fmt)
+
+    def begin_backward(self, last: bool) -> None:
+        """Keep the gradients accumulated so far aside: this pass's dW is rounded alone, then added."""
+        self._backward_alone = getattr(self, "_masters", None) is None
+        if self._backward_alone:              # a stage's backward, outside begin ... end
+            self.begin(None)
+        self._earlier = {}
         for p in self.params:
             self._earlier[id(p)] = p.grad.copy()
             p.grad[...] = 0
-        return quantize(dy * np.float32(self.scaler.scale), self.grad_fmt)
 
     def after_backward(self, i, layer, dx):
         for p in layer.parameters():          # dW leaves the layer in grad_fmt
             p.grad[...] = self._earlier[id(p)] + quantize(p.grad, self.grad_fmt)
         return quantize(dx, self.grad_fmt) if dx is not None and i in self.starts else dx
 
+    def end_backward(self) -> None:
+        if self._backward_alone:
+            self.end()
+
     def end(self) -> None:
         """Put the masters back, also when a layer raised."""
         for p, master in zip(self.params, self._masters):
             p.data = master
+        self._masters = None
         np.seterr(**self._errors)
 
     def unscale(self) -> bool:

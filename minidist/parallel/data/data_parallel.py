@@ -13,8 +13,9 @@ entire model on each processor, distribute the batch, allreduce the gradients, a
         loss = dp.train_step(x, y)       # this rank's shard: forward, backward + bucket allreduces, step
 
 Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True`` (replicas.py
-checks). Gradients travel in buckets (comm.py), each allreduced as soon as backward has produced it; on
-the simulated clock that allreduce overlaps the rest of backward (overlap.py: the two streams).
+checks). The runner's gradient sync (sync.GradientSync) sends the gradients in buckets (comm.py), each
+allreduced as soon as backward has produced it; on the simulated clock that allreduce overlaps the rest of
+backward (overlap.py: the two streams).
 ``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their number.
 ``mixed=MixedPrecisionTrainer(...)``: the scaled gradients are allreduced, the sum rounded to grad_fmt
 (as an allreduce in that format delivers it), found_inf reduced with max so every rank skips or applies

@@ -19,6 +19,7 @@ import numpy as np
 
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Parameter
+from minidist.optim import LARS
 from minidist.split import split_range, split_sizes
 
 
@@ -74,3 +75,23 @@ def send_bytes(n: int, world_size: int, rank: int, itemsize: int, collective: st
     if collective == "allgather":
         return itemsize * (world_size - 1) * sizes[rank]
     raise ValueError(f"collective must be 'reduce_scatter' or 'allgather', got {collective!r}")
+
+def build_optimizer(make_optimizer, shards: list[Parameter]):
+    """make_optimizer(shards), checked: an element-wise minidist optimizer over exactly the shards."""
+    if not callable(make_optimizer) or hasattr(make_optimizer, "step"):
+        raise TypeError("make_optimizer must be a function params -> optimizer (e.g. lambda ps: "
+                        f"Adam(ps, lr=1e-3)), got {type(make_optimizer).__name__}: the optimizer is "
+                        "built on this rank's shards")
+    optimizer = make_optimizer(shards)
+    for name in ("step", "zero_grad", "state_dict", "load_state_dict"):
+        if not callable(getattr(optimizer, name, None)):
+            raise TypeError(f"make_optimizer must return an optimizer with .{name}(), got "
+                            f"{type(optimizer).__name__}")
+    if isinstance(optimizer, LARS):
+        raise TypeError("LARS scales each parameter by its whole norm; a shard cuts parameters, so "
+                        "sharded data parallelism supports the element-wise optimizers "
+                        "(SGD, Adam, AdamW, RMSprop, Adagrad)")
+    if [id(p) for p in getattr(optimizer, "params", shards)] != [id(s) for s in shards]:
+        raise ValueError("make_optimizer must build the optimizer on the parameters it is given "
+                         "(the shards)")
+    return optimizer

@@ -11,7 +11,8 @@ each parameter p, once its last unit of the step's last backward pass is done (`
                     zero=2   each bucket reduce-scattered when complete, its full gradient freed (zero.py)
                     zero=3   a unit's parameters gathered before its forward/backward, freed after, its
                              gradient reduce-scattered (fsdp.py)
-    overflow        mixed precision: found_inf agreed (allreduce max) over ``inf_group`` (default: data)
+    overflow        mixed precision: found_inf agreed (allreduce max) over ``inf_group`` (default: data) at
+                    the end of backward; a wider group (every stage of a pipeline) at step()
 
 The data reduction is a SUM: each replica backpropagates (n_r / B)·mean_r(ℓ) (shards.ShardWeightedLoss), so
 Σ_r g_r is the full-batch gradient (data_parallel.py). Ring collectives (and pairwise_allreduce for partial
@@ -26,7 +27,6 @@ from minidist.collectives import allgather, allreduce, pairwise_allreduce, reduc
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import Attachment, units
-from minidist.optim import LARS
 
 from . import flat
 from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
@@ -151,15 +151,21 @@ class GradientSync(Attachment):
             self.sync_now()
 
     def sync_now(self) -> None:
-        """Send every bucket not sent yet (zero=0, 2) and, zero=0, agree on found_inf."""
+        """Sum the partial gradients not summed yet (an empty pass: a table's W tasks made them), send every
+        bucket not sent yet (zero=0, 2) and, zero=0, agree on found_inf."""
+        self.sum_partial([p for p in self.params if self._left[id(p)] > 0])
+        self._left = dict.fromkeys(self._left, 0)
         for bucket in self.buckets:
             if bucket.index not in self._sent and self.zero in (0, 2):
                 self._issue(bucket)
-        if self.zero == 0 and self.mixed is not None:
-            group = self.inf_group
-            self.found_inf = self.mixed.agree(
-                lambda flag: flag if group is None else allreduce(group, flag, op="max",
-                                                                  algorithm=self.algorithm))
+        if self.zero == 0 and self.mixed is not None and self.inf_group is self.data:
+            self._agree()
+
+    def _agree(self) -> None:
+        """Mixed precision: round the sums to grad_fmt, unscale, agree on found_inf over inf_group."""
+        group = self.inf_group
+        self.found_inf = self.mixed.agree(lambda flag: flag if group is None else
+                                          allreduce(group, flag, op="max", algorithm=self.algorithm))
 
     def sum_partial(self, params: list[Parameter]) -> None:
         """p.grad = Σ over each c in p.partial_over, one flat pairwise_allreduce per Communicator."""
@@ -213,7 +219,7 @@ class GradientSync(Attachment):
         self.groups = [b.group for b in self.buckets]
         self._group_by_unit = {id(u): b.group for u, b in zip([u for u in self.units if u.parameters()],
                                                                self.buckets)} if self.zero == 3 else {}
-        self.optimizer = build_shard_optimizer(make_optimizer, [g.shard for g in self.groups])
+        self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         for g in self.groups:                              # only now: a refused optimizer changed nothing
             if self.zero == 3:
                 g.free_data()
@@ -249,7 +255,15 @@ class GradientSync(Attachment):
 
     def step(self) -> bool:
         """ZeRO: update this rank's shards from its piece of the summed gradient (zero=1: reduce-scatter
-        first, the exercise zero1_shard_update), then the parameters follow. Returns False if skipped."""
+        first, the exercise zero1_shard_update), then the parameters follow. zero=0: ``mixed.step`` with
+        the agreed found_inf. Returns False if the step was skipped (Inf/NaN)."""
+        if self.zero == 0:
+            if not callable(getattr(self.mixed, "step", None)):
+                raise ValueError("GradientSync.step() with zero=0 steps mixed= (a MixedPrecisionTrainer); "
+                                 "without one, step your optimizer")
+            if self.inf_group is not self.data:      # a wider group (a pipeline's stages): now, not in B
+                self._agree()
+            return self.mixed.step(self.found_inf)
         if self.zero == 1:
             return self.precision.zero1_step(self)
         return self._update()
@@ -269,23 +283,3 @@ class GradientSync(Attachment):
             else:
                 g.data[...] = np.concatenate(allgather(self.data, self.precision.working(g.shard.data)))
 
-
-def build_shard_optimizer(make_optimizer, shards: list[Parameter]):
-    """make_optimizer(shards), checked: an element-wise minidist optimizer over exactly the shards."""
-    if not callable(make_optimizer) or hasattr(make_optimizer, "step"):
-        raise TypeError("make_optimizer must be a function params -> optimizer (e.g. lambda ps: "
-                        f"Adam(ps, lr=1e-3)), got {type(make_optimizer).__name__}: the optimizer is "
-                        "built on this rank's shards")
-    optimizer = make_optimizer(shards)
-    for name in ("step", "zero_grad", "state_dict", "load_state_dict"):
-        if not callable(getattr(optimizer, name, None)):
-            raise TypeError(f"make_optimizer must return an optimizer with .{name}(), got "
-                            f"{type(optimizer).__name__}")
-    if isinstance(optimizer, LARS):
-        raise TypeError("LARS scales each parameter by its whole norm; a shard cuts parameters, so "
-                        "sharded data parallelism supports the element-wise optimizers "
-                        "(SGD, Adam, AdamW, RMSprop, Adagrad)")
-    if [id(p) for p in getattr(optimizer, "params", shards)] != [id(s) for s in shards]:
-        raise ValueError("make_optimizer must build the optimizer on the parameters it is given "
-                         "(the shards)")
-    return optimizer

@@ -195,6 +195,8 @@ class Pipeline:
             self._outputs[m] = y
             self._losses[m] = self.loss_fn.forward(y, self._target[m])
             dy = self.loss_fn.backward() * self._weight[m]
+            for a in reversed(self.runners[k].attachments):      # the runner's loss event (loss scaling)
+                dy = a.after_loss(dy)
         self._saved[m, k] = (saved, self.charges.flops, dy)
         self.ledger.forward_done(task, held=self.held_activations())
         self.links.send(task, y)
