@@ -40,10 +40,8 @@ from .data.comm import DEFAULT_BUCKET_BYTES
 from .expert import ExpertParallelMoE
 from .mesh import Mesh
 from .pipeline.pipeline import Pipeline
-from .pipeline.registry import make_schedule
 from .pipeline.tasks import TaskSchedule
 from .tensor import tensor_parallel
-from .tensor.comm import sum_partial_gradients
 
 
 def gpt_units(gpt: GPT) -> Sequential:
@@ -163,11 +161,7 @@ class DataPipelineGrid:
             # its share of the batch (equal micro-batches), as _Share does the loss
             moe.aux_loss_coef /= num_micro_batches * context * sets
             moe.z_loss_coef /= num_micro_batches * context * sets
-        if isinstance(schedule, str):
-            schedule = make_schedule(schedule, self.pipe_size, num_micro_batches)
-        # a table with W tasks completes the weight gradients after the last B: then one sum after the table
-        late = any(t.kind == "W" for tick in schedule for t in tick)
-        self.overlap, self.stage_syncs = bool(overlap) and not self.zero1 and not late, []
+        self.overlap, self.stage_syncs = bool(overlap) and not self.zero1, []
 
         def stage_sync(k, stage):     # DataParallel's buckets, sent while the stage's last backward runs
             self.stage_syncs.append(GradientSync(stage, self.data_comm, bucket_bytes=bucket_bytes))
@@ -212,9 +206,7 @@ class DataPipelineGrid:
         if self.context > 1:     # this rank's tokens
             where = positions(self.seq_len, self.context, self.context_rank)
             x, target = x[:, where], target[:, where]
-        loss = self.pipeline.train_step(x, target)       # ends with GradientSync's data sum (zero1: none)
-        if not self.overlap:                              # (overlap: the stages' GradientSyncs did them)
-            sum_partial_gradients(self.parameters())      # over the context and expert groups
+        loss = self.pipeline.train_step(x, target)    # GradientSync: partial sums, data sum (zero1: at step)
         if self.zero1:
             self.sync.step()                              # reduce-scatter, step the shards, allgather
         else:

@@ -10,9 +10,9 @@ r = s·D + d: the spatial groups then straddle nodes.
     loss = grid.train_step(net, CrossEntropyLoss(), optimizer, x, target)
 
 A step: spatial group d takes its slice B_d of the batch (minidist.split) and each of its ranks the block
-s of every image; the spatial layers exchange halos, and after backward the convolutions' gradients, partial
-over the spatial group (a convolution's gradient is the sum over the blocks), are summed over it by one
-allreduce (sum_partial_gradients); the replicated head
+s of every image; the spatial layers exchange halos, and the convolutions' gradients, partial over the
+spatial group (a convolution's gradient is the sum over the blocks), are summed over it as backward passes
+them (GradientSync, their partial_over); the replicated head
 runs on the allgathered image. The loss gradient is scaled by B_d/B, so summing every gradient over the
 data group (one bucket) gives the mean over the whole batch: Σ_d (B_d/B)·mean_d = mean. Spatial traffic
 (halos at every layer, forward and backward) is frequent and small; the data group's is one bucket per
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster.topology import groups_across_nodes
-from minidist.collectives import ALGORITHMS, sum_partial_gradients
+from minidist.collectives import ALGORITHMS
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.nn.runner import StepRunner
 from minidist.split import split_range
@@ -113,8 +113,9 @@ class GridSpatial:
         lo, hi = self._rows(len(x))
         share = (hi - lo) / len(x)
         optimizer.zero_grad()
-        loss = StepRunner(net, ShardWeightedLoss(loss_fn, share)).forward_backward(local, target[lo:hi])
-        sum_partial_gradients(net.parameters(), algorithm="ring")   # the convs' block sums over S
-        GradientSync(net, self.data_comm, algorithm=self.algorithm).sync_now()   # the weighted sums over D
+        # GradientSync: the convs' partial sums over S as backward passes them, the weighted sums over D
+        sync = GradientSync(net, self.data_comm, algorithm=self.algorithm, overlap=False)
+        runner = StepRunner(net, ShardWeightedLoss(loss_fn, share), [sync])
+        loss = runner.forward_backward(local, target[lo:hi])
         optimizer.step()
         return loss * share
