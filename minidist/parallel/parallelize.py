@@ -47,12 +47,12 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
                 sequence_parallel: bool = False) -> Trainer:
     """A Trainer of ``model`` (an unsplit nn.GPT or nn.SwitchTransformer, dropout 0, untied, built the same
     on every rank) over ``mesh``. optimizer: parameters -> optimizer; micro_batches: per token set;
-    schedule: a name of pipeline/registry.SCHEDULES (interleaved: ``chunks`` stages per rank); zero: 0 or
-    1 (the data axis's ZeRO stage); mixed: None, or MixedPrecisionTrainer's keywords (``dict(fmt=BF16,
-    scaler=...)``: the recipe DataParallel takes, built here on the split model); sequence_parallel: the
-    tensor axis also splits the tokens between its all-reduces (Korthikanti et al.). Mixed precision and
-    sequence parallelism run without a pipeline axis, on one micro-batch. ValueError for what the mesh
-    cannot split (module docstring)."""
+    schedule: a name of pipeline/registry.SCHEDULES (interleaved: ``chunks`` stages per rank); zero: 0, 1
+    or 2 (the data axis's ZeRO stage: GradientSync's); mixed: None, or MixedPrecisionTrainer's keywords
+    (``dict(fmt=BF16, scaler=...)``: the recipe DataParallel takes, built here on the split model);
+    sequence_parallel: the tensor axis also splits the tokens between its all-reduces (Korthikanti et
+    al.). Mixed precision, sequence parallelism and ZeRO-2 run without a pipeline axis, on one
+    micro-batch. ValueError for what the mesh cannot split (module docstring)."""
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a minidist.parallel.Mesh, got {type(mesh).__name__}")
     if not isinstance(model, GPT):
@@ -68,17 +68,20 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
         raise ValueError("a SwitchTransformer is split by the expert axis: expert must be > 1")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
-    if zero not in (0, 1):
-        raise ValueError(f"zero must be 0 or 1 (ZeRO-1 over the data axis), got {zero!r}")
+    if isinstance(zero, bool) or zero not in (0, 1, 2):
+        raise ValueError(f"zero must be 0, 1 or 2 (the ZeRO stage of the data axis), got {zero!r}")
     if mixed is not None and not isinstance(mixed, dict):
         raise ValueError(f"mixed must be a dict of MixedPrecisionTrainer's keywords (fmt=...), got {mixed!r}")
     if sequence_parallel and (sizes["tensor"] == 1 or not isinstance(loss_fn, CrossEntropyLoss)):
         raise ValueError("sequence_parallel needs a tensor axis > 1 and loss_fn a CrossEntropyLoss (the head "
                          "is split by vocabulary: VocabParallelCrossEntropy takes its place)")
-    if (mixed is not None or sequence_parallel) and (sizes["pipeline"] > 1 or micro_batches != 1 or zero):
-        raise ValueError(f"mixed precision and sequence parallelism run without a pipeline axis, on one "
-                         f"micro-batch and zero=0; got pipeline = {sizes['pipeline']}, micro_batches = "
-                         f"{micro_batches}, zero = {zero}")
+    one_runner = mixed is not None or sequence_parallel or zero == 2
+    if one_runner and (sizes["pipeline"] > 1 or micro_batches != 1):
+        raise ValueError(f"mixed precision, sequence parallelism and ZeRO-2 run without a pipeline axis, on "
+                         f"one micro-batch; got pipeline = {sizes['pipeline']}, "
+                         f"micro_batches = {micro_batches}")
+    if mixed is not None and zero:
+        raise ValueError(f"mixed precision is composed with zero=0 only, got zero = {zero}")
     options = {"chunks": chunks} if schedule == "interleaved" else {}
     table = make_schedule(schedule, sizes["pipeline"], micro_batches, **options)
     stages = 1 + max(t.stage for tick in table for t in tick)
@@ -113,7 +116,7 @@ class Trainer:
             raise ValueError(f"a sequence of {x.shape[1]} does not split into 2·context = "
                              f"{2 * s['context']} zigzag chunks")
         if self.grid is None and self.runner is None:
-            one_runner = self.mixed is not None or self.sequence_parallel
+            one_runner = self.mixed is not None or self.sequence_parallel or self.zero == 2
             self._build_runner(x.shape[1]) if one_runner else self._build(x.shape[1])
         elif s["context"] > 1 and x.shape[1] != self.seq_len:
             raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {x.shape[1]}")
@@ -161,10 +164,15 @@ class Trainer:
             tally_router_loss(moe, self.router_losses)
         self._restore(units.parameters())
         share = _Share(loss_fn, 1 / (s["context"] * sets))
-        self.optimizer = self.make_optimizer(self.held)
-        if self.mixed is not None:
-            self.recipe = MixedPrecisionTrainer(units, self.optimizer, share, **self.mixed)
-        self.sync = GradientSync(units, mesh.group("data"), mixed=self.recipe, inf_group=mesh.comm)
+        if self.zero:                  # the optimizer on this rank's shards (GradientSync's ZeRO)
+            self.sync = GradientSync(units, mesh.group("data"), zero=self.zero,
+                                     make_optimizer=self.make_optimizer)
+            self.optimizer = self.sync.optimizer
+        else:
+            self.optimizer = self.make_optimizer(self.held)
+            if self.mixed is not None:
+                self.recipe = MixedPrecisionTrainer(units, self.optimizer, share, **self.mixed)
+            self.sync = GradientSync(units, mesh.group("data"), mixed=self.recipe, inf_group=mesh.comm)
         self.runner = StepRunner(units, share, [self.sync] + ([self.recipe] if self.recipe else []))
 
     def _runner_step(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -175,10 +183,10 @@ class Trainer:
         if s["context"] > 1:
             where = positions(self.seq_len, s["context"], at["context"])
             x, y = x[:, where], y[:, where]
-        self.optimizer.zero_grad()
+        self.model.zero_grad()
         loss = self.runner.forward_backward(x, y)
-        if self.recipe is not None:
-            self.sync.step()                 # agree on an overflow over the whole mesh, then mixed.step
+        if self.recipe is not None or self.zero:
+            self.sync.step()          # mixed: agree on an overflow over the mesh; ZeRO: step the shards
         else:
             self.optimizer.step()
         return loss

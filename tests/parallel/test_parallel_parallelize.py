@@ -8,8 +8,8 @@ the same on all ranks), and each step's loss the one process's objective (cross-
 bitwise the same on every rank. The pairs run two at a time on the halves of one 8-rank cluster, the triples
 one after another on another: three cluster runs in all.
 
-Sequence parallelism on data × tensor and tensor × context is checked like the pairs; mixed precision (BF16)
-on data × tensor against DataParallel with the same recipe.
+Sequence parallelism (data × tensor, tensor × context) and ZeRO-2 (data × tensor, data × context) are checked
+like the pairs; mixed precision (BF16) on data × tensor against DataParallel with the same recipe.
 
 One process routes a Switch model's tokens in S·M groups (S = data × expert token sets, M micro-batches),
 as the mesh does. With a context axis a group is a rank's zigzag positions, which no contiguous grouping
@@ -147,18 +147,19 @@ def test_parallel_parallelize_four_axes_on_16_ranks_train_like_one_process():
 
 
 
-def _sequence(comm):
+def _sequence(comm, zero=0):
     """Two 4-rank meshes at once, on the halves of 8 ranks: data × tensor and tensor × context, each with
-    sequence parallelism on the tensor axis."""
+    sequence parallelism on the tensor axis (zero=2: data × tensor and data × context with ZeRO-2)."""
     half = comm.split(color=comm.rank // 4, key=comm.rank % 4)
-    sizes = [dict(data=2, tensor=2), dict(tensor=2, context=2)][comm.rank // 4]
+    sizes = [dict(data=2, tensor=2), dict(data=2, context=2) if zero else dict(tensor=2, context=2)]
     model, (x, y) = build(False), batch()
-    mesh = Mesh(half, **sizes)
-    trainer = parallelize(model, mesh, loss_fn=CrossEntropyLoss(),
-                          optimizer=lambda params: AdamW(params, lr=0.01), sequence_parallel=True)
+    mesh = Mesh(half, **sizes[comm.rank // 4])
+    trainer = parallelize(model, mesh, loss_fn=CrossEntropyLoss(), zero=zero,
+                          optimizer=lambda params: AdamW(params, lr=0.01), sequence_parallel=not zero)
     losses = [trainer.train_step(x, y) for _ in range(STEPS)]
     split = model.blocks[0].ln1.weight.partial_over       # the norms saw T/t tokens: summed over tensor
-    return trainer.full_state_dict(), losses, any(group is mesh.group("tensor") for group in split)
+    stepped = sum(p.size for p in trainer.optimizer.params), sum(p.size for p in trainer.held)
+    return trainer.full_state_dict(), losses, any(group is mesh.group("tensor") for group in split), stepped
 
 
 def test_parallel_parallelize_sequence_parallelism_trains_like_one_process():
@@ -166,6 +167,15 @@ def test_parallel_parallelize_sequence_parallelism_trains_like_one_process():
     assert all(sequence for *_, sequence in results)
     check(("data", "tensor"), [result[:2] for result in results[:4]])
     check(("tensor", "context"), [result[:2] for result in results[4:]])
+
+
+def test_parallel_parallelize_zero2_on_the_data_axis_of_a_hybrid_trains_like_one_process():
+    results = run(_sequence, 8, 2, timeout=120)
+    for r in (0, 1, 4, 5):         # rank r and r + 2 are the two data replicas: each steps half the elements
+        (mine, held), (partner, _) = results[r][3], results[r + 2][3]
+        assert mine + partner == held and abs(mine - partner) <= 1
+    check(("data", "tensor"), [result[:2] for result in results[:4]])
+    check(("data", "context"), [result[:2] for result in results[4:]])
 
 
 def _mixed(comm, how):
@@ -200,7 +210,7 @@ def test_parallel_parallelize_mixed_precision_inside_a_hybrid_is_data_parallels_
 
 def _bad(comm, case):
     sizes = {"heads": dict(tensor=4), "dense": dict(expert=4)}.get(case, dict(data=2, context=2))
-    options = {"zero": dict(zero=2), "schedule": dict(schedule="1F1B"),
+    options = {"zero": dict(zero=3), "schedule": dict(schedule="1F1B"),
                "sequence_parallel": dict(sequence_parallel=True)}.get(case, {})
     trainer = parallelize(build(case == "switch"), Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
                           optimizer=lambda params: AdamW(params), micro_batches=1, **options)
@@ -216,7 +226,7 @@ def _bad(comm, case):
     ("dense", "expert = 4 needs a SwitchTransformer, got a dense GPT"),
     ("switch", "a SwitchTransformer is split by the expert axis: expert must be > 1"),
     ("batch", r"a batch of 3 does not split into data × expert × micro_batches = 2 equal parts"),
-    ("zero", "zero must be 0 or 1"),
+    ("zero", "zero must be 0, 1 or 2"),
     ("sequence_parallel", "sequence_parallel needs a tensor axis > 1"),
     ("schedule", r"schedule must be one of \['1f1b', 'chimera', 'gpipe', 'interleaved', 'naive', 'zb-h1'\]"),
     ("sequence", r"a sequence of 6 does not split into 2·context = 4 zigzag chunks"),
