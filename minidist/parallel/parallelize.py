@@ -1,5 +1,6 @@
-"""parallelize(model, mesh, ...): data (ZeRO-1), pipeline (any schedule), tensor, context and expert
-parallelism, any subset of them, on one GPT or Switch Transformer and one Mesh.
+"""parallelize(model, mesh, ...): data (ZeRO-1, 2; mixed precision), pipeline (any schedule), tensor
+(+ sequence), context and expert parallelism, any subset of them, on one GPT or Switch Transformer and one
+Mesh.
 
     trainer = parallelize(gpt, Mesh(comm, data=2, tensor=2), loss_fn=CrossEntropyLoss(),
                           optimizer=lambda params: AdamW(params, lr=1e-3))
@@ -15,7 +16,8 @@ place). Each stage's runner carries a GradientSync: the partial sums over the co
 then DataParallel's buckets over the data group, sent while the stage's last backward runs (zero=1: one
 sum after the table, reduce-scattered, each rank stepping 1/D of the optimizer state).
 grid_pipeline.DataPipelineGrid runs it; this file chooses the units and the table, gathers the loss and
-the state.
+the state. Without a pipeline axis, mixed precision, sequence parallelism and ZeRO-2 run the split GPT
+through one step runner with GradientSync and the MixedPrecisionTrainer, as DataParallel does.
 
 Returned loss: Σ over the ranks of tensor rank 0 of their share of the cross-entropy (a last stage's) plus
 their MoE layers' router losses (scaled to their share), summed by one allreduce: the same bits on every
