@@ -92,7 +92,7 @@ def tensor_gpt_units(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | No
     return split_gpt(tensor_comm, gpt, context_comm, seq_len)
 
 
-class _Share:
+class LossShare:
     """A loss counted as ``share`` of the whole (a rank's mean over its tokens of the S·c token sets)."""
 
     def __init__(self, loss_fn, share: float):
@@ -158,7 +158,7 @@ class DataPipelineGrid:
         sets = data * expert
         for moe in (m for m in model.modules() if isinstance(m, ExpertParallelMoE)):
             # a rank's micro-batch (its context positions) is one routing group: scale its router losses by
-            # its share of the batch (equal micro-batches), as _Share does the loss
+            # its share of the batch (equal micro-batches), as LossShare does the loss
             moe.aux_loss_coef /= num_micro_batches * context * sets
             moe.z_loss_coef /= num_micro_batches * context * sets
         self.overlap, self.stage_syncs = bool(overlap) and not self.zero1, []
@@ -167,7 +167,7 @@ class DataPipelineGrid:
             self.stage_syncs.append(GradientSync(stage, self.data_comm, bucket_bytes=bucket_bytes))
             return self.stage_syncs[-1:]
 
-        self.pipeline = Pipeline(self.pipe_comm, self.model, loss_fn=_Share(loss_fn, 1 / (context * sets)),
+        self.pipeline = Pipeline(self.pipe_comm, self.model, loss_fn=LossShare(loss_fn, 1 / (context * sets)),
                                  schedule=schedule, num_stages=num_stages,
                                  num_micro_batches=num_micro_batches,
                                  stage_attachments=stage_sync if self.overlap else None)

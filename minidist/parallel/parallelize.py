@@ -38,7 +38,7 @@ from .context.layout import positions
 from .data import GradientSync
 from .expert import ExpertParallelMoE, expert_parallel
 from .grid_expert import switch_units
-from .grid_pipeline import DataPipelineGrid, _Share, gpt_units, tensor_gpt_units
+from .grid_pipeline import DataPipelineGrid, LossShare, gpt_units, tensor_gpt_units
 from .mesh import Mesh
 from .pipeline.registry import SCHEDULES, make_schedule
 from .tensor import VocabParallelCrossEntropy, tensor_parallel
@@ -165,7 +165,7 @@ class Trainer:
             moe.z_loss_coef /= s["context"] * sets
             tally_router_loss(moe, self.router_losses)
         self._restore(units.parameters())
-        share = _Share(loss_fn, 1 / (s["context"] * sets))
+        share = LossShare(loss_fn, 1 / (s["context"] * sets))
         if self.zero:                  # the optimizer on this rank's shards (GradientSync's ZeRO)
             self.sync = GradientSync(units, mesh.group("data"), zero=self.zero,
                                      make_optimizer=self.make_optimizer)
