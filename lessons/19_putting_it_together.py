@@ -215,9 +215,9 @@ print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_
 # %% [markdown]
 # Two more axes: context (ring attention) and **expert**, w = (((d·P + p)·c + k)·e + j)·t + q. A Switch
 # Transformer's E experts are spread over an expert group, tokens sent to them by all-to-all (lesson 18).
-# An expert's gradient already sums its group's tokens, the replicated weights' do not: the
-# `AverageGradients` attachment averages them over the group once the pipeline's table has run (its
-# `end_backward`), then the data group averages all — here as ZeRO-1. Expert 2 × data 2 × pipeline 2, two
+# An expert's gradient already sums its group's tokens, the replicated weights' do not: `expert_parallel`
+# lists the expert group in their `partial_over`, and they are summed over it once the pipeline's table has
+# run, then the data group sums all — here as ZeRO-1. Expert 2 × data 2 × pipeline 2, two
 # steps, tokens dropped at capacity 1: one process routing the same 8 groups gives the same losses.
 
 # %%

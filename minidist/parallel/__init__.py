@@ -3,8 +3,9 @@
 One folder per strategy, the strategy beside its own communication and cost model. The synchronous ones are
 attachments of the step runner (minidist/nn/runner.py: layer-by-layer forward, loss, backward, events);
 clock.py is the attachment that charges compute to the simulated clock, memory.py the one that records a
-memory ledger. lessons/ONE_GRADIENT.md follows one gradient through the runner, a strategy, allreduce and
-the ring.
+memory ledger. mesh.py places the ranks on named axes (Mesh: one communicator per axis); parallelize.py
+composes any subset of data, pipeline, tensor, context and expert parallelism on one model and one mesh.
+lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid in six files.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
             bucketed), comm.py (gradient buckets), replicas.py,
@@ -33,6 +34,8 @@ from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, t
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
+from .mesh import Mesh, MeshShape
+from .parallelize import parallelize
 
 # isort: split
 from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
@@ -75,6 +78,8 @@ __all__ = [
     "GridAllgather",
     "HaloPlan",
     "MegatronMLP",
+    "Mesh",
+    "MeshShape",
     "PersistentRNN",
     "OneBit",
     "Pipeline",
@@ -94,6 +99,7 @@ __all__ = [
     "hybrid_train_step",
     "make_schedule",
     "megatron_parallel_mlp",
+    "parallelize",
     "scatter_to_grid",
     "spatialize",
     "train_elastic",

@@ -14,7 +14,7 @@ Nothing of one strategy is rewritten inside another. Tensor: each block becomes 
 row-parallel Linear over ``tensor_comm`` (one allreduce forward, one backward). Pipeline: pipeline/'s
 ``Pipeline`` over ``pipe_comm`` keeps this rank's blocks (split_range over P), runs its schedule and charges
 each layer's FLOPs (this rank's share) to the clock. Data: group d's loss is weighted by B_d/B
-(data/shards.py) and the gradients summed over ``data_comm`` in one bucket (data/comm.py), so
+(data/shards.py) and the gradients summed over ``data_comm`` (GradientSync after the table), so
 Σ_d (B_d/B)·mean_d is the mean over the whole batch.
 Source: the "Scaling Up Training" slides (hybrid data × model parallelism) and Megatron-LM's 3-D grid.
 """
@@ -30,8 +30,9 @@ from minidist.cluster.topology import groups_across_nodes
 from minidist.nn import Linear, Sequential
 from minidist.split import split_range
 
-from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .data.sync import GradientSync
+from .mesh import Mesh, MeshShape
 from .pipeline.pipeline import Pipeline
 from .tensor.layers import ColumnParallelLinear, RowParallelLinear
 
@@ -53,28 +54,23 @@ class Grid3D:
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.comm, self.sizes, self.placement = comm, sizes, placement
+        order = [("data", data), ("pipeline", pipeline), ("tensor", tensor)]
+        self.shape = MeshShape(order if placement == "tensor_inside" else order[::-1])
         self.d, self.p, self.t = self.coords(comm.rank)
         spans = groups_across_nodes(comm, lambda r: self.coords(r)[:2]) if require_tensor_in_node else {}
         if spans:
             (d, p), nodes = next(iter(spans.items()))
             raise ValueError(f"the tensor group (d, p) = ({d}, {p}) spans nodes {nodes}: tensor groups must "
                              "stay inside a node (placement='tensor_inside', T dividing the node size)")
-        # split is collective: every rank makes the three calls in the same order
-        self.tensor_comm = comm.split(color=self.d * pipeline + self.p, key=self.t)
-        self.pipe_comm = comm.split(color=self.d * tensor + self.t, key=self.p)
-        self.data_comm = comm.split(color=self.p * tensor + self.t, key=self.d)
+        self.mesh = Mesh.of_shape(comm, self.shape)
+        self.tensor_comm, self.pipe_comm, self.data_comm = (self.mesh.group(a) for a in ("tensor", "pipeline",
+                                                                                         "data"))
         self.pipeline: Pipeline | None = None
 
     def coords(self, rank: int) -> tuple[int, int, int]:
         """(d, p, t) of a rank of ``comm`` under this grid's placement."""
-        data, pipeline, tensor = self.sizes
-        if self.placement == "tensor_inside":
-            rest, t = divmod(rank, tensor)
-            d, p = divmod(rest, pipeline)
-        else:
-            rest, d = divmod(rank, data)
-            t, p = divmod(rest, pipeline)
-        return d, p, t
+        at = self.shape.coords(rank)
+        return at["data"], at["pipeline"], at["tensor"]
 
     def stage(self, blocks: list[tuple[Linear, object, Linear]], *, num_micro_batches: int = 1,
               schedule="gpipe") -> Sequential:
@@ -93,6 +89,9 @@ class Grid3D:
         bounds = [3 * split_range(len(blocks), P, s)[0] for s in range(P)] + [len(layers)]
         self.pipeline = Pipeline(self.pipe_comm, Sequential(*layers), loss_fn=None, boundaries=bounds,
                                  num_micro_batches=num_micro_batches, schedule=schedule)
+        # the data group's sum after the table (one bucket, recursive doubling: lesson 15's timings)
+        self.pipeline.attachments.append(GradientSync(self.pipeline.module, self.data_comm,
+                                                      algorithm="recursive_doubling", overlap=False))
         return self.pipeline.module
 
     def train_step(self, stage: Sequential, loss_fn, optimizer, x: np.ndarray, target: np.ndarray):
@@ -106,7 +105,6 @@ class Grid3D:
         share = (hi - lo) / len(x)
         self.pipeline.loss_fn = ShardWeightedLoss(loss_fn, share)    # the data group's weight B_d/B
         optimizer.zero_grad()
-        loss = self.pipeline.train_step(x[lo:hi], target[lo:hi])
-        allreduce_gradients(self.data_comm, stage.parameters(), algorithm="recursive_doubling")
+        loss = self.pipeline.train_step(x[lo:hi], target[lo:hi])    # ends with the data group's sum
         optimizer.step()
         return None if loss is None else loss * share

@@ -1,33 +1,31 @@
-"""Data × pipeline × context × expert × tensor over one ``comm.split`` grid, for any task table (1F1B,
-interleaved, ZB-H1, Chimera).
+"""Data × pipeline × context × expert × tensor over one Mesh (mesh.py), for any task table (1F1B,
+interleaved, ZB-H1, Chimera): the model split by the transforms, pipelined, its gradients synchronised.
 
     world rank w = (((d·P + p)·c + k)·e + j)·t + q   d: data replica (of D), p: pipeline rank (of P),
                     k: context rank (of c), j: expert rank (of e), q: tensor rank (of t) — tensor innermost
-    tensor group    the t ranks of one (d, p, k, j): a stage's tensor-parallel units run on them (Megatron
-                    blocks: their f/g all-reduces keep each unit's input and output whole on all t ranks)
-    context group   the c ranks of one (d, p, j, q): each holds the zigzag positions of every sequence; the
-                    blocks run ring attention over the group and sum their gradients over it, the other
-                    units' are summed by one all-reduce; each rank's loss counts 1/c
-    expert group    the e ranks of one (d, p, k, q): a Switch model's experts spread over them, each with
-                    its own rows of the batch (grid_expert.py); at the pipeline's end_backward the
-                    AverageGradients attachment averages the replicated parameters over the group
-    pipeline group  the P ranks of one (d, k, j, q): TaskPipeline runs the table on them
-                    (pipeline/tasks_executor.py), each stage through the step runner
-    data group      the D ranks of one (p, k, j, q): the same shards in every replica; their gradients are
-                    summed by one all-reduce (data/comm.allreduce_gradients) and divided by D before the
-                    optimizer steps — or, with zero1, reduce-scattered, each rank stepping its 1/D of them
-                    (ZeRO-1: data/zero.py's update on the ShardGroups of a ZeRO over the group), allgathered
+    tensor group    each block split by ``tensor_parallel`` (Megatron: its f/g all-reduces keep each
+                    unit's input and output whole on all t ranks); the embeddings, ln_f, head stay whole
+    context group   ``context_parallel``: each rank holds the zigzag positions of every sequence, the
+                    blocks run ring attention over the group; every gradient is a partial sum over it
+    expert group    ``expert_parallel`` of a Switch model (grid_expert.py): E/e experts per rank, each
+                    rank its own rows; every parameter but the experts' is a partial sum over the group
+    pipeline group  pipeline/'s Pipeline runs the table on them, each stage through the step runner
+    data group      the same shards in every replica: GradientSync sums their gradients after the table
+                    (one bucket per 25 MiB on the ring), or with zero1 reduce-scatters them at the step,
+                    each rank stepping its 1/D (ZeRO-1), and allgathers the parameters
 
 Token set s = d·e + j trains on rows [s·N/S, (s+1)·N/S) of the batch, S = D·e (equal slices: N must divide
-by S), so the mean of the sets' gradients is the gradient of the batch's mean loss. A GPT is pipelined as
-its chain of units (``gpt_units``): the token and position embeddings as one unit, the blocks
-(tensor-parallel blocks with ``tensor_gpt_units``, Switch blocks with grid_expert.switch_units), the final
-LayerNorm, the head. Cost per step and rank: the pipeline's messages, the blocks' tensor all-reduces, and
-2(D − 1)/D · |W_stage shard| bytes on the data ring (ZeRO-1: a reduce-scatter and an allgather, the same).
+by S). Each rank's loss is its share 1/(S·c) of the batch's mean (its router losses 1/(S·c·M) per
+micro-batch), so the sums over the context and expert groups (``partial_over``: one pairwise all-reduce
+per group after the table) and the data group give the gradient of the batch's mean loss. A GPT is
+pipelined as its units (``nn.GPT.units``): the embeddings as one unit, the blocks, ln_f, the head.
+Cost per step and rank: the pipeline's messages, the blocks' tensor all-reduces, 2(c − 1)/c·|W_stage| and
+2(e − 1)/e·|W_replicated| on the context and expert groups, 2(D − 1)/D·|W_stage| on the data ring.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -35,89 +33,67 @@ import numpy as np
 from minidist.nn import GPT, Module, Sequential
 from minidist.nn.checkpoint import forward_flops
 
+from .context import context_parallel
 from .context.layout import positions
-from .data.comm import allreduce_gradients
-from .data.zero import ZeRO, zero1_shard_update
-from .expert import AverageGradients, ExpertParallelMoE
+from .data import GradientSync
+from .data.comm import DEFAULT_BUCKET_BYTES
+from .expert import ExpertParallelMoE
+from .mesh import Mesh
+from .pipeline.pipeline import Pipeline
 from .pipeline.tasks import TaskSchedule
-from .pipeline.tasks_executor import TaskPipeline
-from .tensor.block import TensorParallelBlock
-
-
-class GPTInput(Module):
-    """A GPT's first unit: tokens (B, T) int -> tok_emb(tokens) + pos_emb(0..T−1), (B, T, d); backward
-    adds both tables' gradients and returns None (tokens have none). Shares the GPT's Parameters."""
-
-    def __init__(self, gpt: GPT, positions: np.ndarray | None = None):
-        self.tok_emb, self.pos_emb, self.positions = gpt.tok_emb, gpt.pos_emb, positions
-
-    def flops(self, input_shape: tuple[int, ...]) -> int:
-        return 0                                   # a lookup and an addition: no products to count
-
-    def forward(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens (B, T) -> (B, T, d); with ``positions`` (context parallelism) the tokens are those
-        positions'."""
-        # a new array each time: what forward keeps per micro-batch is found by comparing attributes
-        where = np.arange(tokens.shape[1]) if self.positions is None else self.positions.copy()
-        return self.tok_emb.forward(tokens) + self.pos_emb.forward(where)
-
-    def backward(self, dy: np.ndarray) -> None:
-        """dy (B, T, d); adds into tok_emb.weight.grad and pos_emb.weight.grad."""
-        self.tok_emb.backward(dy)
-        self.pos_emb.backward(dy.sum(axis=0))
+from .tensor import tensor_parallel
 
 
 def gpt_units(gpt: GPT) -> Sequential:
-    """gpt (dropout 0, untied) as a Sequential: GPTInput, the blocks, ln_f, head (same Parameters)."""
+    """gpt (dropout 0, untied) as a Sequential of its units (nn.GPT.units: the same Parameters)."""
     if gpt.drop.p or gpt.tie_weights:
         raise ValueError("a pipelined GPT needs dropout 0 and untied weights "
                          "(a tied head lives on two stages)")
-    return Sequential(GPTInput(gpt), *gpt.blocks, gpt.ln_f, gpt.head)
+    return Sequential(*gpt.units())
 
 
 class Priced(Module):
     """A unit with a known forward FLOP count (the step runner's clock asks ``flops``): forward and backward
-    are ``inner``'s. A tensor-parallel block does 1/t of the whole block's products.
+    are ``inner``'s. A tensor-parallel block does 1/t of the whole block's products."""
 
-    ``helpers``: objects outside the Module tree that keep what backward needs in ``_saved`` (ring
-    attention's RingAttention). Their state is copied onto this unit after forward and put back before
-    backward, so a pipeline that holds several micro-batches keeps each one's (checkpoint.forward_saving
-    sees attributes of Modules only)."""
-
-    def __init__(self, inner: Module, flops: Callable[[tuple[int, ...]], int], helpers=()):
-        self.inner, self._flops, self._helpers = inner, flops, list(helpers)
-        self._helper_state: list | None = None
+    def __init__(self, inner: Module, flops: Callable[[tuple[int, ...]], int]):
+        self.inner, self._flops = inner, flops
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         return self._flops(tuple(input_shape))
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        y = self.inner.forward(x)
-        self._helper_state = [helper._saved for helper in self._helpers]
-        return y
+        return self.inner.forward(x)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        for helper, state in zip(self._helpers, self._helper_state or []):
-            helper._saved = state
         return self.inner.backward(dy)
 
 
-def tensor_gpt_units(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | None = None) -> Sequential:
-    """gpt's units with each block split over tensor_comm (TensorParallelBlock); the embeddings, ln_f and
-    the head stay whole on every tensor rank (their gradients agree there: every input is whole). With
-    context_comm, the blocks also run ring attention over it on this rank's tokens of seq_len (zigzag)."""
+def split_gpt(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | None = None,
+              count: Callable = forward_flops) -> Sequential:
+    """gpt (dropout 0, untied) split in place — each block by ``tensor_parallel`` over tensor_comm, the
+    sequence by ``context_parallel`` over context_comm (zigzag of seq_len) — as its units, each block
+    priced at count(unsplit block, shape) // t. The embeddings, ln_f and the head stay whole."""
+    gpt_units(gpt)                                             # dropout 0, untied
     t = tensor_comm.world_size
-    where = None if context_comm is None else positions(seq_len, context_comm.world_size, context_comm.rank)
-    blocks = []
+    whole = [copy.deepcopy(b) for b in gpt.blocks]             # what the clock counts: 1/t of these
     for b in gpt.blocks:
-        split = TensorParallelBlock(tensor_comm, b, context=context_comm, seq_len=seq_len)
-        helpers = [] if split.attn.ring is None else [split.attn.ring]
-        blocks.append(Priced(split, lambda shape, b=b: forward_flops(b, shape) // t, helpers))
-    return Sequential(GPTInput(gpt, where), *blocks, gpt.ln_f, gpt.head)
+        tensor_parallel(b, tensor_comm)
+    if context_comm is not None:
+        context_parallel(gpt, context_comm, seq_len=seq_len)
+    blocks = [Priced(b, lambda shape, w=w: count(w, shape) // t) for b, w in zip(gpt.blocks, whole)]
+    first, *_, ln_f, head = gpt.units()
+    return Sequential(first, *blocks, ln_f, head)
 
 
-class _Share:
-    """A loss counted as ``share`` of the whole (a context rank's mean over its T/c tokens: share 1/c)."""
+def tensor_gpt_units(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | None = None) -> Sequential:
+    """gpt's units with each block split over tensor_comm (and, with context_comm, ring attention over it
+    on this rank's zigzag tokens of seq_len): ``split_gpt``."""
+    return split_gpt(tensor_comm, gpt, context_comm, seq_len)
+
+
+class LossShare:
+    """A loss counted as ``share`` of the whole (a rank's mean over its tokens of the S·c token sets)."""
 
     def __init__(self, loss_fn, share: float):
         self.loss_fn, self.share = loss_fn, share
@@ -136,18 +112,24 @@ def _check_divides(name: str, value, world_size: int) -> None:
 
 class DataPipelineGrid:
     """D data replicas of a P-rank pipeline of c·e·t-rank context × expert × tensor groups over comm
-    (world_size = D·P·c·e·t).
+    (world_size = D·P·c·e·t), its ranks and groups a Mesh's (comm may be that Mesh).
 
     model: the Sequential to pipeline (the same on every rank), or a function tensor_comm -> Sequential
     (e.g. ``lambda c: tensor_gpt_units(c, gpt)``), (tensor_comm, context_comm) -> Sequential with context > 1,
     (tensor_comm, context_comm or None, expert_comm) -> Sequential with expert > 1 (grid_expert.switch_units);
-    schedule: a task table for P ranks, num_stages stages, num_micro_batches micro-batches; loss_fn: mean
-    loss per micro-batch; zero1: shard the optimizer over the data group (build it with build_optimizer).
+    schedule: a task table (or a name of pipeline/registry.py) for P ranks, num_stages stages,
+    num_micro_batches micro-batches; loss_fn: mean loss per micro-batch; zero1: shard the optimizer over the
+    data group (build it with build_optimizer); overlap: each stage's runner gets a GradientSync (buckets of
+    bucket_bytes sent as the stage's last backward completes them, partial sums per unit) instead of one
+    sum after the table (which is what the planner's minidist mode prices).
     """
 
     def __init__(self, comm, model, *, loss_fn, schedule: TaskSchedule, num_stages: int,
                  num_micro_batches: int, data: int, tensor: int = 1, context: int = 1, expert: int = 1,
-                 seq_len: int | None = None, zero1: bool = False):
+                 seq_len: int | None = None, zero1: bool = False, overlap: bool = False,
+                 bucket_bytes: int | None = DEFAULT_BUCKET_BYTES):
+        mesh = comm if isinstance(comm, Mesh) else None
+        comm = comm.comm if mesh else comm
         _check_divides("data", data, comm.world_size)
         _check_divides("tensor", tensor, comm.world_size // data)
         _check_divides("context", context, comm.world_size // (data * tensor))
@@ -159,52 +141,59 @@ class DataPipelineGrid:
         self.seq_len = seq_len
         self.loss_fn, self.zero1, self.zero = loss_fn, bool(zero1), None
         self.pipe_size = comm.world_size // (data * tensor * context * expert)
-        inner = context * expert * tensor                            # ranks of one (d, p)
-        self.replica, rest = divmod(comm.rank, self.pipe_size * inner)
-        self.position, within = divmod(rest, inner)
-        self.context_rank, rest = divmod(within, expert * tensor)
-        self.expert_rank, self.tensor_rank = divmod(rest, tensor)
-        dp = self.replica * self.pipe_size + self.position
-        self.tensor_comm = comm.split(comm.rank // tensor, key=self.tensor_rank)
-        context_color = (dp * expert + self.expert_rank) * tensor + self.tensor_rank
-        self.context_comm = comm.split(context_color, key=self.context_rank)
-        expert_color = (dp * context + self.context_rank) * tensor + self.tensor_rank
-        self.expert_comm = comm.split(expert_color, key=self.expert_rank)
-        self.pipe_comm = comm.split(self.replica * inner + within, key=self.position)
-        self.data_comm = comm.split(self.position * inner + within, key=self.replica)
+        sizes = dict(data=data, pipeline=self.pipe_size, context=context, expert=expert, tensor=tensor)
+        if mesh is not None and mesh.sizes != sizes:
+            raise ValueError(f"the mesh's sizes {mesh.sizes} are not the grid's {sizes}")
+        self.mesh = mesh or Mesh(comm, **sizes)
+        at = self.mesh.coords
+        self.replica, self.position, self.context_rank = at["data"], at["pipeline"], at["context"]
+        self.expert_rank, self.tensor_rank = at["expert"], at["tensor"]
+        self.tensor_comm, self.context_comm, self.expert_comm, self.pipe_comm, self.data_comm = (
+            self.mesh.group(axis) for axis in ("tensor", "context", "expert", "pipeline", "data"))
         if callable(model) and not isinstance(model, Module):
             contexts = self.context_comm if context > 1 else None
             model = model(self.tensor_comm, contexts, self.expert_comm) if expert > 1 else \
                 model(self.tensor_comm, self.context_comm) if context > 1 else model(self.tensor_comm)
         self.model = model
+        sets = data * expert
         for moe in (m for m in model.modules() if isinstance(m, ExpertParallelMoE)):
             # a rank's micro-batch (its context positions) is one routing group: scale its router losses by
-            # its share of the batch (equal micro-batches), as _Share does the loss
-            moe.aux_loss_coef /= num_micro_batches * context
-            moe.z_loss_coef /= num_micro_batches * context
-        if context > 1:
-            loss_fn = _Share(loss_fn, 1 / context)
-        self.pipeline = TaskPipeline(self.pipe_comm, self.model, loss_fn=loss_fn, schedule=schedule,
-                                     num_stages=num_stages, num_micro_batches=num_micro_batches)
+            # its share of the batch (equal micro-batches), as LossShare does the loss
+            moe.aux_loss_coef /= num_micro_batches * context * sets
+            moe.z_loss_coef /= num_micro_batches * context * sets
+        self.overlap, self.stage_syncs = bool(overlap) and not self.zero1, []
+
+        def stage_sync(k, stage):     # DataParallel's buckets, sent while the stage's last backward runs
+            self.stage_syncs.append(GradientSync(stage, self.data_comm, bucket_bytes=bucket_bytes))
+            return self.stage_syncs[-1:]
+
+        self.pipeline = Pipeline(self.pipe_comm, self.model, loss_fn=LossShare(loss_fn, 1 / (context * sets)),
+                                 schedule=schedule, num_stages=num_stages,
+                                 num_micro_batches=num_micro_batches,
+                                 stage_attachments=stage_sync if self.overlap else None)
         self.mine = Sequential(*(self.pipeline.stages[k] for k in sorted(self.pipeline.stages)))
-        if expert > 1:   # replicated parameters: mean over the expert group; the experts' own: / e
-            self.pipeline.attachments.append(AverageGradients(self.expert_comm, self.mine))
+        self.sync = None
+        if not self.zero1 and not self.overlap:      # the data group's sum, after the table (end_backward)
+            self.sync = GradientSync(self.mine, self.data_comm, bucket_bytes=bucket_bytes)
+            self.pipeline.attachments.append(self.sync)
 
     def parameters(self):
         return self.pipeline.parameters()
 
     def build_optimizer(self, make_optimizer):
         """make_optimizer(parameters) -> optimizer, built on this rank's parameters, or with zero1 on its
-        1/D shards of them (a ZeRO stage 1 over the data group: the optimizer state shrinks by D)."""
+        1/D shards of them (GradientSync's ZeRO-1 over the data group: the optimizer state shrinks by D)."""
         if not self.zero1:
             return make_optimizer(self.parameters())
-        self.zero = ZeRO(self.data_comm, self.mine, make_optimizer, self.loss_fn, stage=1)
-        return self.zero.optimizer
+        self.sync = self.zero = GradientSync(self.mine, self.data_comm, zero=1, make_optimizer=make_optimizer)
+        self.pipeline.attachments.append(self.sync)
+        return self.sync.optimizer
 
     def train_step(self, x: np.ndarray, target: np.ndarray, optimizer) -> float | None:
         """One step on the batch (x (N, ...), target (N, ...), N divisible by D·e): the token set's slice
-        through its pipeline, the data group's mean gradient, one optimizer step. Returns this rank's share
-        of the batch's mean loss (the sum over all ranks is the loss), None if no last stage ran here."""
+        through its pipeline, the partial sums and the data group's sum, one optimizer step. Returns this
+        rank's share of the batch's mean loss (the sum over all ranks is the loss), None if no last stage
+        ran here."""
         N, sets = len(x), self.data * self.expert
         if N % sets or len(target) != N:
             raise ValueError(f"a batch of {N} samples (targets {len(target)}) does not split into "
@@ -214,23 +203,12 @@ class DataPipelineGrid:
         s = self.replica * self.expert + self.expert_rank
         rows = slice(s * N // sets, (s + 1) * N // sets)
         x, target = x[rows], target[rows]
-        if self.context > 1:     # this rank's tokens; the blocks sum their gradients over the context group
+        if self.context > 1:     # this rank's tokens
             where = positions(self.seq_len, self.context, self.context_rank)
             x, target = x[:, where], target[:, where]
-        loss = self.pipeline.train_step(x, target)
-        params = self.parameters()
-        if self.context > 1:  # the units outside the blocks saw only this rank's tokens: sum over the group
-            outside = [p for unit in self.model.layers if not isinstance(unit, Priced)
-                       for p in unit.parameters()]
-            mine = {id(p) for p in params}
-            allreduce_gradients(self.context_comm, [p for p in outside if id(p) in mine])
-        if self.zero is not None:     # ZeRO-1: reduce-scatter, step this rank's shards, allgather
-            for g in self.zero.groups:
-                g.grad /= self.data
-            zero1_shard_update(self.data_comm, self.zero.groups, optimizer)
+        loss = self.pipeline.train_step(x, target)    # GradientSync: partial sums, data sum (zero1: at step)
+        if self.zero1:
+            self.sync.step()                              # reduce-scatter, step the shards, allgather
         else:
-            allreduce_gradients(self.data_comm, params)
-            for p in params:
-                p.grad /= self.data
             optimizer.step()
-        return None if loss is None else loss / sets
+        return loss

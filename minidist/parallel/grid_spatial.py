@@ -10,9 +10,9 @@ r = s·D + d: the spatial groups then straddle nodes.
     loss = grid.train_step(net, CrossEntropyLoss(), optimizer, x, target)
 
 A step: spatial group d takes its slice B_d of the batch (minidist.split) and each of its ranks the block
-s of every image; the spatial layers exchange halos, and after backward the convolutions' gradients, partial
-over the spatial group (a convolution's gradient is the sum over the blocks), are summed over it by one
-allreduce (sum_partial_gradients); the replicated head
+s of every image; the spatial layers exchange halos, and the convolutions' gradients, partial over the
+spatial group (a convolution's gradient is the sum over the blocks), are summed over it as backward passes
+them (GradientSync, their partial_over); the replicated head
 runs on the allgathered image. The loss gradient is scaled by B_d/B, so summing every gradient over the
 data group (one bucket) gives the mean over the whole batch: Σ_d (B_d/B)·mean_d = mean. Spatial traffic
 (halos at every layer, forward and backward) is frequent and small; the data group's is one bucket per
@@ -25,13 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster.topology import groups_across_nodes
-from minidist.collectives import ALGORITHMS, sum_partial_gradients
+from minidist.collectives import ALGORITHMS
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
-from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .data.sync import GradientSync
+from .mesh import Mesh, MeshShape
 from .spatial import grid_blocks, spatialize
 
 PLACEMENTS = ("spatial_inside", "spatial_across")
@@ -61,23 +62,21 @@ class GridSpatial:
                              f"or 'auto', got {algorithm!r}")
         self.comm, self.data, self.spatial, self.placement = comm, data, spatial, placement
         self.algorithm = algorithm
+        order = [("data", data), ("spatial", spatial[0] * spatial[1])]
+        self.shape = MeshShape(order if placement == "spatial_inside" else order[::-1])
         self.d, self.s = self.coords(comm.rank)
         spans = groups_across_nodes(comm, lambda r: self.coords(r)[0]) if require_spatial_in_node else {}
         if spans:
             d, nodes = next(iter(spans.items()))
             raise ValueError(f"spatial group {d} spans nodes {nodes}: spatial groups must stay inside a node "
                              f"(placement='spatial_inside', Ph·Pw dividing the node size)")
-        # split is collective: every rank makes both calls in the same order
-        self.spatial_comm = comm.split(color=self.d, key=self.s)
-        self.data_comm = comm.split(color=self.s, key=self.d)
+        self.mesh = Mesh.of_shape(comm, self.shape)
+        self.spatial_comm, self.data_comm = self.mesh.group("spatial"), self.mesh.group("data")
 
     def coords(self, rank: int) -> tuple[int, int]:
         """(d, s) of a rank of ``comm``: its data group and its place in the spatial group (s = i·Pw + j)."""
-        size = self.spatial[0] * self.spatial[1]
-        if self.placement == "spatial_inside":
-            return divmod(rank, size)
-        s, d = divmod(rank, self.data)
-        return d, s
+        at = self.shape.coords(rank)
+        return at["data"], at["spatial"]
 
     def spatialize(self, model, input_hw: tuple[int, int]):
         """This rank's spatially parallel twin of ``model`` on ``spatial_comm`` (shares its Parameters).
@@ -114,8 +113,9 @@ class GridSpatial:
         lo, hi = self._rows(len(x))
         share = (hi - lo) / len(x)
         optimizer.zero_grad()
-        loss = StepRunner(net, ShardWeightedLoss(loss_fn, share)).forward_backward(local, target[lo:hi])
-        sum_partial_gradients(net.parameters(), algorithm="ring")   # the convs' block sums over S
-        allreduce_gradients(self.data_comm, net.parameters(), self.algorithm)   # the weighted sums over D
+        # GradientSync: the convs' partial sums over S as backward passes them, the weighted sums over D
+        sync = GradientSync(net, self.data_comm, algorithm=self.algorithm, overlap=False)
+        runner = StepRunner(net, ShardWeightedLoss(loss_fn, share), [sync])
+        loss = runner.forward_backward(local, target[lo:hi])
         optimizer.step()
         return loss * share

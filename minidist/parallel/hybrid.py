@@ -10,7 +10,8 @@ P = D·M ranks form a grid of D rows and M columns; rank r sits at row r // M, c
 
 Each row runs the model-parallel layers of ``minidist.parallel.tensor`` on its communicator ``model_comm``
 with batch slice B_j (minidist.split cuts the batch into D pieces). Each column then all-reduces the
-gradients of its shard over ``data_comm``, so all D copies of a shard take the same step.
+gradients of its shard over ``data_comm`` (data/sync.py's GradientSync, attached to the step runner), so
+all D copies of a shard take the same step. The ranks' places: a Mesh of axes data × model (mesh.py).
 D = 1 is pure model parallelism; M = 1 pure data parallelism.
 
 The loss is a mean over the whole batch B, so row j scales its loss gradient by B_j/B before backward:
@@ -27,6 +28,8 @@ from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
 from .data.shards import ShardWeightedLoss
+from .data.sync import GradientSync
+from .mesh import Mesh, MeshShape
 
 __all__ = ["Grid", "allreduce_gradients", "hybrid_train_step"]
 
@@ -42,10 +45,9 @@ class Grid:
         self.comm = comm
         self.model_parallel = model_parallel
         self.data_parallel = comm.world_size // model_parallel
-        self.row, self.column = divmod(comm.rank, model_parallel)
-        # split is collective: every rank makes both calls, in the same order.
-        self.model_comm = comm.split(color=self.row, key=self.column)
-        self.data_comm = comm.split(color=self.column, key=self.row)
+        self.mesh = Mesh.of_shape(comm, MeshShape([("data", self.data_parallel), ("model", model_parallel)]))
+        self.row, self.column = self.mesh.coords["data"], self.mesh.coords["model"]
+        self.model_comm, self.data_comm = self.mesh.group("model"), self.mesh.group("data")
 
     def batch_slice(self, batch: int) -> slice:
         """The rows of a batch of ``batch`` samples that this rank's grid row trains on."""
@@ -74,7 +76,8 @@ def hybrid_train_step(grid: Grid, model, loss_fn, optimizer, x: np.ndarray, targ
     rows = grid.batch_slice(len(x))
     share = (rows.stop - rows.start) / len(x)
     optimizer.zero_grad()
-    loss = StepRunner(model, ShardWeightedLoss(loss_fn, share)).forward_backward(x[rows], target[rows])
-    allreduce_gradients(grid.data_comm, model.parameters())
+    sync = GradientSync(model, grid.data_comm, overlap=False)        # the column's sum, after backward
+    runner = StepRunner(model, ShardWeightedLoss(loss_fn, share), [sync])
+    loss = runner.forward_backward(x[rows], target[rows])
     optimizer.step()
     return loss * share

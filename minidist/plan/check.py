@@ -27,6 +27,7 @@ from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
 from minidist.optim import AdamW
 from minidist.parallel.grid_expert import switch_units
 from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
+from minidist.parallel.mesh import MeshShape
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
 from minidist.parallel.pipeline.tasks import TaskSchedule
 
@@ -51,8 +52,14 @@ class GridLayout:
     zero1: bool = False
 
     @property
+    def shape(self) -> MeshShape:
+        """The layout's mesh sizes, in the mesh's rank order (parallel/mesh.py)."""
+        return MeshShape(dict(data=self.data, pipeline=self.pipe, context=self.context, expert=self.expert,
+                              tensor=self.tensor))
+
+    @property
     def world(self) -> int:
-        return self.data * self.pipe * self.context * self.tensor * self.expert
+        return self.shape.world_size
 
     @property
     def stages(self) -> int:

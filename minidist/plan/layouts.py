@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
+from minidist.parallel.mesh import MeshShape
 from minidist.parallel.pipeline.chimera import chimera_bubble
 from minidist.parallel.pipeline.interleaved import interleaved_bubble
 from minidist.parallel.pipeline.registry import PLANNED
@@ -65,11 +66,7 @@ class Layout:
 
     def stride(self, axis: str) -> int:
         """Distance in ranks between neighbours of axis's groups (product of the inner axes' sizes)."""
-        inner = PLACEMENT[:PLACEMENT.index(axis)]
-        result = 1
-        for a in inner:
-            result *= getattr(self, a)
-        return result
+        return MeshShape([(a, getattr(self, a)) for a in reversed(PLACEMENT)]).stride(axis)
 
     def name(self) -> str:
         sizes = " ".join(f"{a}{getattr(self, a)}" for a in AXES if getattr(self, a) > 1) or "single"

@@ -20,12 +20,13 @@ c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences
                (pairwise_allreduce; minidist_clock.py walks their rounds)
     context    a block's attention is ring attention over c ranks: each of its c steps takes
                max(K|V transfer, the block's attention FLOPs / device.flops), backward one more
-               transfer; then the block's gradients are summed over the group (pairwise_allreduce of
-               its Ψ_block/t words); after the table, the other units' gradients too (one ring all-reduce)
+               transfer; after the table every gradient is a partial sum over the group (each rank saw
+               its positions only): one pairwise_allreduce of the rank's Ψ words
     Chimera    the two holders of each stage exchange its gradients, parameter by parameter, when both
                are done (minidist_clock.replica_sum_seconds)
     expert     a Switch model's blocks over an expert group of e ranks (all-to-alls, the experts' rows,
-               the replicated parameters' all-reduce over the group): minidist_switch.py
+               after the table the replicated parameters' pairwise_allreduce over the group):
+               minidist_switch.py
     data       one ring all-reduce of the rank's gradients over D ranks, after everything else; with
                ZeRO-1 (grid's zero1: one bucket of all of them) a reduce-scatter and an allgather instead
                (collectives/primitives.py: the pairwise all-reduce's rounds), and AdamW's state of the
@@ -193,7 +194,6 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
     """(F, B, W) seconds of each unit on one micro-batch (module docstring: compute, tensor, context)."""
     device, link = device or Device(), link or LinkModel()
     b, T, d = micro_batch, spec.seq // context, spec.d_model
-    block_params = unit_params(spec, tensor)[1]
     out = []
     for i, u in enumerate(units.layers):
         if spec.moe and 1 <= i <= spec.layers:
@@ -206,7 +206,6 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
                 ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
                                               device.flops, link)
                 forward, backward = forward + ring[0], backward + ring[1]
-                backward += pairwise_allreduce_seconds(block_params, context, 8, link)
             out.append((compute + forward, 2 * compute + backward, 0.0))
         else:
             compute = forward_flops(u, (b, T) if i == 0 else (b, T, d)) / device.flops
@@ -252,14 +251,14 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
             arrays = sum(switch_block_arrays(spec, expert) if spec.moe and 1 <= u <= spec.layers
                          else len(layers[u].parameters()) for u in mine)   # a tensor block: 1/t the size
             clock += replica_sum_seconds(arrays, sum(sizes[u] for u in mine), 8, link)
-        outside = sum(sizes[u] for u in mine if not 1 <= u <= spec.layers)
-        if spec.moe:              # AverageGradients: the replicated parameters over the expert group
-            blocks = sum(1 <= u <= spec.layers for u in mine)
-            replicated = outside + blocks * switch_replicated_params(spec, tensor, expert)
-            clock += ring_allreduce_seconds(replicated, expert, 8, link)
-        clock += ring_allreduce_seconds(outside, context, 8, link)
         states = predict_states(spec, schedule, num_stages, r, tensor=tensor, expert=expert)
         psi = states["parameters"] // 8
+        clock += pairwise_allreduce_seconds(psi, context, 8, link)     # partial sums: every parameter
+        if spec.moe:                                # partial sums: the replicated parameters over the experts
+            outside = sum(sizes[u] for u in mine if not 1 <= u <= spec.layers)
+            blocks = sum(1 <= u <= spec.layers for u in mine)
+            replicated = outside + blocks * switch_replicated_params(spec, tensor, expert)
+            clock += pairwise_allreduce_seconds(replicated, expert, 8, link)
         if zero1:              # one bucket: one reduce-scatter, one allgather; replica 0's shard the largest
             if 8 * psi >= DEFAULT_BUCKET_BYTES:
                 raise ValueError(f"ZeRO-1 is priced for one bucket, got {8 * psi} bytes of gradients")

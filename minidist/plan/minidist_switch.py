@@ -17,10 +17,10 @@ rank. (Top-1 routing's loads depend on the tokens: this module refuses k < E.) P
                 backward the two token all-to-alls again
     tensor      attention's g forward and f backward (n·d words), and per local expert its MegatronMLP's
                 g forward and f backward (R·d words): pairwise all-reduces over t
-    context     ring attention as the dense block's; backward ends with the sum of all the block's
-                parameters on this rank over the context group (a pairwise all-reduce)
-    step end    AverageGradients: one ring all-reduce of the replicated parameters (all but the experts)
-                over the expert group; then the grid's context and data all-reduces as for a GPT
+    context     ring attention as the dense block's
+    step end    the partial sums: one pairwise all-reduce of every parameter on this rank over the context
+                group, one of the replicated parameters (all but the experts) over the expert group; then
+                the data group's all-reduce as for a GPT
     activations per block (itemsize i): the norms and the attention as TensorParallelBlock keeps them
                 (tensor/transformer_cost.py), the router's input n·d·i, the counts 2·8·E, the combined
                 outputs E·n·d·i, and per local expert (R·d + 3·R·f/t)·i (its input, GELU's input and cdf,
@@ -60,7 +60,7 @@ def switch_block_arrays(spec: ModelSpec, expert: int) -> int:
 
 
 def switch_replicated_params(spec: ModelSpec, tensor: int, expert: int) -> int:
-    """Of switch_block_params, those AverageGradients all-reduces over the expert group (all but experts)."""
+    """Of switch_block_params, those summed over the expert group (partial_over: all but the experts)."""
     d, f, big_e = spec.d_model, spec.ff, spec.experts
     return switch_block_params(spec, tensor, expert) - big_e // expert * ((2 * d * f + f) // tensor + d)
 
@@ -99,6 +99,4 @@ def switch_block_seconds(spec: ModelSpec, block, micro_batch: int, tensor: int, 
         ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
                                       device.flops, link)
         forward, backward = forward + ring[0], backward + ring[1]
-        backward += pairwise_allreduce_seconds(switch_block_params(spec, tensor, expert), context, itemsize,
-                                               link)
     return forward, backward

@@ -56,7 +56,9 @@ class Recipe(Attachment):
         self.steps_taken, self.steps_skipped = 0, 0
 
     def before_forward(self, i, layer, x):
-        return quantize(np.asarray(x, dtype=np.float32), self.fmt) if i == 0 else x
+        if i != 0 or np.issubdtype(np.asarray(x).dtype, np.integer):    # token ids stay integers
+            return x
+        return quantize(np.asarray(x, dtype=np.float32), self.fmt)
 
     def after_forward(self, i, layer, y):
         return quantize(y, self.fmt) if i in self.ends else y

@@ -178,3 +178,29 @@ def test_parallel_grid_with_zero1_on_the_data_axis_trains_a_gpt_like_one_process
     for step in range(STEPS):
         assert sum(losses[step] for _, losses, _ in results if losses[step] is not None) == \
             pytest.approx(expected_losses[step], rel=1e-10)
+
+
+def _train_overlap(comm):
+    gpt, (x, y) = build(), batch()
+    grid = DataPipelineGrid(comm, gpt_units(gpt), loss_fn=CrossEntropyLoss(), schedule="1f1b", num_stages=2,
+                            num_micro_batches=2, data=2, overlap=True, bucket_bytes=512)
+    opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
+    losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
+    mine = {id(p) for p in grid.parameters()}
+    buckets = [len(sync.buckets) for sync in grid.stage_syncs]
+    return {i: p.data for i, p in enumerate(gpt.parameters()) if id(p) in mine}, losses, buckets
+
+
+def test_parallel_grid_with_bucketed_overlapped_data_parallelism_on_a_pipeline_trains_like_one_process():
+    """dp 2 × 1F1B pp 2 with overlap: each stage's runner carries DataParallel's GradientSync, its 512-byte
+    buckets sent during the stage's last backward."""
+    expected, expected_losses = reference()
+    results = run(_train_overlap, 4, timeout=120)
+    for params, _, buckets in results:
+        assert len(buckets) == 1 and buckets[0] > 1            # one stage per rank, several buckets
+        for i, value in params.items():
+            np.testing.assert_allclose(value, expected[i], rtol=1e-9, atol=1e-11)
+    assert set().union(*(params for params, *_ in results)) == set(range(len(expected)))
+    for step in range(STEPS):
+        assert sum(losses[step] for _, losses, _ in results if losses[step] is not None) == \
+            pytest.approx(expected_losses[step], rel=1e-10)

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 from minidist.nn import GELU, Sequential, SwitchTransformer
 from minidist.nn.runner import StepRunner
+from minidist.parallel.data.shards import ShardWeightedLoss
+from minidist.parallel.data.sync import GradientSync
+from minidist.parallel.mesh import Mesh, MeshShape
 from minidist.parallel.tensor import MegatronMLP
 
-from .expert_parallel import ExpertParallelMoE
-from .replicas import AverageGradients
+from .transform import expert_parallel
 
 
 @dataclass(frozen=True)
@@ -60,19 +62,19 @@ class LayoutGroups:
         if comm.world_size != layout.world_size:
             raise ValueError(f"layout {layout.name} needs {layout.world_size} ranks "
                              f"(D·E·M = {layout.data}·{layout.expert}·{layout.model}), got {comm.world_size}")
-        e, m = layout.expert, layout.model
-        r = comm.rank
         self.comm, self.layout = comm, layout
-        self.coords = (r // (e * m), (r // m) % e, r % m)
-        i, j, k = self.coords
-        self.model_comm = comm.split(color=i * e + j, key=k)
-        self.expert_comm = comm.split(color=i * m + k, key=j)
-        self.replica_comm = comm.split(color=j * m + k, key=i)
-        self.token_set = i * e + j
+        shape = MeshShape([("data", layout.data), ("expert", layout.expert), ("model", layout.model)])
+        mesh = Mesh.of_shape(comm, shape)
+        self.coords = tuple(mesh.coords.values())            # (i, j, k): data, expert, model
+        self.model_comm, self.expert_comm, self.replica_comm = (mesh.group(a) for a in ("model", "expert",
+                                                                                         "data"))
+        self.token_set = self.coords[0] * layout.expert + self.coords[1]
 
 
 def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransformer:
-    """Split ``model`` (built the same on every rank) in place for this rank; returns it."""
+    """Split ``model`` (built the same on every rank) in place for this rank; returns it. Each rank's
+    objective is its share 1/S of the mean over the S = D·E token sets: its router losses are scaled here,
+    its cross-entropy by train_step."""
     layout = groups.layout
     for block in model.blocks:
         moe = block.mlp
@@ -81,20 +83,24 @@ def parallelize(groups: LayoutGroups, model: SwitchTransformer) -> SwitchTransfo
         if layout.model > 1:
             moe.experts = [MegatronMLP(groups.model_comm, ex.layers[0], ex.layers[2], GELU())
                            for ex in moe.experts]
-        if layout.expert > 1:
-            block.mlp = ExpertParallelMoE(groups.expert_comm, moe)
+        moe.aux_loss_coef /= layout.token_sets
+        moe.z_loss_coef /= layout.token_sets
+    if layout.expert > 1:       # the replicated parameters become partial sums over the expert group
+        expert_parallel(model, groups.expert_comm)
     return model
 
 
 def train_step(groups: LayoutGroups, model, loss_fn, optimizer, tokens, targets) -> float:
-    """One step on this rank's token set through the step runner: forward, loss, backward (the MoE layers
-    add their router losses' gradients), the averaging at end_backward, update. Returns the loss with the
-    router losses."""
+    """One step on this rank's token set through the step runner: forward, loss (its share 1/S), backward
+    (the MoE layers add their router losses' gradients); GradientSync sums the replicated parameters over
+    the expert group (their partial_over) and every parameter over the replicas; update. Returns the token
+    set's loss with its router losses."""
     optimizer.zero_grad()
-    average = AverageGradients(groups.comm, model, groups.replica_comm, groups.layout.token_sets)
-    loss = StepRunner(model, loss_fn, [average]).forward_backward(tokens, targets)
+    sync = GradientSync(model, groups.replica_comm, overlap=False)
+    S = groups.layout.token_sets
+    loss = StepRunner(model, ShardWeightedLoss(loss_fn, 1 / S), [sync]).forward_backward(tokens, targets)
     optimizer.step()
-    return loss + model.router_loss
+    return loss + model.router_loss * S
 
 
 def held_weights(model: SwitchTransformer) -> dict[str, tuple]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minidist.checks import check_count
+from minidist.parallel.mesh import MeshShape
 from minidist.split import split_bounds
 
 Range = tuple[int, int]  # half-open [start, stop)
@@ -196,7 +197,8 @@ class HaloPlan:
     def grid_index(self, rank: int) -> tuple[int, int]:
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} outside the {self.grid[0]}×{self.grid[1]} grid")
-        return divmod(rank, self.grid[1])
+        at = MeshShape([("row", self.grid[0]), ("column", self.grid[1])]).coords(rank)
+        return at["row"], at["column"]
 
     def own_block(self, rank: int) -> tuple[Range, Range]:
         i, j = self.grid_index(rank)

@@ -1,0 +1,236 @@
+"""parallelize (minidist/parallel/parallelize.py) on a Mesh trains a tiny GPT — a Switch Transformer where
+the expert axis is used — like one process: every pair and every triple of {data, pipeline, tensor, context,
+expert} with axis size 2, and one four-axis mesh on 16 ranks.
+
+A float64 model (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads; Switch: 2 experts of d_ff 16, top-1)
+trains 3 AdamW steps; ``full_state_dict()`` must equal one process's ``state_dict()`` on every rank (bitwise
+the same on all ranks), and each step's loss the one process's objective (cross-entropy plus router losses),
+bitwise the same on every rank. The pairs run two at a time on the halves of one 8-rank cluster, the triples
+one after another on another: three cluster runs in all.
+
+Sequence parallelism (data × tensor, tensor × context) and ZeRO-2 (data × tensor, data × context) are checked
+like the pairs; mixed precision (BF16) on data × tensor against DataParallel with the same recipe.
+
+One process routes a Switch model's tokens in S·M groups (S = data × expert token sets, M micro-batches),
+as the mesh does. With a context axis a group is a rank's zigzag positions, which no contiguous grouping
+matches: capacity factor E (nothing dropped) and the z-loss only (as test_parallel_grid_expert.py).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from minidist.cluster import run
+from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
+from minidist.optim import SGD, AdamW
+from minidist.parallel import DataParallel, Mesh, parallelize
+from minidist.precision import BF16, StaticLossScaler
+from minidist.precision.mixed import MixedPrecisionTrainer
+
+STEPS, N, T, V = 3, 8, 8, 11
+AXES = ("data", "pipeline", "tensor", "context", "expert")
+SCHEDULE = {"data": "gpipe", "tensor": "1f1b", "context": "zb-h1", "expert": "1f1b"}   # a pipeline's partner
+
+
+def build(switch: bool, groups: int = 1, context: bool = False) -> GPT:
+    rng = np.random.default_rng(5)
+    if not switch:
+        return GPT(V, T, 2, 8, 2, rng=rng, dtype=np.float64)
+    routing = dict(capacity_factor=2.0, aux_loss_coef=0.0) if context else \
+        dict(capacity_factor=1.0, aux_loss_coef=0.01)
+    return SwitchTransformer(V, T, 2, 8, 2, 2, 16, z_loss_coef=0.001, groups=groups, **routing, rng=rng,
+                             dtype=np.float64)
+
+
+def batch():
+    rng = np.random.default_rng(9)
+    return rng.integers(0, V, size=(N, T)), rng.integers(0, V, size=(N, T))
+
+
+def options(axes: tuple[str, ...]) -> dict:
+    """parallelize's keywords for a case: 2 micro-batches, a schedule that varies with the pipeline's
+    partner axis, ZeRO-1 where a pipeline has a data axis and a third axis."""
+    opts = dict(micro_batches=2)
+    if "pipeline" in axes:
+        partner = [a for a in axes if a != "pipeline"][0]
+        opts["schedule"] = SCHEDULE[partner]
+        if "data" in axes and len(axes) == 3:
+            opts["zero"] = 1
+    return opts
+
+
+def case_model(axes: tuple[str, ...]) -> GPT:
+    sets = 2 ** len({"data", "expert"} & set(axes))
+    return build("expert" in axes, groups=sets * options(axes)["micro_batches"], context="context" in axes)
+
+
+def reference(axes: tuple[str, ...]):
+    """One process: the model's state_dict after STEPS AdamW steps, and each step's objective."""
+    model, (x, y) = case_model(axes), batch()
+    loss_fn, opt, losses = CrossEntropyLoss(), AdamW(model.parameters(), lr=0.01), []
+    for _ in range(STEPS):
+        model.zero_grad()
+        loss = loss_fn.forward(model.forward(x), y)
+        losses.append(loss + getattr(model, "router_loss", 0.0))
+        model.backward(loss_fn.backward())
+        opt.step()
+    return model.state_dict(), losses
+
+
+def train(comm, axes: tuple[str, ...]):
+    model, (x, y) = case_model(axes), batch()
+    trainer = parallelize(model, Mesh(comm, **{a: 2 for a in axes}), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: AdamW(params, lr=0.01), **options(axes))
+    losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+    return trainer.full_state_dict(), losses
+
+
+def _in_halves(comm, cases):
+    """Rank r of 8 runs cases[r // 4] on its half of the world, one pair of cases after another."""
+    results = []
+    for two in cases:
+        half = comm.split(color=comm.rank // 4, key=comm.rank % 4)
+        results.append(train(half, two[comm.rank // 4]))
+    return results
+
+
+def _one_by_one(comm, cases):
+    return [train(comm, axes) for axes in cases]
+
+
+PAIRS = list(itertools.combinations(AXES, 2))
+TRIPLES = list(itertools.combinations(AXES, 3))
+FOUR = ("data", "pipeline", "tensor", "expert")
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    two_at_a_time = [PAIRS[i:i + 2] for i in range(0, len(PAIRS), 2)]
+    per_rank = run(_in_halves, 8, two_at_a_time, timeout=300)
+    return {pair: [per_rank[r][i // 2] for r in range(4 * (i % 2), 4 * (i % 2) + 4)]
+            for i, pair in enumerate(PAIRS)}
+
+
+@pytest.fixture(scope="module")
+def triples():
+    per_rank = run(_one_by_one, 8, TRIPLES, timeout=300)
+    return {axes: [results[i] for results in per_rank] for i, axes in enumerate(TRIPLES)}
+
+
+def check(axes, results):
+    expected, expected_losses = reference(axes)
+    first_state, first_losses = results[0]
+    assert set(first_state) == set(expected)
+    for name, value in expected.items():
+        assert first_state[name].dtype == value.dtype
+        np.testing.assert_allclose(first_state[name], value, rtol=1e-9, atol=1e-11, err_msg=name)
+    for state, losses in results[1:]:                  # every rank: the same bits
+        assert losses == first_losses
+        for name, value in first_state.items():
+            np.testing.assert_array_equal(state[name], value)
+    np.testing.assert_allclose(first_losses, expected_losses, rtol=1e-10)
+
+
+@pytest.mark.parametrize("axes", PAIRS, ids="x".join)
+def test_parallel_parallelize_every_pair_of_axes_trains_like_one_process(axes, pairs):
+    check(axes, pairs[axes])
+
+
+@pytest.mark.parametrize("axes", TRIPLES, ids="x".join)
+def test_parallel_parallelize_every_triple_of_axes_trains_like_one_process(axes, triples):
+    check(axes, triples[axes])
+
+
+def test_parallel_parallelize_four_axes_on_16_ranks_train_like_one_process():
+    check(FOUR, [result for (result,) in run(_one_by_one, 16, [FOUR], timeout=300)])
+
+
+
+def _sequence(comm, zero=0):
+    """Two 4-rank meshes at once, on the halves of 8 ranks: data × tensor and tensor × context, each with
+    sequence parallelism on the tensor axis (zero=2: data × tensor and data × context with ZeRO-2)."""
+    half = comm.split(color=comm.rank // 4, key=comm.rank % 4)
+    sizes = [dict(data=2, tensor=2), dict(data=2, context=2) if zero else dict(tensor=2, context=2)]
+    model, (x, y) = build(False), batch()
+    mesh = Mesh(half, **sizes[comm.rank // 4])
+    trainer = parallelize(model, mesh, loss_fn=CrossEntropyLoss(), zero=zero,
+                          optimizer=lambda params: AdamW(params, lr=0.01), sequence_parallel=not zero)
+    losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+    split = model.blocks[0].ln1.weight.partial_over       # the norms saw T/t tokens: summed over tensor
+    stepped = sum(p.size for p in trainer.optimizer.params), sum(p.size for p in trainer.held)
+    return trainer.full_state_dict(), losses, any(group is mesh.group("tensor") for group in split), stepped
+
+
+def test_parallel_parallelize_sequence_parallelism_trains_like_one_process():
+    results = run(_sequence, 8, timeout=120)
+    assert all(sequence for *_, sequence in results)
+    check(("data", "tensor"), [result[:2] for result in results[:4]])
+    check(("tensor", "context"), [result[:2] for result in results[4:]])
+
+
+def test_parallel_parallelize_zero2_on_the_data_axis_of_a_hybrid_trains_like_one_process():
+    results = run(_sequence, 8, 2, timeout=120)
+    for r in (0, 1, 4, 5):         # rank r and r + 2 are the two data replicas: each steps half the elements
+        (mine, held), (partner, _) = results[r][3], results[r + 2][3]
+        assert mine + partner == held and abs(mine - partner) <= 1
+    check(("data", "tensor"), [result[:2] for result in results[:4]])
+    check(("data", "context"), [result[:2] for result in results[4:]])
+
+
+def _mixed(comm, how):
+    """3 SGD steps in BF16 (static loss scale 256) of a float32 GPT: through parallelize on data 2 × tensor 2,
+    through DataParallel on data 2, or (how="fp32") parallelize without the recipe."""
+    model, (x, y) = GPT(V, T, 2, 8, 2, rng=np.random.default_rng(5)), batch()
+    recipe = dict(fmt=BF16, scaler=StaticLossScaler(256.0))
+    if how == "DataParallel":
+        opt = SGD(model.parameters(), lr=0.1)
+        mixed = MixedPrecisionTrainer(model, opt, CrossEntropyLoss(), **recipe)
+        trainer = DataParallel(comm, model, opt, CrossEntropyLoss(), mixed=mixed)
+        return [trainer.train_step(x, y) for _ in range(STEPS)], model.state_dict()
+    trainer = parallelize(model, Mesh(comm, data=2, tensor=2), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: SGD(params, lr=0.1),
+                          mixed=recipe if how == "bf16" else None)
+    return [trainer.train_step(x, y) for _ in range(STEPS)], trainer.full_state_dict()
+
+
+def test_parallel_parallelize_mixed_precision_inside_a_hybrid_is_data_parallels_recipe():
+    """data 2 × tensor 2 in BF16 equals DataParallel's BF16 recipe on data 2 per parameter (the tensor split
+    changes only float32 rounding inside the blocks), and differs from float32 training by far more: the
+    recipe ran. SGD, not AdamW: Adam's normalisation turns the BF16 rounding of a tiny gradient — rounded
+    per replica here, once in one process — into a step of lr, so no tolerance would be meaningful."""
+    (losses, state), *_ = run(_mixed, 4, "bf16", timeout=120)
+    (first, expected), (second, _) = run(_mixed, 2, "DataParallel", timeout=120)
+    (_, plain), *_ = run(_mixed, 4, "fp32", timeout=120)
+    np.testing.assert_allclose(losses, np.add(first, second) / 2, rtol=1e-5)     # the replicas' mean
+    for name, value in expected.items():
+        np.testing.assert_allclose(state[name], value, rtol=0, atol=1e-5, err_msg=name)
+    assert max(np.abs(plain[name] - value).max() for name, value in expected.items()) > 1e-4
+
+
+def _bad(comm, case):
+    sizes = {"heads": dict(tensor=4), "dense": dict(expert=4)}.get(case, dict(data=2, context=2))
+    options = {"zero": dict(zero=3), "schedule": dict(schedule="1F1B"),
+               "sequence_parallel": dict(sequence_parallel=True)}.get(case, {})
+    trainer = parallelize(build(case == "switch"), Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: AdamW(params), micro_batches=1, **options)
+    x, y = batch()
+    if case == "batch":
+        trainer.train_step(x[:3], y[:3])
+    if case == "sequence":
+        trainer.train_step(x[:, :6], y[:, :6])
+
+
+@pytest.mark.parametrize("case,message", [
+    ("heads", r"tensor = 4 must divide the heads \(2\)"),
+    ("dense", "expert = 4 needs a SwitchTransformer, got a dense GPT"),
+    ("switch", "a SwitchTransformer is split by the expert axis: expert must be > 1"),
+    ("batch", r"a batch of 3 does not split into data × expert × micro_batches = 2 equal parts"),
+    ("zero", "zero must be 0, 1 or 2"),
+    ("sequence_parallel", "sequence_parallel needs a tensor axis > 1"),
+    ("schedule", r"schedule must be one of \['1f1b', 'chimera', 'gpipe', 'interleaved', 'naive', 'zb-h1'\]"),
+    ("sequence", r"a sequence of 6 does not split into 2·context = 4 zigzag chunks"),
+])
+def test_parallel_parallelize_refuses_what_the_mesh_cannot_split(case, message):
+    with pytest.raises(Exception, match=message):
+        run(_bad, 4, case, timeout=60)

@@ -1,0 +1,226 @@
+"""Counts of duplication in minidist/, measured from the source (ast), each against its target.
+
+    python tools/counts.py          prints the table; exits 1 if a count exceeds its target
+
+Each check is a function of the parsed tree returning the places it found (printed with -v); the count is
+their number. Add a check with one function and one line in CHECKS.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sources(root: Path = ROOT) -> dict[Path, ast.Module]:
+    """{path relative to root: its parsed source} for every .py file under root/minidist."""
+    return {path.relative_to(root): ast.parse(path.read_text(), str(path))
+            for path in sorted((root / "minidist").rglob("*.py"))}
+
+
+def where(path: Path, node: ast.AST) -> str:
+    name = getattr(node, "name", "")
+    return f"{path}:{node.lineno}" + (f" {name}" if name else "")
+
+
+def tops(trees):
+    """(path, top-level class or function) for every file."""
+    for path, tree in trees.items():
+        for node in tree.body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                yield path, node
+
+
+def attributes(node: ast.AST) -> set[str]:
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+def gpt_chains(trees) -> list[str]:
+    """Definitions that run a GPT's input themselves (call ``x.tok_emb.forward`` or ``x.tok_emb(...)``, or
+    index ``x.tok_emb.weight.data``): each is the start of its own forward/backward chain."""
+    def embeds(n) -> bool:
+        if isinstance(n, ast.Call):
+            f = n.func
+            return getattr(f, "attr", "") == "tok_emb" or \
+                getattr(f, "attr", "") == "forward" and getattr(f.value, "attr", "") == "tok_emb"
+        return isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith("tok_emb.weight.data")
+
+    return [where(path, top) for path, top in tops(trees) if any(embeds(n) for n in ast.walk(top))]
+
+
+def blocks_by_hand(trees) -> list[str]:
+    """Classes wiring a transformer block's residuals themselves (they use self.ln1 and self.ln2)."""
+    found = []
+    for path, top in tops(trees):
+        own = {n.attr for n in ast.walk(top) if isinstance(n, ast.Attribute)
+               and isinstance(n.value, ast.Name) and n.value.id == "self"}
+        if isinstance(top, ast.ClassDef) and {"ln1", "ln2"} <= own:
+            found.append(where(path, top))
+    return found
+
+
+def grid_arithmetic(trees) -> list[str]:
+    """Definitions mapping ranks to coordinates: divmod of a rank, a split colour computed from
+    coordinates, or a method named coords / stride that multiplies or divides (not one that delegates)."""
+    found = []
+    for path, top in tops(trees):
+        for n in ast.walk(top):
+            divmod_rank = isinstance(n, ast.Call) and getattr(n.func, "id", "") == "divmod" and \
+                "rank" in ast.unparse(n.args[0])
+            colour = n.args[0] if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "split" and \
+                n.args else next((k.value for k in getattr(n, "keywords", []) if k.arg == "color"), None)
+            named = isinstance(n, ast.FunctionDef) and n.name in ("coords", "stride") and any(
+                isinstance(op, (ast.Mult, ast.FloorDiv, ast.Mod)) for op in ast.walk(n))
+            if divmod_rank or isinstance(colour, ast.BinOp) or named:
+                found.append(where(path, top))
+                break
+    return found
+
+
+def pipeline_executors(trees) -> list[str]:
+    """Classes in parallel/pipeline/ with a train_step (an executor of a schedule)."""
+    return [where(path, top) for path, top in tops(trees) if "pipeline" in path.parts
+            and isinstance(top, ast.ClassDef)
+            and any(isinstance(f, ast.FunctionDef) and f.name == "train_step" for f in top.body)]
+
+
+def copy_then_sum(trees) -> list[str]:
+    """``<x>.grad.copy()`` in parallel/: a gradient kept aside to sum a replica's afterwards."""
+    return [where(path, n) for path, tree in trees.items() if "parallel" in path.parts
+            for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "copy" and getattr(n.func.value, "attr", "") == "grad"]
+
+
+def hand_rolled_allreduces(trees) -> list[str]:
+    """Calls of data/comm.allreduce_gradients outside data/: a strategy summing gradients by hand."""
+    return [where(path, n) for path, tree in trees.items() if "data" not in path.parts
+            for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and getattr(n.func, "id", getattr(n.func, "attr", "")) == "allreduce_gradients"]
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, tree: ast.Module, modules: set[str]) -> set[str]:
+    """The minidist modules ``path`` imports, at any depth (lazy imports inside functions too)."""
+    package = module_of(path) if path.name == "__init__.py" else module_of(path).rpartition(".")[0]
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                anchor = package.split(".")[:len(package.split(".")) - n.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from package import submodule` imports the submodule's file
+            out |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in n.names}
+    return {m for m in out if m in modules}
+
+
+def import_cycles(trees) -> list[str]:
+    """Cycles of file-level imports in minidist/ (strongly connected groups of more than one file)."""
+    modules = {module_of(p): p for p in trees}
+    graph = {m: imports(p, trees[p], set(modules)) - {m} for m, p in modules.items()}
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def visit(m):                                   # Tarjan's strongly connected components
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        on.add(m)
+        for n in graph[m]:
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in on:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            group = []
+            while not group or group[-1] != m:
+                group.append(stack.pop())
+                on.discard(group[-1])
+            if len(group) > 1:
+                cycles.append(" <-> ".join(sorted(group)))
+
+    sys.setrecursionlimit(10000)
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return cycles
+
+
+STRATEGIES = ("asynchronous", "compression", "context", "data", "expert", "pipeline", "rnn", "spatial",
+              "tensor")
+
+
+def folder_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "parallel" and parts[2] in STRATEGIES else None
+
+
+def strategy_imports(trees) -> list[str]:
+    """Pairs of strategy folders of parallel/ where one imports the other (the design allows them to meet
+    only through the mesh, nn and the runner)."""
+    modules = {module_of(p): p for p in trees}
+    pairs = set()
+    for m, p in modules.items():
+        for n in imports(p, trees[p], set(modules)):
+            a, b = folder_of(m), folder_of(n)
+            if a and b and a != b:
+                pairs.add(f"{a} -> {b}")
+    return sorted(pairs)
+
+
+def folder_cycles(trees) -> list[str]:
+    """Pairs of strategy folders that import each other (tensor <-> context)."""
+    pairs = set(strategy_imports(trees))
+    edges = [pair.split(" -> ") for pair in pairs]
+    return sorted(f"{a} <-> {b}" for a, b in edges if a < b and f"{b} -> {a}" in pairs)
+
+
+def lines(under: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in under.rglob("*.py"))
+
+
+# (name, measure, target): a count above its target fails; target None: printed only
+CHECKS = [
+    ("GPT forward/backward chains", gpt_chains, 1),
+    ("transformer blocks wired by hand", blocks_by_hand, 1),
+    ("rank <-> coordinate arithmetic sites", grid_arithmetic, 1),
+    ("pipeline executors", pipeline_executors, 1),
+    ("copy-then-sum gradient sites", copy_then_sum, 0),
+    ("hand-rolled data-axis allreduces", hand_rolled_allreduces, 0),
+    ("file-level import cycles", import_cycles, 0),
+    ("strategy folders importing each other", folder_cycles, 0),
+    ("imports between strategy folders", strategy_imports, None),
+]
+
+
+def counts(root: Path = ROOT) -> dict[str, list[str]]:
+    """{check's name: the places it found} for the tree at root."""
+    trees = sources(root)
+    return {name: measure(trees) for name, measure, _ in CHECKS}
+
+
+def main(argv: list[str], root: Path | None = None) -> int:
+    root = ROOT if root is None else root
+    trees, verbose, failed = sources(root), "-v" in argv, 0
+    print(f"{'check':40} {'count':>5} {'target':>6}")
+    for name, measure, target in CHECKS:
+        found = measure(trees)
+        over = target is not None and len(found) > target
+        failed += over
+        print(f"{name:40} {len(found):5d} {'-' if target is None else target:>6}{'  OVER' if over else ''}")
+        for place in found if verbose or over else []:
+            print(f"    {place}")
+    print(f"{'lines of minidist/parallel/':40} {lines(root / 'minidist' / 'parallel'):5d}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
