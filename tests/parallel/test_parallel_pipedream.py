@@ -24,12 +24,14 @@ from minidist.parallel.pipeline.pipedream import (
     pipedream_schedule,
     replay,
     staleness,
+    synchronous,
+    train_in_one_process,
     version_used,
     versions_held,
 )
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
 from minidist.parallel.pipeline.split import split_by_layers
-from minidist.parallel.pipeline.weight_stash import PipeDream, WeightStash
+from minidist.parallel.pipeline.weight_stash import PipeDream, WeightStash, train_on_stream
 
 D, B = 3, 4          # width, samples per micro-batch
 FREE_LINKS = LinkModel(alpha=0.0, beta=0.0)
@@ -94,6 +96,28 @@ def test_pipedream_on_the_cluster_is_the_replay_with_stashed_weights_and_per_sta
         lag = staleness(P, s, vertical_sync)
         assert stale == [min(m, lag) for m in range(M)] and lag == (P - 1 if vertical_sync else P - 1 - s)
         assert peak == versions_held(P, s, vertical_sync) == (P if vertical_sync else P - s)
+
+
+def on_stream(comm, M, flush_every):
+    x, target = stream(M)
+    pipe, losses = train_on_stream(comm, model(comm.world_size), MSELoss(), momentum_sgd, x, target, M,
+                                   flush_every=flush_every)
+    return [p.data for p in pipe.parameters()], losses
+
+
+@pytest.mark.parametrize("flush_every", [None, 1, 4])
+def test_train_on_stream_is_train_in_one_process(flush_every):
+    """PipeDream (flush_every=None) or synchronous 1F1B with a flush every k micro-batches, on the cluster
+    and in one process: the same parameters and losses, bitwise."""
+    P, M = 3, 8
+    results = run(on_stream, P, M, flush_every, timeout=120)
+    one = model(P)
+    x, target = stream(M)
+    losses = train_in_one_process(one, MSELoss(), np.split(x, M), np.split(target, M), momentum_sgd, P,
+                                  flush_every)
+    assert results[-1][1] == losses
+    for got, want in zip([w for rank in results for w in rank[0]], [p.data for p in one.parameters()]):
+        np.testing.assert_array_equal(got, want)
 
 
 def run_stream(comm, schedule, M, steps):
@@ -190,6 +214,10 @@ def refusals(comm):
         with pytest.raises(ValueError) as error:
             bad()
         messages.append(str(error.value))
+    with pytest.raises(ValueError, match="flush_every"):
+        train_on_stream(comm, model(1), MSELoss(), momentum_sgd, x, target, 4, flush_every=3)
+    with pytest.raises(ValueError, match="groups of"):
+        synchronous(model(1), MSELoss(), np.split(x, 4), np.split(target, 4), momentum_sgd, 3)
     with pytest.raises(TypeError, match="make_optimizer"):
         PipeDream(comm, model(1), loss_fn=MSELoss(), make_optimizer=0.1, num_micro_batches=4)
     return messages

@@ -17,6 +17,9 @@ Stage s (0-based, of P) runs F(m) after max(0, m − (P − 1 − s)) of its bac
     versions held on stage s        P − s                               (vertical sync: P)
 
     w_s(m + 1) = w_s(m) − η · ∇_s loss_m(w_0(v_0(m)), ..., w_{P−1}(v_{P−1}(m)))     (SGD; any optimizer)
+
+``replay`` trains so in one process (the cluster's run, weight_stash.PipeDream, is it bitwise when M is a
+power of two); ``synchronous`` trains the same stream with a flush every M micro-batches (1F1B, GPipe).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from minidist.checks import check_count
 from minidist.nn.module import Sequential
 
 from .schedule import Schedule, one_f_one_b_schedule
+from .split import split_by_layers
 
 
 def pipedream_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
@@ -89,3 +93,31 @@ def replay(model: Sequential, loss_fn, xs, targets, make_optimizer, boundaries,
             optimizers[s].step()
             versions[s].append([p.data for p in params])
     return losses
+
+
+def synchronous(model: Sequential, loss_fn, xs, targets, make_optimizer, num_micro_batches: int
+                ) -> list[float]:
+    """Synchronous 1F1B's (or GPipe's) training of the same stream in one process, for comparison: the
+    micro-batches in groups of M, each group's gradient Σ_m (1/M)·∇loss_m at the group's weights (no
+    staleness), one optimizer step per group (a flush). Returns the losses of the micro-batches."""
+    M = check_count(num_micro_batches, "num_micro_batches")
+    if len(xs) % M:
+        raise ValueError(f"{len(xs)} micro-batches do not make groups of num_micro_batches = {M}")
+    optimizer, losses = make_optimizer(model.parameters()), []
+    for m, (x, target) in enumerate(zip(xs, targets)):
+        if m % M == 0:
+            model.zero_grad()
+        losses.append(loss_fn.forward(model.forward(x), target))
+        model.backward(loss_fn.backward() * (1 / M))
+        if m % M == M - 1:
+            optimizer.step()
+    return losses
+
+
+def train_in_one_process(model: Sequential, loss_fn, xs, targets, make_optimizer, num_stages: int,
+                         flush_every: int | None = None) -> list[float]:
+    """weight_stash.train_on_stream's training in one process: PipeDream's ``replay`` over num_stages
+    stages of equal layer counts (flush_every=None), or ``synchronous`` with a flush every flush_every."""
+    if flush_every is not None:
+        return synchronous(model, loss_fn, xs, targets, make_optimizer, flush_every)
+    return replay(model, loss_fn, xs, targets, make_optimizer, split_by_layers(len(model), num_stages))

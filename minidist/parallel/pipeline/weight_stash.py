@@ -158,3 +158,24 @@ class PipeDream(Pipeline):
             raise ValueError(f"x has {len(x)} samples: a PipeDream stream needs M = {self.M} equal "
                              "micro-batches (a multiple of M samples)")
         return super().train_step(x, target)
+
+
+def train_on_stream(comm, model: Sequential, loss_fn, make_optimizer, x: np.ndarray, target: np.ndarray,
+                    num_micro_batches: int, *, flush_every: int | None = None):
+    """Train on a stream of M equal micro-batches (x, target: their samples, in order) on the cluster,
+    by PipeDream (flush_every=None) or by synchronous 1F1B with a flush, one optimizer step, every
+    ``flush_every`` micro-batches. Returns (the executor: .timeline, .busy_seconds, .stashes; the losses of
+    the micro-batches, on the last stage)."""
+    if flush_every is None:
+        pipe = PipeDream(comm, model, loss_fn=loss_fn, make_optimizer=make_optimizer,
+                         num_micro_batches=num_micro_batches)
+        pipe.train_step(x, target)
+        return pipe, pipe.losses
+    M, k = check_count(num_micro_batches, "num_micro_batches"), check_count(flush_every, "flush_every")
+    if M % k or len(x) % M:
+        raise ValueError(f"flush_every = {k} must divide num_micro_batches = {M}, and M the {len(x)} samples")
+    pipe = Pipeline(comm, model, loss_fn=StreamLoss(loss_fn, 1), num_micro_batches=k, schedule="1f1b")
+    optimizer, step = make_optimizer(pipe.parameters()), len(x) // M * k
+    for i in range(0, len(x), step):
+        pipe.train_step(x[i:i + step], target[i:i + step], optimizer)
+    return pipe, pipe.loss_fn.losses
