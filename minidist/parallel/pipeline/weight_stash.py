@@ -1,5 +1,5 @@
-"""PipeDream's weight stashing: a micro-batch's backward on a stage uses the weights its forward used,
-and the stage updates its weights after every backward (no flush).
+"""PipeDream on the cluster: weight stashing (a micro-batch's backward on a stage uses the weights its
+forward used) and an update of the stage after every backward (no flush).
 
 Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training" (SOSP 2019), §3.3
 ("Weight Stashing", "Vertical Sync"); the "Distributed Deep Learning (Part II)" slides ("PipeDream: Use
@@ -20,6 +20,11 @@ backwards in micro-batch order (1F1B over a stream: pipedream.py), so a queue pa
 
 A version is never written after it is made: an update steps a *copy* of w_t, so the arrays a stashed
 micro-batch points at stay as its forward saw them (``p.data`` is rebound, never overwritten).
+
+``PipeDream(comm, model, ...)`` is pipeline.py's executor running the "pipedream" table with a WeightStash
+on every stage; ``train_on_stream`` trains a stream of micro-batches by PipeDream or by synchronous 1F1B
+(flushing every k), as pipedream.train_in_one_process does in one process. The clock charges the layers
+(F, B), not the optimizer's updates, for either.
 """
 
 from __future__ import annotations
