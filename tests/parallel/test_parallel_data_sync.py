@@ -119,8 +119,9 @@ class CountSyncs(Attachment):
         self.last += int(last)
 
 
-def train_pipelined(comm, schedule: str, zero: int, M: int):
-    """2 data replicas × a 2-stage pipeline; rank = d·2 + p."""
+def train_pipelined(comm, schedule: str, zero: int, M: int, partial: bool = False):
+    """2 data replicas × a 2-stage pipeline; rank = d·2 + p. partial: the replicas' gradients are summed as
+    partial sums over the data group (Parameter.partial_over), not by the data reduction."""
     d, p = divmod(comm.rank, 2)
     data = comm.split(color=p, key=d)
     pipe = comm.split(color=d, key=p)
@@ -128,7 +129,10 @@ def train_pipelined(comm, schedule: str, zero: int, M: int):
 
     def attach(k, stage):
         make = (lambda ps: AdamW(ps, lr=0.02, weight_decay=0.1)) if zero else None
-        syncs.append(GradientSync(stage, data, zero=zero, bucket_bytes=200, make_optimizer=make))
+        for q in stage.parameters() if partial else []:
+            q.partial_over.append(data)
+        syncs.append(GradientSync(stage, None if partial else data, zero=zero, bucket_bytes=200,
+                                  make_optimizer=make))
         counts.append(CountSyncs())
         return [syncs[-1], counts[-1]]
 
@@ -145,12 +149,13 @@ def train_pipelined(comm, schedule: str, zero: int, M: int):
     return p, [q.data for q in pipeline.parameters()]
 
 
-@pytest.mark.parametrize("schedule, zero", [("1f1b", 0), ("gpipe", 0), ("1f1b", 1), ("gpipe", 1),
-                                            ("zb-h1", 0)])
-def test_parallel_gradient_sync_on_the_data_axis_of_a_pipeline_equals_one_process(schedule, zero):
+@pytest.mark.parametrize("schedule, zero, partial", [
+    ("1f1b", 0, False), ("gpipe", 0, False), ("1f1b", 1, False), ("gpipe", 1, False), ("zb-h1", 0, False),
+    ("1f1b", 0, True), ("zb-h1", 0, True)])
+def test_parallel_gradient_sync_on_the_data_axis_of_a_pipeline_equals_one_process(schedule, zero, partial):
     want = one_process()
     cut = len(Sequential(*model().layers[:len(model().layers) // 2]).parameters())   # stage 0's parameters
-    for p, got in run(train_pipelined, 4, schedule, zero, 3, timeout=120):
+    for p, got in run(train_pipelined, 4, schedule, zero, 3, partial, timeout=120):
         close(got, want[:cut] if p == 0 else want[cut:])
 
 

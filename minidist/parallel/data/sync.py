@@ -151,7 +151,10 @@ class GradientSync(Attachment):
             self.sync_now()
 
     def sync_now(self) -> None:
-        """Send every bucket not sent yet (zero=0, 2) and, zero=0, agree on found_inf."""
+        """Sum the partial gradients not summed yet (an empty pass: a table's W tasks made them), send every
+        bucket not sent yet (zero=0, 2) and, zero=0, agree on found_inf."""
+        self.sum_partial([p for p in self.params if self._left[id(p)] > 0])
+        self._left = dict.fromkeys(self._left, 0)
         for bucket in self.buckets:
             if bucket.index not in self._sent and self.zero in (0, 2):
                 self._issue(bucket)
