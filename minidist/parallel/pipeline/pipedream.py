@@ -18,15 +18,14 @@ Stage s (0-based, of P) runs F(m) after max(0, m − (P − 1 − s)) of its bac
 
     w_s(m + 1) = w_s(m) − η · ∇_s loss_m(w_0(v_0(m)), ..., w_{P−1}(v_{P−1}(m)))     (SGD; any optimizer)
 
-``replay`` trains so in one process (the cluster's run, weight_stash.PipeDream, is it bitwise when M is a
-power of two); ``synchronous`` trains the same stream with a flush every M micro-batches (1F1B, GPipe).
+``replay`` is this training in one process (the cluster's, weight_stash.PipeDream, equals it bitwise for
+float64 models and M a power of two); ``synchronous`` trains the same stream with a flush every M
+micro-batches (1F1B, GPipe).
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from minidist.checks import check_count
+from minidist.checks import check_count, is_count
 from minidist.nn.module import Sequential
 
 from .schedule import Schedule, one_f_one_b_schedule
@@ -43,7 +42,7 @@ def pipedream_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
 
 def _check(num_stages: int, stage: int) -> tuple[int, int]:
     P = check_count(num_stages, "number of stages P")
-    if not (isinstance(stage, (int, np.integer)) and 0 <= stage < P):
+    if not (is_count(stage, 0) and stage < P):
         raise ValueError(f"stage must be an integer in [0, {P}), got {stage!r}")
     return P, int(stage)
 
