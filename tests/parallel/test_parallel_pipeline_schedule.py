@@ -124,7 +124,7 @@ def test_parallel_pipeline_schedule_checker_rejects_broken_schedules(name):
 
 def test_parallel_pipeline_schedule_bad_sizes():
     with pytest.raises(ValueError, match="unknown pipeline schedule"):
-        make_schedule("pipedream", 2, 2)
+        make_schedule("no-such-schedule", 2, 2)
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="integer >= 1"):
             gpipe_schedule(bad, 2)

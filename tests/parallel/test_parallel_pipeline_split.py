@@ -76,7 +76,7 @@ def test_parallel_pipeline_bad_input(rng):
         with pytest.raises(ValueError, match="micro-batches must be an integer >= 1"):
             make(_comm(0, 2), num_micro_batches=bad)
     with pytest.raises(ValueError, match="unknown pipeline schedule"):
-        make(_comm(0, 2), schedule="pipedream")
+        make(_comm(0, 2), schedule="no-such-schedule")
     with pytest.raises(ValueError, match="never runs"):
         make(_comm(0, 2), schedule=[[]])
     with pytest.raises(ValueError, match="one per stage"):

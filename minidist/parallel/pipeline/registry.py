@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from .chimera import chimera_schedule
 from .interleaved import interleaved_schedule
+from .pipedream import pipedream_schedule
 from .schedule import Schedule, gpipe_schedule, naive_schedule, one_f_one_b_schedule
 from .zero_bubble import zero_bubble_schedule
 
@@ -22,10 +23,12 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {     # (P ranks, M micro-batche
     "interleaved": lambda P, M, chunks=2: interleaved_schedule(P, M, chunks),
     "zb-h1": lambda P, M, chunks=1: zero_bubble_schedule(P, M),
     "chimera": lambda P, M, chunks=1: chimera_schedule(P, M),
+    "pipedream": lambda P, M, chunks=1: pipedream_schedule(P, M),   # executor: weight_stash.py
 }
 
-# The schedules the planner prices: those that hold at most P micro-batches (all but naive and GPipe).
-PLANNED = tuple(name for name in SCHEDULES if name not in ("naive", "gpipe"))
+# The schedules the planner prices: those that hold at most P micro-batches (all but naive and GPipe) and
+# train synchronously (PipeDream's asynchronous updates are not one step).
+PLANNED = tuple(name for name in SCHEDULES if name not in ("naive", "gpipe", "pipedream"))
 
 
 def make_schedule(name: str, num_ranks: int, num_micro_batches: int, **options) -> Schedule:
