@@ -32,7 +32,7 @@ from minidist.parallel.expert.cost import (
     imbalance,
     uniform_alltoall_bytes,
 )
-from minidist.parallel.expert.layouts import (
+from minidist.parallel.switch_layouts import (
     LayoutGroups,
     expert_holdings,
     parallelize,

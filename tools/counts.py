@@ -81,9 +81,11 @@ def grid_arithmetic(trees) -> list[str]:
 
 
 def pipeline_executors(trees) -> list[str]:
-    """Classes in parallel/pipeline/ with a train_step (an executor of a schedule)."""
+    """Classes in parallel/pipeline/ with a train_step (an executor of a schedule); a subclass of Pipeline
+    (PipeDream: the executor with a schedule and attachments of its own) runs Pipeline's loop, not one."""
     return [where(path, top) for path, top in tops(trees) if "pipeline" in path.parts
             and isinstance(top, ast.ClassDef)
+            and not any(getattr(base, "id", "") == "Pipeline" for base in top.bases)
             and any(isinstance(f, ast.FunctionDef) and f.name == "train_step" for f in top.body)]
 
 

@@ -8,8 +8,8 @@ composes any subset of data, pipeline, tensor, context and expert parallelism on
 lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid in six files.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
-            bucketed), comm.py (gradient buckets), replicas.py,
-            shards.py, overlap.py (communication overlapping backward on the simulated clock),
+            bucketed), comm.py (gradient buckets), replicas.py, sync.py (GradientSync),
+            overlap.py (communication overlapping backward on the simulated clock),
             sync_batchnorm.py; ZeRO: zero.py (stages 1-2), fsdp.py (stage 3), zero_mixed.py, flat.py
 pipeline/   pipeline parallelism: pipeline.py (stages, executor), schedule.py (naive, GPipe, 1F1B as
             tables), split.py (cutting a Sequential into stages), comm.py (point-to-point, StageLinks),
@@ -19,8 +19,11 @@ spatial/    spatial parallelism: spatial.py (convolutions over H / H×W blocks),
 tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear), mlp.py (the Megatron
             MLP block), comm.py (Megatron's f and g), cost.py
 expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-all dispatch/combine),
-            replicas.py (averaging the replicated parameters), layouts.py (the Switch slide's five), cost.py
+            transform.py (expert_parallel), replicas.py, cost.py
+shards.py   a rank's slice of the batch and its loss weight (every data-like strategy's)
 hybrid.py   data × model parallelism on a 2-D grid of ranks
+switch_layouts.py  the Switch slide's five layouts (data, model, expert, expert + data, expert + model +
+            data) of a Switch model on the cluster
 grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × spatial
 grid_pipeline.py  data (ZeRO-1 optional) × pipeline × context × expert × tensor for any task table
             (interleaved, ZB-H1, Chimera), a GPT as its units; grid_expert.py: a Switch model's units

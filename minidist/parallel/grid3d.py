@@ -14,7 +14,7 @@ Nothing of one strategy is rewritten inside another. Tensor: each block becomes 
 row-parallel Linear over ``tensor_comm`` (one allreduce forward, one backward). Pipeline: pipeline/'s
 ``Pipeline`` over ``pipe_comm`` keeps this rank's blocks (split_range over P), runs its schedule and charges
 each layer's FLOPs (this rank's share) to the clock. Data: group d's loss is weighted by B_d/B
-(data/shards.py) and the gradients summed over ``data_comm`` (GradientSync after the table), so
+(shards.py) and the gradients summed over ``data_comm`` (GradientSync after the table), so
 Σ_d (B_d/B)·mean_d is the mean over the whole batch.
 Source: the "Scaling Up Training" slides (hybrid data × model parallelism) and Megatron-LM's 3-D grid.
 """
@@ -30,10 +30,10 @@ from minidist.cluster.topology import groups_across_nodes
 from minidist.nn import Linear, Sequential
 from minidist.split import split_range
 
-from .data.shards import ShardWeightedLoss
 from .data.sync import GradientSync
 from .mesh import Mesh, MeshShape
 from .pipeline.pipeline import Pipeline
+from .shards import ShardWeightedLoss
 from .tensor.layers import ColumnParallelLinear, RowParallelLinear
 
 PLACEMENTS = ("tensor_inside", "tensor_across")

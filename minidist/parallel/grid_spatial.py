@@ -30,9 +30,9 @@ from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
-from .data.shards import ShardWeightedLoss
 from .data.sync import GradientSync
 from .mesh import Mesh, MeshShape
+from .shards import ShardWeightedLoss
 from .spatial import grid_blocks, spatialize
 
 PLACEMENTS = ("spatial_inside", "spatial_across")

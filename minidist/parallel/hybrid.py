@@ -27,9 +27,9 @@ from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
 from .data.comm import allreduce_gradients
-from .data.shards import ShardWeightedLoss
 from .data.sync import GradientSync
 from .mesh import Mesh, MeshShape
+from .shards import ShardWeightedLoss
 
 __all__ = ["Grid", "allreduce_gradients", "hybrid_train_step"]
 

@@ -11,7 +11,7 @@ import pytest
 from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, SwitchTransformer
 from minidist.optim import SGD
-from minidist.parallel.expert.layouts import (
+from minidist.parallel.switch_layouts import (
     Layout,
     LayoutGroups,
     expert_holdings,

@@ -21,7 +21,7 @@ from minidist.checks import check_count
 from minidist.collectives import allgather
 from minidist.nn.flat import flatten, unflatten
 from minidist.nn.runner import Attachment, StepRunner
-from minidist.parallel.data.shards import check_trainer, shard_range
+from minidist.parallel.shards import check_trainer, shard_range
 
 from .error_feedback import ErrorFeedback
 from .topk import check_dtype, check_gradient, check_message

@@ -38,9 +38,9 @@ from minidist.parallel.clock import ComputeClock
 from minidist.parallel.memory import MemoryRecorder
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 
+from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 from .comm import DEFAULT_BUCKET_BYTES, ready_layers
 from .replicas import check_same_layout, check_same_values
-from .shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 from .sync import GradientSync
 
 __all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers"]

@@ -26,7 +26,7 @@ from minidist.collectives import allreduce
 from minidist.nn.module import Module
 from minidist.nn.runner import Attachment, StepRunner
 
-from .shards import shard_range
+from ..shards import shard_range
 
 
 class NaiveDataParallel(Attachment):

@@ -15,9 +15,9 @@ from minidist.nn.runner import StepRunner
 from minidist.parallel.clock import ComputeClock
 from minidist.parallel.memory import MemoryRecorder
 
+from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 from . import flat
 from .replicas import check_same_layout, check_same_values
-from .shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 from .sync import GradientSync
 from .zero_mixed import check_mixed
 

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 from minidist.nn import GELU, Sequential, SwitchTransformer
 from minidist.nn.runner import StepRunner
-from minidist.parallel.data.shards import ShardWeightedLoss
 from minidist.parallel.data.sync import GradientSync
 from minidist.parallel.mesh import Mesh, MeshShape
+from minidist.parallel.shards import ShardWeightedLoss
 from minidist.parallel.tensor import MegatronMLP
 
-from .transform import expert_parallel
+from .expert.transform import expert_parallel
 
 
 @dataclass(frozen=True)
