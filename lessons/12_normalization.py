@@ -38,7 +38,7 @@ from minidist.nn import (
 )
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.sync_batchnorm import convert_sync_batchnorm
+from minidist.parallel.sync_batchnorm import convert_sync_batchnorm
 from minidist.parallel.pipeline import Pipeline
 from minidist.plots import save_figure
 
@@ -296,7 +296,7 @@ print(f"lesson ran in {elapsed:.1f} s")
 # %% [markdown]
 # ## Exercises
 #
-# * `sync_batchnorm_backward` (minidist/parallel/data/sync_batchnorm.py): the backward of SyncBatchNorm —
+# * `sync_batchnorm_backward` (minidist/parallel/sync_batchnorm.py): the backward of SyncBatchNorm —
 #   local sums of dy and dy·x̂, one allreduce, then batch norm's backward with the global means.
 #   Check: `python -m pytest --exercise sync_batchnorm_backward`
 # * Without code: how many bytes would a Welford merge (allgather of (n_r, mean_r, M2_r)) send instead?

@@ -10,7 +10,7 @@ lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid in 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
             bucketed), comm.py (gradient buckets), replicas.py, sync.py (GradientSync),
             overlap.py (communication overlapping backward on the simulated clock),
-            sync_batchnorm.py; ZeRO: zero.py (stages 1-2), fsdp.py (stage 3), zero_mixed.py, flat.py
+            ZeRO: zero.py (stages 1-2), fsdp.py (stage 3), zero_mixed.py, flat.py
 pipeline/   pipeline parallelism: pipeline.py (stages, executor), schedule.py (naive, GPipe, 1F1B as
             tables), split.py (cutting a Sequential into stages), comm.py (point-to-point, StageLinks),
             ledger.py (the stage's clock, timeline and memory books)
@@ -20,7 +20,8 @@ tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear)
             MLP block), comm.py (Megatron's f and g), cost.py
 expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-all dispatch/combine),
             transform.py (expert_parallel), replicas.py, cost.py
-shards.py   a rank's slice of the batch and its loss weight (every data-like strategy's)
+shards.py   a rank's slice of the batch and its loss weight (every data-like strategy's);
+            sync_batchnorm.py: batch statistics over a group of ranks (data: SyncBatchNorm; spatial)
 hybrid.py   data × model parallelism on a 2-D grid of ranks
 switch_layouts.py  the Switch slide's five layouts (data, model, expert, expert + data, expert + model +
             data) of a Switch model on the cluster

@@ -25,7 +25,7 @@ from minidist.nn import (
 )
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
+from minidist.parallel.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidist.split import split_range
 
 RTOL = 1e-9

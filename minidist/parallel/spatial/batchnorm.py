@@ -16,7 +16,7 @@ layer is element-wise once (μ, σ²) are known. ``spatialize`` maps every Batch
 from __future__ import annotations
 
 from minidist.nn.norm import BatchNorm2d
-from minidist.parallel.data.sync_batchnorm import SyncBatchNorm, _adopt
+from minidist.parallel.sync_batchnorm import SyncBatchNorm, _adopt
 
 __all__ = ["SpatialBatchNorm2d"]
 
