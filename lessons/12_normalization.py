@@ -38,8 +38,8 @@ from minidist.nn import (
 )
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
-from minidist.parallel.sync_batchnorm import convert_sync_batchnorm
 from minidist.parallel.pipeline import Pipeline
+from minidist.parallel.sync_batchnorm import convert_sync_batchnorm
 from minidist.plots import save_figure
 
 START = time.perf_counter()
