@@ -32,7 +32,7 @@ def same(a, b) -> bool:
         return (type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape
                 and a.tobytes() == b.tobytes())
     if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and (a == b or (a != a and b != b))
 
 
@@ -58,7 +58,8 @@ def test_same_results_stats_clocks_and_spans_on_both_backends(tmp_path, nprocs):
     on_shm = mpi_cases.run_all(nprocs)
     assert on_mpi.keys() == on_shm.keys()
     for name in on_shm:
-        for what, a, b in zip(("results", "clocks", "stats", "spans"), on_mpi[name], on_shm[name]):
+        kinds = ("results", "clocks", "stats", "spans")
+        for what, a, b in zip(kinds, on_mpi[name], on_shm[name], strict=True):
             assert same(a, b) if what != "stats" else a == b, f"{name}: {what} differ between MPI and shm"
     sent = [s.bytes_sent for s in on_mpi["collectives"][2]]
     assert sent == [s.bytes_sent for s in on_shm["collectives"][2]] and min(sent) > 0

@@ -44,7 +44,7 @@ def test_ring_keeps_every_dtype_and_shape(world_size, seed, shapes):
     results = run(ring_exchange, world_size, arrays)
     for received in results:
         assert len(received) == len(arrays)
-        for got, sent in zip(received, arrays):
+        for got, sent in zip(received, arrays, strict=True):
             assert got.dtype == sent.dtype and got.shape == sent.shape
             assert np.array_equal(got, sent)
 
@@ -64,7 +64,7 @@ def test_zero_d_empty_and_non_contiguous_inputs(rng):
 
     received, dtypes = run(fn, 2)[1]
     assert dtypes == [np.asarray(a).dtype.str for a in arrays]
-    for got, sent in zip(received, arrays):
+    for got, sent in zip(received, arrays, strict=True):
         assert got.shape == np.shape(sent)
         assert np.array_equal(got, sent)
         assert got.flags.c_contiguous

@@ -20,7 +20,8 @@ DTYPES = ["u1", "<f8", ">i4", "c16", "U3"]
 def _arrays(seed, sizes):
     rng = np.random.default_rng(seed)
     dtypes = [np.dtype(DTYPES[i % len(DTYPES)]) for i in range(len(sizes))]
-    return [rng.integers(0, 100, size=max(0, n // dt.itemsize)).astype(dt) for n, dt in zip(sizes, dtypes)]
+    return [rng.integers(0, 100, size=max(0, n // dt.itemsize)).astype(dt)
+            for n, dt in zip(sizes, dtypes, strict=True)]
 
 
 def _exchange(comm, arrays):
@@ -33,7 +34,7 @@ def _exchange(comm, arrays):
         return [comm.sendrecv(a, 1, 1, sendtag=i, recvtag=i) for i, a in enumerate(arrays)]
     got = [(sub if i % 3 == 2 else comm).recv(0, tag=i) for i in range(len(arrays))]
     echoed = [comm.sendrecv(g, 0, 0, sendtag=i, recvtag=i) for i, g in enumerate(got)]
-    for g, e in zip(got, echoed):
+    for g, e in zip(got, echoed, strict=True):
         if g.dtype.kind in "uifc":
             comm.send(g, 0, tag=99)
             comm.recv(0, tag=99, out=e, op="sum")       # a short message combined with op=
@@ -54,7 +55,7 @@ def test_short_and_streamed_messages_arrive_whole_and_in_order(seed, sizes):
 
     back, (got, echoed, dtypes) = run(fn, 2, mailbox_bytes=4096)
     assert dtypes == [a.dtype.str for a in arrays]
-    for a, g, e, b in zip(arrays, got, echoed, back):
+    for a, g, e, b in zip(arrays, got, echoed, back, strict=True):
         assert g.shape == a.shape and np.array_equal(g, a)
         assert np.array_equal(b, a)
         if a.dtype.kind in "uifc":

@@ -43,7 +43,7 @@ def _every_algorithm(comm, seed, n, dtype, op):
        dtype=st.sampled_from(sorted(UINT, key=str)), op=st.sampled_from(["sum", "mean", "max", "min"]))
 def test_every_rank_holds_the_same_bytes(world_size, seed, n, dtype, op):
     per_rank = run(_every_algorithm, world_size, seed, n, dtype, op)
-    for algorithm, first in zip(ALL, per_rank[0]):
+    for algorithm, first in zip(ALL, per_rank[0], strict=True):
         for rank in range(1, world_size):
             got = per_rank[rank][ALL.index(algorithm)]
             assert np.array_equal(got, first), f"{algorithm} {op}: rank {rank} {got} != rank 0 {first}"
@@ -58,5 +58,5 @@ def _the_issue_cases(comm):
 
 def test_recursive_doubling_partners_agree_on_nan_sign_and_signed_zero():
     rank0, rank1 = run(_the_issue_cases, 2)
-    for a, b in zip(rank0, rank1):
+    for a, b in zip(rank0, rank1, strict=True):
         assert a.tobytes() == b.tobytes(), (hex(a[0]), hex(b[0]))

@@ -21,7 +21,7 @@ def _worker(comm, width, algorithm):
     row, col = divmod(comm.rank, width)
     rows, cols = comm.split(row, key=col), comm.split(col, key=row)
     params = [Parameter(np.zeros_like(g)) for g in _grads(comm.rank)]
-    for p, g in zip(params, _grads(comm.rank)):
+    for p, g in zip(params, _grads(comm.rank), strict=True):
         p.grad[...] = g
     params[0].partial_over.append(comm)
     params[1].partial_over += [rows, cols]

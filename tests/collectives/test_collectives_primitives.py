@@ -63,12 +63,13 @@ def test_primitives_exact_on_every_rank(world_size, seed, shape, dtype, root_fra
         assert same(out["broadcast"], xs[root]) and same(out["broadcast_out"], xs[root])
         if r == root:
             assert same(out["reduce"], total)
-            assert len(out["gather"]) == world_size and all(same(g, x) for g, x in zip(out["gather"], xs))
+            assert len(out["gather"]) == world_size
+            assert all(same(g, x) for g, x in zip(out["gather"], xs, strict=True))
         else:
             assert out["reduce"] is None and out["gather"] is None
         assert same(out["scatter"], _chunk(seed, root, r, dtype))
         assert len(out["allgather"]) == world_size
-        assert all(same(g, x) for g, x in zip(out["allgather"], xs))
+        assert all(same(g, x) for g, x in zip(out["allgather"], xs, strict=True))
         assert same(out["reduce_scatter"], pieces[r])
         assert all(same(out["alltoall"][j], _chunk(seed, j, r, dtype)) for j in range(world_size))
 

@@ -33,7 +33,7 @@ def _stress(comm, seed, count):
             got = reduce(comm, xs[r], root=root)
             ok = got is None if r != root else np.array_equal(got, exact(xs, "sum"))
         elif kind == "allgather":
-            ok = all(np.array_equal(a, b) for a, b in zip(allgather(comm, xs[r]), xs))
+            ok = all(np.array_equal(a, b) for a, b in zip(allgather(comm, xs[r]), xs, strict=True))
         elif kind == "reduce_scatter":
             ok = np.array_equal(reduce_scatter(comm, xs[r]), np.array_split(exact(xs, "sum"), p)[r])
         else:

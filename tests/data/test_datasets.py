@@ -80,7 +80,7 @@ def test_iterate_batches_covers_every_index_once(n, batch, drop_last, seed):
     assert len(set(seen.tolist())) == len(seen)
     assert len(seen) == (n - n % batch if drop_last else n)
     again = list(iterate_batches(n, batch, np.random.default_rng(seed), drop_last=drop_last))
-    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
 
 
 def test_iterate_batches_errors_and_order():

@@ -68,7 +68,7 @@ def test_same_batches_bitwise_for_0_1_3_workers():
     for k, q in ((1, 1), (3, 2), (3, 1)):
         got = epoch_batches(k, q)
         assert len(got) == len(reference)
-        for (xa, ya), (xb, yb) in zip(reference, got):
+        for (xa, ya), (xb, yb) in zip(reference, got, strict=True):
             assert xa.tobytes() == xb.tobytes() and np.array_equal(ya, yb)
 
 

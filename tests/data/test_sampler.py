@@ -47,7 +47,7 @@ def test_same_order_on_every_rank_and_new_each_epoch():
     """Two processes built from the same (seed, epoch) agree; a new epoch or seed gives a new order."""
     a = all_ranks(100, 4, epoch=2, seed=7)
     b = all_ranks(100, 4, epoch=2, seed=7)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
     c = all_ranks(100, 4, epoch=3, seed=7)
     d = all_ranks(100, 4, epoch=2, seed=8)

@@ -34,7 +34,7 @@ def test_windows_are_contiguous_with_shifted_targets(b, t, seed):
     x2, _ = CORPUS.windows("val", b, t, np.random.default_rng(seed))
     assert x.shape == y.shape == (b, t) and np.array_equal(x, x2)
     np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
-    for row_x, row_y in zip(x, y):
+    for row_x, row_y in zip(x, y, strict=True):
         s = CORPUS.decode(np.append(row_x, row_y[-1]))
         assert s in CORPUS.text[len(CORPUS.train):]
 

@@ -122,5 +122,5 @@ def test_checkpointed_block_is_bitwise_the_plain_block_with_dropout():
     assert np.array_equal(block.forward(x), checkpointed.forward(x))
     assert held_bytes(checkpointed)["activations"] == x.nbytes < held_bytes(block)["activations"]
     assert np.array_equal(block.backward(dy), checkpointed.backward(dy))
-    for p, q in zip(block.parameters(), checkpointed.parameters()):
+    for p, q in zip(block.parameters(), checkpointed.parameters(), strict=True):
         assert np.array_equal(p.grad, q.grad)

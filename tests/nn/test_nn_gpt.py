@@ -74,7 +74,7 @@ def test_gpt_five_adamw_steps_match_torch():
         ref_loss.backward()
         ref_opt.step()
         assert loss == pytest.approx(ref_loss.item(), rel=1e-12)
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         tt.assert_close(p.data, q.detach().numpy(), name)
 
 

@@ -39,7 +39,7 @@ def torch_hvp(model: nn.Sequential, x: np.ndarray, y: np.ndarray, v: list[np.nda
             h = {nn.Tanh: torch.tanh, nn.Sigmoid: torch.sigmoid, nn.ReLU: torch.relu}[type(layer)](h)
     loss = torch.nn.functional.cross_entropy(h, torch.from_numpy(y))
     grads = torch.autograd.grad(loss, weights, create_graph=True)
-    dot = sum((g * torch.from_numpy(d)).sum() for g, d in zip(grads, v))
+    dot = sum((g * torch.from_numpy(d)).sum() for g, d in zip(grads, v, strict=True))
     return [t.detach().numpy() for t in torch.autograd.grad(dot, weights)]
 
 
@@ -52,9 +52,10 @@ def test_hvp_equals_torch_double_backward(seed):
     before = [p.data.copy() for p in model.parameters()]
     ours = hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v)
     theirs = torch_hvp(model, x, y, v)
-    errors = [relative_error(a, b) for a, b in zip(ours, theirs)]
+    errors = [relative_error(a, b) for a, b in zip(ours, theirs, strict=True)]
     assert max(errors) < 1e-8, errors
-    assert all(np.array_equal(p.data, b) for p, b in zip(model.parameters(), before))   # restored bitwise
+    # restored bitwise
+    assert all(np.array_equal(p.data, b) for p, b in zip(model.parameters(), before, strict=True))
     assert all(not p.grad.any() for p in model.parameters())
 
 
@@ -82,7 +83,7 @@ def test_hvp_of_a_relu_mlp_away_from_the_kinks_equals_torch():
     # no pre-activation of the ReLU within reach of the step: the function is smooth there
     assert np.abs(model[0].forward(x)).min() > 1e-2
     ours = hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v, eps=1e-4)
-    assert max(relative_error(a, b) for a, b in zip(ours, torch_hvp(model, x, y, v))) < 1e-7
+    assert max(relative_error(a, b) for a, b in zip(ours, torch_hvp(model, x, y, v), strict=True)) < 1e-7
 
 
 def test_power_iteration_finds_the_largest_eigenvalue_of_a_quadratic():
@@ -116,7 +117,7 @@ def test_flatten_round_trip_and_loss_gradient():
     model = small_mlp(rng)
     arrays = [rng.standard_normal(p.data.shape) for p in model.parameters()]
     back = unflatten(flatten(arrays), model.parameters())
-    assert all(np.array_equal(a, b) for a, b in zip(arrays, back))
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, back, strict=True))
     loss, grads = loss_gradient(model, nn.CrossEntropyLoss(), rng.standard_normal((4, 5)), np.arange(4) % 3)
     assert loss > 0 and [g.shape for g in grads] == [p.data.shape for p in model.parameters()]
 
@@ -154,7 +155,7 @@ def test_exact_hvp_equals_torch_double_backward(activation, seed):
     x, y = rng.standard_normal((11, 5)), rng.integers(0, 3, 11)
     v = [rng.standard_normal(p.data.shape) for p in model.parameters()]
     ours = exact_hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v)
-    errors = [relative_error(a, b) for a, b in zip(ours, torch_hvp(model, x, y, v))]
+    errors = [relative_error(a, b) for a, b in zip(ours, torch_hvp(model, x, y, v), strict=True)]
     assert max(errors) < 1e-12, errors
 
 
@@ -165,7 +166,7 @@ def test_exact_and_central_difference_products_agree_on_a_smooth_model():
     v = [rng.standard_normal(p.data.shape) for p in model.parameters()]
     exact = exact_hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v)
     differences = hessian_vector_product(model, nn.CrossEntropyLoss(), x, y, v)
-    assert max(relative_error(a, b) for a, b in zip(exact, differences)) < 1e-8
+    assert max(relative_error(a, b) for a, b in zip(exact, differences, strict=True)) < 1e-8
 
 
 def test_exact_hvp_of_least_squares_is_2xtx_v_over_n():

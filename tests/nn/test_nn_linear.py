@@ -56,7 +56,7 @@ def test_linear_without_input_grad_returns_none_and_the_same_parameter_gradients
         dx = layer.backward(dy)
         assert (dx is None) == (not input_grad)
         grads.append((layer.weight.grad.copy(), layer.bias.grad.copy()))
-    assert all(np.array_equal(a, b) for a, b in zip(*grads))
+    assert all(np.array_equal(a, b) for a, b in zip(*grads, strict=True))
 
 
 def test_gradients_accumulate_and_zero_grad_clears(rng):
@@ -69,7 +69,7 @@ def test_gradients_accumulate_and_zero_grad_clears(rng):
     once = [p.grad.copy() for p in model.parameters()]
     model.forward(x)
     model.backward(dy)
-    for p, g in zip(model.parameters(), once):
+    for p, g in zip(model.parameters(), once, strict=True):
         np.testing.assert_allclose(p.grad, 2 * g, rtol=1e-12)
     # two micro-batches accumulate to the gradient of the whole batch (sum of per-sample contributions)
     model.zero_grad()
@@ -78,7 +78,7 @@ def test_gradients_accumulate_and_zero_grad_clears(rng):
     model.backward(dy[:2])
     model.forward(x[2:])
     model.backward(dy[2:])
-    for p, g in zip(model.parameters(), once):
+    for p, g in zip(model.parameters(), once, strict=True):
         np.testing.assert_allclose(p.grad, g, rtol=1e-10, atol=1e-14)
 
 

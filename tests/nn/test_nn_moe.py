@@ -113,7 +113,7 @@ def test_moe_one_expert_with_room_for_all_is_the_plain_mlp():
     x, dy = rng.standard_normal((2, 5, D)), rng.standard_normal((2, 5, D))
     np.testing.assert_allclose(moe.forward(x), mlp.forward(x), rtol=0, atol=1e-14)
     np.testing.assert_allclose(moe.backward(dy), mlp.backward(dy), rtol=0, atol=1e-14)
-    for p, q in zip(moe.experts[0].parameters(), mlp.parameters()):
+    for p, q in zip(moe.experts[0].parameters(), mlp.parameters(), strict=True):
         np.testing.assert_allclose(p.grad, q.grad, rtol=0, atol=1e-14)
     assert not moe.router.weight.grad.any()  # softmax over one expert is 1: nothing to learn
     assert moe.routing.dropped_tokens == 0 and moe.aux_loss == 1.0

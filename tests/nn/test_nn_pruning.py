@@ -124,7 +124,7 @@ def test_gradual_pruning_masks_only_grow():
         target = cubic_sparsity(step, 0.8, 0, 10)
         for w in wrappers:
             w.prune_to(target)
-    for w, old in zip(wrappers, before):
+    for w, old in zip(wrappers, before, strict=True):
         assert np.all(w.weight_mask <= old)
         assert abs(w.sparsity() - 0.8) < 0.5 / w.weight_mask.size + 1e-12
 
@@ -179,7 +179,7 @@ def test_shrink_keeps_optimizer_running_and_cuts_its_state():
                                                                    [False, False, True, False, False, False]]
     assert shrink_channels(model, optimizer) == [3, 5, 8]
     assert np.array_equal(optimizer.state[0]["exp_avg"], kept_m)
-    for p, s in zip(optimizer.params, optimizer.state):
+    for p, s in zip(optimizer.params, optimizer.state, strict=True):
         assert all(a.shape == p.shape for a in s.values()) and p.grad.shape == p.shape
     optimizer.zero_grad()
     loss.forward(model(x), y)

@@ -91,7 +91,7 @@ def test_runner_gradients_equal_the_models_backward_and_the_first_linear_skips_d
     loss = StepRunner(model, CrossEntropyLoss()).forward_backward(x, y)
     assert calls == [False] and first.input_grad is True        # dx skipped, the switch restored
     assert loss == loss_fn.forward(model.forward(x), y)
-    for p, g in zip(model.parameters(), expected):
+    for p, g in zip(model.parameters(), expected, strict=True):
         np.testing.assert_allclose(p.grad, g, rtol=1e-12, atol=1e-12)
 
 
@@ -104,12 +104,12 @@ def test_runner_matches_torch_autograd():
     loss = StepRunner(model, CrossEntropyLoss()).forward_backward(x, y)
     tm = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3)).double()
     with torch.no_grad():
-        for tp, p in zip(tm.parameters(), model.parameters()):
+        for tp, p in zip(tm.parameters(), model.parameters(), strict=True):
             tp.copy_(torch.from_numpy(p.data))
     tl = torch.nn.functional.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y))
     tl.backward()
     assert abs(loss - tl.item()) < 1e-12
-    for tp, p in zip(tm.parameters(), model.parameters()):
+    for tp, p in zip(tm.parameters(), model.parameters(), strict=True):
         np.testing.assert_allclose(p.grad, tp.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
@@ -180,5 +180,5 @@ def test_a_composite_exposing_units_is_stepped_through_them_with_the_same_gradie
     recorder = Recorder()
     StepRunner(model, CrossEntropyLoss(), [recorder]).forward_backward(x, y)
     assert [e[1] for e in recorder.events if e[0] == "after_backward"] == [2, 1, 0]
-    for p, g in zip(model.parameters(), expected):
+    for p, g in zip(model.parameters(), expected, strict=True):
         np.testing.assert_allclose(p.grad, g, rtol=1e-12, atol=1e-12)

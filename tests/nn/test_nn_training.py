@@ -19,7 +19,7 @@ def test_mlp_reaches_95_percent_and_is_bitwise_reproducible():
     assert full.epoch_losses[-1] < 0.1 * full.epoch_losses[0]
     first, second = train_digits_mlp(seed=0, epochs=2), train_digits_mlp(seed=0, epochs=2)
     assert first.step_losses == second.step_losses  # float equality of every loss: bitwise
-    for p, q in zip(first.model.parameters(), second.model.parameters()):
+    for p, q in zip(first.model.parameters(), second.model.parameters(), strict=True):
         assert np.array_equal(p.data, q.data)
     other = train_digits_mlp(seed=1, epochs=1)
     assert other.step_losses[0] != first.step_losses[0]  # the seed matters

@@ -152,7 +152,7 @@ def test_nn_backward_refuses_wrong_dy_before_changing_anything(case):
     dy = rng.standard_normal(y.shape)
     dx, dx_twin = layer.backward(dy), twin.backward(dy)
     assert (dx is None and dx_twin is None) or np.array_equal(dx, dx_twin)
-    for p, q in zip(layer.parameters(), twin.parameters()):
+    for p, q in zip(layer.parameters(), twin.parameters(), strict=True):
         assert np.array_equal(p.grad, q.grad)
 
 

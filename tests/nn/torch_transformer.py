@@ -56,7 +56,7 @@ def twin(layer, torch_layer) -> tnn.Module:
     mine, theirs = layer.parameters(), list(torch_layer.parameters())
     assert [p.shape for p in mine] == [tuple(q.shape) for q in theirs]
     with torch.no_grad():
-        for p, q in zip(mine, theirs):
+        for p, q in zip(mine, theirs, strict=True):
             q.copy_(torch.from_numpy(p.data))
     return torch_layer
 
@@ -82,5 +82,5 @@ def compare(layer, torch_layer, x, dy) -> None:
     assert_close(y, ty.detach().numpy(), "forward output")
     if dx is not None:
         assert_close(dx, tx.grad.numpy(), "input gradient")
-    for (name, p), q in zip(layer.named_parameters(), torch_layer.parameters()):
+    for (name, p), q in zip(layer.named_parameters(), torch_layer.parameters(), strict=True):
         assert_close(p.grad, q.grad.numpy(), f"gradient of {name}")

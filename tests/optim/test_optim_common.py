@@ -52,8 +52,8 @@ def test_state_dict_round_trip_continues_bitwise(cls, kwargs):
         for a in arrays.values():
             a[...] = np.nan
     got = run_minidist(resumed, range(10, 20), lr_of)
-    for mine, ref in zip(got, expected):
-        for a, b in zip(mine, ref):
+    for mine, ref in zip(got, expected, strict=True):
+        for a, b in zip(mine, ref, strict=True):
             np.testing.assert_array_equal(a, b)
     assert resumed.step_count == original.step_count == 20
 
@@ -64,8 +64,8 @@ def test_chunked_update_is_bitwise_the_whole_array_update(cls, kwargs, monkeypat
     whole = run_minidist(cls(make_params(values), **kwargs), range(4))
     monkeypatch.setattr(optimizer_module, "CHUNK_ELEMENTS", 5)
     chunked = run_minidist(cls(make_params(values), **kwargs), range(4))
-    for mine, ref in zip(chunked, whole):
-        for a, b in zip(mine, ref):
+    for mine, ref in zip(chunked, whole, strict=True):
+        for a, b in zip(mine, ref, strict=True):
             assert a.dtype == np.float32
             np.testing.assert_array_equal(a, b)
 
@@ -74,10 +74,10 @@ def test_chunked_update_is_bitwise_the_whole_array_update(cls, kwargs, monkeypat
 def test_step_does_not_touch_the_gradients(cls, kwargs):
     params = make_params(initial_values(seed=6))
     grads = [np.full(p.shape, 0.25) for p in params]
-    for p, g in zip(params, grads):
+    for p, g in zip(params, grads, strict=True):
         p.grad[...] = g
     cls(params, **kwargs).step()
-    for p, g in zip(params, grads):
+    for p, g in zip(params, grads, strict=True):
         np.testing.assert_array_equal(p.grad, g)
 
 
@@ -100,12 +100,12 @@ def test_weight_decay_is_exactly_the_decay_term_in_the_gradient(cls, options, we
     plain = cls(make_params(values), lr=0.01, **options)
     for _ in range(3):
         grads = [rng.normal(size=v.shape) for v in values]
-        for p, q, g in zip(decayed.params, plain.params, grads):
+        for p, q, g in zip(decayed.params, plain.params, grads, strict=True):
             p.grad[...] = g
             q.grad[...] = g + weight_decay * q.data
         decayed.step()
         plain.step()
-        for p, q in zip(decayed.params, plain.params):
+        for p, q in zip(decayed.params, plain.params, strict=True):
             np.testing.assert_array_equal(p.data, q.data)
 
 
@@ -118,12 +118,12 @@ def test_adamw_decay_is_exactly_a_shrink_before_adam(weight_decay, lr, seed):
     adamw = AdamW(make_params(values), lr=lr, weight_decay=weight_decay)
     adam_ = Adam(make_params(values), lr=lr)
     for _ in range(3):
-        for p, q in zip(adamw.params, adam_.params):
+        for p, q in zip(adamw.params, adam_.params, strict=True):
             p.grad[...] = q.grad[...] = rng.normal(size=p.shape)
             q.data *= 1 - lr * weight_decay
         adamw.step()
         adam_.step()
-        for p, q in zip(adamw.params, adam_.params):
+        for p, q in zip(adamw.params, adam_.params, strict=True):
             np.testing.assert_array_equal(p.data, q.data)
 
 
@@ -200,6 +200,6 @@ def test_non_contiguous_parameters_update_like_contiguous_ones(cls, kwargs):
     assert not column_major[0].data.flags.c_contiguous and not column_major[0].grad.flags.c_contiguous
     fortran = run_minidist(cls(column_major, **kwargs), range(3))
     contiguous = run_minidist(cls(make_params(values), **kwargs), range(3))
-    for mine, ref in zip(fortran, contiguous):
-        for a, b in zip(mine, ref):
+    for mine, ref in zip(fortran, contiguous, strict=True):
+        for a, b in zip(mine, ref, strict=True):
             np.testing.assert_array_equal(a, b)

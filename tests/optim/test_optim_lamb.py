@@ -53,7 +53,7 @@ def test_every_layer_moves_by_lr_times_its_norm(scale, seed, lr, decay):
     for i, p in enumerate(layers):
         p.grad[...] = scale * 10.0**(3 * i) * rng.normal(size=p.shape)   # gradients of very different scales
     LAMB(layers, lr=lr, weight_decay=decay).step()
-    for p, w0 in zip(layers, before):
+    for p, w0 in zip(layers, before, strict=True):
         assert np.linalg.norm(p.data - w0) == pytest.approx(lr * np.linalg.norm(w0), rel=1e-9)
 
 

@@ -89,8 +89,8 @@ def test_matches_torch_over_30_steps_with_lr_change(options):
     lr_of = lr_with_change(0.05)
     ours = run_minidist(SGD(make_params(values), lr=0.05, **options), range(30), lr_of)
     theirs = run_torch(torch.optim.SGD, values, dict(lr=0.05, **options), range(30), lr_of)
-    for k, (mine, ref) in enumerate(zip(ours, theirs)):
-        for a, b in zip(mine, ref):
+    for k, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
+        for a, b in zip(mine, ref, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13, err_msg=f"step {k}")
 
 
@@ -102,7 +102,7 @@ def test_momentum_zero_is_plain_gradient_descent(lr, seed, steps):
     w = [v.copy() for v in values]
     for k in range(steps):
         w = [wi - lr * gradient(wi, k, i) for i, wi in enumerate(w)]
-        for a, b in zip(history[k], w):
+        for a, b in zip(history[k], w, strict=True):
             np.testing.assert_array_equal(a, b)
 
 
@@ -111,11 +111,11 @@ def test_weight_decay_differs_by_the_decay_term(lr, weight_decay, seed):
     """One step with decay λ = one step without, minus γλw (up to rounding)."""
     values = initial_values(seed)
     plain, decayed = make_params(values), make_params(values)
-    for a, b in zip(plain, decayed):
+    for a, b in zip(plain, decayed, strict=True):
         a.grad[...] = b.grad[...] = np.random.default_rng(seed).normal(size=a.shape)
     SGD(plain, lr=lr).step()
     SGD(decayed, lr=lr, weight_decay=weight_decay).step()
-    for a, b, w in zip(plain, decayed, values):
+    for a, b, w in zip(plain, decayed, values, strict=True):
         np.testing.assert_allclose(b.data, a.data - lr * weight_decay * w, rtol=1e-12, atol=1e-14)
 
 

@@ -38,8 +38,8 @@ CASES = [
 
 
 def assert_same_trajectory(ours, theirs):
-    for k, (mine, ref) in enumerate(zip(ours, theirs)):
-        for i, (a, b) in enumerate(zip(mine, ref)):
+    for k, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
+        for i, (a, b) in enumerate(zip(mine, ref, strict=True)):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13, err_msg=f"step {k}, param {i}")
 
 

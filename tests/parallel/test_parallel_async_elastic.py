@@ -96,7 +96,7 @@ def test_the_center_equals_a_replay_of_the_schedule(workers, steps, every):
         assert r["clock"] == t
     center, xs = replay(seconds, every, results[0]["exchanges"])
     np.testing.assert_allclose(results[0]["center"], center, rtol=1e-12, atol=1e-14)
-    for got, want in zip(results[1:], xs):
+    for got, want in zip(results[1:], xs, strict=True):
         np.testing.assert_allclose(got["params"], want, rtol=1e-12, atol=1e-14)
     assert results[0]["exchanges"][-1][0] == workers - 1      # the straggler is served last
 
@@ -118,7 +118,7 @@ def test_every_exchange_once_in_arrival_order(workers, steps, every, seed):
     assert sorted((ex.worker, ex.step) for ex in plan) == [
         (w, k) for w in range(workers) for k in range(steps) if (k + 1) % every == 0]
     assert [ex.received for ex in plan] == sorted(ex.received for ex in plan)
-    for a, b in zip(plan, plan[1:]):            # the center serves one worker at a time
+    for a, b in zip(plan, plan[1:], strict=False):            # the center serves one worker at a time
         assert b.received >= a.replied
     for ex in plan:                             # no exchange before the worker could have computed its steps
         assert ex.received >= seconds[ex.worker, :ex.step + 1].sum() * (1 - 1e-12)

@@ -84,11 +84,11 @@ def test_elastic_averaging_matches_one_process():
     for step in range(STEPS):      # equations (5)-(6) of Zhang et al.: both steps from the same x_r,t
         xs = [np.concatenate([p.data.ravel() for p in net.parameters()]) for net in nets]
         for r, net in enumerate(nets):
-            for p, g in zip(net.parameters(), gradient(net, *batch(r, step))):
+            for p, g in zip(net.parameters(), gradient(net, *batch(r, step)), strict=True):
                 p.data -= LR * g
         if (step + 1) % every == 0:
             new_center = center + alpha * sum(x - center for x in xs)
-            for net, x in zip(nets, xs):
+            for net, x in zip(nets, xs, strict=True):
                 x = np.concatenate([p.data.ravel() for p in net.parameters()]) - alpha * (x - center)
                 offset = 0
                 for p in net.parameters():

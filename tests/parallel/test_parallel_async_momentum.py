@@ -51,7 +51,7 @@ def test_replay_equals_the_cluster_parameter_server(workers, momentum):
     assert replay["staleness"] == server["staleness"]
     assert replay["times"] == server["times"]
     assert [t for t, _ in replay["history"]] == [t for t, _ in server["history"]]
-    for (_, got), (_, want) in zip(replay["history"], server["history"]):
+    for (_, got), (_, want) in zip(replay["history"], server["history"], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 

@@ -48,7 +48,7 @@ def _grid_train(comm, stage):
                               stage=stage)
     for x, y in _batches():
         zero.train_step(x, y)
-    for p, full in zip(model.parameters(), zero.full_parameters()):
+    for p, full in zip(model.parameters(), zero.full_parameters(), strict=True):
         p.data = full
     return _shards_by_full_name(model)
 
@@ -70,7 +70,7 @@ def _mixed_grid_train(comm):
                 mixed=ShardedMixedPrecision(BF16))
     for x, y in _batches():
         zero.train_step(x.astype(np.float32), y)
-    for p, master in zip(model.parameters(), zero.master_parameters()):
+    for p, master in zip(model.parameters(), zero.master_parameters(), strict=True):
         p.data = master
     return _shards_by_full_name(model)
 

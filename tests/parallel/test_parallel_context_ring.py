@@ -112,7 +112,7 @@ def test_reference_gradients_against_torch(causal):
     out.backward(torch.tensor(d_out))
     np.testing.assert_allclose(out.detach().numpy(), reference(q, k, v, causal), **TOL)
     grads = _reference_grads(q, k, v, d_out, causal)
-    for name, t in zip("qkv", (tq, tk, tv)):
+    for name, t in zip("qkv", (tq, tk, tv), strict=True):
         np.testing.assert_allclose(t.grad.numpy(), grads[name], **TOL)
 
 

@@ -61,7 +61,7 @@ def _variants(comm, case):
 def _assert_replicas_identical(histories, what):
     for step, params in enumerate(histories[0]):
         for rank, other in enumerate(histories[1:], start=1):
-            for i, (a, b) in enumerate(zip(params, other[step])):
+            for i, (a, b) in enumerate(zip(params, other[step], strict=True)):
                 assert a.tobytes() == b.tobytes(), (
                     f"{what}: rank {rank} differs from rank 0 in parameter {i} after step {step}"
                 )
@@ -69,8 +69,8 @@ def _assert_replicas_identical(histories, what):
 
 def _assert_matches(got, want, what):
     assert len(got) == len(want)
-    for step, (g, w) in enumerate(zip(got, want)):
-        for i, (a, b) in enumerate(zip(g, w)):
+    for step, (g, w) in enumerate(zip(got, want, strict=True)):
+        for i, (a, b) in enumerate(zip(g, w, strict=True)):
             np.testing.assert_allclose(
                 a, b, rtol=RTOL, atol=ATOL, err_msg=f"{what}: parameter {i}, step {step}"
             )

@@ -61,7 +61,7 @@ def test_parallel_data_broadcast_start_and_replica_check():
     per_rank = run(_broadcast_and_check, 3, timeout=30)
     reference = [p.data for p in _mlp(0).parameters()]
     for values, message in per_rank:
-        assert all(np.array_equal(a, b) for a, b in zip(values, reference))
+        assert all(np.array_equal(a, b) for a, b in zip(values, reference, strict=True))
         assert message is not None and "rank(s) [2]" in message
 
 

@@ -64,8 +64,8 @@ def test_parallel_data_mixed_precision_skips_with_single_process(world_size, vie
         assert applied == want_applied, f"rank {rank}"
         assert scales == want_scales, f"rank {rank}"
         for step, step_params in enumerate(params):
-            for a, b in zip(step_params, per_rank[0][2][step]):
+            for a, b in zip(step_params, per_rank[0][2][step], strict=True):
                 assert a.tobytes() == b.tobytes(), f"rank {rank} differs from rank 0 after step {step}"
-        for a, p in zip(params[-1], model.parameters()):
+        for a, p in zip(params[-1], model.parameters(), strict=True):
             assert np.all(np.isfinite(a))
             np.testing.assert_allclose(a, p.data, rtol=0, atol=1e-3)   # FP16 rounding of partial sums differs

@@ -30,8 +30,8 @@ def test_naive_data_parallel_equals_one_process_per_parameter(world_size, kind, 
     results = run(_train, world_size, kind, optimizer, batches)
     sizes = [p.size for p in make_model(kind, 3).parameters()]
     for history, sent in results:
-        for got, want in zip(history, expected):
-            for g, w in zip(got, want):
+        for got, want in zip(history, expected, strict=True):
+            for g, w in zip(got, want, strict=True):
                 np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-13)
         # ring allreduce of n float64 elements: each rank sends 2 (P-1)/P n elements when P | n; in all
         # cases between the two ceilings of the chunked ring

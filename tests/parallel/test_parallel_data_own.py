@@ -57,16 +57,17 @@ def check(world_size, batch, algorithm, bucket_bytes, overlap=True, seed=0):
     grads, history = single_process(seed, batches)
     results = run(data_parallel, world_size, seed, batches, algorithm, bucket_bytes, overlap, timeout=120)
     for rank, (dp_grads, dp_history, _) in enumerate(results):
-        for i, (g, h) in enumerate(zip(dp_grads, grads)):
+        for i, (g, h) in enumerate(zip(dp_grads, grads, strict=True)):
             np.testing.assert_allclose(g, h, rtol=1e-12, atol=1e-15,
                                        err_msg=f"rank {rank}: gradient of parameter {i} after one step")
-        for step, (got, want) in enumerate(zip(dp_history, history)):
-            for i, (p, q) in enumerate(zip(got, want)):
+        for step, (got, want) in enumerate(zip(dp_history, history, strict=True)):
+            for i, (p, q) in enumerate(zip(got, want, strict=True)):
                 np.testing.assert_allclose(p, q, rtol=1e-12, atol=1e-15,
                                            err_msg=f"rank {rank}, step {step}: parameter {i}")
     for rank in range(1, world_size):  # every replica is bitwise rank 0's, step after step
-        for got, want in zip(results[rank][1], results[0][1]):
-            assert all(np.array_equal(p, q) for p, q in zip(got, want)), f"rank {rank} drifted from rank 0"
+        for got, want in zip(results[rank][1], results[0][1], strict=True):
+            assert all(np.array_equal(p, q) for p, q in zip(got, want, strict=True)), \
+                f"rank {rank} drifted from rank 0"
     return results
 
 

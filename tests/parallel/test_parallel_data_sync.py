@@ -50,7 +50,7 @@ def one_process() -> list[np.ndarray]:
 
 def close(got, want):
     assert len(got) == len(want)
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12, err_msg=f"parameter {i}")
 
 

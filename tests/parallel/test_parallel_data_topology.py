@@ -61,11 +61,12 @@ def test_data_parallel_on_a_topology_equals_one_process_and_the_formula(algorith
     results = run(train, TOPO.size, algorithm, bucket_bytes, link=TOPO)
     for rank, (params, sent, bucket_nbytes, chosen) in enumerate(results):
         assert [p.tobytes() for p in params] == [p.tobytes() for p in results[0][0]], f"rank {rank} differs"
-        for got, want in zip(params, reference):
+        for got, want in zip(params, reference, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
         names = chosen if algorithm == "auto" else [algorithm] * len(bucket_nbytes)
         assert all(name in COSTS for name in names), f"auto chose {chosen}: no topology algorithm to check"
-        per_step = sum(COSTS[name](TOPO, nbytes).bytes for name, nbytes in zip(names, bucket_nbytes))
+        per_step = sum(COSTS[name](TOPO, nbytes).bytes
+                       for name, nbytes in zip(names, bucket_nbytes, strict=True))
         assert len(bucket_nbytes) == (4 if bucket_bytes is None else 1)
         assert sent == [per_step] * STEPS
 

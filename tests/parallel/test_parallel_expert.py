@@ -79,14 +79,14 @@ def test_expert_parallel_training_equals_one_process(e, per_rank, k, capacity_fa
         for step in range(STEPS):  # the same tokens reach an expert, the same are dropped
             np.testing.assert_array_equal(rank_kept[step], kept[step][rank * N:(rank + 1) * N])
             dropped_somewhere |= not rank_kept[step].all()
-        for a, b in zip(params["0"], model.layers[0].parameters()):
+        for a, b in zip(params["0"], model.layers[0].parameters(), strict=True):
             np.testing.assert_allclose(a, b.data, rtol=0, atol=1e-12)
-        for a, b in zip(params["2"], model.layers[2].parameters()):
+        for a, b in zip(params["2"], model.layers[2].parameters(), strict=True):
             np.testing.assert_allclose(a, b.data, rtol=0, atol=1e-12)
         np.testing.assert_allclose(params["router"], moe.router.weight.data, rtol=0, atol=1e-12)
         assert sorted(params["experts"]) == list(range(rank * per_rank, (rank + 1) * per_rank))
         for j, arrays in params["experts"].items():
-            for a, b in zip(arrays, moe.experts[j].parameters()):
+            for a, b in zip(arrays, moe.experts[j].parameters(), strict=True):
                 np.testing.assert_allclose(a, b.data, rtol=0, atol=1e-12, err_msg=f"expert {j}")
         for nbytes, n_out, n_in in sent:  # token all-to-alls (4 per step) + the counts all-to-all
             counts = (e - 1) * per_rank * 8
@@ -110,7 +110,7 @@ def _clock_worker(comm, hot_expert):
 @pytest.mark.parametrize("hot_expert,busy_rank", [(3, 1), (0, 0)])
 def test_the_busiest_expert_sets_the_step_on_the_clock(hot_expert, busy_rank):
     free = LinkModel(alpha=0.0, beta=0.0)  # communication costs nothing: the clock shows compute alone
-    clocks, loads = zip(*run(_clock_worker, 2, hot_expert, link=free))
+    clocks, loads = zip(*run(_clock_worker, 2, hot_expert, link=free), strict=True)
     assert loads[busy_rank] == 2 * N and loads[1 - busy_rank] == 0
     # the idle rank waits for the busy one's outputs and gradients: both end at the slowest expert's time
     expected = expert_step_seconds(list(loads), D, D_FF, Device().flops)
@@ -170,5 +170,5 @@ def test_expert_parallel_forward_and_backward_equal_one_process(e, per_rank, k, 
     np.testing.assert_allclose(sum(r[2] for r in results), moe.router.weight.grad, rtol=0, atol=1e-11)
     for _, _, _, experts in results:
         for j, grads in experts.items():
-            for g, p in zip(grads, moe.experts[j].parameters()):
+            for g, p in zip(grads, moe.experts[j].parameters(), strict=True):
                 np.testing.assert_allclose(g, p.grad, rtol=0, atol=1e-11, err_msg=f"expert {j}")

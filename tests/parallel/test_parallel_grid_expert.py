@@ -133,7 +133,7 @@ def test_parallel_grid_with_an_expert_axis_trains_a_switch_transformer_like_one_
         for i, values in held.items():
             want = expected_unit(units[i], tensor, q, j, expert)
             assert len(values) == len(want)
-            for got, value in zip(values, want):
+            for got, value in zip(values, want, strict=True):
                 np.testing.assert_allclose(got, value, rtol=1e-9, atol=1e-11)
             seen.add(i)
     assert seen == set(range(len(units)))

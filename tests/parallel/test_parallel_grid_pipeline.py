@@ -144,7 +144,7 @@ def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, 
             want = _expected_shards(unit, tensor, q) if unit in reference_gpt.blocks else \
                 [p.data for p in unit.parameters()]
             assert len(values) == len(want)
-            for got, expected in zip(values, want):
+            for got, expected in zip(values, want, strict=True):
                 np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-11)
             seen.add(i)
     assert seen == set(range(len(units)))

@@ -63,7 +63,7 @@ def test_data_spatial_training_equals_one_process(data, spatial, placement):
     expected = [(d, s) for d in range(data) for s in range(4 // data)]
     assert sorted(coords for coords, _, _ in results) == expected
     for rank, (coords, _, params) in enumerate(results):
-        for k, (got, want, start) in enumerate(zip(params, ref_params, initial)):
+        for k, (got, want, start) in enumerate(zip(params, ref_params, initial, strict=True)):
             assert not np.array_equal(want, start), "a parameter never moved: the test would be vacuous"
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13,
                                        err_msg=f"rank {rank} {coords}, param {k}")

@@ -82,7 +82,7 @@ def test_pipedream_on_the_cluster_is_the_replay_with_stashed_weights_and_per_sta
     cluster = [w for rank in results for w in rank[0]]
     assert len(cluster) == len(params)
     exact = M & (M - 1) == 0         # M a power of two: dL/dy · (1/M) · M is dL/dy exactly
-    for got, want in zip(cluster, params):
+    for got, want in zip(cluster, params, strict=True):
         if exact:
             np.testing.assert_array_equal(got, want)
         else:
@@ -90,7 +90,7 @@ def test_pipedream_on_the_cluster_is_the_replay_with_stashed_weights_and_per_sta
     np.testing.assert_allclose(results[-1][1], losses, rtol=0, atol=0 if exact else 1e-12)
     if P > 1:     # the delays matter: the other variant's replay trains differently
         other = replayed(not vertical_sync)[0]
-        assert any(np.abs(a - b).max() > 1e-6 for a, b in zip(cluster, other))
+        assert any(np.abs(a - b).max() > 1e-6 for a, b in zip(cluster, other, strict=True))
     for s, (_, _, used, stale, peak) in enumerate(results):
         assert used == [version_used(P, s, m, vertical_sync) for m in range(M)]
         lag = staleness(P, s, vertical_sync)
@@ -116,7 +116,8 @@ def test_train_on_stream_is_train_in_one_process(flush_every):
     losses = train_in_one_process(one, MSELoss(), np.split(x, M), np.split(target, M), momentum_sgd, P,
                                   flush_every)
     assert results[-1][1] == losses
-    for got, want in zip([w for rank in results for w in rank[0]], [p.data for p in one.parameters()]):
+    gathered = [w for rank in results for w in rank[0]]
+    for got, want in zip(gathered, [p.data for p in one.parameters()], strict=True):
         np.testing.assert_array_equal(got, want)
 
 
@@ -137,7 +138,7 @@ def run_stream(comm, schedule, M, steps):
 
 def idle(results):
     """(bubble fraction of the run, each stage's idle seconds)."""
-    starts, ends, busy = zip(*results)
+    starts, ends, busy = zip(*results, strict=True)
     makespan = max(ends) - min(starts)
     return 1 - sum(busy) / (len(results) * makespan), [makespan - b for b in busy]
 
@@ -227,5 +228,5 @@ def test_pipedream_refuses_bad_input():
     messages = run(refusals, 1)[0]
     for words, message in zip(("multiple of M", "takes no optimizer", "vertical_sync", "exactly the stage",
                                "lag must be", "without a forward", "stage must be", "number of stages"),
-                              messages):
+                              messages, strict=True):
         assert words in message, message

@@ -45,11 +45,11 @@ def test_parallel_pipeline_checkpoint_is_bitwise_the_plain_segment(kinds, batch,
         dy = data.normal(size=(batch, width))
         assert np.array_equal(plain.forward(x), wrapped.forward(x.copy()))
         assert np.array_equal(plain.backward(dy), wrapped.backward(dy))
-    for (name, p), q in zip(plain.named_parameters(), wrapped.segment.parameters()):
+    for (name, p), q in zip(plain.named_parameters(), wrapped.segment.parameters(), strict=True):
         assert np.array_equal(p.grad, q.grad), name
-    for (name, b), (_, c) in zip(plain.named_buffers(), wrapped.segment.named_buffers()):
+    for (name, b), (_, c) in zip(plain.named_buffers(), wrapped.segment.named_buffers(), strict=True):
         assert np.array_equal(b, c), f"buffer {name} updated a different number of times"
-    for p, q in zip(plain.layers, wrapped.segment.layers):
+    for p, q in zip(plain.layers, wrapped.segment.layers, strict=True):
         if isinstance(p, Dropout):
             assert p.rng.bit_generator.state == q.rng.bit_generator.state
 
@@ -88,7 +88,7 @@ def test_parallel_pipeline_checkpoint_saved_activations_restore_per_micro_batch(
         stashes[m].restore()
         reference.forward(xs[m])
         assert np.array_equal(model.backward(dys[m]), reference.backward(dys[m]))
-    for p, q in zip(model.parameters(), reference.parameters()):
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
         assert np.array_equal(p.grad, q.grad)
 
 

@@ -64,7 +64,7 @@ def test_parallel_pipeline_measured_bubble_traffic_and_order(schedule):
     for P in (1, 2, 3, 4):
         per_rank = run(measure, P, schedule, micro_batch_counts, link=FREE_LINKS, timeout=120)
         for i, M in enumerate(micro_batch_counts):
-            starts, ends, busy, _, orders, sent, received = zip(*(rank[i] for rank in per_rank))
+            starts, ends, busy, _, orders, sent, received = zip(*(rank[i] for rank in per_rank), strict=True)
             makespan = max(ends) - min(starts)
             bubble = 1 - sum(busy) / (P * makespan)
             expected = (P - 1) / P if schedule == "naive" else (P - 1) / (M + P - 1)
@@ -118,6 +118,6 @@ def test_parallel_pipeline_1f1b_messages_larger_than_the_mailbox_do_not_deadlock
     """1F1B's neighbours send to each other at once; the executor pairs those messages in a sendrecv."""
     one_f_one_b = run(_big_step, 4, "1f1b", mailbox_bytes=16 * 1024, timeout=60)
     naive = run(_big_step, 4, "naive", mailbox_bytes=16 * 1024, timeout=60)
-    for a, b in zip(one_f_one_b, naive):
-        for g, h in zip(a, b):
+    for a, b in zip(one_f_one_b, naive, strict=True):
+        for g, h in zip(a, b, strict=True):
             np.testing.assert_allclose(g, h, rtol=1e-12, atol=1e-12)

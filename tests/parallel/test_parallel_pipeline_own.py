@@ -104,10 +104,10 @@ def check_pipeline(P, M, N, depth, seed=0, checkpoint=False):
         assert got_loss == pytest.approx(loss, rel=1e-12, abs=1e-15)
         got_grads = [g for rank in per_rank for g in rank[0][step][2]]
         assert len(got_grads) == len(grads)
-        for i, (g, h) in enumerate(zip(got_grads, grads)):
+        for i, (g, h) in enumerate(zip(got_grads, grads, strict=True)):
             np.testing.assert_allclose(g, h, rtol=1e-12, atol=1e-14, err_msg=f"step {step}: gradient {i}")
     got_params = [p for rank in per_rank for p in rank[1]]
-    for i, (p, q) in enumerate(zip(got_params, want_params)):
+    for i, (p, q) in enumerate(zip(got_params, want_params, strict=True)):
         np.testing.assert_allclose(p, q, rtol=1e-12, atol=1e-14, err_msg=f"parameter {i} after training")
 
 

@@ -48,7 +48,7 @@ def test_parallel_pipeline_layer_costs_leave_the_model_alone(rng):
     before = model.state_dict()
     costs = layer_costs(model, np.zeros((5, 4), np.float32))
     assert costs == [2 * 5 * 4 * 8, 5 * 8, 2 * 5 * 8 * 2]  # a multiply-add counts 2; ReLU 1 per element
-    assert costs == [layer.flops(shape) for layer, shape in zip(model, [(5, 4), (5, 8), (5, 8)])]
+    assert costs == [layer.flops(shape) for layer, shape in zip(model, [(5, 4), (5, 8), (5, 8)], strict=True)]
     assert all(np.array_equal(v, model.state_dict()[k]) for k, v in before.items())
     assert split_by_cost(costs, 2) == [0, 1, 3]
 

@@ -145,8 +145,8 @@ def test_parallel_pipeline_training_equals_single_process(schedule, data):
             assert (loss == value) if bitwise else loss == pytest.approx(value, rel=1e-12, abs=1e-14)
             pipe_grads = [g for rank in per_rank for g in rank[c][0][step][2]]
             assert len(pipe_grads) == len(grads)
-            for i, (g, h) in enumerate(zip(pipe_grads, grads)):
+            for i, (g, h) in enumerate(zip(pipe_grads, grads, strict=True)):
                 assert_same(g, h, bitwise, f"case {c} step {step}: gradient of parameter {i}")
         pipe_params = [p for rank in per_rank for p in rank[c][1]]
-        for i, (p, q) in enumerate(zip(pipe_params, expected_params)):
+        for i, (p, q) in enumerate(zip(pipe_params, expected_params, strict=True)):
             assert_same(p, q, bitwise, f"case {c}: parameter {i} after {STEPS} steps")

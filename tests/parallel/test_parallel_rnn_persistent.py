@@ -23,7 +23,7 @@ def _data():
 def _train(model, xs, targets):
     """Mean-squared error training; returns every step's dx."""
     opt, dxs = SGD(model.parameters(), lr=0.1, momentum=0.9), []
-    for x, target in zip(xs, targets):
+    for x, target in zip(xs, targets, strict=True):
         y, _ = model.forward(x)
         opt.zero_grad()
         dxs.append(model.backward((y - target) / y.size))
@@ -54,7 +54,7 @@ def test_persistent_rnn_equals_one_process_per_parameter(world_size):
         lo, hi = split_range(HIDDEN, world_size, rank)
         for name, shard in params.items():
             np.testing.assert_allclose(shard, getattr(reference, name).data[lo:hi], rtol=1e-12, atol=1e-13)
-        for dx, ref in zip(dxs, ref_dxs):
+        for dx, ref in zip(dxs, ref_dxs, strict=True):
             np.testing.assert_allclose(dx, ref, rtol=1e-12, atol=1e-14)
         # forward: one allgather of h_t per step; rank r sends its own piece to each of the P - 1 others
         assert forward_bytes == T * N * (world_size - 1) * (hi - lo) * 8

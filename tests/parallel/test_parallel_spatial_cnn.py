@@ -87,5 +87,5 @@ def test_parallel_spatial_conv_backward_accumulates_like_module_backward():
     for _ in range(2):
         conv.backward(np.ones_like(conv.forward(x)))
     for grads in run(accumulate_worker, 2):
-        for got, p in zip(grads, conv.parameters()):
+        for got, p in zip(grads, conv.parameters(), strict=True):
             np.testing.assert_allclose(got, p.grad, rtol=1e-10)

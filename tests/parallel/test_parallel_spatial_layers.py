@@ -71,7 +71,7 @@ def worker(comm, grid, cases):
         results.append({
             "y": gather_from_grid(comm, y_local, grid), "dx": gather_from_grid(comm, dx_local, grid),
             "grads": [p.grad.copy() for p in layer.parameters()],
-            "forward_traffic": tuple(b - a for a, b in zip(before, after)),
+            "forward_traffic": tuple(b - a for a, b in zip(before, after, strict=True)),
         })
     return results
 
@@ -89,7 +89,7 @@ def check_cases(grid, cases):
         np.testing.assert_allclose(got["dx"], dx, rtol=1e-10, atol=1e-12 * np.abs(dx).max(), err_msg=where)
         plan = HaloPlan.build(case["hw"], case["kernel"], case["stride"], case["padding"], grid)
         for rank, results in enumerate(per_rank):
-            for p, g in zip(layer.parameters(), results[index]["grads"]):  # after the allreduce
+            for p, g in zip(layer.parameters(), results[index]["grads"], strict=True):  # after the allreduce
                 np.testing.assert_allclose(g, p.grad, rtol=1e-10, atol=1e-12 * np.abs(p.grad).max(),
                                            err_msg=f"{where}, rank {rank}")
             sent, received = plan.halo_bytes(rank, case["batch"], case["channels"], itemsize=8)
@@ -99,7 +99,7 @@ def check_cases(grid, cases):
 def case_grid(kind, kernel, stride, padding, grid, extra_h, extra_w, channels=2, batch=2, seed=0):
     """A case whose image gives every rank at least one output row and column (plus extra)."""
     hw = tuple(max(1, k - 2 * padding, (parts - 1) * stride + k - 2 * padding) + extra
-               for parts, k, extra in zip(grid, (kernel, kernel), (extra_h, extra_w)))
+               for parts, k, extra in zip(grid, (kernel, kernel), (extra_h, extra_w), strict=True))
     return {"kind": kind, "kernel": kernel, "stride": stride, "padding": padding, "hw": hw,
             "channels": channels, "batch": batch, "seed": seed}
 

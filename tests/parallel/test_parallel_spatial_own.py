@@ -60,7 +60,7 @@ def worker(comm, grid, cases):
                  comm.stats.messages_received)
         result = {
             "y": gather_from_grid(comm, y_local, grid),
-            "traffic": tuple(b - a for a, b in zip(before, after)),
+            "traffic": tuple(b - a for a, b in zip(before, after, strict=True)),
         }
         if case["kind"] != "conv":  # a pool's backward is the halo exchange's transpose: no other exercise
             dy = np.random.default_rng([case["seed"], 2]).standard_normal(layer.output_shape(x.shape))
@@ -97,7 +97,7 @@ def check(grid, cases):
 def case(kind, kernel, stride, padding, grid, extra=(0, 0), channels=2, batch=2, seed=0):
     """A case whose image gives every rank of the grid at least one output row and column."""
     hw = tuple(max(1, k - 2 * padding, (parts - 1) * stride + k - 2 * padding) + e
-               for parts, k, e in zip(grid, (kernel, kernel), extra))
+               for parts, k, e in zip(grid, (kernel, kernel), extra, strict=True))
     return {"kind": kind, "kernel": kernel, "stride": stride, "padding": padding, "hw": hw,
             "channels": channels, "batch": batch, "seed": seed}
 

@@ -27,7 +27,7 @@ def axis_cases(draw, max_parts=4):
 def test_parallel_spatial_split_bounds_is_array_split(n, parts):
     sizes = [len(piece) for piece in np.array_split(np.arange(n), parts)]
     stops = np.cumsum(sizes).tolist()
-    assert split_bounds(n, parts) == [(stop - size, stop) for size, stop in zip(sizes, stops)]
+    assert split_bounds(n, parts) == [(stop - size, stop) for size, stop in zip(sizes, stops, strict=True)]
 
 
 @given(axis_cases())
@@ -38,7 +38,8 @@ def test_parallel_spatial_axis_windows_are_exactly_what_the_outputs_read(case):
     assert [length(o) for o in axis.out] == [len(a) for a in np.array_split(np.arange(axis.n_out), parts)]
     everything_read = rows_read(0, axis.n_out, kernel, stride, padding, n_in)
     union = set()
-    for i, ((o0, o1), (lo, hi), (before, after)) in enumerate(zip(axis.out, axis.window, axis.pad)):
+    rows = zip(axis.out, axis.window, axis.pad, strict=True)
+    for i, ((o0, o1), (lo, hi), (before, after)) in enumerate(rows):
         # padding + clipped window = the full window, whose length the output rows need
         assert before + (hi - lo) + after == (o1 - o0 - 1) * stride + kernel
         assert 0 <= before <= padding and 0 <= after <= padding
@@ -101,7 +102,7 @@ def grid_cases(draw):
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
     hw = []
-    for parts, k, s, p in zip((grid_h, grid_w), kernel, stride, padding):
+    for parts, k, s, p in zip((grid_h, grid_w), kernel, stride, padding, strict=True):
         smallest = max(1, k - 2 * p, (parts - 1) * s + k - 2 * p)  # enough output rows for every rank
         hw.append(draw(st.integers(smallest, smallest + 12)))
     return tuple(hw), kernel, stride, padding, (grid_h, grid_w)

@@ -97,7 +97,7 @@ def with_data_parallel(comm, kind, sizes, algorithm):
 
 def assert_same(histories, reference, what):
     for rank, history in enumerate(histories):
-        for step, (got, want) in enumerate(zip(history, reference)):
+        for step, (got, want) in enumerate(zip(history, reference, strict=True)):
             for name, value in want.items():
                 np.testing.assert_allclose(got[name], value, rtol=RTOL, atol=1e-12,
                                            err_msg=f"{what}: {name}, rank {rank}, step {step}")

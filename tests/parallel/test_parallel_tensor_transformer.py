@@ -91,7 +91,7 @@ def test_tensor_parallel_blocks_train_like_one_process(t, heads, sequence_parall
     for rank, (params, sent) in enumerate(results):
         expected = [a for b in reference for a in _expected_shards(b, t, rank)]
         assert len(params) == len(expected)
-        for got, want in zip(params, expected):
+        for got, want in zip(params, expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
         assert sent == STEPS * 2 * block_bytes_sent(B, T, D, t, 8, sequence_parallel)   # 2 blocks, float64
 

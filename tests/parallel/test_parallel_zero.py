@@ -51,7 +51,7 @@ def test_parallel_zero_equals_data_parallel_per_parameter(case, batch_sizes):
     for history, sent in results:
         for dp_params, zero_params in history:
             assert len(dp_params) == len(zero_params)
-            for a, b in zip(dp_params, zero_params):
+            for a, b in zip(dp_params, zero_params, strict=True):
                 if case["world_size"] <= 2:
                     np.testing.assert_array_equal(b, a)
                 else:
@@ -63,7 +63,7 @@ def test_parallel_zero_equals_data_parallel_per_parameter(case, batch_sizes):
 def _memory(comm, stage, optimizer, widths, bucket_bytes):
     rng = np.random.default_rng(3)
     layers = []
-    for a, b in zip(widths[:-1], widths[1:]):
+    for a, b in zip(widths[:-1], widths[1:], strict=True):
         layers += [Linear(a, b, rng=rng, dtype=np.float64), ReLU()]
     model = Sequential(*layers[:-1])
     make = {"sgd": lambda ps: SGD(ps, lr=0.1), "momentum": lambda ps: SGD(ps, lr=0.1, momentum=0.9),

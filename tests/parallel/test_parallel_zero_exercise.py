@@ -76,12 +76,12 @@ def test_parallel_zero_exercise_zero1_equals_single_process(world_size, optimize
     for bucket_bytes in (None, 10**6):                 # one bucket per parameter, or one for all
         results = run(_zero1, world_size, features, seed, optimizer, bucket_bytes)
         for history, _ in results:
-            for got, want in zip(history, expected):
-                for a, b in zip(got, want):
+            for got, want in zip(history, expected, strict=True):
+                for a, b in zip(got, want, strict=True):
                     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
         first = results[0][0]                           # every rank ends with bitwise the same parameters
         for history, _ in results[1:]:
-            for a, b in zip(history[-1], first[-1]):
+            for a, b in zip(history[-1], first[-1], strict=True):
                 np.testing.assert_array_equal(a, b)
         if optimizer != "sgd":                          # one state array per element, sharded: 8·Ψ_r bytes
             held = [h for _, h in results]

@@ -76,7 +76,7 @@ def test_parallel_zero_mixed_equals_data_parallel_mixed_per_parameter(world_size
         for h in history:
             assert h["applied"][0] == h["applied"][1] and h["scale"][0] == h["scale"][1]
             assert h["sent"][0] == h["sent"][1]
-            for dp_master, zero_master, working in zip(*h["masters"], h["working"]):
+            for dp_master, zero_master, working in zip(*h["masters"], h["working"], strict=True):
                 if world_size <= 2:
                     np.testing.assert_array_equal(zero_master, dp_master)
                     np.testing.assert_array_equal(working, quantize(dp_master, fmt, saturate=True))
@@ -103,7 +103,7 @@ def _overflow_on_one_rank(comm, stage):
     x[2:] *= 1e6                             # rank 1's half of the batch: Inf in its gradients
     zero.train_step(x, y)
     after = zero.master_parameters()
-    return zero.applied, all(np.array_equal(a, b) for a, b in zip(before, after))
+    return zero.applied, all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])

@@ -45,12 +45,12 @@ def test_clip_grad_norm_equals_torch():
     rng = np.random.default_rng(0)
     grads = [rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(5).astype(np.float32)]
     tensors = [torch.nn.Parameter(torch.zeros(g.shape)) for g in grads]
-    for t, g in zip(tensors, grads):
+    for t, g in zip(tensors, grads, strict=True):
         t.grad = torch.from_numpy(g.copy())
     theirs = float(torch.nn.utils.clip_grad_norm_(tensors, 1.5))
     ours = clip_grad_norm_(grads, 1.5)
     assert abs(ours - theirs) < 1e-5 * theirs
-    for t, g in zip(tensors, grads):
+    for t, g in zip(tensors, grads, strict=True):
         np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-6)
     assert abs(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads)) - 1.5) < 1e-5
     small = [np.full(4, 0.1, dtype=np.float32)]
@@ -80,7 +80,7 @@ def test_clipping_acts_on_the_unscaled_gradients_whatever_the_scale():
         grads.append([p.grad.copy() for p in model.parameters()])
         norms.append(report.grad_norm)
     assert norms[0] == norms[1]
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         np.testing.assert_array_equal(a, b)
     assert abs(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads[0])) - 0.05) < 1e-6
 
@@ -105,4 +105,4 @@ def test_an_overflowing_step_is_skipped_and_reported():
     before = [p.data.copy() for p in model.parameters()]
     report = train_step(trainer, np.ones((4, 6), dtype=np.float32), np.arange(4) % 3, max_norm=1.0)
     assert not report.applied and not np.isfinite(report.grad_norm)
-    assert all(np.array_equal(p.data, b) for p, b in zip(model.parameters(), before))
+    assert all(np.array_equal(p.data, b) for p, b in zip(model.parameters(), before, strict=True))

@@ -52,7 +52,7 @@ def test_mixed_precision_close_to_fp32(fmt):
     loss = CrossEntropyLoss().forward(model.forward(x), y)
     assert trainer.steps_skipped == 0 and trainer.steps_taken == 60
     assert abs(loss - ref_loss) < 0.02 * ref_loss + 1e-3, (loss, ref_loss)
-    for p, q in zip(model.parameters(), reference.parameters()):
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
         assert np.abs(p.data - q.data).max() < 0.02 * np.abs(q.data).max() + (1e-3 if fmt is FP16 else 1e-2)
         assert p.data.dtype == np.float32                   # masters stay FP32 ...
     assert not np.array_equal(model.parameters()[0].data, quantize(model.parameters()[0].data, fmt))
@@ -74,7 +74,7 @@ def test_split_step_equals_train_step_and_gradients_are_unscaled():
             else:
                 trainer.train_step(x, y)
         runs.append([p.data.copy() for p in model.parameters()])
-    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+    assert all(np.array_equal(a, b) for a, b in zip(*runs, strict=True))
     # after unscale the gradient is the FP32 one up to FP16 rounding
     model = make_model()
     trainer = MixedPrecisionTrainer(model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), FP16,
@@ -85,7 +85,7 @@ def test_split_step_equals_train_step_and_gradients_are_unscaled():
     loss_fn = CrossEntropyLoss()
     loss_fn.forward(reference.forward(x), y)
     reference.backward(loss_fn.backward())
-    for p, q in zip(model.parameters(), reference.parameters()):
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
         assert np.abs(p.grad - q.grad).max() < 1e-2 * np.abs(q.grad).max()
 
 
@@ -99,7 +99,7 @@ def test_overflow_skips_the_step_and_backs_off():
                                     scaler=scaler)
     loss, applied = trainer.train_step(x, y)
     assert not applied and scaler.scale == 2.0**39
-    assert all(np.array_equal(a, p.data) for a, p in zip(before, model.parameters()))
+    assert all(np.array_equal(a, p.data) for a, p in zip(before, model.parameters(), strict=True))
     while not trainer.train_step(x, y)[1]:
         pass
     assert trainer.steps_skipped >= 10 and scaler.scale <= 2.0**30
@@ -145,7 +145,7 @@ def test_fp16_masters_with_stochastic_update_are_reproducible_and_in_format():
             trainer.train_step(x, y)
         results.append([p.data.copy() for p in model.parameters()])
         assert all(np.array_equal(p.data, quantize(p.data, FP16)) for p in model.parameters())
-    assert all(np.array_equal(a, b) for a, b in zip(*results))
+    assert all(np.array_equal(a, b) for a, b in zip(*results, strict=True))
 
 
 def test_bad_arguments():
@@ -172,5 +172,5 @@ def test_step_takes_a_bool_found_inf_and_changes_nothing_otherwise():
     for flag in ("no", 0, None):
         with pytest.raises(TypeError, match="found_inf must be True or False"):
             trainer.step(flag)
-    assert all(np.array_equal(p.data, b) for p, b in zip(model.parameters(), before))
+    assert all(np.array_equal(p.data, b) for p, b in zip(model.parameters(), before, strict=True))
     assert trainer.steps_taken == trainer.steps_skipped == 0
