@@ -48,3 +48,14 @@ def test_an_expert_parallel_rank_with_no_tokens_is_a_clear_error():
     the rank stops at routing (before any all-to-all), as nn.MoE refuses 0 tokens."""
     with pytest.raises(ClusterError, match=r"rank 1(.|\n)*routing needs at least one token"):
         run(_rank_one_has_no_tokens, 2, timeout=60)
+
+
+def test_expert_parallel_refuses_gshards_random_second_dispatch():
+    """Its draws are not split over ranks the way one process makes them: refused, not silently ignored."""
+
+    class OneRank:
+        rank, world_size = 0, 1
+
+    moe = MoE(4, 8, 2, k=2, second_expert="random", rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="second_expert"):
+        ExpertParallelMoE(OneRank(), moe)

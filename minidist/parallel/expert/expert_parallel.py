@@ -37,6 +37,9 @@ class ExpertParallelMoE(Module):
         if not isinstance(moe, MoE):
             raise TypeError(f"ExpertParallelMoE wraps an nn.MoE, got {type(moe).__name__}")
         e, big_e = comm.world_size, moe.num_experts
+        if getattr(moe, "second_expert", "always") != "always":
+            raise ValueError("ExpertParallelMoE routes every second choice (second_expert='always'): "
+                             "GShard's random dispatch would need the same draws on every rank as in one process")
         if big_e % e:
             raise ValueError(f"{big_e} experts cannot be spread evenly over {e} ranks: the number of experts "
                              f"must be a multiple of the expert-parallel group size")
