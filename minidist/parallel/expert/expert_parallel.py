@@ -38,8 +38,8 @@ class ExpertParallelMoE(Module):
             raise TypeError(f"ExpertParallelMoE wraps an nn.MoE, got {type(moe).__name__}")
         e, big_e = comm.world_size, moe.num_experts
         if getattr(moe, "second_expert", "always") != "always":
-            raise ValueError("ExpertParallelMoE routes every second choice (second_expert='always'): GShard's "
-                             "random dispatch would need every rank to draw as one process does")
+            raise ValueError("ExpertParallelMoE routes every second choice (second_expert='always'): "
+                             "GShard's random dispatch would need every rank to draw as one process does")
         if big_e % e:
             raise ValueError(f"{big_e} experts cannot be spread evenly over {e} ranks: the number of experts "
                              f"must be a multiple of the expert-parallel group size")
