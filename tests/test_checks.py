@@ -6,7 +6,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from minidist.parallel.context.gpt import ContextParallelGPT
 
 from minidist import nn
 from minidist.checks import check_count, check_rank, check_real, check_real_array, is_count
@@ -14,6 +13,7 @@ from minidist.collectives.schedule import schedule
 from minidist.hardware.systolic import cycles
 from minidist.parallel.asynchronous.momentum import least_squares
 from minidist.parallel.compression import OneBit
+from minidist.parallel.context import ContextParallelGPT
 from minidist.parallel.context.layout import positions
 from minidist.parallel.data.comm import assign_buckets
 from minidist.parallel.grid3d import Grid3D

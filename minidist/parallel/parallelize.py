@@ -40,7 +40,7 @@ from .expert import ExpertParallelMoE, expert_parallel
 from .grid_expert import switch_units
 from .grid_pipeline import DataPipelineGrid, LossShare, gpt_units, tensor_gpt_units
 from .mesh import Mesh
-from .pipeline.registry import SCHEDULES, make_schedule
+from .pipeline.registry import SYNCHRONOUS, make_schedule
 from .tensor import VocabParallelCrossEntropy, tensor_parallel
 
 
@@ -49,7 +49,7 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
                 sequence_parallel: bool = False) -> Trainer:
     """A Trainer of ``model`` (an unsplit nn.GPT or nn.SwitchTransformer, dropout 0, untied, built the same
     on every rank) over ``mesh``. optimizer: parameters -> optimizer; micro_batches: per token set;
-    schedule: a name of pipeline/registry.SCHEDULES (interleaved: ``chunks`` stages per rank); zero: 0, 1
+    schedule: a name of pipeline/registry.SYNCHRONOUS (interleaved: ``chunks`` stages per rank); zero: 0, 1
     or 2 (the data axis's ZeRO stage: GradientSync's); mixed: None, or MixedPrecisionTrainer's keywords
     (``dict(fmt=BF16, scaler=...)``: the recipe DataParallel takes, built here on the split model);
     sequence_parallel: the tensor axis also splits the tokens between its all-reduces (Korthikanti et
@@ -68,8 +68,8 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
                          f"{type(model).__name__}")
     if switch and sizes["expert"] == 1:
         raise ValueError("a SwitchTransformer is split by the expert axis: expert must be > 1")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
+    if schedule not in SYNCHRONOUS:
+        raise ValueError(f"schedule must be one of {sorted(SYNCHRONOUS)}, got {schedule!r}")
     if isinstance(zero, bool) or zero not in (0, 1, 2):
         raise ValueError(f"zero must be 0, 1 or 2 (the ZeRO stage of the data axis), got {zero!r}")
     if mixed is not None and not isinstance(mixed, dict):

@@ -26,9 +26,11 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {     # (P ranks, M micro-batche
     "pipedream": lambda P, M, chunks=1: pipedream_schedule(P, M),   # executor: weight_stash.py
 }
 
-# The schedules the planner prices: those that hold at most P micro-batches (all but naive and GPipe) and
-# train synchronously (PipeDream's asynchronous updates are not one step).
-PLANNED = tuple(name for name in SCHEDULES if name not in ("naive", "gpipe", "pipedream"))
+# The schedules that train synchronously, one step per table (PipeDream updates after every backward:
+# it runs on weight_stash.PipeDream, not on a step's table).
+SYNCHRONOUS = tuple(name for name in SCHEDULES if name != "pipedream")
+# The schedules the planner prices: the synchronous ones that hold at most P micro-batches (not naive, GPipe).
+PLANNED = tuple(name for name in SYNCHRONOUS if name not in ("naive", "gpipe"))
 
 
 def make_schedule(name: str, num_ranks: int, num_micro_batches: int, **options) -> Schedule:
