@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -49,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 from floor import floor_allreduce  # benchmarks/floor.py, beside this script
+from gloo import run_gloo_workers  # benchmarks/gloo.py, beside this script
 from mpi_peer import mpi_worker_command  # benchmarks/mpi_peer.py, beside this script
 from timing import BLOCKS, best_block  # benchmarks/timing.py, beside this script
 
@@ -166,21 +166,9 @@ def gloo_worker(rank: int, world_size: int, port: int, sizes: list[int]) -> None
 
 
 def bench_gloo(world_size: int, sizes: list[int]) -> list[float] | None:
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return None
-    if not dist.is_available() or not dist.is_gloo_available():
-        return None
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     size_arg = ",".join(map(str, sizes))
-    workers = [subprocess.Popen([sys.executable, __file__, "--gloo-worker", str(rank), str(world_size),
-                                 str(port), "--sizes", size_arg], stdout=subprocess.PIPE, text=True,
-                                env=_env()) for rank in range(world_size)]
-    outputs = [w.communicate(timeout=1800)[0] for w in workers]
-    return _parse(outputs[0]) if all(w.returncode == 0 for w in workers) else None
+    return run_gloo_workers(world_size, lambda rank, port: [__file__, "--gloo-worker", str(rank),
+                                                            str(world_size), str(port), "--sizes", size_arg])
 
 
 def _env() -> dict:

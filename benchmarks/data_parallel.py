@@ -34,13 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from gloo import run_gloo_workers  # benchmarks/gloo.py, beside this script
 
 from minidist.cluster import run
 from minidist.collectives import ALGORITHMS, allreduce
@@ -49,7 +46,6 @@ from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 
 WIDTH, EXAMPLES, BATCH = 1024, 4096, 512
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def model_and_data():
@@ -150,22 +146,8 @@ def ddp_worker(rank: int, world_size: int, port: int, epochs: int) -> None:
 
 def ddp_epoch(world_size: int, epochs: int) -> float | None:
     """Best epoch time of torch DDP (gloo) at this world size, or None without torch.distributed."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return None
-    if not dist.is_available() or not dist.is_gloo_available():
-        return None
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    command = [sys.executable, __file__, "--epochs", str(epochs), "--ddp-worker"]
-    workers = [subprocess.Popen(command + [str(rank), str(world_size), str(port)], stdout=subprocess.PIPE,
-                                text=True, env=env) for rank in range(world_size)]
-    outputs = [w.communicate(timeout=1800)[0] for w in workers]
-    lines = [line for line in outputs[0].splitlines() if line.startswith("RESULT ")]
-    return float(lines[-1].split()[1]) if lines and all(w.returncode == 0 for w in workers) else None
+    return run_gloo_workers(world_size, lambda rank, port: [__file__, "--epochs", str(epochs), "--ddp-worker",
+                                                            str(rank), str(world_size), str(port)])
 
 
 def strong_scaling(world_sizes: list[int], repeats: int, epochs: int) -> None:
