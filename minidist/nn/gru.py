@@ -50,15 +50,6 @@ class GRU(_Recurrent):
 
     gates = 3
 
-    def forward(self, x: np.ndarray, h0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """x (T, N, I) (or (N, T, I) batch_first), h0 (num_layers, N, H) or None → (output (T, N, H) (or
-        (N, T, H)), h_n (num_layers, N, H))."""
-        xt = self._time_major(x)
-        self._caches = {}
-        y = self._run_layers(xt, self._state(h0, xt.shape[1], xt.dtype, "h0"))
-        (self.h_n,) = self._final_states()
-        return y, self.h_n.copy()
-
     def _forward_layer(self, k: int, x: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, tuple]:
         w_ih, w_hh, b_ih, b_hh = self.weights(k)
         a_in = x @ w_ih.data.T + (0 if b_ih is None else b_ih.data)     # the input side, every step at once
@@ -72,12 +63,6 @@ class GRU(_Recurrent):
         self._caches[k] = caches
         return hs, (h,)
 
-    def backward(self, dy: np.ndarray, dh_n: np.ndarray | None = None) -> np.ndarray:
-        """dy (shape of the output), dh_n (num_layers, N, H) or None → dx (shape of x); adds into every
-        parameter's grad; leaves dh0 (num_layers, N, H)."""
-        dx, (self.dh0,) = self._back_layers(dy, dh_n=dh_n)
-        return dx
-
     def _backward_layer(self, k: int, dy: np.ndarray, dh_next: np.ndarray) -> tuple[np.ndarray, tuple]:
         hs, w_hh, caches = self._outputs[k], self.weights(k)[1].data, self._caches[k]
         d_i = np.empty(dy.shape[:2] + (3 * self.hidden_size,), dtype=hs.dtype)
@@ -85,5 +70,4 @@ class GRU(_Recurrent):
         for t in reversed(range(dy.shape[0])):
             d_i[t], d_h[t], direct = gru_cell_backward(dy[t] + dh_next, caches[t])
             dh_next = direct + d_h[t] @ w_hh
-        h_prev = np.concatenate([self._initials[0][k][None], hs[:-1]])
-        return self._add_gradients(k, d_i, d_h, h_prev), (dh_next,)
+        return self._add_gradients(k, d_i, d_h, self._previous_states(k)), (dh_next,)

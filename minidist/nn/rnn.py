@@ -121,6 +121,7 @@ class _Recurrent(Module):
         """Every layer's forward in turn; states: per kind, arrays (num_layers, N, H). Keeps each layer's
         input, output and final states; returns the last layer's output (T, N, H)."""
         self._inputs, self._outputs, self._finals, self._initials = [], [], [], states
+        self._caches = {}                              # per layer: what a kind's time loop keeps for backward
         layer_in = xt
         for k in range(self.num_layers):
             hs, finals = self._forward_layer(k, layer_in, *(s[k] for s in states))
@@ -131,6 +132,24 @@ class _Recurrent(Module):
         y = layer_in.transpose(1, 0, 2) if self.batch_first else layer_in
         self.remember_output_shape(y.shape)
         return np.ascontiguousarray(y)
+
+    def forward(self, x: np.ndarray, h0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The one-state kinds (RNN, GRU): x (T, N, I) (or (N, T, I) batch_first), h0 (num_layers, N, H) or
+        None → (output (T, N, H) (or (N, T, H)), h_n (num_layers, N, H)). The LSTM takes and returns pairs."""
+        xt = self._time_major(x)
+        y = self._run_layers(xt, self._state(h0, xt.shape[1], xt.dtype, "h0"))
+        (self.h_n,) = self._final_states()
+        return y, self.h_n.copy()
+
+    def backward(self, dy: np.ndarray, dh_n: np.ndarray | None = None) -> np.ndarray:
+        """dy (shape of the output), dh_n (num_layers, N, H) or None → dx (shape of x); adds into every
+        parameter's grad; leaves dh0 (num_layers, N, H)."""
+        dx, (self.dh0,) = self._back_layers(dy, dh_n=dh_n)
+        return dx
+
+    def _previous_states(self, k: int) -> np.ndarray:
+        """h_(t−1) of layer k at every step (T, N, H): its initial state, then its outputs but the last."""
+        return np.concatenate([self._initials[0][k][None], self._outputs[k][:-1]])
 
     def _final_states(self) -> list[np.ndarray]:
         """Per state kind, (num_layers, N, H): every layer's last state."""
@@ -193,14 +212,6 @@ class RNN(_Recurrent):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, rng=rng, dtype=dtype)
         self.nonlinearity = nonlinearity
 
-    def forward(self, x: np.ndarray, h0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """x (T, N, I) (or (N, T, I) batch_first), h0 (num_layers, N, H) or None → (output (T, N, H) (or
-        (N, T, H)), h_n (num_layers, N, H))."""
-        xt = self._time_major(x)
-        y = self._run_layers(xt, self._state(h0, xt.shape[1], xt.dtype, "h0"))
-        (self.h_n,) = self._final_states()
-        return y, self.h_n.copy()
-
     def _forward_layer(self, k: int, x: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, tuple]:
         a_in, w_hh = self._input_projection(k, x), self.weights(k)[1].data
         hs = np.empty(a_in.shape, dtype=np.result_type(a_in, h))
@@ -210,12 +221,6 @@ class RNN(_Recurrent):
             hs[t] = h
         return hs, (h,)
 
-    def backward(self, dy: np.ndarray, dh_n: np.ndarray | None = None) -> np.ndarray:
-        """dy (shape of the output), dh_n (num_layers, N, H) or None → dx (shape of x); adds into every
-        parameter's grad; leaves dh0 (num_layers, N, H)."""
-        dx, (self.dh0,) = self._back_layers(dy, dh_n=dh_n)
-        return dx
-
     def _backward_layer(self, k: int, dy: np.ndarray, dh_next: np.ndarray) -> tuple[np.ndarray, tuple]:
         hs, w_hh = self._outputs[k], self.weights(k)[1].data
         da = np.empty_like(hs)
@@ -223,8 +228,7 @@ class RNN(_Recurrent):
             dh = dy[t] + dh_next                                   # from the output and from step t+1
             da[t] = dh * (1.0 - hs[t] ** 2) if self.nonlinearity == "tanh" else dh * (hs[t] > 0)
             dh_next = da[t] @ w_hh
-        h_prev = np.concatenate([self._initials[0][k][None], hs[:-1]])
-        return self._add_gradients(k, da, da, h_prev), (dh_next,)
+        return self._add_gradients(k, da, da, self._previous_states(k)), (dh_next,)
 
 
 class LSTM(_Recurrent):
@@ -239,7 +243,7 @@ class LSTM(_Recurrent):
         if hx is not None and (not isinstance(hx, tuple) or len(hx) != 2):
             raise TypeError("LSTM expects hx = (h0, c0) or None")
         h0, c0 = hx if hx is not None else (None, None)
-        n, self._caches = xt.shape[1], {}
+        n = xt.shape[1]
         y = self._run_layers(xt, self._state(h0, n, xt.dtype, "h0"), self._state(c0, n, xt.dtype, "c0"))
         self.h_n, self.c_n = self._final_states()
         return y, (self.h_n.copy(), self.c_n.copy())
@@ -267,5 +271,4 @@ class LSTM(_Recurrent):
         for t in reversed(range(dy.shape[0])):
             da[t], dc = lstm_cell_backward(dy[t] + dh_next, dc, caches[t])
             dh_next = da[t] @ w_hh
-        h_prev = np.concatenate([self._initials[0][k][None], hs[:-1]])
-        return self._add_gradients(k, da, da, h_prev), (dh_next, dc)
+        return self._add_gradients(k, da, da, self._previous_states(k)), (dh_next, dc)
