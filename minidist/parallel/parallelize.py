@@ -77,8 +77,7 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
     if sequence_parallel and (sizes["tensor"] == 1 or not isinstance(loss_fn, CrossEntropyLoss)):
         raise ValueError("sequence_parallel needs a tensor axis > 1 and loss_fn a CrossEntropyLoss (the head "
                          "is split by vocabulary: VocabParallelCrossEntropy takes its place)")
-    one_runner = mixed is not None or sequence_parallel or zero == 2
-    if one_runner and (sizes["pipeline"] > 1 or micro_batches != 1):
+    if one_runner(mixed, sequence_parallel, zero) and (sizes["pipeline"] > 1 or micro_batches != 1):
         raise ValueError(f"mixed precision, sequence parallelism and ZeRO-2 run without a pipeline axis, on "
                          f"one micro-batch; got pipeline = {sizes['pipeline']}, "
                          f"micro_batches = {micro_batches}")
@@ -89,6 +88,12 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
     stages = 1 + max(t.stage for tick in table for t in tick)
     return Trainer(model, mesh, loss_fn, optimizer, table, stages, micro_batches, zero, mixed,
                    bool(sequence_parallel))
+
+
+def one_runner(mixed, sequence_parallel: bool, zero: int) -> bool:
+    """Mixed precision, sequence parallelism and ZeRO-2 train through one step runner (no pipeline)
+    rather than the grid's pipeline executor."""
+    return mixed is not None or bool(sequence_parallel) or zero == 2
 
 
 class Trainer:
@@ -118,8 +123,10 @@ class Trainer:
             raise ValueError(f"a sequence of {x.shape[1]} does not split into 2·context = "
                              f"{2 * s['context']} zigzag chunks")
         if self.grid is None and self.runner is None:
-            one_runner = self.mixed is not None or self.sequence_parallel or self.zero == 2
-            self._build_runner(x.shape[1]) if one_runner else self._build(x.shape[1])
+            if one_runner(self.mixed, self.sequence_parallel, self.zero):
+                self._build_runner(x.shape[1])
+            else:
+                self._build(x.shape[1])
         elif s["context"] > 1 and x.shape[1] != self.seq_len:
             raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {x.shape[1]}")
         self.router_losses.clear()
