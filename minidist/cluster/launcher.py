@@ -133,13 +133,14 @@ def _run(fn, world_size, args, timeout=60.0, link=None, device=None, start_metho
         unlink = (lambda: unlink_names(shm, doorbells)) if shm is not None else None
         return _watch(procs, conns, parent, timeout, unlink)
     finally:
-        _shutdown(procs, parent)
-        for conn in conns:
-            conn.close()
-        if parent is not None:
-            parent.close()
-        unlink_names(shm, doorbells)              # now, not when the last reference goes (a traceback's)
-        release_block(block, shm, doorbells)      # unmapped now, for the same reason
+        with signals_deferred():                  # a second Ctrl-C waits until all is cleaned up
+            _shutdown(procs, parent)
+            for conn in conns:
+                conn.close()
+            if parent is not None:
+                parent.close()
+            unlink_names(shm, doorbells)          # now, not when the last reference goes (a traceback's)
+            release_block(block, shm, doorbells)  # unmapped now, for the same reason
 
 
 def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
@@ -166,7 +167,8 @@ def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
             elif ready in pending:
                 failed |= _take(ready, pending, answers, attached) not in ("ok", "attached")
         if unlink is not None and len(attached) == len(procs):
-            unlink = unlink()                      # (returns None: once)
+            with signals_deferred():               # a Ctrl-C here would keep a semaphore in a traceback frame
+                unlink = unlink()                  # (returns None: once)
     if not failed:
         return [answers[r][1] for r in range(len(procs))], [answers[r][2] for r in range(len(procs))]
     blocked = {r: parent.blocked_on(r) for r in running.values()}
@@ -182,12 +184,9 @@ def _watch(procs, conns, parent: Endpoint, timeout: float | None, unlink=None):
 def _culprit(answers, ended: set[int], first_alarm: int) -> int:
     """The rank whose failure caused the others': the first exception, else a death, else an abort."""
     errors = [r for r, a in answers.items() if a[0] == "error"]
-    if first_alarm in errors:
-        return first_alarm
     if errors:
-        return min(errors)
-    dead = [r for r in ended if r not in answers]
-    if dead:
+        return first_alarm if first_alarm in errors else min(errors)
+    if dead := [r for r in ended if r not in answers]:
         return min(dead)
     return min(r for r, a in answers.items() if a[0] == "aborted")
 

@@ -7,6 +7,7 @@ page of /dev/shm mapped until it is closed; the block is a /dev/shm segment unde
 memory ("/dev/zero (deleted)" in the maps) under fork.
 """
 
+import signal
 import sys
 
 import pytest
@@ -57,4 +58,29 @@ def test_a_failure_while_making_the_doorbells_unmaps_what_was_made(monkeypatch):
     made.clear()                                          # (this test's own references)
     assert info.value.__traceback__ is not None
     assert shared_maps() <= before_maps, "the segment or a semaphore made before the failure is still mapped"
+    assert set(names_left()) <= before_names
+
+
+def test_an_interrupt_while_the_names_are_removed_leaves_nothing_mapped(monkeypatch):
+    """Under spawn the launcher removes the names once every rank has opened them, while the ranks run; a
+    Ctrl-C then must not leave a frame that holds a semaphore in the traceback (CI saw one once)."""
+    from minidist.cluster import launcher
+
+    calls = []
+
+    def unlink_interrupted(shm, doorbells):
+        for bell in doorbells:              # a frame holding a semaphore, as the real loop has
+            if not calls:
+                calls.append(bell)
+                signal.raise_signal(signal.SIGINT)
+        calls.append(None)                  # (the first call only: one Ctrl-C)
+        process_setup.unlink_names(shm, doorbells)
+
+    monkeypatch.setattr(launcher, "unlink_names", unlink_interrupted)
+    before_maps, before_names = shared_maps(), set(names_left())
+    with pytest.raises(KeyboardInterrupt) as info:
+        run(lambda comm: comm.rank, 3, start_method="spawn", timeout=30.0)
+    calls.clear()                           # (this test's own reference)
+    assert info.value.__traceback__ is not None
+    assert shared_maps() <= before_maps, "a semaphore is still mapped through the interrupted frame"
     assert set(names_left()) <= before_names
