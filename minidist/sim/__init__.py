@@ -1,0 +1,9 @@
+"""The instruments beside the textbook: what a step costs on the simulated cluster, never what it computes.
+
+    compute    the compute stream: one step-runner attachment charges every unit's FLOPs (backward 2×)
+    memory     the bytes a rank holds, by category, over time (one ledger), and its runner attachment
+    costs      one description of each collective's cost: the rounds it sends, priced on the α-β clock
+
+The cluster's own clock (minidist/cluster/ledger.py) is what these charge; strategies reach it only
+through here. Nothing in this package changes a computed value.
+"""
