@@ -170,7 +170,7 @@ assert worst < 1e-12
 # We train one step of an MLP of L = 4 square d×d layers (float32, no biases — the slides count weights
 # only) on a cluster of P = 4 ranks, for each d and B, in four ways:
 #
-# * **model (seed)** — every layer column-parallel, outputs all-gathered (`column_parallel_mlp`);
+# * **model (slides)** — every layer column-parallel, outputs all-gathered (`column_parallel_mlp`);
 # * **model (Megatron)** — two blocks of column + row layers (`megatron_parallel_mlp`);
 # * **data** — every rank a whole copy, B/4 samples each, gradients all-reduced (a 4 × 1 grid);
 # * **hybrid** — a 2 × 2 grid: the slides' model parallelism inside each pair, data parallelism across.
@@ -182,14 +182,14 @@ assert worst < 1e-12
 P, LAYERS, ITEMSIZE = 4, 4, 4
 D_SWEEP = [8, 32, 128, 512]
 B_SWEEP = [8, 32, 128]
-STRATEGIES = ["model (seed)", "model (Megatron)", "data", "hybrid 2×2"]
+STRATEGIES = ["model (slides)", "model (Megatron)", "data", "hybrid 2×2"]
 
 
 def sweep(comm, d_sweep, b_sweep, layers):
     """On each rank: {(strategy, d, B): bytes sent in one step}, {(strategy, d): weights held}."""
-    grids = {"model (seed)": Grid(comm, comm.world_size), "model (Megatron)": Grid(comm, comm.world_size),
+    grids = {"model (slides)": Grid(comm, comm.world_size), "model (Megatron)": Grid(comm, comm.world_size),
              "data": Grid(comm, 1), "hybrid 2×2": Grid(comm, 2)}
-    builders = {"model (seed)": column_parallel_mlp, "model (Megatron)": megatron_parallel_mlp,
+    builders = {"model (slides)": column_parallel_mlp, "model (Megatron)": megatron_parallel_mlp,
                 "data": lambda group, full: full,  # data parallelism: the whole model on every rank
                 "hybrid 2×2": column_parallel_mlp}
     measured, weights = {}, {}
@@ -216,7 +216,7 @@ assert all(r[0] == measured for r in per_rank), "every rank sends the same numbe
 def predicted_words(name, d, b):
     """What the code sends per rank (exact), from minidist.parallel.tensor.cost."""
     widths = [d] * (LAYERS + 1)
-    if name == "model (seed)":
+    if name == "model (slides)":
         return column_parallel_words(widths, b, P) / P
     if name == "model (Megatron)":
         return megatron_words(widths, b, P) / P
@@ -229,7 +229,7 @@ def predicted_words(name, d, b):
 for (name, d, b), nbytes in measured.items():
     assert nbytes == ITEMSIZE * predicted_words(name, d, b), (name, d, b)
     widths = [d] * (LAYERS + 1)
-    if name == "model (seed)":
+    if name == "model (slides)":
         assert nbytes == ITEMSIZE * seed_t_comm_model(widths, b, P)  # the seed's formula, to the byte
     if name == "data":
         assert nbytes == 2 * ITEMSIZE * seed_t_comm_data(widths, P)  # twice the seed's formula (see below)
@@ -247,14 +247,14 @@ for name in STRATEGIES:
 
 # %%
 fig, axes = plt.subplots(1, len(B_SWEEP), figsize=(14, 5), sharey=True)
-marks = {"model (seed)": "o", "model (Megatron)": "s", "data": "^", "hybrid 2×2": "D"}
+marks = {"model (slides)": "o", "model (Megatron)": "s", "data": "^", "hybrid 2×2": "D"}
 d_fine = np.arange(D_SWEEP[0], D_SWEEP[-1] + 1)
 for ax, b in zip(axes, B_SWEEP):
-    seed_model = [ITEMSIZE * seed_t_comm_model([d] * (LAYERS + 1), b, P) for d in d_fine]
-    seed_data = [ITEMSIZE * seed_t_comm_data([d] * (LAYERS + 1), P) for d in d_fine]
-    ax.plot(d_fine, seed_model, "C0-", lw=1, label="seed T_comm(model)/β")
-    ax.plot(d_fine, seed_data, "C2--", lw=1, label="seed T_comm(data)/β")
-    ax.plot(d_fine, 2 * np.array(seed_data), "C2-", lw=1, label="2 × seed T_comm(data)/β (ring)")
+    slides_model = [ITEMSIZE * seed_t_comm_model([d] * (LAYERS + 1), b, P) for d in d_fine]
+    slides_data = [ITEMSIZE * seed_t_comm_data([d] * (LAYERS + 1), P) for d in d_fine]
+    ax.plot(d_fine, slides_model, "C0-", lw=1, label="slides' T_comm(model)/β")
+    ax.plot(d_fine, slides_data, "C2--", lw=1, label="slides' T_comm(data)/β")
+    ax.plot(d_fine, 2 * np.array(slides_data), "C2-", lw=1, label="2 × slides' T_comm(data)/β (ring)")
     for k, name in enumerate(STRATEGIES):
         ax.plot(D_SWEEP, [measured[name, d, b] for d in D_SWEEP], marks[name], color=f"C{[0, 1, 2, 4][k]}",
                 ms=6, mfc="none", label=f"measured: {name}")
@@ -265,7 +265,7 @@ for ax, b in zip(axes, B_SWEEP):
 axes[0].set_ylabel(f"bytes sent per rank per step (P = {P}, L = {LAYERS})")
 handles, labels = axes[0].get_legend_handles_labels()
 fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-fig.suptitle("Communication per step: the ledger's bytes (markers) over the seed's T_comm (lines)")
+fig.suptitle("Communication per step: the ledger's bytes (markers) over the slides' T_comm (lines)")
 fig.tight_layout(rect=(0, 0.12, 1, 1))
 save_figure(fig, "09_bytes_per_step.png", dpi=110)
 plt.close(fig)
@@ -282,7 +282,7 @@ plt.close(fig)
 
 # %%
 for b in B_SWEEP:
-    wins = [d for d in D_SWEEP if measured["model (seed)", d, b] < measured["data", d, b]]
+    wins = [d for d in D_SWEEP if measured["model (slides)", d, b] < measured["data", d, b]]
     crossover = (3 * LAYERS - 2) / (2 * LAYERS) * b
     assert wins == [d for d in D_SWEEP if d > crossover], (b, wins)
     print(f"B = {b:3d}: the slides' model parallelism sends fewer bytes than data parallelism for d in {wins}"
@@ -291,18 +291,18 @@ for b in B_SWEEP:
 fig, ax = plt.subplots(figsize=(6.8, 5))
 b_grid = np.geomspace(4, 256, 200)
 ax.fill_between(b_grid, (3 * LAYERS - 2) / (2 * LAYERS) * b_grid, 1024, color="C0", alpha=0.12,
-                label="model (seed) sends less than data")
+                label="model (slides) sends less than data")
 ax.plot(b_grid, (3 * LAYERS - 2) / (2 * LAYERS) * b_grid, "C0-", label="measured crossover d = 1.25·B")
-ax.plot(b_grid, (3 * LAYERS - 2) / LAYERS * b_grid, "C0:", label="seed formulas' crossover d = 2.5·B")
+ax.plot(b_grid, (3 * LAYERS - 2) / LAYERS * b_grid, "C0:", label="slides' formulas: crossover d = 2.5·B")
 ax.plot(b_grid, 0.75 * b_grid, "C1--", label="Megatron vs data: d = 0.75·B")
 for d in D_SWEEP:
     for b in B_SWEEP:
-        seed_wins = measured["model (seed)", d, b] < measured["data", d, b]
-        ax.plot(b, d, "o" if seed_wins else "^", color="C0" if seed_wins else "C2", ms=9)
+        slides_win = measured["model (slides)", d, b] < measured["data", d, b]
+        ax.plot(b, d, "o" if slides_win else "^", color="C0" if slides_win else "C2", ms=9)
         if measured["model (Megatron)", d, b] < measured["data", d, b]:
             ax.plot(b, d, "s", color="C1", ms=15, mfc="none")
-ax.plot([], [], "o", color="C0", label="measured: model (seed) < data")
-ax.plot([], [], "^", color="C2", label="measured: data < model (seed)")
+ax.plot([], [], "o", color="C0", label="measured: model (slides) < data")
+ax.plot([], [], "^", color="C2", label="measured: data < model (slides)")
 ax.plot([], [], "s", color="C1", mfc="none", ms=10, label="measured: Megatron < data")
 ax.set_xscale("log", base=2), ax.set_yscale("log", base=2)
 ax.set_xlim(4, 256), ax.set_ylim(4, 1024)
@@ -329,10 +329,10 @@ weights = per_rank[0][1]
 for d in D_SWEEP:
     full_words = LAYERS * d * d
     assert weights["data", d] == full_words
-    assert weights["model (seed)", d] == weights["model (Megatron)", d] == full_words // P
+    assert weights["model (slides)", d] == weights["model (Megatron)", d] == full_words // P
     assert weights["hybrid 2×2", d] == full_words // 2
 print(f"weights per rank at d = 512: data {weights['data', 512]:,}, hybrid {weights['hybrid 2×2', 512]:,}, "
-      f"model {weights['model (seed)', 512]:,}")
+      f"model {weights['model (slides)', 512]:,}")
 
 # %% [markdown]
 # Now at scale: L = 24 square layers, fp32 weights and gradients with Adam's two moments (16 bytes per

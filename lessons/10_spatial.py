@@ -212,42 +212,42 @@ for real, rehearsed in run(real_and_rehearsed, 2, 40):
     assert np.allclose(real, rehearsed, rtol=1e-12), (real, rehearsed)
 print("rehearsal == real SpatialConv2d on the simulated clock (forward, backward)")
 
-SEED_FWD = {128: (2.56, 1.52, 1.23), 256: (10.02, 5.34, 3.11), 512: (45.15, 20.18, 10.65)}
-SEED_BWD = {128: (6.63, 3.50, 2.33), 256: (26.81, 11.79, 6.96), 512: (126.11, 60.15, 26.76)}
+SLIDES_FWD = {128: (2.56, 1.52, 1.23), 256: (10.02, 5.34, 3.11), 512: (45.15, 20.18, 10.65)}
+SLIDES_BWD = {128: (6.63, 3.50, 2.33), 256: (26.81, 11.79, 6.96), 512: (126.11, 60.15, 26.76)}
 RANKS = (1, 2, 4)
 
 
 def rehearse_all(comm):
     return {n: rehearse_conv_step(comm, HaloPlan.build((n, n), 3, 1, 1, (comm.world_size, 1)), 32, 64, 64)
-            for n in SEED_FWD}
+            for n in SLIDES_FWD}
 
 
 model = {}   # (n, P) -> (forward s, backward s), the slowest rank
 for ranks in RANKS:
     per_rank = run(rehearse_all, ranks)
-    for n in SEED_FWD:
+    for n in SLIDES_FWD:
         model[n, ranks] = tuple(max(r[n][i] for r in per_rank) for i in (0, 1))
 link, device = LinkModel(), Device()
 print("\nresolution  P   model fwd (speedup)    V100 fwd          model bwd (speedup)    V100 bwd")
-for n in SEED_FWD:
+for n in SLIDES_FWD:
     for k, ranks in enumerate(RANKS):
         fwd, bwd = model[n, ranks]
         f1, b1 = model[n, 1]
         print(f"{n:4d}²      {ranks}   {fwd * 1e3:7.2f} ms ({f1 / fwd:.2f}×)   "
-              f"{SEED_FWD[n][k]:6.2f} ms ({SEED_FWD[n][0] / SEED_FWD[n][k]:.1f}×)   "
+              f"{SLIDES_FWD[n][k]:6.2f} ms ({SLIDES_FWD[n][0] / SLIDES_FWD[n][k]:.1f}×)   "
               f"{bwd * 1e3:7.2f} ms ({b1 / bwd:.2f}×)   "
-              f"{SEED_BWD[n][k]:6.2f} ms ({SEED_BWD[n][0] / SEED_BWD[n][k]:.1f}×)")
+              f"{SLIDES_BWD[n][k]:6.2f} ms ({SLIDES_BWD[n][0] / SLIDES_BWD[n][k]:.1f}×)")
         assert np.isclose(fwd, forward_time_1d(n, n, 3, ranks, 32, 64, link.alpha, link.beta, device.flops),
                           rtol=1e-9)
-speedup4 = [model[n, 1][0] / model[n, 4][0] for n in SEED_FWD]
+speedup4 = [model[n, 1][0] / model[n, 4][0] for n in SLIDES_FWD]
 assert speedup4 == sorted(speedup4)   # the same trend as the slides: higher resolution scales better
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-for ax, which, seed in [(axes[0], 0, SEED_FWD), (axes[1], 1, SEED_BWD)]:
-    for n, color in zip(SEED_FWD, ["tab:blue", "tab:orange", "tab:green"]):
+for ax, which, slides in [(axes[0], 0, SLIDES_FWD), (axes[1], 1, SLIDES_BWD)]:
+    for n, color in zip(SLIDES_FWD, ["tab:blue", "tab:orange", "tab:green"]):
         ax.plot(RANKS, [model[n, 1][which] / model[n, p][which] for p in RANKS], "-o", color=color,
                 label=f"{n}² model")
-        ax.plot(RANKS, [seed[n][0] / t for t in seed[n]], ":s", color=color, label=f"{n}² V100 (seed)")
+        ax.plot(RANKS, [slides[n][0] / t for t in slides[n]], ":s", color=color, label=f"{n}² V100 (slides)")
     ax.plot(RANKS, RANKS, color="gray", lw=0.8, label="ideal")
     ax.set_xlabel("accelerators")
     ax.set_title(("forward" if which == 0 else "backward") + ": 3×3 conv, batch 32, 64 channels")
