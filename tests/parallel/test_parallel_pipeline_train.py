@@ -150,3 +150,23 @@ def test_parallel_pipeline_training_equals_single_process(schedule, data):
         pipe_params = [p for rank in per_rank for p in rank[c][1]]
         for i, (p, q) in enumerate(zip(pipe_params, expected_params, strict=True)):
             assert_same(p, q, bitwise, f"case {c}: parameter {i} after {STEPS} steps")
+
+
+
+def float32_pipeline(comm, M):
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    model = Sequential(Linear(3, 4, rng=rng, dtype=f32), Tanh(), Linear(4, 2, rng=rng, dtype=f32))
+    pipe = Pipeline(comm, model, loss_fn=MSELoss(), num_micro_batches=M, schedule="1f1b",
+                    boundaries=[0, 2, 3], sample=np.zeros((5, 3), f32))
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    pipe.train_step(x, rng.standard_normal((5, 2)).astype(np.float32))
+    return comm.stats.bytes_sent
+
+
+@pytest.mark.parametrize("M", [1, 3])
+def test_parallel_pipeline_a_float32_model_sends_float32_gradients(M):
+    """The micro-batches' loss weights n_m / N must not promote a float32 model's gradients to float64 (a
+    NumPy float64 scalar would, under NumPy 2's promotion rules): stage 1 sends back exactly as many bytes
+    as stage 0 sent forward, 5 samples × 4 features × 4 bytes."""
+    assert run(float32_pipeline, 2, M, timeout=60) == [5 * 4 * 4, 5 * 4 * 4]

@@ -247,7 +247,7 @@ class Pipeline:
 
 def split_micro_batches(x: np.ndarray, target: np.ndarray, M: int):
     """The batch (x, target), N samples each, as M micro-batches of n_m samples (minidist.split's sizes):
-    lists of the M inputs, the M targets and the M weights n_m / N of their losses."""
+    lists of the M inputs, the M targets and the M weights n_m / N (Python floats) of their losses."""
     N = len(x)
     if len(target) != N:
         raise ValueError(f"x has {N} samples but target has {len(target)}")
@@ -257,4 +257,5 @@ def split_micro_batches(x: np.ndarray, target: np.ndarray, M: int):
     # Contiguous copies, not views: each micro-batch owns its memory (and is counted as such).
     xs = [x[edges[m]:edges[m + 1]].copy() for m in range(M)]
     targets = [target[edges[m]:edges[m + 1]].copy() for m in range(M)]
-    return xs, targets, [(edges[m + 1] - edges[m]) / N for m in range(M)]
+    # Python floats: a NumPy float64 weight would turn a float32 model's gradients into float64
+    return xs, targets, [int(edges[m + 1] - edges[m]) / N for m in range(M)]
