@@ -1,4 +1,4 @@
-"""parallelize(model, mesh, ...): data (ZeRO-1, 2; mixed precision), pipeline (any schedule), tensor
+"""parallelize(model, mesh, ...): data (ZeRO-1, 2, 3; mixed precision), pipeline (any schedule), tensor
 (+ sequence), context and expert parallelism, any subset of them, on one GPT or Switch Transformer and one
 Mesh.
 
@@ -16,7 +16,7 @@ place). Each stage's runner carries a GradientSync: the partial sums over the co
 then DataParallel's buckets over the data group, sent while the stage's last backward runs (zero=1: one
 sum after the table, reduce-scattered, each rank stepping 1/D of the optimizer state).
 grid_pipeline.DataPipelineGrid runs it; this file chooses the units and the table, gathers the loss and
-the state. Without a pipeline axis, mixed precision, sequence parallelism and ZeRO-2 run the split GPT
+the state. Without a pipeline axis, mixed precision, sequence parallelism and ZeRO-2/3 run the split GPT
 through one step runner with GradientSync and the MixedPrecisionTrainer, as DataParallel does.
 
 Returned loss: Σ over the ranks of tensor rank 0 of their share of the cross-entropy (a last stage's) plus
@@ -25,6 +25,8 @@ rank.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -49,11 +51,11 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
                 sequence_parallel: bool = False) -> Trainer:
     """A Trainer of ``model`` (an unsplit nn.GPT or nn.SwitchTransformer, dropout 0, untied, built the same
     on every rank) over ``mesh``. optimizer: parameters -> optimizer; micro_batches: per token set;
-    schedule: a name of pipeline/registry.SYNCHRONOUS (interleaved: ``chunks`` stages per rank); zero: 0, 1
-    or 2 (the data axis's ZeRO stage: GradientSync's); mixed: None, or MixedPrecisionTrainer's keywords
+    schedule: a name of pipeline/registry.SYNCHRONOUS (interleaved: ``chunks`` stages per rank); zero: 0, 1,
+    2 or 3 (the data axis's ZeRO stage: GradientSync's); mixed: None, or MixedPrecisionTrainer's keywords
     (``dict(fmt=BF16, scaler=...)``: the recipe DataParallel takes, built here on the split model);
     sequence_parallel: the tensor axis also splits the tokens between its all-reduces (Korthikanti et
-    al.). Mixed precision, sequence parallelism and ZeRO-2 run without a pipeline axis, on one
+    al.). Mixed precision, sequence parallelism and ZeRO-2/3 run without a pipeline axis, on one
     micro-batch. ValueError for what the mesh cannot split (module docstring)."""
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a minidist.parallel.Mesh, got {type(mesh).__name__}")
@@ -70,16 +72,16 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
         raise ValueError("a SwitchTransformer is split by the expert axis: expert must be > 1")
     if schedule not in SYNCHRONOUS:
         raise ValueError(f"schedule must be one of {sorted(SYNCHRONOUS)}, got {schedule!r}")
-    if isinstance(zero, bool) or zero not in (0, 1, 2):
-        raise ValueError(f"zero must be 0, 1 or 2 (the ZeRO stage of the data axis), got {zero!r}")
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise ValueError(f"zero must be 0, 1, 2 or 3 (the ZeRO stage of the data axis), got {zero!r}")
     if mixed is not None and not isinstance(mixed, dict):
         raise ValueError(f"mixed must be a dict of MixedPrecisionTrainer's keywords (fmt=...), got {mixed!r}")
     if sequence_parallel and (sizes["tensor"] == 1 or not isinstance(loss_fn, CrossEntropyLoss)):
         raise ValueError("sequence_parallel needs a tensor axis > 1 and loss_fn a CrossEntropyLoss (the head "
                          "is split by vocabulary: VocabParallelCrossEntropy takes its place)")
     if one_runner(mixed, sequence_parallel, zero) and (sizes["pipeline"] > 1 or micro_batches != 1):
-        raise ValueError(f"mixed precision, sequence parallelism and ZeRO-2 run without a pipeline axis, on "
-                         f"one micro-batch; got pipeline = {sizes['pipeline']}, "
+        raise ValueError(f"mixed precision, sequence parallelism and ZeRO-2/3 run without a pipeline axis, "
+                         f"on one micro-batch; got pipeline = {sizes['pipeline']}, "
                          f"micro_batches = {micro_batches}")
     if mixed is not None and zero:
         raise ValueError(f"mixed precision is composed with zero=0 only, got zero = {zero}")
@@ -91,9 +93,9 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
 
 
 def one_runner(mixed, sequence_parallel: bool, zero: int) -> bool:
-    """Mixed precision, sequence parallelism and ZeRO-2 train through one step runner (no pipeline)
+    """Mixed precision, sequence parallelism and ZeRO-2/3 train through one step runner (no pipeline)
     rather than the grid's pipeline executor."""
-    return mixed is not None or bool(sequence_parallel) or zero == 2
+    return mixed is not None or bool(sequence_parallel) or zero >= 2
 
 
 class Trainer:
@@ -212,9 +214,10 @@ class Trainer:
             return self.model.state_dict()
         rank = self.mesh.comm.rank
         flat = np.zeros(sum(v.size for _, _, v in self.named))
-        for p, labels in zip(self.held, self.labels):
-            owned = self.owner[labels] == rank
-            flat[labels[owned]] = p.data.ravel()[owned]
+        with self.sync.gathered() if self.runner is not None else nullcontext():     # (ZeRO-3: freed)
+            for p, labels in zip(self.held, self.labels):
+                owned = self.owner[labels] == rank
+                flat[labels[owned]] = p.data.ravel()[owned]
         flat = pairwise_allreduce(self.mesh.comm, flat)           # one nonzero term per element: exact
         state, start = {}, 0
         for name, _, value in self.named:

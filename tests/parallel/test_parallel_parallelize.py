@@ -149,7 +149,7 @@ def test_parallel_parallelize_four_axes_on_16_ranks_train_like_one_process():
 
 def _sequence(comm, zero=0):
     """Two 4-rank meshes at once, on the halves of 8 ranks: data × tensor and tensor × context, each with
-    sequence parallelism on the tensor axis (zero=2: data × tensor and data × context with ZeRO-2)."""
+    sequence parallelism on the tensor axis (zero=2, 3: data × tensor and data × context with ZeRO)."""
     half = comm.split(color=comm.rank // 4, key=comm.rank % 4)
     sizes = [dict(data=2, tensor=2), dict(data=2, context=2) if zero else dict(tensor=2, context=2)]
     model, (x, y) = build(False), batch()
@@ -158,19 +158,25 @@ def _sequence(comm, zero=0):
                           optimizer=lambda params: AdamW(params, lr=0.01), sequence_parallel=not zero)
     losses = [trainer.train_step(x, y) for _ in range(STEPS)]
     split = model.blocks[0].ln1.weight.partial_over       # the norms saw T/t tokens: summed over tensor
-    stepped = sum(p.size for p in trainer.optimizer.params), sum(p.size for p in trainer.held)
-    return trainer.full_state_dict(), losses, any(group is mesh.group("tensor") for group in split), stepped
+    stepped = sum(p.size for p in trainer.optimizer.params), sum(len(labels) for labels in trainer.labels)
+    freed = all(p.data is None for p in trainer.held)     # ZeRO-3: between steps a rank holds its shards only
+    sequence = any(group is mesh.group("tensor") for group in split)
+    return trainer.full_state_dict(), losses, sequence, stepped, freed
 
 
 def test_parallel_parallelize_sequence_parallelism_trains_like_one_process():
     results = run(_sequence, 8, timeout=120)
-    assert all(sequence for *_, sequence in results)
+    assert all(result[2] for result in results)
     check(("data", "tensor"), [result[:2] for result in results[:4]])
     check(("tensor", "context"), [result[:2] for result in results[4:]])
 
 
-def test_parallel_parallelize_zero2_on_the_data_axis_of_a_hybrid_trains_like_one_process():
-    results = run(_sequence, 8, 2, timeout=120)
+@pytest.mark.parametrize("zero", [2, 3])
+def test_parallel_parallelize_zero_on_the_data_axis_of_a_hybrid_trains_like_one_process(zero):
+    """ZeRO-2 and ZeRO-3 (each unit's parameters gathered for its forward and backward, freed after) on the
+    data axis of data × tensor and data × context."""
+    results = run(_sequence, 8, zero, timeout=120)
+    assert all(result[4] == (zero == 3) for result in results)
     for r in (0, 1, 4, 5):         # rank r and r + 2 are the two data replicas: each steps half the elements
         (mine, held), (partner, _) = results[r][3], results[r + 2][3]
         assert mine + partner == held and abs(mine - partner) <= 1
@@ -210,7 +216,7 @@ def test_parallel_parallelize_mixed_precision_inside_a_hybrid_is_data_parallels_
 
 def _bad(comm, case):
     sizes = {"heads": dict(tensor=4), "dense": dict(expert=4)}.get(case, dict(data=2, context=2))
-    options = {"zero": dict(zero=3), "schedule": dict(schedule="1F1B"),
+    options = {"zero": dict(zero=4), "schedule": dict(schedule="1F1B"),
                "sequence_parallel": dict(sequence_parallel=True)}.get(case, {})
     trainer = parallelize(build(case == "switch"), Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
                           optimizer=lambda params: AdamW(params), micro_batches=1, **options)
@@ -226,7 +232,7 @@ def _bad(comm, case):
     ("dense", "expert = 4 needs a SwitchTransformer, got a dense GPT"),
     ("switch", "a SwitchTransformer is split by the expert axis: expert must be > 1"),
     ("batch", r"a batch of 3 does not split into data × expert × micro_batches = 2 equal parts"),
-    ("zero", "zero must be 0, 1 or 2"),
+    ("zero", "zero must be 0, 1, 2 or 3"),
     ("sequence_parallel", "sequence_parallel needs a tensor axis > 1"),
     ("schedule", r"schedule must be one of \['1f1b', 'chimera', 'gpipe', 'interleaved', 'naive', 'zb-h1'\]"),
     ("sequence", r"a sequence of 6 does not split into 2·context = 4 zigzag chunks"),

@@ -21,6 +21,8 @@ sums) leave bitwise the same sums on every rank.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from minidist.collectives import allgather, allreduce, pairwise_allreduce, reduce_scatter
@@ -122,7 +124,7 @@ class GradientSync(Attachment):
     def after_backward(self, i, unit, dx):
         """unit's parameters' gradients are ready: sum the partial ones, send the buckets they complete."""
         if self.zero == 3:
-            g = self._group_of(unit)
+            g = self._group_at(i)
             if g is not None:
                 g.free_data()
         if not self._last:
@@ -176,7 +178,7 @@ class GradientSync(Attachment):
         for c, ps in groups.values():
             if c.world_size > 1:
                 total = pairwise_allreduce(c, flatten([p.grad for p in ps]))
-                for p, piece in zip(ps, views(total, [p.shape for p in ps])):
+                for p, piece in zip(ps, views(total, [p.grad.shape for p in ps])):   # (ZeRO-3: data freed)
                     p.grad[...] = piece
 
     # -- the data reduction ----------------------------------------------------------------------------------
@@ -217,8 +219,8 @@ class GradientSync(Attachment):
             piece = b.group.data[b.group.lo:b.group.hi]
             b.group.shard = Parameter(piece.copy() if self.zero == 3 else self.precision.master(piece))
         self.groups = [b.group for b in self.buckets]
-        self._group_by_unit = {id(u): b.group for u, b in zip([u for u in self.units if u.parameters()],
-                                                               self.buckets)} if self.zero == 3 else {}
+        holding = [i for i, u in enumerate(self.units) if u.parameters()]      # the units with a bucket
+        self._group_by_index = {i: b.group for i, b in zip(holding, self.buckets)} if self.zero == 3 else {}
         self.optimizer = flat.build_optimizer(make_optimizer, [g.shard for g in self.groups])
         for g in self.groups:                              # only now: a refused optimizer changed nothing
             if self.zero == 3:
@@ -235,20 +237,22 @@ class GradientSync(Attachment):
         if self.zero == 3:
             self.share_masters()
 
-    def _group_of(self, unit):
-        return self._group_by_unit.get(id(unit))
+    def _group_at(self, i: int):
+        """ZeRO-3: the shard group of the runner's i-th unit (by position: a model may build new unit objects
+        on each call of ``units()``, as a GPT does its input), or None for a unit without parameters."""
+        return self._group_by_index.get(i)
 
     def _gather(self, g: flat.ShardGroup) -> None:
         g.bind_data(np.concatenate(allgather(self.data, g.low)))
 
     def before_forward(self, i, unit, x):
-        g = self._group_of(unit) if self.zero == 3 else None
+        g = self._group_at(i) if self.zero == 3 else None
         if g is not None:
             self._gather(g)
         return x
 
     def after_forward(self, i, unit, y):
-        g = self._group_of(unit) if self.zero == 3 else None
+        g = self._group_at(i) if self.zero == 3 else None
         if g is not None:
             g.free_data()
         return y
@@ -273,6 +277,19 @@ class GradientSync(Attachment):
         if self.applied:
             self.share_masters()
         return self.applied
+
+    @contextmanager
+    def gathered(self):
+        """ZeRO-3: every unit's full parameters gathered for the ``with`` block (a collective: every rank of
+        the data group enters it), freed after; other stages hold them anyway."""
+        groups = self.groups if self.zero == 3 else []
+        for g in groups:
+            self._gather(g)
+        try:
+            yield
+        finally:
+            for g in groups:
+                g.free_data()
 
     def share_masters(self) -> None:
         """zero=1, 2: allgather the updated shards into the parameters (mixed: quantized to fmt);
