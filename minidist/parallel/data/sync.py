@@ -285,11 +285,9 @@ class GradientSync(Attachment):
         groups = self.groups if self.zero == 3 else []
         for g in groups:
             self._gather(g)
-        try:
-            yield
-        finally:
-            for g in groups:
-                g.free_data()
+        yield                                  # (an error inside ends the run: nothing to free then)
+        for g in groups:
+            g.free_data()
 
     def share_masters(self) -> None:
         """zero=1, 2: allgather the updated shards into the parameters (mixed: quantized to fmt);
