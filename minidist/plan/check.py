@@ -151,7 +151,7 @@ def _measure_many(comm, spec: ModelSpec, layouts: list[GridLayout], tokens: np.n
         grid.train_step(tokens[0], tokens[1], opt)
         held = held_bytes(parameters=grid.parameters(), optimizer=opt)
         states = held["parameters"] + held["gradients"] + held["optimizer"]
-        out.append((grid.position, comm.clock - start, states, max(b for _, b in grid.pipeline.memory)))
+        out.append((grid.position, comm.clock - start, states, grid.pipeline.peak_activation_bytes))
     return out
 
 
