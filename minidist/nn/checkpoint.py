@@ -29,15 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .module import Module, Parameter, Sequential
-from .nbytes import array_roots, distinct_nbytes, module_arrays
-
-
-def nbytes_of(*values) -> int:
-    """Bytes of the distinct memory behind the arrays in values (a view and its base count once)."""
-    found: dict[int, np.ndarray] = {}
-    for value in values:
-        array_roots(value, found)
-    return sum(a.nbytes for a in found.values())
+from .nbytes import distinct_nbytes, module_arrays, nbytes_of
 
 
 class SavedActivations:

@@ -8,9 +8,11 @@ A module holds
     activations   what its layers keep between calls that is neither a parameter, a buffer nor a module:
                   the arrays saved for backward (a Linear's input, a ReLU's mask, ...)
 
-``distinct_nbytes(claims)`` counts each block of memory once, in the first category that claims it. The
-memory ledger (minidist/sim/memory.py) adds an optimizer's state and communication buffers to these
-claims; gradient checkpointing (checkpoint.py) measures what it trades with them.
+``nbytes_of(*values)`` counts each block of memory once; ``distinct_nbytes(claims)`` does so per category,
+in the first category that claims it. The memory ledger (minidist/sim/memory.py) adds an optimizer's
+state and communication buffers to a module's claims; gradient checkpointing (checkpoint.py) and the
+pipeline measure what they keep with them. Here, in nn, because they only read what arrays a Module holds
+(nn sits below the instruments and may not import them).
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ def array_roots(value, found: dict[int, np.ndarray]) -> None:
         for item in value.values():
             array_roots(item, found)
 
+
+
+def nbytes_of(*values) -> int:
+    """Bytes of the distinct memory behind the arrays in values (a view and its base count once)."""
+    found: dict[int, np.ndarray] = {}
+    for value in values:
+        array_roots(value, found)
+    return sum(a.nbytes for a in found.values())
 
 def _is_parameter(value) -> bool:
     return hasattr(value, "data") and hasattr(value, "grad") and not isinstance(value, np.ndarray)

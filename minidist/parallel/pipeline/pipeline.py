@@ -34,9 +34,10 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import check_count
-from minidist.nn.checkpoint import Checkpoint, forward_saving, nbytes_of
+from minidist.nn.checkpoint import Checkpoint, forward_saving
 from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
+from minidist.nn.nbytes import nbytes_of
 from minidist.nn.runner import StepRunner, backward_through
 from minidist.sim.memory import MemoryLedger
 from minidist.split import split_offsets
