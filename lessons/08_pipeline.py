@@ -71,7 +71,7 @@ def train_once(comm, widths, schedule, M, checkpoint=False, boundaries="layers")
     pipe = Pipeline(comm, mlp(widths), loss_fn=MSELoss(), num_micro_batches=M, schedule=schedule,
                     checkpoint=checkpoint, boundaries=boundaries, sample=x)
     pipe.train_step(x, target, SGD(pipe.parameters(), lr=0.01))
-    return {"busy": pipe.busy_seconds, "end": comm.clock, "memory": pipe.memory,
+    return {"busy": pipe.busy_seconds, "end": comm.clock, "memory": pipe.memory.timeline,
             "peak": pipe.peak_activation_bytes, "boundaries": pipe.boundaries}
 
 
@@ -202,9 +202,9 @@ draw_ops(axes[0, 0], f1b_trace, f"1F1B, P = {P}, M = {M}: bubble {f1b_bubble:.1%
 draw_ops(axes[1, 0], gpipe[M][3], f"GPipe, P = {P}, M = {M}: bubble {gpipe[M][2]:.1%}")
 for ax, name, res in ((axes[0, 1], "1F1B", f1b_results), (axes[1, 1], "GPipe", gpipe_results)):
     for s in range(P):
-        times, sizes = zip(*res[s]["memory"])
-        ax.step(np.array(times) * 1e3, np.array(sizes) / 1024, where="post", lw=1.4,
-                label=f"stage {s}: peak {res[s]['peak'] / 1024:.0f} KiB")
+        times, _, held = zip(*res[s]["memory"])          # the ledger's (seconds, label, {category: bytes})
+        ax.step(np.array(times) * 1e3, np.array([h["activations"] for h in held]) / 1024, where="post",
+                lw=1.4, label=f"stage {s}: peak {res[s]['peak'] / 1024:.0f} KiB")
     ax.set_title(f"{name}: activation memory held per stage", fontsize=10)
     ax.set_xlabel("simulated time (ms)")
     ax.set_ylabel("KiB")

@@ -225,8 +225,8 @@ plt.close(fig)
 
 
 # %%
-from minidist.memory import held_bytes  # noqa: E402
 from minidist.nn import BatchNorm2d, Conv2d  # noqa: E402
+from minidist.sim.memory import held_bytes  # noqa: E402
 
 
 def deep_mlp(with_bn, seed=0):

@@ -12,7 +12,7 @@
 # memory as the model itself"; activations "a major fraction of the memory"); Rajbhandari et al., "ZeRO:
 # Memory Optimizations Toward Training Trillion Parameter Models".
 #
-# The ledger (`minidist.memory`) does not estimate anything: `held_bytes(model, optimizer, ...)` adds up
+# The ledger (`minidist.sim.memory`) does not estimate anything: `held_bytes(model, optimizer, ...)` adds up
 # the distinct memory of the arrays actually held (a view counts once, through its base). The parallel
 # wrappers call it themselves when given `memory=MemoryLedger(rank)`: after forward, after each layer
 # that completes a bucket (or a gathered layer), after backward and after step.
@@ -25,7 +25,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.cluster import Device, run
-from minidist.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes
 from minidist.nn import Checkpoint, CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from minidist.parallel.data import DataParallel
@@ -33,6 +32,7 @@ from minidist.parallel.data.zero import zero_data_parallel
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
 from minidist.plots import figures_dir, save_figure
 from minidist.precision import FP16
+from minidist.sim.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes
 from minidist.split import split_sizes
 
 FIGURES = figures_dir()

@@ -29,7 +29,6 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from minidist.cluster import Device, LinkModel, run
-from minidist.memory import held_bytes
 from minidist.nn import TransformerBlock
 from minidist.optim import AdamW
 from minidist.parallel.context import (
@@ -56,6 +55,7 @@ from minidist.parallel.tensor import (
     tensor_parallel,
 )
 from minidist.plots import figures_dir, save_figure
+from minidist.sim.memory import held_bytes
 
 FIGURES = figures_dir()
 B, T, D, HEADS = 2, 8, 12, 4

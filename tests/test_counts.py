@@ -64,6 +64,23 @@ class Table:
     def rows(self):
         return []
 """,
+    "parallel/pipeline/ledger.py": """
+class StageLedger:
+    def __init__(self, comm):
+        self.memory: list[tuple[float, int]] = [(comm.clock, 0)]   # samples of its own
+class Stage:
+    def __init__(self, comm):
+        self.timeline = []
+        self.memory = MemoryLedger(comm.rank)                       # the one ledger: no books of its own
+    def memory_of(self):
+        return self.memory
+""",
+    "sim/memory.py": """
+class MemoryLedger:
+    pass
+class MemoryRecorder:                                               # the same module: the same books
+    pass
+""",
     "a.py": "def f():\n    from minidist import b\n",
     "b.py": "from minidist.a import f\n",
 }
@@ -93,6 +110,8 @@ def test_each_count_finds_exactly_the_planted_sites(tmp_path):
     assert found["file-level import cycles"] == [                                  # the lazy import counts
         "minidist.a <-> minidist.b", "minidist.parallel.context.ring <-> minidist.parallel.tensor.block"]
     assert found["strategy folders importing each other"] == ["context <-> tensor"]
+    assert [place.split(":")[0] for place in found["memory trackers"]] == [
+        "minidist/parallel/pipeline/ledger.py", "minidist/sim/memory.py"]
 
 
 def test_the_script_fails_only_when_a_count_exceeds_its_target(tmp_path, monkeypatch, capsys):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run_traced
-from minidist.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes, record, save_chrome
 from minidist.nn import Checkpoint, CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adam
+from minidist.sim.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes, record, save_chrome
 
 
 def _mlp(checkpoint=False, dtype=np.float32):

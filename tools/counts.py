@@ -103,6 +103,24 @@ def hand_rolled_allreduces(trees) -> list[str]:
             and getattr(n.func, "id", getattr(n.func, "attr", "")) == "allreduce_gradients"]
 
 
+def memory_trackers(trees) -> list[str]:
+    """Modules keeping memory books: one defining a Memory* class (a ledger, its recorder), or a ``memory``
+    attribute or property that is a list of (time, bytes) samples of its own, not the one MemoryLedger."""
+    def books(n) -> bool:
+        if isinstance(n, ast.ClassDef):
+            return "Memory" in n.name
+        if isinstance(n, ast.FunctionDef):
+            return n.name == "memory" and "list" in ast.unparse(n.returns or n)
+        if not isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            return False
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        kind = ast.unparse(n.annotation) if isinstance(n, ast.AnnAssign) else ""
+        return any(getattr(t, "attr", "") == "memory" for t in targets) and (
+            kind.startswith("list") or isinstance(n.value, (ast.List, ast.ListComp)))
+
+    return [where(path, next(n for n in ast.walk(tree) if books(n))) for path, tree in trees.items()
+            if any(books(n) for n in ast.walk(tree))]
+
 def module_of(path: Path) -> str:
     parts = list(path.with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -197,6 +215,7 @@ CHECKS = [
     ("pipeline executors", pipeline_executors, 1),
     ("copy-then-sum gradient sites", copy_then_sum, 0),
     ("hand-rolled data-axis allreduces", hand_rolled_allreduces, 0),
+    ("memory trackers", memory_trackers, 1),
     ("file-level import cycles", import_cycles, 0),
     ("strategy folders importing each other", folder_cycles, 0),
     ("imports between strategy folders", strategy_imports, None),

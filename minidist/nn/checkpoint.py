@@ -28,17 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.memory import array_roots, held_bytes
-
 from .module import Module, Parameter, Sequential
-
-
-def nbytes_of(*values) -> int:
-    """Bytes of the distinct memory behind the arrays in values (a view and its base count once)."""
-    found: dict[int, np.ndarray] = {}
-    for value in values:
-        array_roots(value, found)
-    return sum(a.nbytes for a in found.values())
+from .nbytes import distinct_nbytes, module_arrays, nbytes_of
 
 
 class SavedActivations:
@@ -193,10 +184,11 @@ class Checkpoint(Module):
 def measure_step(model: Module, x: np.ndarray) -> tuple[int, int]:
     """Run one forward and backward (upstream gradient of ones) and measure what checkpointing trades.
 
-    x: the model's input. Returns (peak activation bytes, matrix products executed): the activations
-    ``held_bytes(model)`` finds at every Linear's backward (inside a Checkpoint that includes its
-    recompute), and the products y = x Wᵀ (1 per Linear forward) and dX = dY W, dW = dYᵀ X (2 per
-    backward). Every Linear's forward and backward are counted through wrappers removed afterwards.
+    x: the model's input. Returns (peak activation bytes, matrix products executed): the activations the
+    model holds (nbytes.py; what the memory ledger's held_bytes(model) counts) at every Linear's backward
+    (inside a Checkpoint that includes its recompute), and the products y = x Wᵀ (1 per Linear forward)
+    and dX = dY W, dW = dYᵀ X (2 per backward). Every Linear's forward and backward are counted through
+    wrappers removed afterwards.
     """
     from .linear import Linear
 
@@ -209,7 +201,7 @@ def measure_step(model: Module, x: np.ndarray) -> tuple[int, int]:
         def wrapped(a):
             products[0] += n
             if measure:
-                held.append(held_bytes(model)["activations"])
+                held.append(distinct_nbytes(module_arrays(model))["activations"])
             return run(a)
         return wrapped
     for layer in linears:

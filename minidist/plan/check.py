@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from minidist.cluster import Device, LinkModel, run
-from minidist.memory import held_bytes
 from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
 from minidist.optim import AdamW
 from minidist.parallel.grid_expert import switch_units
@@ -30,6 +29,7 @@ from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_
 from minidist.parallel.mesh import MeshShape
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
 from minidist.parallel.pipeline.tasks import TaskSchedule
+from minidist.sim.memory import held_bytes
 
 from .minidist_mode import predict_grid
 from .model import ModelSpec
@@ -151,7 +151,7 @@ def _measure_many(comm, spec: ModelSpec, layouts: list[GridLayout], tokens: np.n
         grid.train_step(tokens[0], tokens[1], opt)
         held = held_bytes(parameters=grid.parameters(), optimizer=opt)
         states = held["parameters"] + held["gradients"] + held["optimizer"]
-        out.append((grid.position, comm.clock - start, states, max(b for _, b in grid.pipeline.memory)))
+        out.append((grid.position, comm.clock - start, states, grid.pipeline.peak_activation_bytes))
     return out
 
 

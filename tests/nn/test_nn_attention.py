@@ -113,7 +113,7 @@ def test_checkpointed_block_is_bitwise_the_plain_block_with_dropout():
     """Checkpoint(TransformerBlock) keeps only its input and recomputes (the dropout masks replayed)."""
     import copy
 
-    from minidist.memory import held_bytes
+    from minidist.sim.memory import held_bytes
 
     data = np.random.default_rng(9)
     block = nn.TransformerBlock(8, 2, dropout=0.2, rng=np.random.default_rng(0), dtype=np.float64)

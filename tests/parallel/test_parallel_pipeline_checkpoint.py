@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from minidist.gradcheck import gradcheck
 from minidist.nn import GELU, BatchNorm1d, Dropout, LayerNorm, Linear, Module, ReLU, Sequential, Tanh
-from minidist.nn.checkpoint import Checkpoint, forward_flops, forward_saving, nbytes_of
+from minidist.nn.checkpoint import Checkpoint, forward_flops, forward_saving
+from minidist.nn.nbytes import nbytes_of
 
 
 def build(kinds: list[str], width: int, seed: int) -> Sequential:

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from minidist.cluster import ClusterError, run
-from minidist.memory import held_bytes
 from minidist.nn import TransformerBlock
 from minidist.optim import AdamW
 from minidist.parallel.context import context_parallel, positions, ring_traffic, shard
@@ -28,6 +27,7 @@ from minidist.parallel.tensor import (
     sum_partial_gradients,
     tensor_parallel,
 )
+from minidist.sim.memory import held_bytes
 
 B, T, D, STEPS = 2, 8, 12, 3
 

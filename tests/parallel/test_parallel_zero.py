@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.cluster import run
-from minidist.memory import MemoryLedger
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adam
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.zero import zero_data_parallel
+from minidist.sim.memory import MemoryLedger
 from minidist.split import split_sizes
 from tests.parallel.data_parallel_helpers import MODELS, make_data, make_model, make_optimizer
 
@@ -76,7 +76,7 @@ def _memory(comm, stage, optimizer, widths, bucket_bytes):
         )
         before = comm.stats.bytes_sent
         dp.train_step(x, y)
-        from minidist.memory import held_bytes
+        from minidist.sim.memory import held_bytes
         held = held_bytes(model, dp.optimizer)
         return held, comm.stats.bytes_sent - before, None, None, None
     zero = zero_data_parallel(comm, model, make, CrossEntropyLoss(), stage=stage, memory=ledger,

@@ -31,12 +31,11 @@ import numpy as np
 from minidist.cluster import Span
 from minidist.collectives import ALGORITHMS, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
-from minidist.memory import held_bytes
 from minidist.nn.module import Module
 from minidist.nn.runner import StepRunner, units
 from minidist.parallel.clock import ComputeClock
-from minidist.parallel.memory import MemoryRecorder
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
+from minidist.sim.memory import MemoryRecorder, held_bytes
 
 from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 from .comm import DEFAULT_BUCKET_BYTES, ready_layers
@@ -62,7 +61,7 @@ class DataParallel:
         gradient_as_bucket_view: make every Parameter.grad a view into its bucket's flat buffer (as
             PyTorch's DDP option of that name), so no flatten and copy-back is needed (layers must *add*
             into .grad in place, as every minidist layer does; a replaced .grad is detected).
-        memory: a minidist.memory.MemoryLedger: held bytes recorded after forward, after each layer that
+        memory: a minidist.sim.memory.MemoryLedger: held bytes recorded after forward, after each layer that
             completes a bucket, after backward and after step (None: nothing recorded, no cost).
     """
 
@@ -184,5 +183,5 @@ class DataParallel:
             self._syncing = True
 
     def held(self) -> dict[str, int]:
-        """Bytes this rank holds now, by category (minidist.memory.held_bytes); bucket buffers as buffers."""
+        """Bytes this rank holds now, by category (sim.memory.held_bytes); bucket buffers as buffers."""
         return held_bytes(self.model, self.optimizer, buffers=[b.buffer for b in self.buckets])

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from minidist.cluster import LinkModel, Span, Trace
 from minidist.collectives.schedule import schedule, simulate
-from minidist.memory import save_chrome
+from minidist.sim.memory import save_chrome
 
 
 def step_time(forward_seconds: list[float], bucket_ready_layer: list[int], bucket_seconds: list[float],

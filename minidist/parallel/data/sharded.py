@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather
-from minidist.memory import held_bytes
 from minidist.nn.runner import StepRunner
 from minidist.parallel.clock import ComputeClock
-from minidist.parallel.memory import MemoryRecorder
+from minidist.sim.memory import MemoryRecorder, held_bytes
 
 from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 from . import flat
@@ -93,7 +92,7 @@ class ShardedWrapper:
         return self.clock.spans
 
     def held(self) -> dict[str, int]:
-        """Bytes this rank holds now, by category (minidist.memory.held_bytes; fp32 masters: optimizer)."""
+        """Bytes this rank holds now, by category (sim.memory.held_bytes; fp32 masters: optimizer)."""
         return held_bytes(self.model, self.optimizer, **self.precision.held(self.groups))
 
     def _gather_full(self, piece) -> list[np.ndarray]:

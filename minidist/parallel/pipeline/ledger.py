@@ -8,7 +8,8 @@ Training" slides).
     clock      every layer's FLOPs are charged as the layer runs: forward FLOPs in F,
                2× in B, +1× in B when the layer is a checkpointed segment recomputing its forward
     timeline   (Task, start, end) per task, start taken after the task's input arrived
-    memory     (time, bytes of activations held) samples; peak = max over the samples
+    memory     the bytes of activations held, on the one memory ledger (minidist/sim/memory.py): a
+               MemoryLedger of this rank, stamped with the simulated clock; peak = memory.peak("activations")
     busy       seconds the stage spent computing (the rest of the step is bubble or waiting)
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from minidist.nn.checkpoint import Checkpoint, forward_flops
 from minidist.nn.runner import Attachment
+from minidist.sim.memory import MemoryLedger
 
 from .schedule import Task
 from .split_backward import DeferredWeightGrad
@@ -27,7 +29,8 @@ class StageLedger:
     def __init__(self, comm):
         self.comm = comm
         self.timeline: list[tuple[Task, float, float]] = []
-        self.memory: list[tuple[float, int]] = [(comm.clock, 0)]
+        self.memory = MemoryLedger(comm.rank)
+        self.memory.record("start", {"activations": 0}, comm.clock)
         self.busy_seconds = 0.0
         self._start = comm.clock
 
@@ -44,13 +47,16 @@ class StageLedger:
     def forward_done(self, task: Task, held: int) -> None:
         """F ended; held: bytes of activations kept now, counted from the task's start."""
         self.timeline.append((task, self._start, self.comm.clock))
-        self.memory.append((self._start, held))
+        self.memory.record(f"{task.kind}{task.micro_batch}.{task.stage} kept", {"activations": held},
+                           self._start)
 
     def backward_done(self, task: Task, held_during: int, held_after: int) -> None:
         """B or W ended; held_during: bytes held while it ran (including what a checkpointed segment
         recomputed), held_after: bytes still held once what it needed was let go."""
         self.timeline.append((task, self._start, self.comm.clock))
-        self.memory += [(self._start, held_during), (self.comm.clock, held_after)]
+        name = f"{task.kind}{task.micro_batch}.{task.stage}"
+        self.memory.record(f"{name} running", {"activations": held_during}, self._start)
+        self.memory.record(f"{name} done", {"activations": held_after}, self.comm.clock)
 
 
 class StageCharges(Attachment):

@@ -34,10 +34,12 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import check_count
-from minidist.nn.checkpoint import Checkpoint, forward_saving, nbytes_of
+from minidist.nn.checkpoint import Checkpoint, forward_saving
 from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
+from minidist.nn.nbytes import nbytes_of
 from minidist.nn.runner import StepRunner, backward_through
+from minidist.sim.memory import MemoryLedger
 from minidist.split import split_offsets
 
 from .comm import StageLinks
@@ -133,14 +135,14 @@ class Pipeline:
         """The parameters of this rank's stages (give them to this rank's optimizer)."""
         return [p for k in sorted(self.stages) for p in self.stages[k].parameters()]
 
-    # What running the table cost (ledger.py): the tasks' (Task, start, end), (time, bytes held) samples,
-    # seconds spent computing, and the peak of the activation memory.
+    # What running the table cost (ledger.py): the tasks' (Task, start, end), the activation bytes held (a
+    # MemoryLedger), seconds spent computing, and the peak of the activation memory.
     @property
     def timeline(self) -> list[tuple[Task, float, float]]:
         return self.ledger.timeline
 
     @property
-    def memory(self) -> list[tuple[float, int]]:
+    def memory(self) -> MemoryLedger:
         return self.ledger.memory
 
     @property
@@ -149,7 +151,7 @@ class Pipeline:
 
     @property
     def peak_activation_bytes(self) -> int:
-        return max(nbytes for _, nbytes in self.memory)
+        return self.memory.peak("activations")
 
     def held_activations(self) -> int:
         """Bytes held now for backward: the saved activations of the micro-batches in flight, the loss

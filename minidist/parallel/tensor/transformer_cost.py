@@ -8,7 +8,7 @@ words, 8(t−1)/t·N·d·b bytes per rank; sequence parallelism adds 2(t−1)/t�
 parameters' gradients.
 
 Activation memory after forward — what minidist's layers keep for backward, counted from the code (and
-measured by minidist.memory in the tests). With N' = N (tensor parallelism) or N/t (sequence parallelism):
+measured by minidist.sim.memory in the tests). With N' = N (tensor parallelism) or N/t (sequence parallelism):
 
     LayerNorm regions (2 of them)  2·(N'·d + N')·b                       x̂ and 1/σ per token
     attention                      (N·d + 5·N·d_p + B·h_p·T)·b + T²      input, q|k|v, O, O merged, lse;

@@ -18,52 +18,38 @@ the timeline, the peak, and Chrome-trace counter events ("ph": "C") that merge w
     ledger = MemoryLedger(rank)
     record(ledger, "after forward", model, optimizer, time=comm.clock)
     ledger.peak(), ledger.timeline, ledger.chrome_events()
+
+``MemoryRecorder`` is the ledger as a step-runner attachment: held bytes recorded at the runner's events.
+A strategy says *what* a rank holds (``held()``, {category: bytes} as held_bytes measures it) and *at
+which layers* a point is worth recording; the recorder records, the same way for every strategy
+(DataParallel, ZeRO, FSDP):
+
+    after_loss               "after forward"        activations at their peak, before backward frees them
+    after_forward(i)         forward_points[i]      FSDP: a layer's gathered parameters, before they are freed
+    after_backward(i)        backward_points[i]     a bucket is complete / a gathered layer's full gradient
+    end of forward_backward  "after backward"       once mixed precision has put the masters back
+    record("after step")     called by the strategy after its optimizer step (outside the runner)
+
+Where the recorder sits in the runner's list decides what it sees at the after_* events, which fire in
+reverse order: placed after the strategy it records what the strategy is about to free (ZeRO, FSDP);
+placed before it, what the strategy has just done (DataParallel's bucket buffers, once allocated).
+Cost: one held_bytes walk per point; without a ledger (None) nothing is measured.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from minidist.checks import check_count, check_real
+from minidist.nn.nbytes import distinct_nbytes, module_arrays
+from minidist.nn.runner import Attachment
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers")
 MODEL_STATES = ("parameters", "gradients", "optimizer")   # what the ZeRO paper's formulas count
-
-
-def array_roots(value, found: dict[int, np.ndarray]) -> None:
-    """Collect into ``found`` (id -> array) the memory-owning arrays under value (arrays, lists, tuples,
-    dicts; a view counts through its base, so memory shared by several views counts once)."""
-    if isinstance(value, np.ndarray):
-        while isinstance(value.base, np.ndarray):
-            value = value.base
-        found[id(value)] = value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            array_roots(item, found)
-    elif isinstance(value, dict):
-        for item in value.values():
-            array_roots(item, found)
-
-
-def _is_parameter(value) -> bool:
-    return hasattr(value, "data") and hasattr(value, "grad") and not isinstance(value, np.ndarray)
-
-
-def _saved_arrays(model) -> list:
-    """The arrays the model's layers keep between calls that are neither parameters, buffers nor modules:
-    the activations saved for backward (a Linear's input, a ReLU's mask, ...)."""
-    saved = []
-    for module in model.modules():
-        kept = set(vars(module).get("_buffer_names", []))
-        for name, value in vars(module).items():
-            if name in kept or _is_parameter(value) or hasattr(value, "modules"):
-                continue
-            if isinstance(value, (np.ndarray, list, tuple, dict)):
-                saved.append(value)
-    return saved
 
 
 def held_bytes(model=None, optimizer=None, *, parameters=(), buffers=(), extra=None) -> dict[str, int]:
@@ -75,28 +61,15 @@ def held_bytes(model=None, optimizer=None, *, parameters=(), buffers=(), extra=N
     buffers: communication buffers (arrays; None entries are skipped).
     extra: {category: [arrays]} held elsewhere (e.g. mixed precision's fp32 master shards: "optimizer").
     A Parameter whose data or grad is None (freed by a sharded wrapper) holds nothing.
-    Returns {category: bytes} for every category of CATEGORIES.
+    Returns {category: bytes} for every category of CATEGORIES (minidist/nn/nbytes.py counts).
     """
-    params = (list(model.parameters()) if model is not None else []) + list(parameters)
-    claims = {
-        "parameters": [p.data for p in params] + ([b for _, b in model.named_buffers()] if model else []),
-        "gradients": [p.grad for p in params],
-        "optimizer": list(optimizer.state) if optimizer is not None else [],
-        "activations": _saved_arrays(model) if model is not None else [],
-        "buffers": list(buffers),
-    }
+    claims = {**module_arrays(model, parameters),
+              "optimizer": list(optimizer.state) if optimizer is not None else [], "buffers": list(buffers)}
     for category, arrays in (extra or {}).items():
         if category not in CATEGORIES:
             raise ValueError(f"unknown memory category {category!r}; expected one of {CATEGORIES}")
         claims[category] = claims[category] + list(arrays)
-    seen: set[int] = set()
-    held = {}
-    for category in CATEGORIES:
-        found: dict[int, np.ndarray] = {}
-        array_roots([v for v in claims[category] if v is not None], found)
-        held[category] = sum(a.nbytes for key, a in found.items() if key not in seen)
-        seen.update(found)
-    return held
+    return distinct_nbytes({category: claims[category] for category in CATEGORIES})
 
 
 class MemoryLedger:
@@ -173,3 +146,49 @@ def save_chrome(path: str | Path, *event_lists: list[dict]) -> Path:
     events = [event for events in event_lists for event in events]
     path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
     return path
+
+
+class MemoryRecorder(Attachment):
+    """Appends ``held()`` to ``ledger`` (a MemoryLedger or None) at the points above.
+
+    Args:
+        ledger: where the points go; None records nothing.
+        held: a function () -> {category: bytes}, what the rank holds now.
+        comm: the Communicator whose simulated clock stamps each point.
+        forward_points, backward_points: {layer index: label} of the runner's units to record after.
+    """
+
+    def __init__(self, ledger, held: Callable[[], dict[str, int]], comm, *,
+                 forward_points: dict[int, str] | None = None, backward_points: dict[int, str] | None = None):
+        self.ledger, self.held, self.comm = ledger, held, comm
+        self.forward_points, self.backward_points = forward_points or {}, backward_points or {}
+        self._backward_done = False
+
+    def record(self, label: str) -> None:
+        """Append one point, stamped with the simulated clock (nothing without a ledger)."""
+        if self.ledger is not None:
+            self.ledger.record(label, self.held(), self.comm.clock)
+
+    def begin(self, runner) -> None:
+        self._backward_done = False
+
+    def after_forward(self, i, layer, y):
+        if i in self.forward_points:
+            self.record(self.forward_points[i])
+        return y
+
+    def after_loss(self, dy):
+        self.record("after forward")
+        return dy
+
+    def after_backward(self, i, layer, dx):
+        if i in self.backward_points:
+            self.record(self.backward_points[i])
+        return dx
+
+    def end_backward(self) -> None:
+        self._backward_done = True
+
+    def end(self) -> None:
+        if self._backward_done:
+            self.record("after backward")
