@@ -281,7 +281,7 @@ t1 = step_time(*schedule_of(WIDE, B, 1, 2**22))
 strong = [step_time(*schedule_of(WIDE, B // p, p, 2**22)) for p in ps]
 weak = [step_time(*schedule_of(WIDE, PER_RANK, p, 2**22)) for p in ps]
 weak1 = weak[0]
-slides_tcomm = [sum(2 * (link.alpha * (p - 1) + link.beta * (p - 1) / p * w) for w in layer_bytes) for p in ps]
+tcomm = [sum(2 * (link.alpha * (p - 1) + link.beta * (p - 1) / p * w) for w in layer_bytes) for p in ps]
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
 ax1.plot(ps, [t1 / t for t in strong], "o-", label=f"strong scaling (B = {B})")
@@ -292,7 +292,7 @@ ax1.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="speedup (examples 
 ax1.legend()
 ax2.plot(ps, [t * 1e3 for t in strong], "o-", label="strong: step time")
 ax2.plot(ps, [t * 1e3 for t in weak], "s-", label="weak: step time")
-ax2.plot(ps[1:], [t * 1e3 for t in slides_tcomm[1:]], "k--", label="slides' T_comm (ring, per layer)")
+ax2.plot(ps[1:], [t * 1e3 for t in tcomm[1:]], "k--", label="slides' T_comm (ring, per layer)")
 ax2.plot(ps, [3 * sum(f) * 1e3 for f in (schedule_of(WIDE, B // p, p, 2**22)[0] for p in ps)], "g:",
          label="strong: compute per rank")
 ax2.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="milliseconds", title="where the time goes")
@@ -300,7 +300,7 @@ ax2.legend(fontsize="small")
 fig.tight_layout()
 save_figure(fig, "06_scaling.png", dpi=100)
 plt.close(fig)
-for p, s, w, c in zip(ps, strong, weak, slides_tcomm):
+for p, s, w, c in zip(ps, strong, weak, tcomm):
     print(f"P = {p:2d}: strong step {s * 1e3:6.3f} ms (speedup {t1 / s:5.2f}), weak step {w * 1e3:6.3f} ms "
           f"(efficiency {weak1 / w:4.2f}), slides' T_comm {c * 1e3:6.3f} ms")
 bandwidth = [sum(2 * link.beta * (p - 1) / p * w for w in layer_bytes) for p in ps]
