@@ -64,6 +64,20 @@ class Table:
     def rows(self):
         return []
 """,
+    "sim/rounds.py": """
+def _ring(p):
+    return [[(r, (r + 1) % p)] for r in range(p)]
+def price(plan, link):
+    return sum(link.alpha + link.beta for step in plan.steps)   # walks every schedule: a place for each
+""",
+    "plan/clock.py": """
+def rounds(sends, link):
+    return len(sends) * link.alpha
+def ring_allreduce_seconds(n, p, link):
+    return rounds([n] * p, link)                       # the ring priced again, through its file's walker
+def train_elastic(x, alpha, algorithm="ring"):
+    return alpha * x                                   # a moving rate and a default: no price
+""",
     "a.py": "def f():\n    from minidist import b\n",
     "b.py": "from minidist.a import f\n",
 }
@@ -93,6 +107,8 @@ def test_each_count_finds_exactly_the_planted_sites(tmp_path):
     assert found["file-level import cycles"] == [                                  # the lazy import counts
         "minidist.a <-> minidist.b", "minidist.parallel.context.ring <-> minidist.parallel.tensor.block"]
     assert found["strategy folders importing each other"] == ["context <-> tensor"]
+    assert found["places a collective's cost is written"] == ["ring: minidist/plan/clock.py",
+                                                           "ring: minidist/sim/rounds.py"]
 
 
 def test_the_script_fails_only_when_a_count_exceeds_its_target(tmp_path, monkeypatch, capsys):
