@@ -185,7 +185,8 @@ def folder_cycles(trees) -> list[str]:
     return sorted(f"{a} <-> {b}" for a, b in edges if a < b and f"{b} -> {a}" in pairs)
 
 
-COLLECTIVES = ("naive", "parameter_server", "ring", "tree", "recursive_doubling", "rabenseifner", "pairwise")
+COLLECTIVES = ("naive", "parameter_server", "ring", "tree", "recursive_doubling", "rabenseifner", "pairwise",
+               "alltoall")
 
 
 def collective_costs(trees) -> list[str]:

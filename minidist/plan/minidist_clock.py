@@ -1,7 +1,7 @@
 """What ring attention and Chimera's replica sum cost on the simulated clock, exactly.
 
 The collectives the planner prices (ring and pairwise all-reduce, all-to-all) are priced by the one
-walker of their rounds, minidist.sim.collective_cost (``collective_seconds``); these two exchanges are no
+walker of their rounds, minidist.sim.collective_cost (``collective_seconds``); these two exchanges are not
 collectives of minidist.collectives, so their rounds are written here, with the same message cost
 (LinkModel.time: α + β·n on the sender's clock) and, for the replica sum, the same walker:
 
