@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import LinkModel, run
@@ -27,11 +27,11 @@ LINK = LinkModel(alpha=2e-6, beta=1e-9)
 LENGTHS = (0, 1, 5, 840, 1001)  # 840 divides by 1..8; 1001 and 5 do not; 0 and 1 are shorter than P
 
 
-def _measure(comm, lengths):
+def _measure(comm, lengths, dtype=np.float32):
     """Ledger and clock differences of every algorithm on every length (clocks aligned by barriers)."""
     out = {}
     for n in lengths:
-        x = np.ones(n, np.float32)
+        x = np.ones(n, dtype)
         for algorithm in COLLECTIVES:
             comm.barrier()
             s, t = vars(comm.stats).copy(), comm.clock
@@ -43,6 +43,12 @@ def _measure(comm, lengths):
                 allreduce(comm, x, algorithm=algorithm)
             out[algorithm, n] = ({k: v - s[k] for k, v in vars(comm.stats).items()}, comm.clock - t)
     return out
+
+
+def _ledger(model, r: int) -> dict:
+    """Rank r's line of comm.stats, as the priced schedule says it."""
+    return {"bytes_sent": model.bytes_sent[r], "bytes_received": model.bytes_received[r],
+            "messages_sent": model.messages_sent[r], "messages_received": model.messages_received[r]}
 
 
 # P = 1 never reaches the exercise bodies (nothing to send), so only P >= 2 carries their marks.
@@ -60,9 +66,7 @@ def test_ledger_and_clock_match_schedule_and_formulas(world_size):
             model = price(schedule(algorithm, p), n, 4, LINK)
             for r in range(p):
                 stats, elapsed = results[r][algorithm, n]
-                assert stats == {"bytes_sent": model.bytes_sent[r], "bytes_received": model.bytes_received[r],
-                                 "messages_sent": model.messages_sent[r],
-                                 "messages_received": model.messages_received[r]}, (algorithm, n, r)
+                assert stats == _ledger(model, r), (algorithm, n, r)
                 assert math.isclose(elapsed, model.finish[r], rel_tol=1e-9, abs_tol=1e-15), (algorithm, n, r)
             pow2 = p & (p - 1) == 0
             if algorithm in FORMULAS and n % p == 0 and (pow2 or algorithm in ("naive", "parameter_server",
@@ -97,6 +101,18 @@ def check_textbook_formula(algorithm, p, nbytes, sent, messages, received):
         assert sent == [2 * (p - 1) * nbytes // p] * p and messages == [2 * log2p] * p
     elif algorithm == "tree":
         assert sum(sent) == 2 * (p - 1) * nbytes and sum(messages) == 2 * (p - 1)
+
+
+@settings(max_examples=6)  # each example starts P processes
+@given(p=st.integers(1, 8), n=st.integers(0, 2000), dtype=st.sampled_from([np.int16, np.float32, np.float64]))
+def test_price_is_the_ledger_and_clock_any_size(p, n, dtype):
+    results = run(_measure, p, [n], dtype, link=LINK)
+    for algorithm in COLLECTIVES:
+        model = price(schedule(algorithm, p), n, np.dtype(dtype).itemsize, LINK)
+        for r in range(p):
+            stats, elapsed = results[r][algorithm, n]
+            assert stats == _ledger(model, r), (algorithm, p, n, r)
+            assert math.isclose(elapsed, model.finish[r], rel_tol=1e-9, abs_tol=1e-15), (algorithm, p, n, r)
 
 
 @given(log2p=st.integers(0, 6), chunks=st.integers(0, 50), itemsize=st.sampled_from([2, 4, 8]),
