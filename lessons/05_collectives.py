@@ -38,9 +38,9 @@ from minidist import collectives
 from minidist.cluster import LinkModel, run
 from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
 from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES
-from minidist.collectives.cost import allreduce_cost
-from minidist.collectives.schedule import schedule, simulate
 from minidist.plots import figures_dir, save_figure
+from minidist.sim.collective_cost import allreduce_cost, price
+from minidist.sim.collective_rounds import schedule
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 LINK = LinkModel()  # the cluster's default link: alpha = 5 us, beta = 1 / (25 GB/s)
@@ -73,7 +73,7 @@ print("all 7 choices gave the exact sum, bitwise identical on the 4 ranks (n = 1
 # %% [markdown]
 # ## 2. Step by step, for P = 4
 #
-# `minidist.collectives.schedule` lists the transfers each algorithm's code performs (the tests check it
+# `minidist.sim.collective_rounds` lists the transfers each algorithm's code performs (the tests check it
 # against what the cluster recorded). In the figures, a row is a rank; an arrow goes from the sender to
 # the receiver and is labelled with the chunk it carries (c0..c3 are the quarters of the array, "all"
 # the whole array, x1 rank 1's own input). Red arrows are *added into* the receiver's copy, blue ones
@@ -81,7 +81,7 @@ print("all 7 choices gave the exact sum, bitwise identical on the 4 ranks (n = 1
 
 
 # %%
-from minidist.collectives.schedule_figure import chunk_label, draw_schedule  # noqa: E402
+from minidist.sim.schedule_figure import chunk_label, draw_schedule  # noqa: E402
 
 for name in NAMES:
     plan = schedule(name, 4)
@@ -102,7 +102,7 @@ assert [t.lo for t in ring.steps[2]] == [(r - 3) % 4 for r in range(4)]
 # ## 3. The ledger against the formulas
 #
 # Every rank's `comm.stats` counts the payload bytes and messages it sent. With P = 4 and n = 2¹⁶ float32
-# (256 KiB), the formulas of `minidist.collectives.cost` predict (per rank):
+# (256 KiB), the formulas of `minidist.sim.collective_cost` predict (per rank):
 #
 # | algorithm | bytes sent | messages |
 # |---|---|---|
@@ -220,7 +220,7 @@ print(f"the ring overtakes the tree above {crossing / 1024:.0f} KiB; Rabenseifne
 # %%
 n_bytes = 64 * 2**20
 world_sizes = np.arange(2, 65)
-exact_times = {name: [simulate(schedule(name, int(p)), n_bytes // 4, 4, LINK.alpha, LINK.beta).time
+exact_times = {name: [price(schedule(name, int(p)), n_bytes // 4, 4, LINK).time
                       for p in world_sizes] for name in NAMES}
 
 

@@ -28,14 +28,15 @@ import numpy as np
 
 from minidist.cluster import ClusterError, Device, LinkModel, run, run_traced
 from minidist.collectives import ALGORITHMS
-from minidist.collectives.schedule import schedule, simulate
 from minidist.data import load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel, leaf_layers
 from minidist.parallel.data.comm import assign_buckets, ready_layers
-from minidist.parallel.data.overlap import allreduce_seconds, step_time
+from minidist.parallel.data.overlap import step_time
 from minidist.plots import figures_dir, plot_overlap, save_figure
+from minidist.sim.collective_cost import collective_seconds, price
+from minidist.sim.collective_rounds import schedule
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()
@@ -165,7 +166,7 @@ def bytes_and_time(comm, algorithm):
 print(f"{'algorithm':>19}  {'bytes sent per rank':>28}  {'simulated step (us)':>19}")
 for algorithm in sorted(ALGORITHMS):
     measured = run(bytes_and_time, P, algorithm)
-    exact = simulate(schedule(algorithm, P), 8970, 4, LinkModel().alpha, LinkModel().beta)
+    exact = price(schedule(algorithm, P), 8970, 4, LinkModel())
     assert [b for b, _ in measured] == exact.bytes_sent    # the ledger equals the schedule, byte for byte
     print(f"{algorithm:>19}  {[b for b, _ in measured]!s:>28}  {max(t for _, t in measured) * 1e6:19.1f}")
 print(f"ring formula 2(P-1)/P |W| = {2 * (P - 1) / P * NBYTES:.0f} bytes")
@@ -253,7 +254,7 @@ def schedule_of(widths, per_rank_batch, world_size, bucket_bytes):
         forward.append(layer.flops(shape) / device.flops)
         shape = (per_rank_batch, layer.out_features) if isinstance(layer, Linear) else shape
     buckets = assign_buckets(model.parameters(), bucket_bytes)
-    seconds = [allreduce_seconds("ring", world_size, b.size, 4, link) for b in buckets]
+    seconds = [collective_seconds("ring", world_size, b.size, 4, link) for b in buckets]
     return forward, ready_layers(layers, buckets), seconds
 
 

@@ -55,6 +55,7 @@ from minidist.parallel.tensor import (
     tensor_parallel,
 )
 from minidist.plots import figures_dir, save_figure
+from minidist.sim.collective_cost import collective_seconds
 from minidist.sim.memory import held_bytes
 
 FIGURES = figures_dir()
@@ -342,7 +343,7 @@ for n in lengths:
     forward, backward = step_seconds(n, ranks, 1, heads, d // heads, b)
     compute = 3.5 * 4 * d * (n // ranks) ** 2 / Device().flops * ranks      # F + F_b per step, c steps
     cp_time.append(forward + backward - compute
-                   + 2 * (ranks - 1) * (link.alpha + link.beta * psi * b / ranks))
+                   + collective_seconds("pairwise", ranks, psi, b, link))
 bytes_cross = next(n for n, x, y in zip(lengths, tp_bytes, cp_bytes) if y < x)
 time_cross = next(n for n, x, y in zip(lengths, tp_time, cp_time) if y < x)
 hidden = crossover_seq_len(ranks, 1, heads, d // heads, b)

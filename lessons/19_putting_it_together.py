@@ -343,7 +343,7 @@ print("Megatron-LM's README, model FLOPs utilisation at data parallel 1: "
 # it needs a *minidist mode* (`minidist/plan/minidist_mode.py`) that prices what minidist does: float64
 # weights, gradients and AdamW's m and v (32 bytes per parameter), the activations minidist's layers keep
 # (the plain block stores its b·a·T² probabilities, 8·b·T bytes of token ids, ...), each unit's FLOPs /
-# the device's rate, α + β·n per message, every collective's rounds (`minidist_clock.py`), ring
+# the device's rate, α + β·n per message, every collective's rounds (`minidist.sim.collective_cost`), ring
 # attention's steps as max(K|V transfer, the block's compute), Chimera's exchange of its replicated stages'
 # gradients, and the bubble of the table itself, walked in the cluster's event order rather than
 # (P − 1)/(M + P − 1): the tiny GPT's stages are far from equal. `minidist/plan/check.py` lists every

@@ -9,7 +9,6 @@ import pytest
 
 from minidist import nn
 from minidist.checks import check_count, check_rank, check_real, check_real_array, is_count
-from minidist.collectives.schedule import schedule
 from minidist.hardware.systolic import cycles
 from minidist.parallel.asynchronous.momentum import least_squares
 from minidist.parallel.compression import OneBit
@@ -23,6 +22,7 @@ from minidist.parallel.tensor.comm import feature_bounds
 from minidist.parallel.tensor.cost import megatron_words
 from minidist.parallel.tensor.sequence import sequence_shard
 from minidist.roofline import communication_intensity, layer_cost
+from minidist.sim.collective_rounds import schedule
 
 RNG = np.random.default_rng(0)
 COMM4 = SimpleNamespace(rank=0, world_size=4)

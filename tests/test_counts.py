@@ -81,6 +81,20 @@ class MemoryLedger:
 class MemoryRecorder:                                               # the same module: the same books
     pass
 """,
+    "sim/rounds.py": """
+def _ring(p):
+    return [[(r, (r + 1) % p)] for r in range(p)]
+def price(plan, link):
+    return sum(link.alpha + link.beta for step in plan.steps)   # walks every schedule: a place for each
+""",
+    "plan/clock.py": """
+def rounds(sends, link):
+    return len(sends) * link.alpha
+def ring_allreduce_seconds(n, p, link):
+    return rounds([n] * p, link)                       # the ring priced again, through its file's walker
+def train_elastic(x, alpha, algorithm="ring"):
+    return alpha * x                                   # a moving rate and a default: no price
+""",
     "a.py": "def f():\n    from minidist import b\n",
     "b.py": "from minidist.a import f\n",
 }
@@ -112,6 +126,8 @@ def test_each_count_finds_exactly_the_planted_sites(tmp_path):
     assert found["strategy folders importing each other"] == ["context <-> tensor"]
     assert [place.split(":")[0] for place in found["memory trackers"]] == [
         "minidist/parallel/pipeline/ledger.py", "minidist/sim/memory.py"]
+    assert found["places a collective's cost is written"] == ["ring: minidist/plan/clock.py",
+                                                           "ring: minidist/sim/rounds.py"]
 
 
 def test_the_script_fails_only_when_a_count_exceeds_its_target(tmp_path, monkeypatch, capsys):

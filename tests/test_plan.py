@@ -8,7 +8,6 @@ import pytest
 from minidist.__main__ import main
 from minidist.cluster import LinkModel
 from minidist.cluster.topology import Topology
-from minidist.collectives.cost import allreduce_cost
 from minidist.nn import GPT
 from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
@@ -18,6 +17,7 @@ from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
 from minidist.parallel.tensor.transformer_cost import korthikanti_bytes
 from minidist.plan import Layout, ModelSpec, check_layout, enumerate_layouts, hardware, plan, predict_memory
 from minidist.plan.predict import link_of, params_per_rank, predict_time
+from minidist.sim.collective_cost import allreduce_cost
 
 TINY = ModelSpec(layers=2, d_model=16, heads=4, seq=8, batch=8, vocab=11)
 

@@ -203,6 +203,45 @@ def folder_cycles(trees) -> list[str]:
     return sorted(f"{a} <-> {b}" for a, b in edges if a < b and f"{b} -> {a}" in pairs)
 
 
+COLLECTIVES = ("naive", "parameter_server", "ring", "tree", "recursive_doubling", "rabenseifner", "pairwise",
+               "alltoall")
+
+
+def collective_costs(trees) -> list[str]:
+    """Files that compute a collective's time from α and β, for the collective written in most files: a
+    function doing arithmetic on alpha/beta (or calling its file's function that does) that names it
+    (``_ring``, ``ring_allreduce…``, "ring" not as an argument or a default) or walks a schedule's ``.steps``
+    (every collective whose rounds a ``_<name>`` builds)."""
+    def ab(n) -> bool:
+        return getattr(n, "id", getattr(n, "attr", "")) in ("alpha", "beta")
+
+    built = {name for _, tree in trees.items() for f in ast.walk(tree)
+             if isinstance(f, ast.FunctionDef) for name in COLLECTIVES if f.name == f"_{name}"}
+    places = {name: set() for name in COLLECTIVES}
+    for path, tree in trees.items():
+        functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]
+        pricers = {f.name for f in functions if any(isinstance(n, ast.BinOp) and (ab(n.left) or ab(n.right))
+                                                    for n in ast.walk(f))}
+        while True:                                  # and the functions calling them, by name
+            calls = {f.name for f in functions if any(isinstance(n, ast.Call) and getattr(n.func, "id", "")
+                                                      in pricers for n in ast.walk(f))}
+            if calls <= pricers:
+                break
+            pricers |= calls
+        for f in (f for f in functions if f.name in pricers):
+            arguments = {id(a) for c in ast.walk(f) if isinstance(c, ast.Call)
+                         for a in c.args + [k.value for k in c.keywords]}
+            arguments |= {id(d) for d in f.args.defaults + f.args.kw_defaults}
+            named = {n.value for n in ast.walk(f) if isinstance(n, ast.Constant) and id(n) not in arguments}
+            walks = any(isinstance(n, ast.Attribute) and n.attr == "steps" for n in ast.walk(f))
+            for name in COLLECTIVES:
+                if name in named or f.name == f"_{name}" or f"{name}_allreduce" in f.name or \
+                        walks and name in built:
+                    places[name].add(str(path))
+    worst = max(COLLECTIVES, key=lambda name: len(places[name]))
+    return [f"{worst}: {place}" for place in sorted(places[worst])]
+
+
 def lines(under: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in under.rglob("*.py"))
 
@@ -219,6 +258,7 @@ CHECKS = [
     ("file-level import cycles", import_cycles, 0),
     ("strategy folders importing each other", folder_cycles, 0),
     ("imports between strategy folders", strategy_imports, None),
+    ("places a collective's cost is written", collective_costs, 1),
 ]
 
 

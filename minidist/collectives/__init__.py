@@ -6,7 +6,8 @@
 
 ``allreduce(comm, x, op="sum", algorithm="ring")`` offers the algorithms of the lectures: naive,
 parameter_server, ring, tree, recursive_doubling, rabenseifner, and auto (MPICH's rule). Their α-β costs
-are in ``minidist.collectives.cost``.
+(and pairwise_allreduce's, alltoall's) are described once, as the rounds they send, in
+``minidist.sim.collective_rounds``, priced by ``minidist.sim.collective_cost``.
 """
 
 from minidist.collectives.allreduce import ALGORITHMS, allreduce, choose_algorithm

@@ -10,9 +10,10 @@ This file holds the entry point, the two algorithms of the first lecture slides,
   the bottleneck: T = P (α + n β).
 
 The others live in ring.py (``ring``), tree.py (``tree``) and halving_doubling.py (``recursive_doubling``,
-``rabenseifner``); their costs are in cost.py. Sources: the "Scaling Up Training" slides (naive vs
-manager vs ring and their work counts), the "Hardware Accelerators for Training DNNs" tutorial
-(collectives and their algorithms).
+``rabenseifner``); every algorithm's steps are described once in minidist.sim.collective_rounds and
+priced, exactly or by the slides' formula, by minidist.sim.collective_cost. Sources: the "Scaling Up
+Training" slides (naive vs manager vs ring and their work counts), the "Hardware Accelerators for Training
+DNNs" tutorial (collectives and their algorithms).
 
 ``auto`` picks as MPICH's classic allreduce does: recursive doubling when the array has at most
 ``short_bytes`` bytes or fewer elements than P' (the largest power of two <= P), otherwise Rabenseifner.

@@ -20,6 +20,8 @@ Rabenseifner & Gropp, 2005). The array is cut into P' chunks; a block of d chunk
     T_rab = 2 log2 P · α + 2 (P − 1)/P · n β          bytes sent per rank: 2 (P − 1)/P · n
 
 Rabenseifner sends as few bytes as the ring with only 2 log2 P messages instead of 2(P − 1).
+(cost: minidist.sim.collective_rounds "recursive_doubling", "rabenseifner", fold included, priced by
+minidist.sim.collective_cost.)
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ P ranks; x is this rank's array. Each returns a new array (or list of arrays) an
 
 allgather and reduce_scatter exchange directly (round k: send to r + k, receive from r − k): the same
 messages and bytes per rank as the two phases of a ring allreduce, without its forwarding (the ring is
-lesson 05's exercise, collectives/ring.py).
+lesson 05's exercise, collectives/ring.py). The rounds of pairwise_allreduce and alltoall are described
+in minidist.sim.collective_rounds ("pairwise", "alltoall"), priced by minidist.sim.collective_cost.
 
 gather, allgather, scatter and alltoall accept arrays of different shapes on different ranks; the
 reductions need the same shape and dtype everywhere. Pieces of reduce_scatter follow

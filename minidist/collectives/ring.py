@@ -15,7 +15,9 @@ rank, and under the α-β model
 
     T_ring = 2(P − 1) α + 2 (P − 1)/P · n β        (n in bytes)
 
-— the bandwidth term hardly grows with P, which is why rings are used for large gradients.
+— the bandwidth term hardly grows with P, which is why rings are used for large gradients. These steps
+are described once, as data, in minidist.sim.collective_rounds ("ring"); minidist.sim.collective_cost
+prices them exactly (any n) and holds the formula above (``allreduce_cost``).
 
 Each chunk's final value is computed once, by its owner, and then only copied: every rank ends with
 bitwise the same array. The additions happen on receipt, straight out of the sender's message

@@ -11,6 +11,8 @@ Each step halves (reduce) or doubles (broadcast) the number of ranks holding dat
 
     T_tree = 2 ⌈log2 P⌉ (α + n β)       (exact when P is a power of two)
 
+(cost: minidist.sim.collective_rounds "tree", priced by minidist.sim.collective_cost.)
+
 Few messages (good for small, latency-bound arrays) but every message is the whole array (bad for large
 ones): P − 1 messages of n elements in each phase, 2(P − 1)·n elements in total; the root sends
 ⌈log2 P⌉·n. The sum is computed once, at rank 0, and broadcast: every rank gets the same bits.

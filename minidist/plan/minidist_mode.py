@@ -17,7 +17,7 @@ c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences
                form assumes equal stages, and a tiny GPT's are not (the embeddings compute nothing,
                the blocks and the head most)
     tensor     a tensor-parallel block does 2 all-reduces of b·T'·d words in forward, 2 in backward
-               (pairwise_allreduce; minidist_clock.py walks their rounds)
+               (pairwise_allreduce, priced by minidist.sim.collective_cost)
     context    a block's attention is ring attention over c ranks: each of its c steps takes
                max(K|V transfer, the block's attention FLOPs / device.flops), backward one more
                transfer; after the table every gradient is a partial sum over the group (each rank saw
@@ -55,14 +55,10 @@ from minidist.parallel.data.comm import DEFAULT_BUCKET_BYTES
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
+from minidist.sim.collective_cost import collective_seconds
 from minidist.split import split_sizes
 
-from .minidist_clock import (
-    pairwise_allreduce_seconds,
-    replica_sum_seconds,
-    ring_allreduce_seconds,
-    ring_attention_seconds,
-)
+from .minidist_clock import replica_sum_seconds, ring_attention_seconds
 from .minidist_switch import (
     check_switch,
     switch_block_activation_bytes,
@@ -201,7 +197,7 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
             out.append((forward, backward, 0.0))
         elif 1 <= i <= spec.layers:               # a block: 1/t of its FLOPs, its collectives
             compute = forward_flops(u, (b, T, d)) // tensor / device.flops
-            forward = backward = 2 * pairwise_allreduce_seconds(b * T * d, tensor, 8, link)
+            forward = backward = 2 * collective_seconds("pairwise", tensor, b * T * d, 8, link)
             if context > 1:
                 ring = ring_attention_seconds(b, spec.seq, spec.heads // tensor, d // spec.heads, context,
                                               device.flops, link)
@@ -235,7 +231,7 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
     split = any(t.kind == "W" for tick in schedule for t in tick)
     seconds = predict_step_seconds(schedule, num_stages,
                                    unit_seconds(spec, units, b, split, tensor, context, device, link, expert),
-                                   link.alpha + link.beta * (b * spec.seq // context * spec.d_model * 8))
+                                   link.time(b * spec.seq // context * spec.d_model * 8))
     bounds = split_by_layers(len(layers), num_stages)
     sizes = unit_params(spec, tensor, expert)
     holders: dict[int, set[int]] = {}
@@ -253,20 +249,20 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
             clock += replica_sum_seconds(arrays, sum(sizes[u] for u in mine), 8, link)
         states = predict_states(spec, schedule, num_stages, r, tensor=tensor, expert=expert)
         psi = states["parameters"] // 8
-        clock += pairwise_allreduce_seconds(psi, context, 8, link)     # partial sums: every parameter
+        clock += collective_seconds("pairwise", context, psi, 8, link)     # partial sums: every parameter
         if spec.moe:                                # partial sums: the replicated parameters over the experts
             outside = sum(sizes[u] for u in mine if not 1 <= u <= spec.layers)
             blocks = sum(1 <= u <= spec.layers for u in mine)
             replicated = outside + blocks * switch_replicated_params(spec, tensor, expert)
-            clock += pairwise_allreduce_seconds(replicated, expert, 8, link)
+            clock += collective_seconds("pairwise", expert, replicated, 8, link)
         if zero1:              # one bucket: one reduce-scatter, one allgather; replica 0's shard the largest
             if 8 * psi >= DEFAULT_BUCKET_BYTES:
                 raise ValueError(f"ZeRO-1 is priced for one bucket, got {8 * psi} bytes of gradients")
             states["optimizer"] = ADAMW_STATES * 8 * split_sizes(psi, data)[0]
             states["total"] = states["parameters"] + states["gradients"] + states["optimizer"]
-            clock += pairwise_allreduce_seconds(psi, data, 8, link)
+            clock += collective_seconds("pairwise", data, psi, 8, link)
         else:
-            clock += ring_allreduce_seconds(psi, data, 8, link)
+            clock += collective_seconds("ring", data, psi, 8, link)
         held = predict_activation_peak(spec, schedule, num_stages, r, b, tensor, context=context,
                                        expert=expert)
         out.append({"seconds": clock, "states": states["total"], "activations": held,

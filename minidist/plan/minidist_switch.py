@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from minidist.cluster import Device, LinkModel
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
+from minidist.sim.collective_cost import collective_seconds
 
-from .minidist_clock import pairwise_allreduce_seconds, ring_attention_seconds, rounds_seconds
+from .minidist_clock import ring_attention_seconds
 from .model import ModelSpec
 
 
@@ -78,8 +79,7 @@ def switch_block_activation_bytes(spec: ModelSpec, micro_batch: int, tensor: int
 
 def alltoall_seconds(nbytes: int, parts: int, link: LinkModel) -> float:
     """collectives.alltoall, ``nbytes`` to each peer: round s, rank r sends to r + s (parts − 1 rounds)."""
-    rounds = [[((r + s) % parts, nbytes) for r in range(parts)] for s in range(1, parts)]
-    return rounds_seconds(rounds, link) if rounds else 0.0
+    return collective_seconds("alltoall", parts, parts * nbytes, 1, link)
 
 
 def switch_block_seconds(spec: ModelSpec, block, micro_batch: int, tensor: int, expert: int, context: int,
@@ -91,8 +91,8 @@ def switch_block_seconds(spec: ModelSpec, block, micro_batch: int, tensor: int, 
     attention = block.attn.flops((b, T, d)) // tensor / device.flops
     experts = 2 * big_e * n * (2 * d * spec.ff // tensor) / device.flops
     tokens = alltoall_seconds(n * local * d * itemsize, expert, link)
-    reduces = pairwise_allreduce_seconds(n * d, tensor, itemsize, link) + \
-        local * pairwise_allreduce_seconds(expert * n * d, tensor, itemsize, link)
+    reduces = collective_seconds("pairwise", tensor, n * d, itemsize, link) + \
+        local * collective_seconds("pairwise", tensor, expert * n * d, itemsize, link)
     forward = attention + experts + alltoall_seconds(8 * local, expert, link) + 2 * tokens + reduces
     backward = 2 * attention + 2 * experts + 2 * tokens + reduces
     if context > 1:

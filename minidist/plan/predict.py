@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from minidist.cluster import LinkModel
 from minidist.cluster.topology import Topology
-from minidist.collectives.cost import allreduce_cost
 from minidist.roofline import Machine
+from minidist.sim.collective_cost import allreduce_cost
 
 from .gpus import GPU
 from .layouts import Layout

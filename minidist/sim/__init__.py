@@ -2,7 +2,9 @@
 
     compute    the compute stream: one step-runner attachment charges every unit's FLOPs (backward 2×)
     memory     the bytes a rank holds, by category, over time (one ledger), and its runner attachment
-    costs      one description of each collective's cost: the rounds it sends, priced on the α-β clock
+    collective_rounds   each collective's cost, described once: who sends which chunk to whom, round by round
+    collective_cost     those rounds priced on the α-β clock (one exact walker), and the slides' formula
+    schedule_figure     a collective's rounds drawn (lesson 05)
 
 The cluster's own clock (minidist/cluster/ledger.py) is what these charge; strategies reach it only
 through here. Nothing in this package changes a computed value.

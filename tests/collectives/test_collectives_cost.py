@@ -1,7 +1,9 @@
 """The ledger and the simulated clock agree with the schedules and the textbook formulas, exactly.
 
-- schedule.simulate (any P, any n) == what the cluster's ledger and clock recorded, for every rank;
-- cost.allreduce_cost (closed form) == schedule.simulate where the formulas are exact;
+- minidist.sim.collective_cost.price of minidist.sim.collective_rounds.schedule (any P, any n) == what the
+  cluster's ledger and clock recorded, for every rank, for every allreduce algorithm, pairwise_allreduce
+  and alltoall;
+- allreduce_cost (the slides' closed form) == price where the formulas are exact;
 - the formulas of the issue, written out once more in the test: ring 2(P−1)/P·n bytes and 2(P−1)
   messages per rank, naive (P−1)·n, parameter server root (P−1)·n / workers n, recursive doubling
   log2(P)·n, Rabenseifner 2(P−1)/P·n, tree 2(P−1)·n in total;
@@ -13,29 +15,40 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import LinkModel, run
-from minidist.collectives import allreduce
-from minidist.collectives.cost import ALGORITHMS, allreduce_cost
-from minidist.collectives.schedule import chunk_sizes, schedule, simulate
+from minidist.collectives import allreduce, alltoall, pairwise_allreduce
+from minidist.sim.collective_cost import FORMULAS, allreduce_cost, collective_seconds, price
+from minidist.sim.collective_rounds import COLLECTIVES, chunk_sizes, schedule
 
 LINK = LinkModel(alpha=2e-6, beta=1e-9)
 LENGTHS = (0, 1, 5, 840, 1001)  # 840 divides by 1..8; 1001 and 5 do not; 0 and 1 are shorter than P
 
 
-def _measure(comm, lengths):
+def _measure(comm, lengths, dtype=np.float32):
     """Ledger and clock differences of every algorithm on every length (clocks aligned by barriers)."""
     out = {}
     for n in lengths:
-        x = np.ones(n, np.float32)
-        for algorithm in ALGORITHMS:
+        x = np.ones(n, dtype)
+        for algorithm in COLLECTIVES:
             comm.barrier()
             s, t = vars(comm.stats).copy(), comm.clock
-            allreduce(comm, x, algorithm=algorithm)
+            if algorithm == "pairwise":
+                pairwise_allreduce(comm, x)
+            elif algorithm == "alltoall":  # piece j of the array to rank j
+                alltoall(comm, np.array_split(x, comm.world_size))
+            else:
+                allreduce(comm, x, algorithm=algorithm)
             out[algorithm, n] = ({k: v - s[k] for k, v in vars(comm.stats).items()}, comm.clock - t)
     return out
+
+
+def _ledger(model, r: int) -> dict:
+    """Rank r's line of comm.stats, as the priced schedule says it."""
+    return {"bytes_sent": model.bytes_sent[r], "bytes_received": model.bytes_received[r],
+            "messages_sent": model.messages_sent[r], "messages_received": model.messages_received[r]}
 
 
 # P = 1 never reaches the exercise bodies (nothing to send), so only P >= 2 carries their marks.
@@ -49,16 +62,15 @@ def test_ledger_and_clock_match_schedule_and_formulas(world_size):
     p = world_size
     results = run(_measure, p, LENGTHS, link=LINK)
     for n in LENGTHS:
-        for algorithm in ALGORITHMS:
-            model = simulate(schedule(algorithm, p), n, 4, LINK.alpha, LINK.beta)
+        for algorithm in COLLECTIVES:
+            model = price(schedule(algorithm, p), n, 4, LINK)
             for r in range(p):
                 stats, elapsed = results[r][algorithm, n]
-                assert stats == {"bytes_sent": model.bytes_sent[r], "bytes_received": model.bytes_received[r],
-                                 "messages_sent": model.messages_sent[r],
-                                 "messages_received": model.messages_received[r]}, (algorithm, n, r)
+                assert stats == _ledger(model, r), (algorithm, n, r)
                 assert math.isclose(elapsed, model.finish[r], rel_tol=1e-9, abs_tol=1e-15), (algorithm, n, r)
             pow2 = p & (p - 1) == 0
-            if n % p == 0 and (pow2 or algorithm in ("naive", "parameter_server", "ring")):
+            if algorithm in FORMULAS and n % p == 0 and (pow2 or algorithm in ("naive", "parameter_server",
+                                                                               "ring", "pairwise")):
                 formula = allreduce_cost(algorithm, p, 4 * n, LINK.alpha, LINK.beta)
                 sent = [results[r][algorithm, n][0]["bytes_sent"] for r in range(p)]
                 messages = [results[r][algorithm, n][0]["messages_sent"] for r in range(p)]
@@ -91,12 +103,24 @@ def check_textbook_formula(algorithm, p, nbytes, sent, messages, received):
         assert sum(sent) == 2 * (p - 1) * nbytes and sum(messages) == 2 * (p - 1)
 
 
+@settings(max_examples=6)  # each example starts P processes
+@given(p=st.integers(1, 8), n=st.integers(0, 2000), dtype=st.sampled_from([np.int16, np.float32, np.float64]))
+def test_price_is_the_ledger_and_clock_any_size(p, n, dtype):
+    results = run(_measure, p, [n], dtype, link=LINK)
+    for algorithm in COLLECTIVES:
+        model = price(schedule(algorithm, p), n, np.dtype(dtype).itemsize, LINK)
+        for r in range(p):
+            stats, elapsed = results[r][algorithm, n]
+            assert stats == _ledger(model, r), (algorithm, p, n, r)
+            assert math.isclose(elapsed, model.finish[r], rel_tol=1e-9, abs_tol=1e-15), (algorithm, p, n, r)
+
+
 @given(log2p=st.integers(0, 6), chunks=st.integers(0, 50), itemsize=st.sampled_from([2, 4, 8]),
-       algorithm=st.sampled_from(ALGORITHMS))
+       algorithm=st.sampled_from(FORMULAS))
 def test_closed_form_equals_schedule(log2p, chunks, itemsize, algorithm):
     p = 1 << log2p
     n = p * chunks
-    model = simulate(schedule(algorithm, p), n, itemsize, 3e-6, 2e-9)
+    model = price(schedule(algorithm, p), n, itemsize, LinkModel(3e-6, 2e-9))
     formula = allreduce_cost(algorithm, p, n * itemsize, 3e-6, 2e-9)
     assert formula.bytes_sent == model.bytes_sent and formula.messages_sent == model.messages_sent
     assert formula.bytes_received == model.bytes_received
@@ -105,16 +129,16 @@ def test_closed_form_equals_schedule(log2p, chunks, itemsize, algorithm):
     assert math.isclose(formula.time, model.time, rel_tol=1e-12, abs_tol=1e-18)
 
 
-@given(p=st.integers(2, 40), n=st.integers(0, 200), algorithm=st.sampled_from(["naive", "parameter_server",
-                                                                                "ring"]))
+@given(p=st.integers(2, 40), n=st.integers(0, 200),
+       algorithm=st.sampled_from(["naive", "parameter_server", "ring", "pairwise"]))
 def test_closed_form_equals_schedule_any_world_size(p, n, algorithm):
-    n -= n % p  # these three formulas need only P | n
-    model = simulate(schedule(algorithm, p), n, 4, 1e-6, 1e-9)
+    n -= n % p  # these four formulas need only P | n
+    model = price(schedule(algorithm, p), n, 4, LinkModel(1e-6, 1e-9))
     formula = allreduce_cost(algorithm, p, 4 * n, 1e-6, 1e-9)
     assert formula.bytes_sent == model.bytes_sent and math.isclose(formula.time, model.time, rel_tol=1e-12)
 
 
-@given(p=st.integers(1, 24), algorithm=st.sampled_from(ALGORITHMS))
+@given(p=st.integers(1, 24), algorithm=st.sampled_from(FORMULAS))
 def test_every_schedule_is_an_allreduce(p, algorithm):
     """Replay with sets of contributors: every rank ends with all P contributions in every chunk, once."""
     plan = schedule(algorithm, p)
@@ -136,9 +160,28 @@ def test_every_schedule_is_an_allreduce(p, algorithm):
             assert held[r][c] == {k: 1 for k in range(p)}, (algorithm, p, r, c)
 
 
+def test_collective_seconds_waits_for_the_larger_piece():
+    link = LinkModel(alpha=1e-6, beta=1e-9)
+    for p in (2, 4, 8):                          # 2(P − 1)(α + β·n/P) for n = 24 words of 8 bytes
+        closed = 2 * (p - 1) * (link.alpha + link.beta * 8 * 24 / p)
+        for algorithm in ("ring", "pairwise"):
+            assert collective_seconds(algorithm, p, 24, 8, link) == pytest.approx(closed, rel=1e-12)
+    # 5 words over 2 ranks: pieces of 3 and 2; each round waits for the larger piece
+    assert collective_seconds("ring", 2, 5, 8, link) == pytest.approx(2 * (link.alpha + 24 * link.beta))
+    assert collective_seconds("ring", 1, 5, 8, link) == 0.0
+
+
 def test_chunk_sizes_follow_array_split():
     plan = schedule("ring", 4)
     assert list(chunk_sizes(plan, 10)) == [len(a) for a in np.array_split(np.arange(10), 4)]
+
+
+@given(p=st.integers(1, 8), n=st.integers(0, 100))
+def test_alltoall_schedule_delivers_piece_j_to_rank_j(p, n):
+    plan = schedule("alltoall", p)
+    got = sorted((t.src, t.dst, t.lo) for step in plan.steps for t in step)
+    assert got == [(r, j, j) for r in range(p) for j in range(p) if j != r]
+    assert collective_seconds("alltoall", p, n, 4, LINK) == price(plan, n, 4, LINK).time
 
 
 def test_cost_rejects_bad_arguments():
@@ -146,3 +189,5 @@ def test_cost_rejects_bad_arguments():
         allreduce_cost("butterfly", 4, 10, 1e-6, 1e-9)
     with pytest.raises(ValueError, match="world_size"):
         schedule("ring", 0)
+    with pytest.raises(TypeError, match="link"):
+        price(schedule("ring", 2), 4, 4, 1e-6)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from minidist.cluster import run
 from minidist.collectives import allreduce
-from minidist.collectives.cost import tree_children
+from minidist.sim.collective_cost import tree_children
 from tests.collectives.bitwise import mismatch
 from tests.own_helpers import integer_arrays
 

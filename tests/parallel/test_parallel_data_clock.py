@@ -1,6 +1,6 @@
 """The ledger and the simulated clock of data-parallel steps.
 
-* bytes sent per step = the allreduce formula (collectives/cost.py) for every bucket, summed;
+* bytes sent per step = the allreduce formula (minidist.sim.collective_cost) for every bucket, summed;
 * the simulated step time of a tiny scripted model equals the schedule computed here by hand:
   forward, backward at 2x forward per layer, each bucket's ring allreduce starting when its last gradient
   is ready and the previous bucket is done.
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from minidist.cluster import Device, LinkModel, run, run_traced
-from minidist.collectives.cost import allreduce_cost
 from minidist.nn import CrossEntropyLoss, Linear, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.overlap import allreduce_seconds, step_time
+from minidist.parallel.data.overlap import step_time
+from minidist.sim.collective_cost import allreduce_cost, collective_seconds
 
 DEVICE = Device(flops=1e6)                   # 1 MFLOP/s: a layer of 128 FLOPs takes 128 us
 SLOW_LINK = LinkModel(alpha=1e-3, beta=1e-6)  # communication dominates
@@ -99,7 +99,7 @@ def test_parallel_data_step_time_equals_the_hand_computed_schedule():
         # one bucket for the whole model: nothing to overlap
         assert got[10**6, True] == pytest.approx(layer1_done + ring(76, link), rel=1e-12)
         # the closed form in minidist.parallel.data.overlap agrees
-        model = step_time([fwd, fwd], [1, 0], [allreduce_seconds("ring", 2, n, 8, link) for n in (36, 40)])
+        model = step_time([fwd, fwd], [1, 0], [collective_seconds("ring", 2, n, 8, link) for n in (36, 40)])
         assert got[200, True] == pytest.approx(model, rel=1e-12)
     # with the slow link communication is exposed; with the fast one it hides behind the backward pass
     assert got[200, True] < got[200, False]

@@ -20,7 +20,7 @@ from minidist.parallel.grid_pipeline import gpt_units, tensor_gpt_units
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.tasks import Task, from_ops
 from minidist.plan.check import GridLayout, build_gpt, measure, predict, runnable_layouts
-from minidist.plan.minidist_clock import pairwise_allreduce_seconds, ring_allreduce_seconds
+from minidist.plan.minidist_clock import replica_sum_seconds
 from minidist.plan.minidist_mode import predict_grid, predict_states, predict_step_seconds, unit_params
 from minidist.plan.model import ModelSpec
 
@@ -103,15 +103,9 @@ def test_plan_minidist_mode_states_by_category():
     assert (full["parameters"], full["gradients"], full["optimizer"]) == (8 * psi, 8 * psi, 16 * psi)
 
 
-def test_plan_minidist_clock_collectives_equal_the_closed_form_when_the_pieces_are_equal():
-    link = LinkModel(alpha=1e-6, beta=1e-9)
-    for p in (2, 4, 8):                          # 2(P − 1)(α + β·n/P) for n = 24 words of 8 bytes
-        closed = 2 * (p - 1) * (link.alpha + link.beta * 8 * 24 / p)
-        assert ring_allreduce_seconds(24, p, 8, link) == pytest.approx(closed, rel=1e-12)
-        assert pairwise_allreduce_seconds(24, p, 8, link) == pytest.approx(closed, rel=1e-12)
-    # 5 words over 2 ranks: pieces of 3 and 2; each round waits for the larger piece
-    assert ring_allreduce_seconds(5, 2, 8, link) == pytest.approx(2 * (link.alpha + 24 * link.beta))
-    assert ring_allreduce_seconds(5, 1, 8, link) == 0.0
+def test_plan_minidist_clock_replica_sum_is_one_message_per_parameter():
+    link = LinkModel(alpha=1e-6, beta=1e-9)           # 3 parameters of 10 words in all: 3α + 80β
+    assert replica_sum_seconds(3, 10, 8, link) == pytest.approx(3 * link.alpha + 80 * link.beta, rel=1e-12)
 
 
 def test_plan_minidist_mode_refuses_bad_units():

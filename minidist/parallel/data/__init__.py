@@ -15,7 +15,7 @@ from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets
 from .data_parallel import DataParallel
 from .fsdp import FSDP
 from .naive import NaiveDataParallel
-from .overlap import allreduce_seconds, comm_spans, save_overlap_chrome, step_time
+from .overlap import comm_spans, save_overlap_chrome, step_time
 from .replicas import check_same_layout, check_same_values, parameter_digest, parameter_signature
 from .sync import GradientSync
 from .zero import ZeRO, zero1_shard_update, zero_data_parallel
@@ -36,7 +36,6 @@ __all__ = [
     "NaiveDataParallel",
     "ShardWeightedLoss",
     "allreduce_bucket",
-    "allreduce_seconds",
     "assign_buckets",
     "check_same_layout",
     "check_same_values",

@@ -8,8 +8,8 @@ stream (the bucket allreduces, one after the other, each starting when its last 
     bucket k starts at max(end of bucket k−1, time its last gradient is ready)
 
 ``step_time`` computes exactly that from per-layer forward times and per-bucket communication times, so a
-lesson can sweep P = 1..64 without starting 64 processes; ``allreduce_seconds`` gives a bucket's time from
-the collectives' own schedule replay (minidist.collectives.schedule.simulate). The form of the
+lesson can sweep P = 1..64 without starting 64 processes; a bucket's time is its allreduce's rounds priced
+on the clock (minidist.sim.collective_cost.collective_seconds). The form of the
 "Distributed Deep Learning (Part II)" slides, for the ring:
 
     T_comm = 2 Σ_i (α(P − 1) + β (P − 1)/P |W_i|)          (|W_i| in bytes, one allreduce per layer)
@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minidist.cluster import LinkModel, Span, Trace
-from minidist.collectives.schedule import schedule, simulate
+from minidist.cluster import Span, Trace
 from minidist.sim.memory import save_chrome
 
 
@@ -43,15 +42,6 @@ def step_time(forward_seconds: list[float], bucket_ready_layer: list[int], bucke
     for layer, seconds in zip(bucket_ready_layer, bucket_seconds):
         free = max(free, done[layer] if overlap else t) + seconds
     return max(t, free)
-
-
-def allreduce_seconds(algorithm: str, world_size: int, elements: int, itemsize: int,
-                      link: LinkModel | None = None) -> float:
-    """Simulated time of one allreduce of ``elements`` items on the α-β link (0 for one rank)."""
-    if world_size == 1:
-        return 0.0
-    link = link or LinkModel()
-    return simulate(schedule(algorithm, world_size), elements, itemsize, link.alpha, link.beta).time
 
 
 def comm_spans(trace: Trace, rank: int) -> list[Span]:

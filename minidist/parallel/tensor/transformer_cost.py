@@ -26,6 +26,7 @@ sequence parallelism divides by t is the same: the LayerNorm (and, in the paper,
 from __future__ import annotations
 
 from minidist.cluster import LinkModel
+from minidist.sim.collective_cost import collective_seconds
 
 from .comm import feature_slice
 
@@ -58,12 +59,11 @@ def block_bytes_sent(batch: int, seq_len: int, d_model: int, parts: int, itemsiz
 
 def block_comm_seconds(batch: int, seq_len: int, d_model: int, parts: int, itemsize: int,
                        link: LinkModel | None = None) -> float:
-    """Simulated seconds of one block's communication (forward + backward) on the α-β link: 4 ring
-    all-reduces of n = B·T·d·b bytes, each 2(t−1)·(α + β·n/t), none hidden behind compute (the next
+    """Simulated seconds of one block's communication (forward + backward) on the α-β link: 4
+    all-reduces (collectives.pairwise_allreduce) of n = B·T·d words of b bytes, each 2(t−1)·(α + β·n·b/t)
+    when t divides n (minidist.sim.collective_cost, "pairwise"), none hidden behind compute (the next
     layer needs the sum). The token-wise gradients' all-reduce of sequence parallelism is not included."""
-    link = link or LinkModel()
-    nbytes = batch * seq_len * d_model * itemsize
-    return 4 * 2 * (parts - 1) * (link.alpha + link.beta * nbytes / parts)
+    return 4 * collective_seconds("pairwise", parts, batch * seq_len * d_model, itemsize, link or LinkModel())
 
 
 def korthikanti_bytes(seq_len: int, batch: int, d_model: int, n_heads: int, parts: int,

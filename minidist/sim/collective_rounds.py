@@ -1,26 +1,32 @@
-"""Who sends which chunk to whom at each step of an allreduce algorithm — and what that costs.
+"""Who sends which chunk to whom at each step of a collective: the one description of its cost.
 
-``schedule(algorithm, P)`` lists, step by step, the transfers the code in allreduce.py, ring.py, tree.py and
-halving_doubling.py performs. A transfer moves chunks ``lo..hi-1`` of the array, cut into ``parts`` chunks
-with np.array_split (``parts`` is P for the ring, P' for Rabenseifner, 1 for whole-array algorithms), and
+``schedule(algorithm, P)`` lists, step by step, the transfers the code performs:
+
+    naive, parameter_server     collectives/allreduce.py
+    ring                        collectives/ring.py
+    tree                        collectives/tree.py
+    recursive_doubling,         collectives/halving_doubling.py
+    rabenseifner
+    pairwise                    collectives/primitives.py ``pairwise_allreduce`` (reduce_scatter, allgather)
+    alltoall                    collectives/primitives.py ``alltoall`` (the array: the P chunks, in order)
+
+A transfer moves chunks ``lo..hi-1`` of the array, cut into ``parts`` chunks with np.array_split
+(``parts`` is P for ring, pairwise and alltoall, P' for Rabenseifner, 1 for whole-array algorithms), and
 either adds them into the receiver's copy (``reduce=True``) or overwrites it. The pattern does not depend
-on the array's length: short arrays just send empty chunks.
-
-``simulate(schedule, n, itemsize, alpha, beta)`` replays the schedule under the cluster's α-β clock
-(a send of b bytes occupies the sender for α + bβ; a receive completes at max(own clock, arrival)) and
-returns exactly what the ledger should record: per-rank messages and bytes, and the simulated time.
-The lesson draws these schedules; the tests check them against the real ledger and clock.
+on the array's length: short arrays just send empty chunks. collective_cost.py prices a schedule on the
+cluster's α-β clock; schedule_figure.py draws it (lesson 05).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from minidist.checks import check_count
 from minidist.collectives.common import largest_power_of_two
-from minidist.split import split_offsets, split_sizes
+from minidist.split import split_sizes
 
 
 @dataclass(frozen=True)
@@ -41,28 +47,24 @@ class Schedule:
     own_input: bool = False  # True (naive): messages carry the sender's input, not its running result
 
 
-@dataclass(frozen=True)
-class Traffic:
-    """What each rank sent and received (lists by rank, bytes are payload) and the simulated time."""
-
-    steps: int
-    messages_sent: list
-    bytes_sent: list
-    messages_received: list
-    bytes_received: list
-    finish: list  # each rank's clock at the end (seconds)
-
-    @property
-    def time(self) -> float:
-        return max(self.finish)
-
-
 def _ring(p: int) -> list:
     reduce_scatter = [[Transfer(r, (r + 1) % p, (r - s - 1) % p, (r - s - 1) % p + 1, True) for r in range(p)]
                       for s in range(p - 1)]
     allgather = [[Transfer(r, (r + 1) % p, (r - s) % p, (r - s) % p + 1, False) for r in range(p)]
                  for s in range(p - 1)]
     return reduce_scatter + allgather
+
+
+def _pairwise(p: int) -> list:
+    reduce_scatter = [[Transfer(r, (r + k) % p, (r + k) % p, (r + k) % p + 1, True) for r in range(p)]
+                      for k in range(1, p)]
+    allgather = [[Transfer(r, (r + k) % p, r, r + 1, False) for r in range(p)] for k in range(1, p)]
+    return reduce_scatter + allgather
+
+
+def _alltoall(p: int) -> list:
+    return [[Transfer(r, (r + k) % p, (r + k) % p, (r + k) % p + 1, False) for r in range(p)]
+            for k in range(1, p)]
 
 
 def _naive(p: int) -> list:
@@ -134,55 +136,24 @@ def _rabenseifner(p: int) -> list:
 
 
 _BUILDERS = {"naive": _naive, "parameter_server": _parameter_server, "ring": _ring, "tree": _tree,
-             "recursive_doubling": _recursive_doubling, "rabenseifner": _rabenseifner}
+             "recursive_doubling": _recursive_doubling, "rabenseifner": _rabenseifner,
+             "pairwise": _pairwise, "alltoall": _alltoall}
+COLLECTIVES = tuple(_BUILDERS)
 
 
+@lru_cache(maxsize=256, typed=True)  # True is no world size (check_count), though it hashes as 1
 def schedule(algorithm: str, world_size: int) -> Schedule:
-    """The step-by-step transfers of ``allreduce(..., algorithm=algorithm)`` on world_size ranks."""
+    """The step-by-step transfers of ``allreduce(..., algorithm=algorithm)`` (or of ``pairwise_allreduce``,
+    ``alltoall``: algorithm "pairwise", "alltoall") on world_size ranks."""
     if algorithm not in _BUILDERS:
-        raise ValueError(f"algorithm must be one of {sorted(_BUILDERS)}, got {algorithm!r}")
+        raise ValueError(f"algorithm must be one of {COLLECTIVES}, got {algorithm!r}")
     check_count(world_size, "world_size")
-    parts = {"ring": world_size, "rabenseifner": largest_power_of_two(world_size)}.get(algorithm, 1)
+    whole = {"rabenseifner": largest_power_of_two(world_size), "naive": 1, "parameter_server": 1, "tree": 1,
+             "recursive_doubling": 1}
+    parts = whole.get(algorithm, world_size)
     steps = _BUILDERS[algorithm](world_size) if world_size > 1 else []
     return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step),
                     own_input=algorithm == "naive")
-
-
-def simulate(plan: Schedule, n: int, itemsize: int, alpha: float, beta: float) -> Traffic:
-    """Replay ``plan`` for an array of n elements of itemsize bytes under the α-β clock."""
-    p, bounds = plan.world_size, split_offsets(n, plan.parts)
-    programs = [[] for _ in range(p)]  # each rank's operations in the order its code performs them
-    for step in plan.steps:
-        for t in step:
-            programs[t.src].append(("send", t))
-        for t in step:
-            programs[t.dst].append(("recv", t))
-    clock, arrivals = [0.0] * p, {}  # arrivals[(src, dst)]: FIFO of arrival times in flight
-    counts = {k: [0] * p for k in ("ms", "bs", "mr", "br")}
-    position = [0] * p
-    while any(position[r] < len(programs[r]) for r in range(p)):
-        progressed = False
-        for r in range(p):
-            while position[r] < len(programs[r]):
-                kind, t = programs[r][position[r]]
-                nbytes = int(bounds[t.hi] - bounds[t.lo]) * itemsize
-                if kind == "send":
-                    clock[r] += alpha + nbytes * beta
-                    arrivals.setdefault((r, t.dst), []).append(clock[r])
-                    counts["ms"][r] += 1
-                    counts["bs"][r] += nbytes
-                else:
-                    queue = arrivals.get((t.src, r))
-                    if not queue:
-                        break  # wait for the sender
-                    clock[r] = max(clock[r], queue.pop(0))
-                    counts["mr"][r] += 1
-                    counts["br"][r] += nbytes
-                position[r] += 1
-                progressed = True
-        if not progressed:
-            raise RuntimeError(f"schedule {plan.algorithm} deadlocks")  # a bug in this file, not the user's
-    return Traffic(len(plan.steps), counts["ms"], counts["bs"], counts["mr"], counts["br"], clock)
 
 
 def chunk_sizes(plan: Schedule, n: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 An arrow goes from the sender (at step k) to the receiver (at step k + 1), labelled with the chunk it
 carries: c0..c{P-1} the P pieces of the array, "all" the whole array, x1 rank 1's own input (naive). Red
 arrows are added into the receiver's copy, blue ones overwrite it. ``plan`` is a
-``minidist.collectives.schedule.Schedule``.
+``minidist.sim.collective_rounds.Schedule``.
 """
 
 from __future__ import annotations
