@@ -66,6 +66,8 @@ class Table:
 """,
     "a.py": "def f():\n    from minidist import b\n",
     "b.py": "from minidist.a import f\n",
+    "grading/markers.py": "BEGIN = re.compile(r'^# BEGIN SOLUTION (?P<id>\\w+)$')\n",     # the classroom's
+    "collectives/tree.py": "def tree(x):\n    # BEGIN SOLUTION tree\n    return x\n    # END SOLUTION\n",
 }
 
 
@@ -93,6 +95,7 @@ def test_each_count_finds_exactly_the_planted_sites(tmp_path):
     assert found["file-level import cycles"] == [                                  # the lazy import counts
         "minidist.a <-> minidist.b", "minidist.parallel.context.ring <-> minidist.parallel.tensor.block"]
     assert found["strategy folders importing each other"] == ["context <-> tensor"]
+    assert found["classroom files inside minidist/"] == ["minidist/grading/markers.py"]  # no region file
 
 
 def test_the_script_fails_only_when_a_count_exceeds_its_target(tmp_path, monkeypatch, capsys):

@@ -93,7 +93,7 @@ def standin_code(region: Region, parameters: list[str], kind: str) -> list[str]:
     """The lines that replace the region: a return of the stand-in's value."""
     value = next((p for p in parameters if p not in SKIPPED_PARAMETERS), "None")
     comm = "comm" if "comm" in parameters else "None"
-    return [f"{region.indent}from minidist.exercises.standins import stand_in as _stand_in",
+    return [f"{region.indent}from minidist_course.standins import stand_in as _stand_in",
             f"{region.indent}return _stand_in({kind!r}, {value}, {comm})"]
 
 

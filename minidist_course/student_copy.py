@@ -37,7 +37,7 @@ STUDENT_STAMP = ".minidist-student.json"
 LESSON_HOOK = """
 # Student copy only (added by `exercises make`): a lesson that reaches an unsolved exercise says which and
 # exits with status 1 instead of a traceback.
-from minidist.exercises.unsolved import stop_lessons_kindly as _stop_lessons_kindly  # noqa: E402
+from minidist_course.unsolved import stop_lessons_kindly as _stop_lessons_kindly  # noqa: E402
 
 _stop_lessons_kindly()
 """
@@ -97,7 +97,7 @@ def make_student_copy(root: Path, dest: Path, only: list[str] | None = None,
     original = readme.read_text() if readme.exists() else "# minidist\n"
     readme.write_text(student_readme(original, read_registry(root), regions, cut))
     init = dest / "minidist" / "__init__.py"
-    if (dest / "minidist" / "exercises" / "unsolved.py").exists():    # (a toy course may have none)
+    if (dest / "minidist_course" / "unsolved.py").exists():    # (a toy course may have none)
         init.write_text(init.read_text() + LESSON_HOOK)
     (dest / STUDENT_STAMP).write_text(json.dumps({"cut": cut}, indent=1) + "\n")
     return cut
