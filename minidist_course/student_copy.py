@@ -31,7 +31,7 @@ from .markers import (
     parse_python,
     read_registry,
 )
-from .tree import copy_tree, cut_lines, rewrite_regions, solution_lines
+from .tree import copy_tree, cut_lines, rewrite_files, solution_lines
 
 STUDENT_STAMP = ".minidist-student.json"
 LESSON_HOOK = """
@@ -73,14 +73,8 @@ def write_cut_files(root: Path, dest: Path, regions: list[Region], cut: list[str
             return cut_lines(region, registry[region.exercise].lesson)
         return solution_lines(region, lines)
 
-    by_file: dict[str, list[Region]] = {}
-    for region in regions:
-        by_file.setdefault(region.path, []).append(region)
-    for rel, file_regions in by_file.items():
-        text = rewrite_regions((Path(root) / rel).read_text(), file_regions, rule,
-                               cut_trailing=lambda region: region.exercise in cut)
-        check_output(text, rel)
-        (Path(dest) / rel).write_text(text)
+    rewrite_files(root, dest, regions, rule, cut_trailing=lambda region: region.exercise in cut,
+                  check=check_output)
 
 
 def make_student_copy(root: Path, dest: Path, only: list[str] | None = None,
