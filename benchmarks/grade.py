@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minidist.exercises import all_regions, grade_class, make_student_copy
-from minidist.exercises.report import format_markdown
+from minidist_course import all_regions, grade_class, make_student_copy
+from minidist_course.report import format_markdown
 
 RING, FEEDBACK = "minidist/collectives/ring.py", "minidist/parallel/compression/error_feedback.py"
 SCALING, LINEAR = "minidist/precision/scaling.py", "minidist/nn/linear.py"

@@ -6,6 +6,9 @@
     exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
     plan ...        predict memory and step time of every parallel layout for a model and a cluster
     book OUT        execute every lesson as a notebook into a static site at OUT (the [notebook] extra)
+
+exercises and book are the classroom's (the package minidist_course/ beside the textbook): this file is the
+one place the textbook reaches it, and only when the command line is built or one of them runs.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def cmd_demo(_args) -> int:
 def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
     """Run ``run()``; in a student copy, an unsolved exercise ends it with the message a lesson run
     directly prints (minidist/__init__.py), exit status 1, instead of a traceback."""
-    from minidist.exercises.unsolved import stop_message, unsolved_exercise
+    from minidist_course.unsolved import stop_message, unsolved_exercise
 
     try:
         return run() or 0
@@ -76,7 +79,7 @@ def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
 
 
 def cmd_book(args) -> int:
-    from minidist.book import check_output, lessons
+    from minidist_course.book import check_output, lessons
 
     try:                                  # bad input refused before anything runs or is written
         paths = lessons(only=args.only)
@@ -91,7 +94,7 @@ def cmd_book(args) -> int:
         import nbconvert  # noqa: F401
         import tqdm  # noqa: F401
 
-        from minidist.book import LessonFailed, build_book
+        from minidist_course.book import LessonFailed, build_book
     except ImportError as err:
         print(f"book needs the notebook extra ({err.name} is missing): pip install -e \".[notebook]\"",
               file=sys.stderr)
@@ -120,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     book.add_argument("out", help="the folder to write index.html and one page per lesson into")
     book.add_argument("--only", action="append", metavar="NN", help="only these lessons (repeatable)")
     book.set_defaults(func=cmd_book)
-    from minidist.exercises.cli import add_parser as add_exercises_parser
     from minidist.plan.report import add_parser as add_plan_parser
+    from minidist_course.cli import add_parser as add_exercises_parser
 
     add_exercises_parser(sub)
     add_plan_parser(sub)

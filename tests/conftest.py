@@ -35,7 +35,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 EXERCISE_MAP = Path(__file__).resolve().parent / "exercise_map.json"
-# Tests that pass on a trivially wrong stand-in of the one exercise they reach (minidist/exercises/
+# Tests that pass on a trivially wrong stand-in of the one exercise they reach (minidist_course/
 # standins.py): they do not test it, so `--exercise` (and the grade) leaves them out.
 STANDIN_PASSES = Path(__file__).resolve().parent / "exercise_standins.json"
 STUDENT_STAMP = Path(__file__).resolve().parent.parent / ".minidist-student.json"

@@ -13,7 +13,7 @@ import pytest
 
 from minidist import book_maths, plots
 from minidist.__main__ import main
-from minidist.book import (
+from minidist_course.book import (
     EMBEDDED_PNG,
     GENERATOR,
     LessonFailed,

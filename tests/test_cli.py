@@ -9,9 +9,9 @@ import pytest
 
 import minidist.__main__ as cli
 from minidist.checks import count_option, seconds_option
-from minidist.exercises import grade_class
-from minidist.exercises.isolation import check_each_alone
-from minidist.exercises.standins import grade_standins
+from minidist_course import grade_class
+from minidist_course.isolation import check_each_alone
+from minidist_course.standins import grade_standins
 from tests.test_exercises_grading import MADE_BY_THE_TOOLING
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +48,8 @@ def test_exercises_options_refuse_bad_sizes_naming_the_option(verb, option, expe
         raise AssertionError("the command ran with a bad option")
 
     for name in ("grade_class", "check_each_alone"):
-        monkeypatch.setattr(f"minidist.exercises.cli.{name}", must_not_run)
-    monkeypatch.setattr("minidist.exercises.standins.grade_standins", must_not_run)
+        monkeypatch.setattr(f"minidist_course.cli.{name}", must_not_run)
+    monkeypatch.setattr("minidist_course.standins.grade_standins", must_not_run)
     for bad in BAD_VALUES[expected]:
         with pytest.raises(SystemExit) as stop:
             cli.main(["exercises", *verb, f"{option}={bad}"])
@@ -113,7 +113,7 @@ def _grade_must_not_run(*args, **kwargs):
 @pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student or instrumented copy does not grade at all")
 @pytest.mark.parametrize("case", ["user file in --out", "--out is a file", "--csv in a missing folder"])
 def test_grade_checks_its_outputs_before_grading(case, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("minidist.exercises.cli.grade_class", _grade_must_not_run)
+    monkeypatch.setattr("minidist_course.cli.grade_class", _grade_must_not_run)
     student = tmp_path / "alice"
     out = tmp_path / "feedback"
     if case == "user file in --out":
@@ -134,9 +134,9 @@ def test_grade_checks_its_outputs_before_grading(case, tmp_path, capsys, monkeyp
 
 @pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student or instrumented copy does not grade at all")
 def test_grade_outputs_get_distinct_names_and_replace_only_the_grader_s_files(tmp_path, monkeypatch):
-    from minidist.exercises.grade import SubmissionReport
-    from minidist.exercises.report import check_outputs, student_names
-    from minidist.exercises.results import environment
+    from minidist_course.grade import SubmissionReport
+    from minidist_course.report import check_outputs, student_names
+    from minidist_course.results import environment
 
     subs = [tmp_path / "a" / "alice", tmp_path / "b" / "alice", tmp_path / "bob"]
     assert student_names(subs) == ["a-alice", "b-alice", "bob"]
@@ -145,7 +145,7 @@ def test_grade_outputs_get_distinct_names_and_replace_only_the_grader_s_files(tm
     def fake_grade(submissions, root, **kwargs):
         return [SubmissionReport(str(s), "graded", 1.0, environment(1), []) for s in submissions]
 
-    monkeypatch.setattr("minidist.exercises.cli.grade_class", fake_grade)
+    monkeypatch.setattr("minidist_course.cli.grade_class", fake_grade)
     out, scores = tmp_path / "fb", tmp_path / "scores.csv"
     args = ["exercises", "grade", *map(str, subs), "--out", str(out), "--csv", str(scores)]
     assert cli.main(args) == 0
@@ -160,7 +160,7 @@ def test_grade_outputs_get_distinct_names_and_replace_only_the_grader_s_files(tm
 
 
 def test_the_grading_bar_is_quiet_when_stdout_is_not_a_terminal(capsys, monkeypatch):
-    from minidist.exercises.cli import Progress
+    from minidist_course.cli import Progress
 
     monkeypatch.setattr("sys.stdout.isatty", lambda: False)
     progress = Progress()
@@ -174,7 +174,7 @@ def test_the_grading_bar_is_quiet_when_stdout_is_not_a_terminal(capsys, monkeypa
 
 def test_on_a_terminal_the_bar_counts_the_sessions(monkeypatch):
     pytest.importorskip("tqdm")
-    from minidist.exercises.cli import Progress
+    from minidist_course.cli import Progress
 
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
     progress = Progress()

@@ -97,6 +97,8 @@ def train_elastic(x, alpha, algorithm="ring"):
 """,
     "a.py": "def f():\n    from minidist import b\n",
     "b.py": "from minidist.a import f\n",
+    "grading/markers.py": "BEGIN = re.compile(r'^# BEGIN SOLUTION (?P<id>\\w+)$')\n",     # the classroom's
+    "collectives/tree.py": "def tree(x):\n    # BEGIN SOLUTION tree\n    return x\n    # END SOLUTION\n",
 }
 
 
@@ -128,6 +130,7 @@ def test_each_count_finds_exactly_the_planted_sites(tmp_path):
         "minidist/parallel/pipeline/ledger.py", "minidist/sim/memory.py"]
     assert found["places a collective's cost is written"] == ["ring: minidist/plan/clock.py",
                                                            "ring: minidist/sim/rounds.py"]
+    assert found["classroom files inside minidist/"] == ["minidist/grading/markers.py"]  # no region file
 
 
 def test_the_script_fails_only_when_a_count_exceeds_its_target(tmp_path, monkeypatch, capsys):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from minidist.exercises import make_student_copy, read_registry, render_markdown
-from minidist.exercises.catalog import with_week_table
-from minidist.exercises.student_copy import HITS_MODULE, STUDENT_STAMP
-from minidist.exercises.unsolved import unsolved_exercise
+from minidist_course import make_student_copy, read_registry, render_markdown
+from minidist_course.catalog import with_week_table
+from minidist_course.student_copy import HITS_MODULE, STUDENT_STAMP
+from minidist_course.unsolved import unsolved_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
 MADE_BY_THE_TOOLING = (ROOT / STUDENT_STAMP).exists() or (ROOT / f"{HITS_MODULE}.py").exists()
@@ -51,7 +51,7 @@ def test_in_a_student_copy_every_exercises_verb_says_why_it_cannot_run(tmp_path_
 
 
 def test_the_exercise_modules_import_each_other_without_a_cycle():
-    folder = ROOT / "minidist" / "exercises"
+    folder = ROOT / "minidist_course"
     graph = {}
     for path in folder.glob("*.py"):
         tree = ast.parse(path.read_text())

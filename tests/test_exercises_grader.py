@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from minidist.exercises import grade_class, grade_submission, make_student_copy, splice_functions
-from minidist.exercises.isolation import check_each_alone
-from minidist.exercises.report import format_markdown, format_text, write_csv
+from minidist_course import grade_class, grade_submission, make_student_copy, splice_functions
+from minidist_course.isolation import check_each_alone
+from minidist_course.report import format_markdown, format_text, write_csv
 from tests.test_exercises_catalog import MADE_BY_THE_TOOLING
 from tests.test_exercises_tooling import TOY, toy_repo  # noqa: F401  (the fixture)
 
@@ -214,9 +214,9 @@ def test_a_directory_that_is_not_a_copy_is_refused_at_once(toy_repo, tmp_path): 
 
 
 def test_feedback_is_at_most_40_lines_real_failures_first_and_has_no_raw_bytes():
-    from minidist.exercises import ExerciseResult, SubmissionReport
-    from minidist.exercises.pytest_report import RAW_BYTES
-    from minidist.exercises.results import environment
+    from minidist_course import ExerciseResult, SubmissionReport
+    from minidist_course.pytest_report import RAW_BYTES
+    from minidist_course.results import environment
 
     wrong = [{"test": f"tests/t.py::test_{i}", "outcome": "failed",
               "message": "AssertionError: rank 1: 3 of 8 elements wrong; element 4 (chunk 1 of 2)"}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from minidist.exercises import grade, make_student_copy, splice_functions
-from minidist.exercises.student_copy import HITS_MODULE, STUDENT_STAMP
+from minidist_course import grade, make_student_copy, splice_functions
+from minidist_course.student_copy import HITS_MODULE, STUDENT_STAMP
 
 ROOT = Path(__file__).resolve().parent.parent
 # A student copy (solutions cut) or the map's instrumented copy (markers replaced) holds no reference

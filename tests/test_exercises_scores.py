@@ -4,10 +4,10 @@ mutation check's wrong solutions still apply to the reference, each to an exerci
 
 import pytest
 
-from minidist.exercises.mutants import MUTANTS, write_mutant
-from minidist.exercises.registry import EXERCISES
-from minidist.exercises.results import TestResult as Outcome
-from minidist.exercises.results import promise_score, score_exercises
+from minidist_course.mutants import MUTANTS, write_mutant
+from minidist_course.registry import EXERCISES
+from minidist_course.results import TestResult as Outcome
+from minidist_course.results import promise_score, score_exercises
 from tests.test_exercises_grading import MADE_BY_THE_TOOLING, ROOT
 
 WEIGHTS = {"values": 0.5, "traffic": 0.5}
@@ -56,9 +56,9 @@ def test_every_mutant_applies_once_to_an_exercise_that_weighs_its_promises(tmp_p
 
 
 def test_the_feedback_names_the_broken_promise():
-    from minidist.exercises.grade import SubmissionReport
-    from minidist.exercises.report import format_markdown, format_text
-    from minidist.exercises.results import environment
+    from minidist_course.grade import SubmissionReport
+    from minidist_course.report import format_markdown, format_text
+    from minidist_course.results import environment
 
     tests = outcomes({"values": ["passed"], "traffic": ["failed"]})
     tests[1].message = "AssertionError: rank 0 sent 96 bytes, the ring sends 48"

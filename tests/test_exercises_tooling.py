@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minidist.exercises import (
+from minidist_course import (
     MarkerError,
     build_map,
     find_regions,
@@ -17,7 +17,7 @@ from minidist.exercises import (
     read_registry,
     splice_functions,
 )
-from minidist.exercises.tree import cut_lines, rewrite_regions
+from minidist_course.tree import cut_lines, rewrite_regions
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 
@@ -69,7 +69,7 @@ def test_plain():
 '''
 
 REGISTRY = '''\
-from minidist.exercises.registry import Exercise
+from minidist_course.registry import Exercise
 
 EXERCISES = (Exercise("toy_add", "lessons/01_toy.py", "add two numbers"),
              Exercise("toy_scale", "lessons/01_toy.py", "double a number", "multiply"))
@@ -81,8 +81,8 @@ def write_toy_repo(root: Path, toy: str = TOY) -> Path:
     (root / "minidist").mkdir(parents=True)
     (root / "minidist" / "__init__.py").write_text("")
     (root / "minidist" / "toy.py").write_text(toy)
-    (root / "minidist" / "exercises").mkdir()
-    (root / "minidist" / "exercises" / "registry.py").write_text(REGISTRY)
+    (root / "minidist_course").mkdir()
+    (root / "minidist_course" / "registry.py").write_text(REGISTRY)
     (root / "lessons").mkdir()
     (root / "lessons" / "TEACHING.md").write_text("for instructors\n")
     (root / "README.md").write_text(README)
@@ -168,7 +168,7 @@ def test_a_region_no_test_reaches_is_an_error(tmp_path):
 
 def test_an_exercise_registered_twice_is_an_error(tmp_path):
     root = write_toy_repo(tmp_path / "repo")
-    registry = root / "minidist" / "exercises" / "registry.py"
+    registry = root / "minidist_course" / "registry.py"
     registry.write_text(REGISTRY.replace('"double a number", "multiply"))',
                                          '"double a number", "multiply"),\n'
                                          '             Exercise("toy_add", "lessons/01_toy.py", "again"))'))

@@ -242,6 +242,14 @@ def collective_costs(trees) -> list[str]:
     return [f"{worst}: {place}" for place in sorted(places[worst])]
 
 
+def classroom_files(trees) -> list[str]:
+    """Files of the classroom inside minidist/ (they belong in minidist_course/): an ``exercises`` folder,
+    the book, or a module that reads the solution markers (a string holding "BEGIN SOLUTION")."""
+    return [str(path) for path, tree in trees.items()
+            if "exercises" in path.parts or path.name.startswith("book")
+            or any(isinstance(n, ast.Constant) and "BEGIN SOLUTION" in str(n.value) for n in ast.walk(tree))]
+
+
 def lines(under: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in under.rglob("*.py"))
 
@@ -259,6 +267,7 @@ CHECKS = [
     ("strategy folders importing each other", folder_cycles, 0),
     ("imports between strategy folders", strategy_imports, None),
     ("places a collective's cost is written", collective_costs, 1),
+    ("classroom files inside minidist/", classroom_files, 0),
 ]
 
 
@@ -280,6 +289,8 @@ def main(argv: list[str], root: Path | None = None) -> int:
         for place in found if verbose or over else []:
             print(f"    {place}")
     print(f"{'lines of minidist/parallel/':40} {lines(root / 'minidist' / 'parallel'):5d}")
+    classroom = sum(len((root / path).read_text().splitlines()) for path in classroom_files(trees))
+    print(f"{'lines of the classroom inside minidist/':40} {classroom:5d}")
     return 1 if failed else 0
 
 

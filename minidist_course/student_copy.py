@@ -31,13 +31,13 @@ from .markers import (
     parse_python,
     read_registry,
 )
-from .tree import copy_tree, cut_lines, rewrite_regions, solution_lines
+from .tree import copy_tree, cut_lines, rewrite_files, solution_lines
 
 STUDENT_STAMP = ".minidist-student.json"
 LESSON_HOOK = """
 # Student copy only (added by `exercises make`): a lesson that reaches an unsolved exercise says which and
 # exits with status 1 instead of a traceback.
-from minidist.exercises.unsolved import stop_lessons_kindly as _stop_lessons_kindly  # noqa: E402
+from minidist_course.unsolved import stop_lessons_kindly as _stop_lessons_kindly  # noqa: E402
 
 _stop_lessons_kindly()
 """
@@ -73,14 +73,8 @@ def write_cut_files(root: Path, dest: Path, regions: list[Region], cut: list[str
             return cut_lines(region, registry[region.exercise].lesson)
         return solution_lines(region, lines)
 
-    by_file: dict[str, list[Region]] = {}
-    for region in regions:
-        by_file.setdefault(region.path, []).append(region)
-    for rel, file_regions in by_file.items():
-        text = rewrite_regions((Path(root) / rel).read_text(), file_regions, rule,
-                               cut_trailing=lambda region: region.exercise in cut)
-        check_output(text, rel)
-        (Path(dest) / rel).write_text(text)
+    rewrite_files(root, dest, regions, rule, cut_trailing=lambda region: region.exercise in cut,
+                  check=check_output)
 
 
 def make_student_copy(root: Path, dest: Path, only: list[str] | None = None,
@@ -97,7 +91,7 @@ def make_student_copy(root: Path, dest: Path, only: list[str] | None = None,
     original = readme.read_text() if readme.exists() else "# minidist\n"
     readme.write_text(student_readme(original, read_registry(root), regions, cut))
     init = dest / "minidist" / "__init__.py"
-    if (dest / "minidist" / "exercises" / "unsolved.py").exists():    # (a toy course may have none)
+    if (dest / "minidist_course" / "unsolved.py").exists():    # (a toy course may have none)
         init.write_text(init.read_text() + LESSON_HOOK)
     (dest / STUDENT_STAMP).write_text(json.dumps({"cut": cut}, indent=1) + "\n")
     return cut

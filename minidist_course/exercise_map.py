@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from .markers import Region, all_regions
-from .tree import copy_tree, rewrite_regions, solution_lines
+from .tree import copy_tree, rewrite_files, solution_lines
 
 HITS_MODULE = "_minidist_exercise_hits"
 MAP_PATH = Path("tests") / "exercise_map.json"
@@ -84,8 +84,4 @@ def instrumented_copy(root: Path, dest: Path) -> None:
     copy_tree(root, dest)
     # The recorder sits at the copy's root (on PYTHONPATH), independent of the copied package.
     shutil.copy2(Path(__file__).with_name("hits.py"), dest / f"{HITS_MODULE}.py")
-    by_file: dict[str, list[Region]] = {}
-    for region in all_regions(root):
-        by_file.setdefault(region.path, []).append(region)
-    for rel, file_regions in by_file.items():
-        (dest / rel).write_text(rewrite_regions((root / rel).read_text(), file_regions, record_then_run))
+    rewrite_files(root, dest, all_regions(root), record_then_run)

@@ -1,6 +1,11 @@
-"""Exercises for a course: solution regions, student copies, the test-to-exercise map, grading.
+"""The classroom beside the textbook: solution regions, student copies, the test-to-exercise map, grading,
+and the book (the lessons executed into a static site).
 
-See lessons/TEACHING.md for the instructor's workflow and lessons/EXERCISES.md for the list.
+minidist/ is the textbook and never imports this package (an import-linter contract in pyproject.toml);
+the one bridge is the command line, minidist/__main__.py, which imports it inside the ``exercises`` and
+``book`` commands only. This package reads the textbook's files as text (their solution markers) and runs
+its tests on copies of it. See lessons/TEACHING.md for the instructor's workflow and lessons/EXERCISES.md
+for the list.
 """
 
 from .catalog import render_markdown

@@ -112,7 +112,7 @@ def write_mutant(root: Path, dest: Path, mutant: Mutant) -> None:
     if text.count(mutant.old) != 1:
         raise ValueError(f"mutant {mutant.exercise} ({mutant.kind}): its text occurs "
                          f"{text.count(mutant.old)} times in {mutant.path}, not once: update "
-                         f"minidist/exercises/mutants.py")
+                         f"minidist_course/mutants.py")
     (dest / mutant.path).parent.mkdir(parents=True, exist_ok=True)
     (dest / mutant.path).write_text(text.replace(mutant.old, mutant.new))
 

@@ -3,7 +3,7 @@
 lessons/EXERCISES.md is generated from this list and the markers in the code
 (``python -m minidist exercises list --markdown > lessons/EXERCISES.md``); a test checks it is current.
 The tooling reads the registry of the tree it works on (``load_registry(root)`` loads
-``root/minidist/exercises/registry.py``), so a reference tree and its registry always travel together.
+``root/minidist_course/registry.py``), so a reference tree and its registry always travel together.
 """
 
 from __future__ import annotations
@@ -177,10 +177,10 @@ _LOADING = threading.Lock()
 
 
 def load_registry(root: Path) -> dict[str, Exercise]:
-    """{id: Exercise} from ``root/minidist/exercises/registry.py`` (this file, in the tree at root).
+    """{id: Exercise} from ``root/minidist_course/registry.py`` (this file, in the tree at root).
 
     Raises FileNotFoundError if it is missing, ValueError if it registers an id twice."""
-    path = Path(root) / "minidist" / "exercises" / "registry.py"
+    path = Path(root) / "minidist_course" / "registry.py"
     if not path.exists():
         raise FileNotFoundError(f"missing exercise registry {path}")
     spec = importlib.util.spec_from_file_location("_minidist_exercise_registry", path)

@@ -16,6 +16,7 @@ MAX_SCORE of an exercise's own tests, or if an exercise has no own test left.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import tempfile
@@ -29,7 +30,7 @@ from minidist.checks import check_count, check_real
 from .exercise_map import STANDINS_PATH
 from .grade import Job, Reference, run_job
 from .markers import Region, all_regions, parse_python
-from .tree import copy_tree, rewrite_regions
+from .tree import copy_tree, rewrite_files
 
 KINDS = ("identity", "zeros", "rank0")
 MAX_SCORE = 0.10
@@ -93,7 +94,7 @@ def standin_code(region: Region, parameters: list[str], kind: str) -> list[str]:
     """The lines that replace the region: a return of the stand-in's value."""
     value = next((p for p in parameters if p not in SKIPPED_PARAMETERS), "None")
     comm = "comm" if "comm" in parameters else "None"
-    return [f"{region.indent}from minidist.exercises.standins import stand_in as _stand_in",
+    return [f"{region.indent}from minidist_course.standins import stand_in as _stand_in",
             f"{region.indent}return _stand_in({kind!r}, {value}, {comm})"]
 
 
@@ -109,15 +110,10 @@ def takes_comm(root: Path) -> set[str]:
 def write_standin_copy(root: Path, dest: Path, kind: str) -> None:
     """A copy of the reference at dest with every region replaced by the stand-in ``kind``."""
     copy_tree(root, dest)
-    by_file: dict[str, list[Region]] = {}
-    for region in all_regions(root):
-        by_file.setdefault(region.path, []).append(region)
-    for rel, regions in by_file.items():
-        text = (Path(root) / rel).read_text()
-        params = _parameters(text)
-        (Path(dest) / rel).write_text(rewrite_regions(
-            text, regions, lambda r, lines, params=params: standin_code(r, params[r.function], kind),
-            cut_trailing=lambda r: True))
+    parameters = functools.cache(lambda rel: _parameters((Path(root) / rel).read_text()))
+    rewrite_files(root, dest, all_regions(root),
+                  lambda r, lines: standin_code(r, parameters(r.path)[r.function], kind),
+                  cut_trailing=lambda r: True)
 
 
 def grade_standins(root: Path, jobs: int = 2, timeout: float = 30.0, every_test: bool = False,

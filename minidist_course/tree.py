@@ -4,7 +4,8 @@
 applies one rule to every region of a file, bottom up: keep the solution (``solution_lines``), or cut it
 (``cut_lines``: the prompt's hint, then ``raise NotImplementedError(...)``). A cut also drops the
 statements that followed the region in its block (e.g. a ``return out`` after ``# END SOLUTION``): after a
-``raise`` they could never run, and a student's solution supplies them.
+``raise`` they could never run, and a student's solution supplies them. ``rewrite_files`` writes every file
+of a copy that holds regions so rewritten (the student copy, the map's and the stand-ins' copies).
 """
 
 from __future__ import annotations
@@ -101,3 +102,16 @@ def rewrite_regions(text: str, regions: list[Region], replace, cut_trailing=lamb
         stop = trailing_end(text, region, regions) if cut_trailing(region) else region.end
         lines[region.begin:stop + 1] = [line + "\n" for line in replace(region, lines)]
     return "".join(lines)
+
+
+def rewrite_files(root: Path, dest: Path, regions: list[Region], replace, cut_trailing=lambda region: False,
+                  check=lambda text, path: None) -> None:
+    """Write to dest each file of root that holds some of ``regions``, rewritten by ``rewrite_regions``
+    (``check(text, path)`` may refuse the result by raising)."""
+    by_file: dict[str, list[Region]] = {}
+    for region in regions:
+        by_file.setdefault(region.path, []).append(region)
+    for rel, file_regions in by_file.items():
+        text = rewrite_regions((Path(root) / rel).read_text(), file_regions, replace, cut_trailing)
+        check(text, rel)
+        (Path(dest) / rel).write_text(text)

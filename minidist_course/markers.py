@@ -159,7 +159,7 @@ def _attach_functions(text: str, path: str, regions: list[Region]) -> None:
 
 
 def read_registry(root: Path) -> dict[str, Exercise]:
-    """{id: Exercise} of the tree at root (its minidist/exercises/registry.py)."""
+    """{id: Exercise} of the tree at root (its minidist_course/registry.py)."""
     try:
         return load_registry(root)
     except (FileNotFoundError, ValueError) as err:
@@ -182,5 +182,5 @@ def all_regions(root: Path) -> list[Region]:
     for region in regions:
         if region.exercise not in registry:
             raise MarkerError(f"{region.path}:{region.begin + 1}: unknown exercise {region.exercise!r} "
-                              f"(not in minidist/exercises/registry.py)")
+                              f"(not in minidist_course/registry.py)")
     return regions

@@ -5,7 +5,7 @@ Each ``lessons/NN_topic.py`` (found by glob, so new lessons join by themselves) 
 converted to one self-contained HTML page (nbconvert: text, code, printed output, figures embedded) with a
 link to the index and to the previous and next lesson. ``index.html`` lists the lessons with their titles
 and exercises. The site needs no network: maths is typeset into MathML when the book is built
-(``minidist.book_maths``), and the pages load no script. A lesson is a script, so its page shows what
+(``minidist_course.book_maths``), and the pages load no script. A lesson is a script, so its page shows what
 running it prints: the value of a cell's last expression (``Out[]``) is not shown, and the temporary
 folder the figures went to is printed as ``figures``, where a reader's own run puts them. Figures reach
 the page because ``minidist.plots`` shows every figure it writes inline when it runs in a kernel; each lesson
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minidist import book_maths
+from . import book_maths
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED_PNG = 'src="data:image/png;base64,'
@@ -165,7 +165,7 @@ def build_book(out: Path, only: list[str] | None = None, root: Path = ROOT, echo
     holds fewer images than the lesson wrote figures. Shows a progress bar when stdout is a terminal."""
     from tqdm import tqdm
 
-    from minidist.exercises.registry import load_registry
+    from minidist_course.registry import load_registry
 
     out = Path(out)
     paths = lessons(root, only)

@@ -16,7 +16,7 @@ from .markers import MarkerError, all_regions, read_registry
 from .report import check_outputs, format_markdown, format_text, student_names, write_csv, write_output
 from .student_copy import STUDENT_STAMP, make_student_copy
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 STUDENT_COPY_NOTE = """\
