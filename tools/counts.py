@@ -103,6 +103,22 @@ def hand_rolled_allreduces(trees) -> list[str]:
             and getattr(n.func, "id", getattr(n.func, "attr", "")) == "allreduce_gradients"]
 
 
+def clock_calls(trees) -> list[tuple[Path, ast.Call]]:
+    """Calls ``<x>.compute(...)`` / ``<x>.elapse(...)`` (a communicator's clock charged) outside cluster/."""
+    return [(path, n) for path, tree in trees.items() if path.parts[1] != "cluster" for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and getattr(n.func, "attr", "") in ("compute", "elapse")]
+
+
+def compute_charge_apis(trees) -> list[str]:
+    """Modules outside cluster/ that charge the simulated clock themselves (the one API: sim/compute.py)."""
+    return sorted({str(path) for path, _ in clock_calls(trees)})
+
+
+def strategy_clock_calls(trees) -> list[str]:
+    """Direct clock charges in parallel/ (a strategy charges through minidist.sim.compute)."""
+    return [where(path, n) for path, n in clock_calls(trees) if "parallel" in path.parts]
+
+
 def module_of(path: Path) -> str:
     parts = list(path.with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -200,6 +216,8 @@ CHECKS = [
     ("file-level import cycles", import_cycles, 0),
     ("strategy folders importing each other", folder_cycles, 0),
     ("imports between strategy folders", strategy_imports, None),
+    ("compute charge APIs", compute_charge_apis, 1),
+    ("direct clock calls in strategies", strategy_clock_calls, 0),
 ]
 
 

@@ -34,10 +34,10 @@ from minidist.nn.runner import Attachment
 __all__ = ["ComputeCharges", "backward_factor", "charge_flops", "charge_seconds", "wait_until"]
 
 
-def _check_comm(comm, what: str) -> None:
-    if not all(callable(getattr(comm, name, None)) for name in ("compute", "elapse")) or \
-            not hasattr(comm, "clock"):
-        raise TypeError(f"{what}: comm must be a communicator (with clock, compute, elapse), "
+def _check_comm(comm, what: str, methods=("compute", "elapse")) -> None:
+    if not isinstance(getattr(comm, "clock", None), numbers.Real) or \
+            not all(callable(getattr(comm, name, None)) for name in methods):
+        raise TypeError(f"{what}: comm must be a communicator (its clock, {', '.join(methods)}), "
                         f"got {type(comm).__name__}")
 
 
@@ -77,10 +77,10 @@ def backward_factor(unit) -> int:
 class ComputeCharges(Attachment):
     """Charges each unit's forward and backward to ``comm``'s simulated clock (see the module docstring).
 
-    comm: the rank's communicator. overlap: see the module docstring. after: charge a unit's forward once
-    it has run (a pipeline stage: a Checkpoint knows its FLOPs only then; layers that send inside their
-    forward send first) instead of before it runs. label: the label of every charge (None: "forward
-    Linear", "backward Linear", ... per unit).
+    comm: the rank's communicator. overlap: see the module docstring. after: charge every unit's forward
+    once it has run (a pipeline stage: layers that send inside their forward send first) instead of
+    before it runs (a Checkpoint is always charged after: it knows its FLOPs only then). label: the label
+    of every charge (None: "forward Linear", "backward Linear", ... per unit).
 
     After a forward, ``flops[i]`` and ``seconds[i]`` hold unit i's forward FLOPs and seconds (a pipeline
     keeps ``flops`` per micro-batch and puts it back before that micro-batch's backward); ``recomputed``
@@ -89,7 +89,7 @@ class ComputeCharges(Attachment):
     """
 
     def __init__(self, comm, overlap: bool = True, *, after: bool = False, label: str | None = None):
-        _check_comm(comm, "ComputeCharges")
+        _check_comm(comm, "ComputeCharges", methods=())      # the charges check the rest when they charge
         for name, value in (("overlap", overlap), ("after", after)):
             if not isinstance(value, bool):
                 raise TypeError(f"ComputeCharges: {name} must be a bool, got {type(value).__name__}")
@@ -122,14 +122,17 @@ class ComputeCharges(Attachment):
         self.flops.append(flops)
         self.seconds.append(self.charge(flops, self._label("forward", unit)))
 
+    def _charged_after(self, unit) -> bool:
+        return self.after or isinstance(unit, Checkpoint)   # a Checkpoint knows its FLOPs once it ran
+
     def before_forward(self, i, unit, x):
         self._shape = x.shape
-        if not self.after:
+        if not self._charged_after(unit):
             self._forward(i, unit, x.shape)
         return x
 
     def after_forward(self, i, unit, y):
-        if self.after:
+        if self._charged_after(unit):
             self._forward(i, unit, self._shape)
         return y
 
