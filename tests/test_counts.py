@@ -141,3 +141,16 @@ def test_the_script_fails_only_when_a_count_exceeds_its_target(tmp_path, monkeyp
     high = [(name, measure, None if target is None else 10) for name, measure, target in counts.CHECKS]
     monkeypatch.setattr(counts, "CHECKS", high)
     assert counts.main([], root) == 0
+
+
+def test_clock_charges_outside_the_cluster_are_counted(tmp_path):
+    files = {"cluster/comm.py": "class Comm:\n    def compute(self, f):\n        self._ledger.compute(f)\n",
+             "sim/compute.py": "def charge_flops(comm, f, label):\n    comm.compute(f, label=label)\n",
+             "parallel/spatial/conv.py": "def forward(self, x):\n    self.comm.elapse(1.0)\n"
+                                         "    return x.compute_mean()\n"}
+    for name, text in files.items():
+        (tmp_path / "minidist" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "minidist" / name).write_text(text)
+    found = counts.counts(tmp_path)
+    assert found["compute charge APIs"] == ["minidist/parallel/spatial/conv.py", "minidist/sim/compute.py"]
+    assert found["direct clock calls in strategies"] == ["minidist/parallel/spatial/conv.py:2"]

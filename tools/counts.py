@@ -121,6 +121,23 @@ def memory_trackers(trees) -> list[str]:
     return [where(path, next(n for n in ast.walk(tree) if books(n))) for path, tree in trees.items()
             if any(books(n) for n in ast.walk(tree))]
 
+
+def clock_calls(trees) -> list[tuple[Path, ast.Call]]:
+    """Calls ``<x>.compute(...)`` / ``<x>.elapse(...)`` (a communicator's clock charged) outside cluster/."""
+    return [(path, n) for path, tree in trees.items() if path.parts[1] != "cluster" for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and getattr(n.func, "attr", "") in ("compute", "elapse")]
+
+
+def compute_charge_apis(trees) -> list[str]:
+    """Modules outside cluster/ that charge the simulated clock themselves (the one API: sim/compute.py)."""
+    return sorted({str(path) for path, _ in clock_calls(trees)})
+
+
+def strategy_clock_calls(trees) -> list[str]:
+    """Direct clock charges in parallel/ (a strategy charges through minidist.sim.compute)."""
+    return [where(path, n) for path, n in clock_calls(trees) if "parallel" in path.parts]
+
+
 def module_of(path: Path) -> str:
     parts = list(path.with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -268,6 +285,8 @@ CHECKS = [
     ("imports between strategy folders", strategy_imports, None),
     ("places a collective's cost is written", collective_costs, 1),
     ("classroom files inside minidist/", classroom_files, 0),
+    ("compute charge APIs", compute_charge_apis, 1),
+    ("direct clock calls in strategies", strategy_clock_calls, 0),
 ]
 
 

@@ -2,10 +2,10 @@
 
 One folder per strategy, the strategy beside its own communication and cost model. The synchronous ones are
 attachments of the step runner (minidist/nn/runner.py: layer-by-layer forward, loss, backward, events);
-clock.py is the attachment that charges compute to the simulated clock (the memory ledger's attachment,
-MemoryRecorder, is in minidist/sim/memory.py). mesh.py places the ranks on named axes (Mesh: one
-communicator per axis); parallelize.py composes any subset of data, pipeline, tensor, context and expert
-parallelism on one model and one mesh.
+minidist/sim/compute.py's ComputeCharges is the attachment that charges compute to the simulated clock,
+minidist/sim/memory.py's MemoryRecorder the one that records a memory ledger. mesh.py places the ranks on
+named axes (Mesh: one communicator per axis); parallelize.py composes any subset of data, pipeline,
+tensor, context and expert parallelism on one model and one mesh.
 lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid in six files.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,

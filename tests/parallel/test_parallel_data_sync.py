@@ -16,10 +16,10 @@ from minidist.collectives import allgather
 from minidist.nn import Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.optim import AdamW
-from minidist.parallel.clock import ComputeClock
 from minidist.parallel.data import DataParallel, GradientSync, ShardWeightedLoss
 from minidist.parallel.pipeline import Pipeline
 from minidist.precision import FP16, DynamicLossScaler, MixedPrecisionTrainer
+from minidist.sim.compute import ComputeCharges
 from minidist.split import split_range
 
 B, STEPS = 12, 3
@@ -72,7 +72,7 @@ def train_plain(comm, zero: int, groups: str):
             p.partial_over.append(shard_group)
     else:
         data, shard_group = comm, comm
-    clock = ComputeClock(comm)
+    clock = ComputeCharges(comm)
     make = (lambda ps: AdamW(ps, lr=0.02, weight_decay=0.1)) if zero else None
     sync = GradientSync(net, data, zero=zero, bucket_bytes=200, overlap=True, clock=None if zero else clock,
                         make_optimizer=make)

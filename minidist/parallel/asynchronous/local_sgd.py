@@ -17,6 +17,7 @@ import numpy as np
 from minidist.checks import check_count
 from minidist.collectives import ALGORITHMS, allreduce
 from minidist.nn.flat import flatten, unflatten
+from minidist.sim.compute import charge_seconds
 
 from .stragglers import check_seconds
 
@@ -36,7 +37,7 @@ def local_step(comm, model, optimizer, loss_fn, x, y, duration: float) -> float:
     loss = loss_fn.forward(model.forward(x), y)
     model.backward(loss_fn.backward())
     optimizer.step()
-    comm.elapse(float(duration), label="local step")
+    charge_seconds(comm, float(duration), "local step")
     return float(loss)
 
 

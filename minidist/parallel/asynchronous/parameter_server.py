@@ -23,6 +23,7 @@ from minidist.cluster import LinkModel
 from minidist.nn import Parameter
 from minidist.nn.flat import flatten, unflatten
 from minidist.optim import SGD
+from minidist.sim.compute import charge_seconds
 from minidist.split import split_bounds
 
 from .schedule import ps_schedule, recv_on_schedule
@@ -93,7 +94,7 @@ def _work(comm, model, loss_fn, batch, params, pieces, seconds, servers) -> dict
         model.zero_grad()
         loss = loss_fn.forward(model.forward(x), y)
         model.backward(loss_fn.backward())
-        comm.elapse(float(duration), label=f"step {step}")
+        charge_seconds(comm, float(duration), f"step {step}")
         losses.append((comm.clock, float(loss)))
         flatten([p.grad for p in params], out=flat_grad)
         for j, (lo, hi) in enumerate(pieces):

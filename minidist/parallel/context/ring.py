@@ -32,6 +32,7 @@ from minidist.nn.blockwise_attention import (
     causal_mask,
 )
 from minidist.nn.module import Module, check_float_array
+from minidist.sim.compute import charge_seconds, wait_until
 
 from .blocks import merge
 from .layout import positions
@@ -143,10 +144,10 @@ class RingAttention(Module):
         self.charged.seconds += seconds
         start = comm.clock
         if not self.overlap and seconds:
-            comm.elapse(seconds, label)
+            charge_seconds(comm, seconds, label)
         arrived = [comm.sendrecv(a, self.right, self.left, sendtag=TAG, recvtag=TAG) for a in outgoing]
-        if self.overlap and comm.clock < start + seconds:   # the compute stream finishes last
-            comm.elapse(start + seconds - comm.clock, label)
+        if self.overlap:                                    # the clock waits if the compute stream ends last
+            wait_until(comm, start + seconds, label)
         return arrived
 
     def _check(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:

@@ -33,8 +33,8 @@ from minidist.collectives import ALGORITHMS, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
 from minidist.nn.module import Module
 from minidist.nn.runner import StepRunner, units
-from minidist.parallel.clock import ComputeClock
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
+from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryRecorder, held_bytes
 
 from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
@@ -85,7 +85,7 @@ class DataParallel:
         self.algorithm, self.overlap, self.mixed = algorithm, bool(overlap), mixed
         self.check_every_step, self.memory = check_every_step, memory
         self.precision = mixed if mixed is not None else FullPrecision(optimizer)
-        self.clock = ComputeClock(comm)               # the compute stream on the simulated clock
+        self.clock = ComputeCharges(comm)               # the compute stream on the simulated clock
         self.sync = GradientSync(model, comm, algorithm=algorithm, bucket_bytes=bucket_bytes, overlap=overlap,
                                  mixed=self.precision, clock=self.clock,
                                  gradient_as_bucket_view=gradient_as_bucket_view)

@@ -11,7 +11,7 @@ import numpy as np
 
 from minidist.collectives import allgather
 from minidist.nn.runner import StepRunner
-from minidist.parallel.clock import ComputeClock
+from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryRecorder, held_bytes
 
 from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
@@ -61,7 +61,7 @@ class ShardedWrapper:
         self.sync = GradientSync(self.model, self.comm, zero=self.stage, mixed=self.precision,
                                  make_optimizer=make_optimizer, **sync_options)
         self.groups, self.optimizer = self.sync.groups, self.sync.optimizer
-        self.clock = ComputeClock(self.comm, overlap=False)
+        self.clock = ComputeCharges(self.comm, overlap=False)
         self.recorder = MemoryRecorder(self.memory, self.held, self.comm, forward_points=forward_points,
                                        backward_points=backward_points)
         self.runner = StepRunner(self.model, self.loss_fn, [self.sync, self.recorder, self.clock,

@@ -47,7 +47,7 @@ class GradientSync(Attachment):
         overlap: zero=0: allreduce each bucket as soon as it is complete (else at end_backward).
         mixed: zero=0: the MixedPrecisionTrainer in the same runner; zero >= 1: a ShardedMixedPrecision.
         inf_group: where ranks agree on a mixed-precision overflow (default: data).
-        clock: a parallel.clock.ComputeClock: each allreduce first waits for the compute stream.
+        clock: a minidist.sim.compute.ComputeCharges: each allreduce first waits for the compute stream.
         gradient_as_bucket_view: every .grad becomes a view of its bucket's buffer (zero=0).
         make_optimizer: zero >= 1: a function [Parameter] -> optimizer, called with this rank's shards.
     """

@@ -23,6 +23,7 @@ from minidist.nn import Module, MoE
 from minidist.nn.module import check_float_array
 from minidist.nn.moe import combine, combine_backward, dispatch, dispatch_backward
 from minidist.nn.moe_router import Routing, route, routing_backward
+from minidist.sim.compute import charge_flops
 
 
 class ExpertParallelMoE(Module):
@@ -80,7 +81,7 @@ class ExpertParallelMoE(Module):
         """Expert compute on the simulated clock: 2 FLOPs per weight and row a forward pass (4·d·d_ff for a
         whole expert, less for a tensor-parallel slice), twice that backward."""
         weights = sum(p.size for p in self.experts[0].parameters() if p.data.ndim == 2)
-        self.comm.compute(passes * 2 * rows * weights, label)
+        charge_flops(self.comm, passes * 2 * rows * weights, label)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """x: this rank's tokens, (n, d) or (B, T, d); returns y of the same shape."""

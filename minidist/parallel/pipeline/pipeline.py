@@ -24,9 +24,9 @@ W). ``attachments``: step-level ones, given one empty backward pass after the ta
 ranks (Chimera) sums its two gradients (one exchange) before the optimizer steps.
 
 Between F(m, k) and B(m, k) the rank keeps m's activations (``checkpoint``: only the stage's input, the
-rest recomputed in B). BatchNorm normalises per micro-batch (as in GPipe). Kept to the side: ledger.py
-charges the simulated clock per layer and records ``timeline``, ``memory`` and ``busy_seconds``; comm.py
-carries the messages (1F1B's sendrecv pairing included).
+rest recomputed in B). BatchNorm normalises per micro-batch (as in GPipe). Kept to the side: the runners'
+ComputeCharges (minidist.sim.compute) charges the simulated clock per layer (``busy_seconds``), ledger.py
+records ``timeline`` and ``memory``; comm.py carries the messages (1F1B's sendrecv pairing included).
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
 from minidist.nn.nbytes import nbytes_of
 from minidist.nn.runner import StepRunner, backward_through
+from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryLedger
 from minidist.split import split_offsets
 
 from .comm import StageLinks
-from .ledger import StageCharges, StageLedger
+from .ledger import StageLedger
 from .registry import make_schedule
 from .schedule import Schedule, Task, stage_ops
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
@@ -93,8 +94,8 @@ class Pipeline:
         self.last_of = {k: [t for t in self.my_tasks if t.stage == k and t.kind == done][-1]
                         for k in {t.stage for t in self.my_tasks}}
         self.several = len({(t.rank, t.stage) for tick in table for t in tick}) > P
-        self.ledger = StageLedger(comm)          # clock, timeline, memory: kept to the side
-        self.charges = StageCharges(self.ledger.charge)
+        self.ledger = StageLedger(comm)          # timeline, memory: kept to the side
+        self.charges = ComputeCharges(comm, overlap=False, after=True, label="")   # the clock, busy seconds
         self.stages: dict[int, Sequential] = {}
         self.runners: dict[int, StepRunner] = {}
         for k in sorted(self.last_of):
@@ -147,7 +148,7 @@ class Pipeline:
 
     @property
     def busy_seconds(self) -> float:
-        return self.ledger.busy_seconds
+        return self.charges.busy_seconds
 
     @property
     def peak_activation_bytes(self) -> int:
@@ -231,7 +232,7 @@ class Pipeline:
         held = self.held_activations()
         for unit, pending, flops in self._deferred.pop((task.micro_batch, task.stage)):
             unit.weight_grad(pending)
-            self.ledger.charge(flops, label=self.charges.label)
+            self.charges.charge(flops, label=self.charges.label)
         if self.last_of[task.stage] == task:
             backward_through([], None, self.runners[task.stage].attachments)
         self.ledger.backward_done(task, held, self.held_activations())

@@ -20,7 +20,10 @@ from minidist.nn.module import Module
 
 class DeferredWeightGrad(Module):
     """Wraps a Linear (sharing its Parameters): forward as the Linear; backward(dy) returns dx only and
-    leaves (x, dy) in ``pending`` for ``weight_grad(pending)``, which adds dW and db."""
+    leaves (x, dy) in ``pending`` for ``weight_grad(pending)``, which adds dW and db. Its backward (B) costs
+    one forward's FLOPs, not two (``backward_factor``, minidist.sim.compute); W costs the other."""
+
+    backward_factor = 1
 
     def __init__(self, linear: Linear):
         if not isinstance(linear, Linear):

@@ -4,7 +4,7 @@ The cluster's clock (minidist.cluster.ledger) charges a message of n bytes α + 
 computation of F FLOPs F / R (R = the device's FLOP/s); it does not look at the numbers in the messages.
 So one training step of a 3×3 conv on a 512² batch of 32 images with 64 channels can be *rehearsed*:
 send zero-filled slabs of exactly the planned shapes along the real schedule (plan.steps), charge the
-local convolution's FLOPs with comm.compute, and read the clock — without the 600 GFLOP of arithmetic.
+local convolution's FLOPs (minidist.sim.compute), and read the clock — without the 600 GFLOP of arithmetic.
 
     forward   = halo exchange + F_local / R
     backward  = 2·F_local / R + halo gradients sent back + allreduce of the weight gradient
@@ -25,6 +25,7 @@ import numpy as np
 
 from minidist.collectives import allreduce
 from minidist.nn import Conv2d
+from minidist.sim.compute import charge_flops
 
 from .comm import _dst, _src, shift_step
 from .partition import HaloPlan, length
@@ -62,9 +63,9 @@ def rehearse_conv_step(comm, plan: HaloPlan, batch: int, in_channels: int, out_c
     flops = local_conv_flops(plan, comm.rank, batch, in_channels, out_channels)
     start = comm.clock
     _rehearse_exchange(comm, plan, batch * in_channels, dtype, backward=False)
-    comm.compute(flops, label="conv forward")
+    charge_flops(comm, flops, "conv forward")
     middle = comm.clock
-    comm.compute(2 * flops, label="conv backward")
+    charge_flops(comm, 2 * flops, "conv backward")
     _rehearse_exchange(comm, plan, batch * in_channels, dtype, backward=True)
     weight_grad = np.zeros(out_channels * in_channels * plan.rows.kernel * plan.cols.kernel + out_channels,
                            dtype)

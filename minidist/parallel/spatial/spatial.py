@@ -17,8 +17,9 @@ minidist.parallel.tensor.sum_partial_gradients by hand) sums them over the ranks
 
 Halos wider than a neighbour's piece are fetched from the ranks beyond it (multi-hop). More ranks along
 an axis than the layer has output rows is a ValueError at construction. FLOPs are charged to the
-simulated clock (backward 2× forward). partition.py has the arithmetic, comm.py the exchange;
-``spatialize`` turns a single-process Sequential into its spatially parallel twin (same Parameters).
+simulated clock (backward 2× forward, minidist.sim.compute) between the layer's own messages.
+partition.py has the arithmetic, comm.py the exchange; ``spatialize`` turns a single-process Sequential
+into its spatially parallel twin (same Parameters).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from minidist.nn import (
     Sigmoid,
     Tanh,
 )
+from minidist.sim.compute import charge_flops
 
 from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
@@ -72,7 +74,7 @@ class _SpatialLayer(Module):
         padded = np.pad(window, ((0, 0), (0, 0), (top, bottom), (left, right)),
                         constant_values=self.pad_value)
         flops = self.local.flops(padded.shape)
-        self.comm.compute(flops, label=f"{type(self).__name__} forward")
+        charge_flops(self.comm, flops, f"{type(self).__name__} forward")
         self._flops = flops
         return self.local.forward(padded)
 
@@ -86,7 +88,7 @@ class _SpatialLayer(Module):
                              f"{(length(out_rows), length(out_cols))} (this rank's output block), "
                              f"got {getattr(dy_local, 'shape', type(dy_local).__name__)}")
         d_padded = self.local.backward(dy_local)
-        self.comm.compute(2 * self._flops, label=f"{type(self).__name__} backward")
+        charge_flops(self.comm, 2 * self._flops, f"{type(self).__name__} backward")
         (top, _), (left, _) = self.plan.padding_of(self.comm.rank)
         height, width = self._window_hw
         return return_halo_gradient(self.comm, d_padded[:, :, top:top + height, left:left + width], self.plan)
