@@ -11,8 +11,9 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from minidist import book_maths, plots
+from minidist import plots
 from minidist.__main__ import main
+from minidist_course import book_maths
 from minidist_course.book import (
     EMBEDDED_PNG,
     GENERATOR,
