@@ -1,0 +1,85 @@
+"""Allreduce through the cluster's shared area: each rank reduces its piece out of every peer's array.
+
+When the ranks share memory, messages are not needed: rank r copies its input into its own array in
+the shared area (``comm.shared_area()``, cluster/shared_area.py), and after a meeting every rank can
+read every array in place. Then
+
+1. reduce-scatter: rank r adds piece r (np.array_split's rule) of the P arrays, *in rank order*
+   (x0 + x1 + ... + x(P−1)), and writes the sum over piece r of its own array;
+2. after a second meeting, allgather: rank r copies every other piece q out of rank q's array.
+
+Each piece is reduced once, in one fixed order, then only copied: every rank ends with the same bits,
+those of the sum in rank order. Two meetings instead of the ring's 2(P − 1) message steps, and no
+mailbox copy: the α term shrinks from 2(P − 1) α to 2 meetings, which is why it pays for small arrays.
+
+On the simulated clock each piece read is charged as a message (shared_area.py): P − 1 pieces of about
+n/P in and out per phase, T = 2(P − 1)(α + n/P β), the ring's cost. On a real machine (the cost model of
+``choose_algorithm``, with the constants of benchmarks/allreduce.md), per rank
+
+    T_shared = 2 t_meet + (2n + n/P) / B        (copy in, read P pieces, write one; read P − 1 pieces)
+    T_ring   = 2(P − 1) t_step + 4 (P − 1)/P · n / B       (every chunk in and out of a mailbox)
+
+with B one core's copy bandwidth (bytes read + written per second): with a meeting cheaper than a
+message step, the shared area wins up to a few MiB; it is used up to its size (``run``'s block
+reserves 1 MiB per rank, layout.py). Where there is no area (a sub-communicator, the MPI backend) or
+the array does not fit, ``shared_memory_allreduce`` runs the ring instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.collectives.common import UFUNCS
+from minidist.collectives.ring import ring_allreduce
+from minidist.split import split_offsets
+
+MEETING_SECONDS = 5e-6        # one meeting, ranks on their own cores (benchmarks/allreduce.md)
+STEP_SECONDS = 35e-6          # one message step of the ring at 1 MiB, beyond its bytes (the same)
+COPY_BYTES_PER_SECOND = 20e9  # one core copying (bytes read + written), the same machine
+
+
+def shared_area_bytes(comm) -> int:
+    """The largest array (bytes) ``shared_memory_allreduce`` reduces in the shared area of ``comm``;
+    0 where it has none (a sub-communicator, the MPI backend, a communicator of another kind)."""
+    area = comm.shared_area() if hasattr(comm, "shared_area") else None
+    return 0 if area is None else area.capacity
+
+
+def shared_memory_time(nbytes: int, world_size: int) -> float:
+    """Seconds of a shared-area allreduce of ``nbytes`` on one machine (the model above)."""
+    return 2 * MEETING_SECONDS + (2 + 1 / world_size) * nbytes / COPY_BYTES_PER_SECOND
+
+
+def ring_time(nbytes: int, world_size: int) -> float:
+    """Seconds of the ring allreduce of ``nbytes`` through the mailboxes of one machine (the model above)."""
+    p = world_size
+    return 2 * (p - 1) * STEP_SECONDS + 4 * (p - 1) / p * nbytes / COPY_BYTES_PER_SECOND
+
+
+def shared_memory_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Allreduce ``flat`` (shape (n,), contiguous) in place through the shared area; returns flat.
+
+    op: "sum", "max" or "min". The result is the reduction in rank order, bitwise the same on every
+    rank. Without an area that holds flat, the ring (ring.py) does it.
+    """
+    if comm.world_size == 1:
+        return flat
+    if flat.nbytes > shared_area_bytes(comm):
+        return ring_allreduce(comm, flat, op)
+    p, r, ufunc, area = comm.world_size, comm.rank, UFUNCS[op], comm.shared_area()
+    bounds = split_offsets(flat.size, p).tolist()
+    pieces = [slice(bounds[q], bounds[q + 1]) for q in range(p)]
+    piece_bytes = [(bounds[q + 1] - bounds[q]) * flat.itemsize for q in range(p)]
+    arrays = area.arrays(flat.dtype, flat.size)
+    arrays[r][...] = flat
+    area.meet(sent=piece_bytes, received=[piece_bytes[r]] * p)      # every input is in the area
+    mine, total = pieces[r], flat[pieces[r]]
+    ufunc(arrays[0][mine], arrays[1][mine], out=total)               # in rank order: the same bits
+    for q in range(2, p):
+        ufunc(total, arrays[q][mine], out=total)
+    arrays[r][mine] = total
+    area.meet(sent=[piece_bytes[r]] * p, received=piece_bytes)      # every piece is reduced
+    for q in range(p):
+        if q != r:
+            flat[pieces[q]] = arrays[q][pieces[q]]
+    return flat
