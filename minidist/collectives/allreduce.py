@@ -125,7 +125,8 @@ def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SH
     is chosen when the array fits and ``shared_memory_time`` < ``ring_time`` (shared_memory.py).
     Returns an algorithm name.
     """
-    if nbytes <= shared_bytes and shared_memory_time(nbytes, world_size) < ring_time(nbytes, world_size):
+    fits = shared_bytes > 0 and nbytes <= shared_bytes           # (shared_bytes 0: there is no area)
+    if fits and shared_memory_time(nbytes, world_size) < ring_time(nbytes, world_size):
         return "shared_memory"
     if nbytes <= short_bytes or n < largest_power_of_two(world_size):
         return "recursive_doubling"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.cluster.topology import topology_of
 from minidist.collectives.common import UFUNCS
 from minidist.collectives.ring import ring_allreduce
 from minidist.split import split_offsets
@@ -40,9 +41,10 @@ COPY_BYTES_PER_SECOND = 20e9  # one core copying (bytes read + written), the sam
 
 def shared_area_bytes(comm) -> int:
     """The largest array (bytes) ``shared_memory_allreduce`` reduces in the shared area of ``comm``;
-    0 where it has none (a sub-communicator, the MPI backend, a communicator of another kind)."""
+    0 where it has none (a sub-communicator, the MPI backend, a communicator of another kind) or where
+    the run models ranks on several machines (``run(..., link=Topology(...))``: no memory in common)."""
     area = comm.shared_area() if hasattr(comm, "shared_area") else None
-    return 0 if area is None else area.capacity
+    return 0 if area is None or topology_of(comm) is not None else area.capacity
 
 
 def shared_memory_time(nbytes: int, world_size: int) -> float:
@@ -64,7 +66,8 @@ def shared_memory_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarr
     """
     if comm.world_size == 1:
         return flat
-    if flat.nbytes > shared_area_bytes(comm):
+    room = shared_area_bytes(comm)
+    if room == 0 or flat.nbytes > room:
         return ring_allreduce(comm, flat, op)
     p, r, ufunc, area = comm.world_size, comm.rank, UFUNCS[op], comm.shared_area()
     bounds = split_offsets(flat.size, p).tolist()

@@ -90,6 +90,7 @@ def test_charged_as_the_pieces_read_the_ring_clock_when_pieces_are_equal(world_s
 def _fallbacks(comm):
     pair = comm.split(comm.rank // 2)                      # {0, 1} and {2}: no shared area
     big = np.ones(AREA // 4 + 1, np.float32)               # one item more than the area holds
+    allreduce(pair, np.ones(0), algorithm="shared_memory")  # nothing, without an area: 2 (P − 1) messages
     by_pair = allreduce(pair, np.full(5, comm.rank + 1.0), algorithm="shared_memory")
     before = comm.stats.messages_sent
     by_world = allreduce(comm, big, algorithm="shared_memory")
@@ -100,7 +101,7 @@ def test_without_an_area_or_room_in_it_the_ring_runs():
     results = run(_fallbacks, 3)
     for rank, (area, pair_stats, by_pair, world_messages, by_world) in enumerate(results):
         assert area == 0
-        assert pair_stats.messages_sent == (2 if rank < 2 else 0)        # the ring of two: 2 (P − 1)
+        assert pair_stats.messages_sent == (4 if rank < 2 else 0)        # two rings of two: 2 · 2 (P − 1)
         assert np.array_equal(by_pair, np.full(5, 3.0))                  # 1 + 2, or rank 2's 3 alone
         assert world_messages == 4 and np.array_equal(by_world, np.full(AREA // 4 + 1, 3.0))
 
@@ -111,6 +112,7 @@ def test_choose_algorithm_takes_the_area_where_it_fits_and_wins():
         assert choose_algorithm(AREA, AREA // 4, p, shared_bytes=AREA) == "shared_memory"
         assert choose_algorithm(AREA + 4, AREA // 4 + 1, p, shared_bytes=AREA) == "rabenseifner"
         assert choose_algorithm(4096, 1024, p) == "recursive_doubling"           # no area: MPICH's rule
+        assert choose_algorithm(0, 0, p) == "recursive_doubling"                 # even for nothing
         assert shared_memory_time(4096, p) < ring_time(4096, p)
     # the model: two meetings against 2(P − 1) message steps; bytes copied 2 + 1/P times against 4(P − 1)/P
     huge = 2**40
