@@ -47,6 +47,7 @@ class SharedArea:
         self.capacity = layout.area_bytes         # the largest array (bytes) ``arrays`` can place
         self.calls = self.meetings = 0
         self._lines = [layout.line("meet", r) for r in range(layout.world_size)]
+        self._peers = [q for q in range(layout.world_size) if q != self._ep.rank]
 
     def arrays(self, dtype: np.dtype, n: int) -> list[np.ndarray]:
         """Every rank's array of ``n`` items of ``dtype`` in the area, for the next call (rank order).
@@ -70,8 +71,7 @@ class SharedArea:
         Raises MessageMismatchError if a rank meets here in another collective call.
         """
         comm, ep, ledger, stats = self._comm, self._ep, self._comm._ledger, self._comm.stats
-        me, ctrl = ep.rank, ep.ctrl
-        peers = [q for q in range(len(self._lines)) if q != me]
+        me, ctrl, peers = ep.rank, ep.ctrl, self._peers
         for q in peers:                               # the sends this meeting stands for
             ledger.send(sent[q], q)
             stats.bytes_sent += sent[q]

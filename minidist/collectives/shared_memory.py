@@ -1,28 +1,32 @@
-"""Allreduce through the cluster's shared area: each rank reduces its piece out of every peer's array.
+"""Allreduce through the cluster's shared area: every rank reduces out of every peer's array in place.
 
 When the ranks share memory, messages are not needed: rank r copies its input into its own array in
 the shared area (``comm.shared_area()``, cluster/shared_area.py), and after a meeting every rank can
-read every array in place. Then
+read every array in place. Then, for an array of n elements:
 
-1. reduce-scatter: rank r adds piece r (np.array_split's rule) of the P arrays, *in rank order*
-   (x0 + x1 + ... + x(P−1)), and writes the sum over piece r of its own array;
-2. after a second meeting, allgather: rank r copies every other piece q out of rank q's array.
+- small (up to ``WHOLE_BYTES``): every rank adds the P arrays itself, *in rank order*
+  (x0 + x1 + ... + x(P−1)) — naive's work, one meeting and nothing else;
+- larger: 1. reduce-scatter: rank r adds piece r (np.array_split's rule) of the P arrays, in rank
+  order, and writes the sum over piece r of its own array; 2. after a second meeting, allgather:
+  rank r copies every other piece q out of rank q's array.
 
-Each piece is reduced once, in one fixed order, then only copied: every rank ends with the same bits,
-those of the sum in rank order. Two meetings instead of the ring's 2(P − 1) message steps, and no
-mailbox copy: the α term shrinks from 2(P − 1) α to 2 meetings, which is why it pays for small arrays.
+Either way every element is the same operations in the same order on every rank (or computed once and
+copied): every rank ends with the same bits, those of the sum in rank order. One or two meetings
+instead of the ring's 2(P − 1) message steps, and no mailbox copy.
 
-On the simulated clock each piece read is charged as a message (shared_area.py): P − 1 pieces of about
-n/P in and out per phase, T = 2(P − 1)(α + n/P β), the ring's cost. On a real machine (the cost model of
-``choose_algorithm``, with the constants of benchmarks/allreduce.md), per rank
+On the simulated clock each piece read is charged as a message (shared_area.py): small arrays as
+naive's exchange, (P − 1)(α + n β); larger ones P − 1 pieces of about n/P in and out per phase,
+2(P − 1)(α + n/P β), the ring's cost. On a real machine (the cost model of ``choose_algorithm``, with
+the constants of benchmarks/allreduce.md), per rank, for the larger arrays
 
     T_shared = 2 t_meet + (2n + n/P) / B        (copy in, read P pieces, write one; read P − 1 pieces)
     T_ring   = 2(P − 1) t_step + 4 (P − 1)/P · n / B       (every chunk in and out of a mailbox)
 
-with B one core's copy bandwidth (bytes read + written per second): with a meeting cheaper than a
-message step, the shared area wins up to a few MiB; it is used up to its size (``run``'s block
-reserves 1 MiB per rank, layout.py). Where there is no area (a sub-communicator, the MPI backend) or
-the array does not fit, ``shared_memory_allreduce`` runs the ring instead.
+(small arrays: one t_meet and (1 + P) n / B), with B one core's copy bandwidth (bytes read + written
+per second): a meeting costs a few microseconds against a message step's tens, so the shared area wins
+up to a few MiB; it is used up to its size (``run``'s block reserves 1 MiB per rank, layout.py). Where
+there is no area (a sub-communicator, the MPI backend, a Topology) or the array does not fit,
+``shared_memory_allreduce`` runs the ring instead.
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ import numpy as np
 from minidist.cluster.topology import topology_of
 from minidist.collectives.common import UFUNCS
 from minidist.collectives.ring import ring_allreduce
-from minidist.split import split_offsets
 
 MEETING_SECONDS = 5e-6        # one meeting, ranks on their own cores (benchmarks/allreduce.md)
 STEP_SECONDS = 35e-6          # one message step of the ring at 1 MiB, beyond its bytes (the same)
 COPY_BYTES_PER_SECOND = 20e9  # one core copying (bytes read + written), the same machine
+WHOLE_BYTES = 16 * 1024       # arrays up to this size: every rank reduces all of it (one meeting)
 
 
 def shared_area_bytes(comm) -> int:
@@ -49,6 +53,8 @@ def shared_area_bytes(comm) -> int:
 
 def shared_memory_time(nbytes: int, world_size: int) -> float:
     """Seconds of a shared-area allreduce of ``nbytes`` on one machine (the model above)."""
+    if nbytes <= WHOLE_BYTES:
+        return MEETING_SECONDS + (1 + world_size) * nbytes / COPY_BYTES_PER_SECOND
     return 2 * MEETING_SECONDS + (2 + 1 / world_size) * nbytes / COPY_BYTES_PER_SECOND
 
 
@@ -70,19 +76,31 @@ def shared_memory_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarr
     if room == 0 or flat.nbytes > room:
         return ring_allreduce(comm, flat, op)
     p, r, ufunc, area = comm.world_size, comm.rank, UFUNCS[op], comm.shared_area()
-    bounds = split_offsets(flat.size, p).tolist()
-    pieces = [slice(bounds[q], bounds[q + 1]) for q in range(p)]
-    piece_bytes = [(bounds[q + 1] - bounds[q]) * flat.itemsize for q in range(p)]
     arrays = area.arrays(flat.dtype, flat.size)
     arrays[r][...] = flat
+    if flat.nbytes <= WHOLE_BYTES:                      # every rank reduces all of it: one meeting
+        area.meet(sent=[flat.nbytes] * p, received=[flat.nbytes] * p)
+        return reduce_in_rank_order(ufunc, arrays, slice(None), flat)
+    base, extra = divmod(flat.size, p)          # np.array_split's rule (minidist.split), in plain ints
+    bounds = [q * base + min(q, extra) for q in range(p + 1)]
+    pieces = [slice(bounds[q], bounds[q + 1]) for q in range(p)]
+    piece_bytes = [(bounds[q + 1] - bounds[q]) * flat.itemsize for q in range(p)]
     area.meet(sent=piece_bytes, received=[piece_bytes[r]] * p)      # every input is in the area
-    mine, total = pieces[r], flat[pieces[r]]
-    ufunc(arrays[0][mine], arrays[1][mine], out=total)               # in rank order: the same bits
-    for q in range(2, p):
-        ufunc(total, arrays[q][mine], out=total)
-    arrays[r][mine] = total
+    mine = pieces[r]
+    arrays[r][mine] = reduce_in_rank_order(ufunc, arrays, mine, flat[mine])
     area.meet(sent=[piece_bytes[r]] * p, received=piece_bytes)      # every piece is reduced
     for q in range(p):
         if q != r:
             flat[pieces[q]] = arrays[q][pieces[q]]
     return flat
+
+
+def reduce_in_rank_order(ufunc, arrays: list[np.ndarray], piece: slice, out: np.ndarray) -> np.ndarray:
+    """out = ((arrays[0][piece] ∘ arrays[1][piece]) ∘ arrays[2][piece]) ∘ ... (∘: ufunc); returns out.
+
+    A fixed order, so every rank that computes it gets the same bits. out: P >= 2 arrays' piece shape.
+    """
+    ufunc(arrays[0][piece], arrays[1][piece], out=out)
+    for other in arrays[2:]:
+        ufunc(out, other[piece], out=out)
+    return out

@@ -2,9 +2,9 @@
 exact reduction in rank order, bitwise the same on every rank; charged as the messages it replaces; the
 ring wherever there is no area or the array does not fit.
 
-hypothesis draws the world size (1-8) and a few cases (length 0-3000, not divisible by P, or a few
-elements; float32, float64 or int64; sum, max or min) with integer values, so that every result compares
-bitwise with the single-process reduction.
+hypothesis draws the world size (1-8) and a few cases (length 0-3000 or 4100-9000, not divisible by P,
+or a few elements: reduced whole or in two phases; float32, float64 or int64; sum, max or min) with
+integer values, so that every result compares bitwise with the single-process reduction.
 """
 
 import time
@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 
 from minidist.cluster import run
 from minidist.collectives import allreduce, choose_algorithm
-from minidist.collectives.shared_memory import ring_time, shared_area_bytes, shared_memory_time
+from minidist.collectives.shared_memory import WHOLE_BYTES, ring_time, shared_area_bytes, shared_memory_time
 from tests.collectives.collectives_data import exact, rank_arrays
 
 AREA = 2**20                       # bytes the shared area of ``run`` takes per rank (layout.py)
 shared_cases = st.lists(st.tuples(st.integers(0, 2**32 - 1),
-                                  st.one_of(st.integers(0, 3000), st.integers(0, 9)),
+                                  st.one_of(st.integers(0, 3000), st.integers(0, 9),
+                                            st.integers(4100, 9000)),      # above WHOLE_BYTES: 2 phases
                                   st.sampled_from([np.float32, np.float64, np.int64]),
                                   st.sampled_from(["sum", "max", "min"])), min_size=1, max_size=3)
 
@@ -54,7 +55,8 @@ def _many_calls_drifting_apart(comm, calls):
     rng = np.random.default_rng(comm.rank)
     totals = []
     for call in range(calls):
-        x = np.full(1 + call % 13, comm.rank * 1000 + call, dtype=np.int64)
+        n = 1 + call % 13 if call % 3 else 3000 + call       # reduced whole, or in two phases
+        x = np.full(n, comm.rank * 1000 + call, dtype=np.int64)
         if rng.random() < 0.1:
             time.sleep(0.002)
         totals.append(int(allreduce(comm, x, algorithm="shared_memory").sum()))
@@ -63,7 +65,7 @@ def _many_calls_drifting_apart(comm, calls):
 
 def test_many_calls_in_a_row_with_ranks_drifting_apart():
     p, calls = 3, 200
-    want = [(1 + c % 13) * sum(r * 1000 + c for r in range(p)) for c in range(calls)]
+    want = [(1 + c % 13 if c % 3 else 3000 + c) * sum(r * 1000 + c for r in range(p)) for c in range(calls)]
     assert run(_many_calls_drifting_apart, p, calls, timeout=120) == [want] * p
 
 
@@ -73,18 +75,21 @@ def _stats_and_clock(comm, n, algorithm):
     return comm.stats, comm.clock
 
 
-@pytest.mark.parametrize("world_size, n", [(2, 1000), (3, 7), (4, 1001), (5, 0)])
-def test_charged_as_the_pieces_read_the_ring_clock_when_pieces_are_equal(world_size, n):
+@pytest.mark.parametrize("world_size, n", [(2, 1000), (3, 7), (5, 0), (2, 8192), (3, 4099), (4, 8192)])
+def test_charged_as_the_exchange_it_replaces(world_size, n):
     shared = run(_stats_and_clock, world_size, n, "shared_memory")
-    ring = run(_stats_and_clock, world_size, n, "ring")
+    small = n * 4 <= WHOLE_BYTES
+    by_messages = run(_stats_and_clock, world_size, n, "naive" if small else "ring")
     for r, (stats, clock) in enumerate(shared):
-        mine = (n // world_size + (r < n % world_size)) * 4       # np.array_split's piece r, in bytes
-        # phase 1: every other rank reads its piece of my array; phase 2: my piece, by every other rank
-        assert stats.bytes_sent == n * 4 - mine + (world_size - 1) * mine
-        assert stats.bytes_received == (world_size - 1) * mine + n * 4 - mine
-        assert stats.messages_sent == stats.messages_received == 2 * (world_size - 1)
-        if n % world_size == 0:
-            assert clock == pytest.approx(ring[r][1])
+        if small:       # naive's exchange: every rank reads every other rank's whole array
+            assert stats.bytes_sent == stats.bytes_received == (world_size - 1) * n * 4
+            assert stats.messages_sent == stats.messages_received == world_size - 1
+        else:           # phase 1: the others read their pieces of my array; phase 2: my piece, each
+            mine = (n // world_size + (r < n % world_size)) * 4       # np.array_split's piece r, in bytes
+            assert stats.bytes_sent == stats.bytes_received == n * 4 - mine + (world_size - 1) * mine
+            assert stats.messages_sent == stats.messages_received == 2 * (world_size - 1)
+        if small or n % world_size == 0:        # equal pieces: the clock of the same exchange by messages
+            assert clock == pytest.approx(by_messages[r][1])
 
 
 def _fallbacks(comm):
