@@ -37,9 +37,10 @@ from minidist.cluster.topology import topology_of
 from minidist.collectives.common import UFUNCS
 from minidist.collectives.ring import ring_allreduce
 
-MEETING_SECONDS = 5e-6        # one meeting, ranks on their own cores (benchmarks/allreduce.md)
-STEP_SECONDS = 35e-6          # one message step of the ring at 1 MiB, beyond its bytes (the same)
-COPY_BYTES_PER_SECOND = 20e9  # one core copying (bytes read + written), the same machine
+# Measured on a 2-core VM, P = 2, ranks on their own cores (benchmarks/allreduce.md, issue 43's section)
+MEETING_SECONDS = 2e-6        # one meeting (1.0-1.4 us when both ranks spin)
+STEP_SECONDS = 32e-6          # one message step of the ring at 1 MiB, beyond its bytes
+COPY_BYTES_PER_SECOND = 55e9  # one core copying 32 MiB (bytes read + written; 53-59 GB/s)
 WHOLE_BYTES = 16 * 1024       # arrays up to this size: every rank reduces all of it (one meeting)
 
 
