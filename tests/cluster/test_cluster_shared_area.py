@@ -11,7 +11,7 @@ from minidist.cluster import ClusterError, run
 from minidist.cluster.layout import DATA, MEET
 from minidist.collectives import allreduce
 
-from .test_cluster_deadlock import expect_deadlock
+from .test_cluster_deadlock import CALLS, eager_detector, expect_deadlock  # noqa: F401 (a fixture)
 from .test_cluster_failures import assert_nothing_left, child_pids, ring_then
 from .test_cluster_waiting import endpoints
 
@@ -105,3 +105,38 @@ def test_find_deadlock_reads_a_meeting():
                                        "rank 0 (tag 0)")
     ep.ctrl[ep.layout.line("meet", 1)] = 1
     assert ep.find_deadlock() is None, "rank 1 has reached the meeting: rank 0 may go on"
+
+
+def meetings_among_messages(comm, seed: int):
+    """Shared-area allreduces (whole or in two phases) between ring steps and barriers; one random rank
+    naps before each step, sometimes longer than a poll. Returns (checksum, detector calls)."""
+    rng = np.random.default_rng(seed)
+    p, me, total = comm.world_size, comm.rank, 0.0
+    for _ in range(200):
+        op, sleeper = rng.integers(3), rng.integers(p)
+        nap = rng.choice([0.0, 0.001, 0.004, 0.06], p=[.5, .3, .17, .03])    # 0.06 s: longer than a poll
+        n = int(rng.choice([1, 1000, 20_000]))                            # 80 KB: two phases
+        if me == sleeper:
+            time.sleep(nap)
+        x = np.full(n, me, np.float32)
+        if op == 0:
+            total += allreduce(comm, x, algorithm="shared_memory")[-1]
+        elif op == 1:
+            total += comm.sendrecv(x, (me + 1) % p, (me - 1) % p)[0]
+        else:
+            comm.barrier()
+    return total, CALLS[0]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("eager_detector")
+def test_ranks_waiting_to_meet_are_never_taken_for_a_deadlock():
+    p, seed = 4, 5
+    results = run(meetings_among_messages, p, seed, timeout=120)
+    rng, ops = np.random.default_rng(seed), []
+    for _ in range(200):                            # the same draws: how many allreduces, ring steps
+        ops.append(rng.integers(3))
+        rng.integers(p), rng.choice(4, p=[.5, .3, .17, .03]), rng.choice(3)
+    for me, (total, _) in enumerate(results):     # an allreduce gives 0 + 1 + 2 + 3, a step the left rank
+        assert total == 6 * ops.count(0) + (me - 1) % p * ops.count(1)
+    assert sum(calls for _, calls in results) > 100, "the detector should have been consulted often"
