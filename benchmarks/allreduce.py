@@ -83,7 +83,8 @@ def timed_loop(allreduce_once, barrier, nbytes: int) -> float:
 
 
 # -- minidist ------------------------------------------------------------------------------------------
-MINIDIST = {"ring out=x": ("ring", True), "ring": ("ring", False), "auto out=x": ("auto", True)}
+MINIDIST = {"ring out=x": ("ring", True), "ring": ("ring", False), "auto out=x": ("auto", True),
+            "shared_memory out=x": ("shared_memory", True)}
 
 
 def _minidist_worker(comm, sizes, algorithm, in_place):

@@ -312,6 +312,12 @@ print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ 
 # a setting, meant to be tuned per machine): 512 KiB. Section 6 says why: a message costs minidist ten or
 # more microseconds of Python, not MPICH's one, so Rabenseifner's log2 P extra messages pay only on far
 # larger arrays (benchmarks/allreduce.md). Newer MPICH picks from tuning tables; NCCL uses rings and trees.
+#
+# Before that rule, minidist's `auto` asks whether the ranks share memory: the world communicator of the
+# simulated cluster has a *shared area* (1 MiB per rank). An array that fits is reduced there without
+# messages (`algorithm="shared_memory"`): each rank copies its input in, the ranks meet, and each adds its
+# piece of every rank's array in rank order — one or two meetings instead of 2(P − 1) message steps, as
+# MPICH and NCCL do inside one machine. Sub-communicators, MPI runs and Topologies have no area.
 
 # %%
 for nbytes in (8, 2048, 2052, 2**18, 2**20):
@@ -322,6 +328,8 @@ assert choose_algorithm(2048, 512, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == 
 assert choose_algorithm(2052, 513, 8, short_bytes=MPICH_SHORT_MESSAGE_BYTES) == "rabenseifner"
 assert choose_algorithm(2052, 513, 8) == "recursive_doubling"
 assert choose_algorithm(2**20, 2**18, 8) == "rabenseifner"
+assert choose_algorithm(2**20, 2**18, 8, shared_bytes=2**20) == "shared_memory"        # fits the area
+assert choose_algorithm(2**20 + 4, 2**18 + 1, 8, shared_bytes=2**20) == "rabenseifner"  # does not
 
 # %% [markdown]
 # ## 8. The eight collectives, before and after — and three more algorithms

@@ -13,6 +13,10 @@ from .header import DTYPE_CHARS
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
 
+class MessageMismatchError(ValueError):
+    """The next message from a rank is not the one the receiver asked for (tag, dtype or shape)."""
+
+
 def check_payload(array) -> np.ndarray:
     """The array to send (C-contiguous: a copy if ``array`` is not), or TypeError/ValueError."""
     if type(array) is np.ndarray and array.dtype in _SENDABLE and array.flags.c_contiguous \

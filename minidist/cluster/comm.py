@@ -7,6 +7,7 @@
     comm.barrier(), comm.all_equal(value), comm.split(color, key=None)        (group.py)
     with comm.collective("allreduce(...)"):    messages inside carry the call's checksum
     comm.stats, comm.clock, comm.compute(flops), comm.elapse(seconds)          (ledger.py)
+    comm.shared_area()                         arrays every rank reads in place (shared_area.py)
 
 Each message costs its sender alpha + n * beta seconds of simulated time (the alpha-beta model of the
 "Distributed Deep Learning (Part II)" slides; ledger.py). Messages between an ordered pair of ranks
@@ -33,16 +34,13 @@ import zlib
 
 import numpy as np
 
-from .checks import check_out, check_payload, check_separate, check_tag
+from .checks import MessageMismatchError, check_out, check_payload, check_separate, check_tag
 from .group import USER, Group
 from .header import Meta
 from .ledger import Ledger, Stats, _size
 from .mailbox import Endpoint
 from .messages import Incoming, Outgoing, post_short, read_message, send_message, wait_for_header
-
-
-class MessageMismatchError(ValueError):
-    """The next message from a rank is not the one the receiver asked for (tag, dtype or shape)."""
+from .shared_area import SharedArea
 
 
 class CollectiveCall:
@@ -68,6 +66,8 @@ class Communicator(Group):
         self.stats = Stats()
         self._call, self._call_name = 0, ""     # the collective call in progress (see ``collective``)
         self._verbose = os.environ.get("MINIDIST_VERBOSE", "") not in ("", "0")
+        world = comm_id == 0 and len(ranks) == endpoint.layout.world_size
+        self._area = SharedArea(self) if world else None
 
     def __repr__(self) -> str:
         return f"Communicator(rank={self.rank}, world_size={self.world_size}, world_ranks={self._ranks})"
@@ -164,6 +164,15 @@ class Communicator(Group):
         received (a plain ``send`` carries checksum 0). Blocks nest; leaving one restores the outer call.
         """
         return CollectiveCall(self, call)
+
+    def shared_area(self) -> SharedArea | None:
+        """The cluster's shared area (shared_area.py): arrays every rank reads in place, and meetings.
+
+        Only the world communicator of the simulated cluster has one (its ranks share one block, and
+        its meetings count every rank); a communicator from ``split``, or one of the MPI backend, whose
+        ranks share no block, returns None.
+        """
+        return getattr(self, "_area", None)      # (MPICommunicator does not run this __init__)
 
     def split(self, color: int | None, key: int | None = None) -> Communicator | None:
         """A new communicator over the ranks that passed the same ``color`` (collective: all ranks call it).

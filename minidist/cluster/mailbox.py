@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from .layout import ACK, DATA, HEADER_BYTES, MAX_DIMS, ROOM, Layout  # noqa: F401 (re-exported)
+from .deadlock import blocked_on, find_deadlock
+from .layout import ACK, DATA, HEADER_BYTES, MAX_DIMS, MEET, ROOM, Layout  # noqa: F401 (re-exported)
 from .process_setup import exit_if_orphaned
 
 POLL = 0.05                                     # seconds between checks for abort / returned peers
@@ -149,7 +150,7 @@ class Endpoint:
 
     # -- waiting -----------------------------------------------------------------------------------------
     def wait(self, send_to: int = -1, recv_from: int = -1, tag: int = 0, room_at: int = 0,
-             ack: bool = False, data_at: int = 0) -> None:
+             ack: bool = False, data_at: int = 0, met=None) -> None:
         """Return once there is room in mailbox me -> ``send_to`` or data in ``recv_from`` -> me.
 
         send_to, recv_from: world ranks, -1 for "not waiting for that"; tag: what the status line shows
@@ -158,6 +159,8 @@ class Endpoint:
         ack: wait instead until that reader *has* read room_at slots (it has taken a message that it
         copies straight out of this rank's memory). data_at: ring me only once the writer of
         recv_from -> me has written this many slots (``Incoming.data_at``; any data still counts).
+        met: wait instead until ``met()`` is true: rank recv_from has reached meeting data_at in the
+        shared area (shared_area.py; the status line says MEET).
         Raises Aborted, PeerReturnedError or DeadlockError instead of waiting forever.
 
         Waking a sleeping process costs tens of microseconds, far more than a short message, so a rank
@@ -176,8 +179,8 @@ class Endpoint:
             return self.ctrl[self.read_out[send_to]] >= room_at or (
                 recv_from >= 0 and self.read[recv_from] < self.ctrl[self.written_in[recv_from]])
 
-        if ack:
-            ready = taken
+        if ack or met:
+            ready = met or taken
         if (recv_from >= 0 or not ack) and self.may_spin():   # (a large message takes longer: sleep)
             stop = time.perf_counter() + SPIN
             while time.perf_counter() < stop:
@@ -192,7 +195,8 @@ class Endpoint:
         self.ctrl[st + 5] += 1                 # a new wait number, published before the bits below
         self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
         self.ctrl[st + 4], self.ctrl[st + 6] = room_at, data_at
-        self.ctrl[st] = ((ACK if ack else ROOM) if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
+        self.ctrl[st] = MEET if met else \
+            ((ACK if ack else ROOM) if send_to >= 0 else 0) | (DATA if recv_from >= 0 else 0)
         fence()
         try:
             while True:
@@ -206,7 +210,8 @@ class Endpoint:
                         raise Aborted()
                     for peer in (recv_from, send_to):
                         if peer >= 0 and self.peer_done(peer) and not ready():
-                            what = ("a message from" if peer == recv_from else
+                            what = ("a meeting in the shared area with" if met else
+                                    "a message from" if peer == recv_from else
                                     "its message to be taken by" if ack else "room in the mailbox to")
                             raise PeerReturnedError(
                                 f"rank {self.rank} waits for {what} rank {peer} (tag {tag}), but rank "
@@ -218,6 +223,14 @@ class Endpoint:
                     raise Aborted()
         finally:
             self.ctrl[st] = 0
+
+    def find_deadlock(self) -> str | None:
+        """What every rank waits for, if no rank can ever make progress again; else None (deadlock.py)."""
+        return find_deadlock(self)
+
+    def blocked_on(self, rank: int, line: list[int] | None = None) -> str:
+        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for (its status line, or ``line``)."""
+        return blocked_on(self, rank, line)
 
     def may_spin(self) -> bool:
         """Spin before sleeping only while the awake ranks (this one included) fit on the cores: every rank
@@ -233,62 +246,6 @@ class Endpoint:
                 if awake > self.cores:
                     return False
         return True
-
-    def find_deadlock(self) -> str | None:
-        """What every rank waits for, if no rank can ever make progress again; else None.
-
-        A deadlock: every rank that has not returned sleeps in ``wait``, and none can be woken — a rank
-        waiting for data from s finds mailbox s -> it empty (written == read), one waiting for room to d
-        finds mailbox it -> d full (written - read >= nslots), one waiting for d to take its message
-        finds d's read count below its room_at, one in sendrecv both. Any unread data, even
-        a message it will only stash, means "not now": the next poll looks again.
-
-        Why it never cries wolf, though the other ranks run on while we look: we read every status line
-        and done flag, then the counters, then every status line and done flag again, and only trust
-        two identical snapshots. A rank inside ``wait`` writes nothing but its own status line; one that
-        leaves ``wait`` clears its bits, and one that enters again has a new wait number. So identical
-        snapshots, with every rank asleep or done, mean that no rank was outside ``wait`` while we read
-        the counters: nobody wrote a counter then, so the counters we read were true all that time, and
-        if they let nobody progress, nobody ever will (a rank only wakes for good once a counter moves).
-        Like the rest of this file, it relies on the CPU making stores visible in program order (x86 does).
-        """
-        ctrl, line = self.ctrl, self.layout.line
-
-        def snapshot() -> list[tuple]:      # (done, bits, send_to, recv_from, tag, room_at, wait number)
-            return [(ctrl[line("done", r)], *ctrl[st:st + 6].tolist()) for r, st in enumerate(self.status)]
-
-        first = snapshot()
-        for r, (finished, mask, send_to, recv_from, _, room_at, _) in enumerate(first):
-            if finished:
-                continue
-            if mask == 0:
-                return None                          # rank r is running: it may still send
-            if any(peer >= 0 and first[peer][0] for peer in (send_to, recv_from)):
-                return None                          # its peer returned: it raises PeerReturnedError itself
-            if mask & DATA and ctrl[line("written", recv_from, r)] > ctrl[line("read", recv_from, r)]:
-                return None  # data has arrived for it
-            if (
-                mask & ROOM
-                and ctrl[line("written", r, send_to)] - ctrl[line("read", r, send_to)] < self.nslots
-            ):
-                return None                          # a slot is free for it
-            if mask & ACK and ctrl[line("read", r, send_to)] >= room_at:
-                return None                          # its message has been taken
-        if snapshot() != first:
-            return None                                  # someone moved while we looked: look again later
-        return "deadlock: every rank is waiting and no message can arrive: " + "; ".join(
-            f"rank {r} returned" if status[0] else f"rank {r} waits for {self.blocked_on(r, status[1:])}"
-            for r, status in enumerate(first))
-
-    def blocked_on(self, rank: int, line: list[int] | None = None) -> str:
-        """'recv from rank 3 (tag 0)' — what ``rank`` is asleep for, read from its status line (or
-        ``line``)."""
-        st = self.status[rank]
-        mask, send_to, recv_from, tag = (self.ctrl[st:st + 4].tolist() if line is None else line)[:4]
-        parts = ([f"send to rank {send_to}"] if mask & (ROOM | ACK) else []) + \
-                ([f"recv from rank {recv_from}"] if mask & DATA else [])
-        what = {-1: "barrier", -2: "split", -3: "all_equal"}.get(tag, f"tag {tag}")
-        return f"{' + '.join(parts)} ({what})" if parts else "running"
 
 
 def timeout_report(timeout: float, states: dict[int, str]) -> str:

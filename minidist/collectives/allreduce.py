@@ -11,12 +11,16 @@ This file holds the entry point, the two algorithms of the first lecture slides,
 
 The others live in ring.py (``ring``), tree.py (``tree``) and halving_doubling.py (``recursive_doubling``,
 ``rabenseifner``); every algorithm's steps are described once in minidist.sim.collective_rounds and
-priced, exactly or by the slides' formula, by minidist.sim.collective_cost. Sources: the "Scaling Up
-Training" slides (naive vs manager vs ring and their work counts), the "Hardware Accelerators for Training
-DNNs" tutorial (collectives and their algorithms).
+priced, exactly or by the slides' formula, by minidist.sim.collective_cost. ``shared_memory``
+(shared_memory.py) reads the other ranks' arrays in the cluster's shared memory instead of sending
+messages (not in ``ALGORITHMS``: where the ranks share no memory it runs the ring). Sources: the "Scaling
+Up Training" slides (naive vs manager vs ring and their work counts), the "Hardware Accelerators for
+Training DNNs" tutorial (collectives and their algorithms).
 
-``auto`` picks as MPICH's classic allreduce does: recursive doubling when the array has at most
-``short_bytes`` bytes or fewer elements than P' (the largest power of two <= P), otherwise Rabenseifner.
+``auto`` takes ``shared_memory`` where its cost model says it beats the ring on one machine (the
+world communicator of the simulated cluster, an array that fits its shared area), and otherwise picks
+as MPICH's classic allreduce does: recursive doubling when the array has at most ``short_bytes`` bytes
+or fewer elements than P' (the largest power of two <= P), otherwise Rabenseifner.
 MPICH's default threshold is 2048 bytes (``MPICH_SHORT_MESSAGE_BYTES``); minidist's,
 ``SHORT_MESSAGE_BYTES`` = 512 KiB, is tuned for a message that costs Python statements rather than
 hardware latency (benchmarks/allreduce.md).
@@ -41,6 +45,12 @@ from minidist.collectives.common import (
 from minidist.collectives.halving_doubling import rabenseifner_allreduce, recursive_doubling_allreduce
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, choose_by_topology
 from minidist.collectives.ring import ring_allreduce
+from minidist.collectives.shared_memory import (
+    ring_time,
+    shared_area_bytes,
+    shared_memory_allreduce,
+    shared_memory_time,
+)
 from minidist.collectives.tree import tree_allreduce
 
 MPICH_SHORT_MESSAGE_BYTES = 2048      # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE default
@@ -93,6 +103,8 @@ ALGORITHMS = {
     "rabenseifner": rabenseifner_allreduce,
 }
 
+SHARED = {"shared_memory": shared_memory_allreduce}     # through the shared area where there is one
+
 
 def mpi_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """``allreduce(..., algorithm="mpi")``: MPI_Allreduce of x (MPI backend only; not in the ledger)."""
@@ -103,12 +115,20 @@ def mpi_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     return finish(flat, op, comm.world_size, x.shape)
 
 
-def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES) -> str:
-    """MPICH's classic choice: recursive doubling for short arrays, Rabenseifner for long ones.
+def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES,
+                     shared_bytes: int = 0) -> str:
+    """The shared area where it fits and wins, else MPICH's classic choice: recursive doubling for short
+    arrays, Rabenseifner for long ones.
 
     nbytes, n: the array's size in bytes and elements. ``short_bytes``: the largest "short" array;
-    MPICH_SHORT_MESSAGE_BYTES gives MPICH's own default. Returns an algorithm name.
+    MPICH_SHORT_MESSAGE_BYTES gives MPICH's own default. ``shared_bytes``: the largest array the
+    communicator's shared area takes (0: it has none; ``shared_memory.shared_area_bytes``); the area
+    is chosen when the array fits and ``shared_memory_time`` < ``ring_time`` (shared_memory.py).
+    Returns an algorithm name.
     """
+    fits = shared_bytes > 0 and nbytes <= shared_bytes           # (shared_bytes 0: there is no area)
+    if fits and shared_memory_time(nbytes, world_size) < ring_time(nbytes, world_size):
+        return "shared_memory"
     if nbytes <= short_bytes or n < largest_power_of_two(world_size):
         return "recursive_doubling"
     return "rabenseifner"
@@ -120,7 +140,7 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
 
     x: any shape, float or integer dtype, the same shape and dtype on every rank; never modified unless
     it is ``out``. op: "sum", "mean", "max" or "min". algorithm: one of ``ALGORITHMS``, "hierarchical" or
-    "torus" (``TOPOLOGY_ALGORITHMS``: under ``run(..., link=Topology(...))``), or "auto".
+    "torus" (``TOPOLOGY_ALGORITHMS``: under ``run(..., link=Topology(...))``), "shared_memory", or "auto".
     out: where to write the result (C-contiguous, x's shape and dtype; may be x itself, for an in-place
     allreduce); by default a new array. Returns the result, of x's shape and dtype (``out`` if given).
     """
@@ -128,15 +148,18 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
     x = check_array(x)
     check_op(op, x.dtype)
     if algorithm == "auto":   # on a Topology, hierarchical/torus when predicted faster (hierarchical.py)
-        algorithm = choose_by_topology(comm, x.nbytes) or choose_algorithm(x.nbytes, x.size, comm.world_size)
+        algorithm = choose_by_topology(comm, x.nbytes) or choose_algorithm(
+            x.nbytes, x.size, comm.world_size, shared_bytes=shared_area_bytes(comm))
     if algorithm == "mpi":              # MPI_Allreduce itself, for comparison (MPI backend only)
         result = working_buffer(x, out)
         result[...] = mpi_allreduce(comm, x, op)
         return result
-    table = TOPOLOGY_ALGORITHMS if algorithm in TOPOLOGY_ALGORITHMS else ALGORITHMS
+    table = TOPOLOGY_ALGORITHMS if algorithm in TOPOLOGY_ALGORITHMS else SHARED if algorithm in SHARED \
+        else ALGORITHMS
     if algorithm not in table:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
-                         f"(on a Topology), 'mpi' (under mpiexec) or 'auto', got {algorithm!r}")
+                         f"(on a Topology), 'shared_memory', 'mpi' (under mpiexec) or 'auto', "
+                         f"got {algorithm!r}")
     result = working_buffer(x, out)
     flat = result.reshape(-1)            # a view: the algorithms work on the result's memory
     if comm.world_size > 1:

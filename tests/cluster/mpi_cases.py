@@ -62,7 +62,7 @@ def collectives(comm):
     r, got = comm.rank, []
     for n in SIZES:
         x = data(r, n)
-        for algorithm in [*ALGORITHMS, "auto"]:
+        for algorithm in ALGORITHMS:
             got.append(allreduce(comm, x, algorithm=algorithm))
         got.append(allreduce(comm, x.astype(np.int64), op="max", algorithm="ring"))
         got.append(allreduce(comm, x, op="mean", algorithm="tree"))
@@ -71,6 +71,14 @@ def collectives(comm):
         chunks = [data(r + j, n) for j in range(comm.world_size)]
         got += [allgather(comm, x), reduce_scatter(comm, x), alltoall(comm, chunks)]
     return got, comm.stats, comm.clock
+
+
+def shared_memory_or_not(comm):
+    """``auto`` and ``shared_memory`` give the same results on both backends, by different algorithms:
+    the simulated cluster's ranks share memory (collectives/shared_memory.py), MPI's need not, and there
+    both run message algorithms (RESULTS_ONLY: their stats, clocks and spans differ)."""
+    return [allreduce(comm, data(comm.rank, n), algorithm=algorithm)
+            for n in SIZES for algorithm in ("auto", "shared_memory")]
 
 
 def groups(comm):
@@ -111,9 +119,13 @@ def pipeline(comm):
     return losses, [p.data for p in pipe.parameters()], comm.stats, comm.clock
 
 
-CASES = {"point_to_point": (point_to_point, ()), "collectives": (collectives, ()), "groups": (groups, ()),
+CASES = {"point_to_point": (point_to_point, ()), "collectives": (collectives, ()),
+         "shared_memory_or_not": (shared_memory_or_not, ()), "groups": (groups, ()),
          "data_parallel_sgd": (data_parallel, ("sgd",)), "data_parallel_adam": (data_parallel, ("adam",)),
          "pipeline": (pipeline, ())}
+
+
+RESULTS_ONLY = {"shared_memory_or_not"}      # cases whose stats, clocks and spans may differ between backends
 
 
 def mpi_only(comm):

@@ -1,5 +1,6 @@
 """The MPI backend: the programs of mpi_cases.py under ``mpiexec -n 2`` and ``-n 4`` give bitwise the
-results, stats, clocks and spans of the simulated cluster; failures end the job with one clear report.
+results, stats, clocks and spans of the simulated cluster (``auto``: the results; it may choose the
+shared area on the simulated cluster only); failures end the job with one clear report.
 
 Skipped, saying why, where mpi4py or mpiexec is missing (``pip install -e ".[mpi]"``). Each mpiexec job
 is small: MPICH's ranks poll, and with 4 ranks on 2 cores they share the cores (mpi_launch.py asks them
@@ -58,8 +59,8 @@ def test_same_results_stats_clocks_and_spans_on_both_backends(tmp_path, nprocs):
     on_shm = mpi_cases.run_all(nprocs)
     assert on_mpi.keys() == on_shm.keys()
     for name in on_shm:
-        kinds = ("results", "clocks", "stats", "spans")
-        for what, a, b in zip(kinds, on_mpi[name], on_shm[name], strict=True):
+        kinds = ("results", "clocks", "stats", "spans")[:1 if name in mpi_cases.RESULTS_ONLY else 4]
+        for what, a, b in zip(kinds, on_mpi[name][:len(kinds)], on_shm[name][:len(kinds)], strict=True):
             assert same(a, b) if what != "stats" else a == b, f"{name}: {what} differ between MPI and shm"
     sent = [s.bytes_sent for s in on_mpi["collectives"][2]]
     assert sent == [s.bytes_sent for s in on_shm["collectives"][2]] and min(sent) > 0

@@ -148,4 +148,6 @@ def test_the_agreement_rides_on_the_data_no_message_is_added(name, world_size):
         return sum(comm._ep.seq), comm.stats.messages_sent    # every message that left this rank
 
     for through_mailboxes, counted in run(fn, world_size):
-        assert through_mailboxes == counted
+        # auto takes the shared area here: its reads are counted, but none goes through a mailbox
+        assert through_mailboxes == (0 if name == "allreduce_auto" else counted)
+        assert counted == world_size - 1 or name != "allreduce_auto"      # one read of each peer's array
