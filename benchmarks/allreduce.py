@@ -26,10 +26,12 @@ must at least be read once and written once, so at that rate its bus bytes take
 
     t_bytes = 2 · 2 (P − 1)/P · S / copy_bandwidth
 
-and the ring's *overhead per step* is (t − t_bytes) / (2 (P − 1)): what each of its 2(P − 1) steps
-costs beyond moving its bytes (hand-offs, wake-ups, Python). The last column, the ring's CPU time per
-call (the busiest rank's, averaged over all its calls), says what the transport costs whatever the load
-on the machine: a rank asleep in a wait costs none, one spinning (at most 50 us a wait) does.
+(at least: P ranks copying at once share the memory bus, so each copies slower — measured too, and the
+ring's ceiling printed from it: ``ring_ceiling``) and the ring's *overhead per step* is (t − t_bytes) /
+(2 (P − 1)): what each of its 2(P − 1) steps costs beyond moving its bytes (hand-offs, wake-ups, Python).
+The last column, the ring's CPU time per call (the busiest rank's, averaged over all its calls), says
+what the transport costs whatever the load on the machine: a rank asleep in a wait costs none, one
+spinning (at most 50 us a wait) does.
 
 The "floor" peer (benchmarks/floor.py, arrays up to 64 KiB, P a power of two) is the same recursive
 doubling written in bare Python — forked processes, one shared-memory slot and two semaphores per ordered
@@ -124,6 +126,36 @@ def copy_bandwidth(nbytes: int = 32 << 20, count: int = 5) -> float:
     dst = np.zeros_like(src)
     seconds = best_block(lambda: np.copyto(dst, src), count, warmup=count)
     return 2 * nbytes / seconds / 1e9
+
+
+def _copy_worker(barrier, nbytes: int, count: int, results) -> None:
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.zeros_like(src)
+    results.put(best_block(lambda: np.copyto(dst, src), count, warmup=count, barrier=barrier.wait))
+
+
+def concurrent_copy_bandwidth(cores: int, nbytes: int = 32 << 20, count: int = 5) -> float:
+    """Each core's copy bandwidth in GB/s (read + written) while ``cores`` processes copy at once: the
+    memory bus they share, as the ranks of an allreduce share it (the slowest process's fastest block)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(cores), ctx.Queue()
+    procs = [ctx.Process(target=_copy_worker, args=(barrier, nbytes, count, results)) for _ in range(cores)]
+    for proc in procs:
+        proc.start()
+    seconds = max(results.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join()
+    return 2 * nbytes / seconds / 1e9
+
+
+def ring_ceiling(world_size: int, copy_gbs: float, concurrent_gbs: float) -> float:
+    """The largest busbw / copy bandwidth an in-place ring can reach when each rank moves its bytes at
+    ``concurrent_gbs``: per rank it reads the incoming chunk, reads and writes its own (reduce-scatter),
+    then reads one and writes one (allgather) — 5 (P − 1)/P · S bytes for 2 (P − 1)/P · S bus bytes, so
+    busbw <= 2/5 · concurrent bandwidth."""
+    return 0.4 * concurrent_gbs / copy_gbs if world_size > 1 else float("nan")
 
 
 # -- MPICH through mpi4py -------------------------------------------------------------------------------
@@ -260,7 +292,11 @@ def main() -> None:
                     "gloo": bench_gloo(world_size, sizes) if "gloo" in peers else None,
                     "floor": bench_floor(world_size, sizes) if "floor" in peers else None}
         ran = [name for name, times in results.items() if times is not None]
-        print(f"\nP = {world_size}: busbw GB/s (time per allreduce in us) [busbw / copy bandwidth]")
+        shared_gbs = concurrent_copy_bandwidth(world_size)
+        ceiling = ring_ceiling(world_size, copy_gbs, shared_gbs)
+        print(f"\nP = {world_size} cores copying at once: {shared_gbs:.2f} GB/s each; so an in-place ring "
+              f"reaches at most busbw / copy bandwidth = {ceiling:.2f}")
+        print(f"P = {world_size}: busbw GB/s (time per allreduce in us) [busbw / copy bandwidth]")
         pairs = (("ring out=x", "mpich"), ("auto out=x", "mpich"), ("ring out=x", "gloo"))
         print("| size | " + " | ".join(ran) + " | " + " | ".join(f"{a} / {b}" for a, b in pairs)
               + " | ring out=x overhead per step (us) | ring out=x CPU per call (us) |")
