@@ -57,9 +57,12 @@ class TransformerBlock(Module):
         return dh + self.ln1.backward(self.attn.backward(dh))
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
-        """Forward matmul FLOPs for (B, T, d): attention's 8·B·T·d² + 4·B·T²·d plus the MLP's 4·B·T·d·d_ff."""
+        """Forward matmul FLOPs for (B, T, d): attention's 8·B·T·d² + 4·B·T²·d plus the MLP's 4·B·T·d·d_ff.
+        A split attention or MLP (minidist.parallel) has its own ``flops``, this rank's share: the block
+        asks its sub-modules, so a split block counts the products its rank performs."""
         b, t, d = input_shape
-        return self.attn.flops(input_shape) + 4 * b * t * d * self.d_ff
+        mlp = self.mlp.flops(input_shape) if hasattr(self.mlp, "flops") else 4 * b * t * d * self.d_ff
+        return self.attn.flops(input_shape) + mlp
 
     def __repr__(self) -> str:
         return f"TransformerBlock(d_model={self.d_model}, n_heads={self.attn.n_heads}, d_ff={self.d_ff})"

@@ -23,31 +23,24 @@ tensor group, and 2(e−1)/e·|W_replicated| words over the expert group, then
 
 from __future__ import annotations
 
-import copy
-
 from minidist.nn import GPT, Sequential
 
 from .context import context_parallel
 from .expert import expert_parallel
-from .grid_pipeline import Priced
 from .tensor import tensor_parallel
 
 
 def switch_units(tensor_comm, context_comm, expert_comm, gpt: GPT, seq_len: int | None = None) -> Sequential:
     """A SwitchTransformer ``gpt`` (dropout 0, untied) split in place over the three groups, as the grid's
     units: the embeddings, the blocks, ln_f, head. context_comm: None, or the context group (then seq_len,
-    and this rank's zigzag positions). Each block is priced at 1/t of its attention's FLOPs (the experts
-    charge their own rows). Use it as ``DataPipelineGrid(comm, lambda t, c, e: switch_units(t, c, e, gpt,
-    T), ..., expert=e)``."""
+    and this rank's zigzag positions). Each block prices itself: its split attention's share (1/t when t
+    divides the heads) and 0 for the expert-parallel MoE (the experts charge their own rows). Use it as
+    ``DataPipelineGrid(comm, lambda t, c, e: switch_units(t, c, e, gpt, T), ..., expert=e)``."""
     if gpt.drop.p or gpt.tie_weights:
         raise ValueError("a pipelined Switch model needs dropout 0 and untied weights")
-    t = tensor_comm.world_size
-    attention = [copy.deepcopy(b.attn) for b in gpt.blocks]         # what the clock counts: 1/t of these
     for b in gpt.blocks:
         tensor_parallel(b, tensor_comm)
     if context_comm is not None:
         context_parallel(gpt, context_comm, seq_len=seq_len)
     expert_parallel(gpt, expert_comm)
-    blocks = [Priced(b, lambda shape, a=a: a.flops(shape) // t) for b, a in zip(gpt.blocks, attention)]
-    first, *_, ln_f, head = gpt.units()
-    return Sequential(first, *blocks, ln_f, head)
+    return Sequential(*gpt.units())

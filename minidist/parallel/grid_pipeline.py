@@ -25,13 +25,9 @@ Cost per step and rank: the pipeline's messages, the blocks' tensor all-reduces,
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
-
 import numpy as np
 
 from minidist.nn import GPT, Module, Sequential
-from minidist.nn.checkpoint import forward_flops
 
 from .context import context_parallel
 from .context.layout import positions
@@ -52,38 +48,17 @@ def gpt_units(gpt: GPT) -> Sequential:
     return Sequential(*gpt.units())
 
 
-class Priced(Module):
-    """A unit with a known forward FLOP count (the step runner's clock asks ``flops``): forward and backward
-    are ``inner``'s. A tensor-parallel block does 1/t of the whole block's products."""
-
-    def __init__(self, inner: Module, flops: Callable[[tuple[int, ...]], int]):
-        self.inner, self._flops = inner, flops
-
-    def flops(self, input_shape: tuple[int, ...]) -> int:
-        return self._flops(tuple(input_shape))
-
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        return self.inner.forward(x)
-
-    def backward(self, dy: np.ndarray) -> np.ndarray:
-        return self.inner.backward(dy)
-
-
-def split_gpt(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | None = None,
-              count: Callable = forward_flops) -> Sequential:
+def split_gpt(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | None = None) -> Sequential:
     """gpt (dropout 0, untied) split in place — each block by ``tensor_parallel`` over tensor_comm, the
-    sequence by ``context_parallel`` over context_comm (zigzag of seq_len) — as its units, each block
-    priced at count(unsplit block, shape) // t. The embeddings, ln_f and the head stay whole."""
+    sequence by ``context_parallel`` over context_comm (zigzag of seq_len) — as its units. A split block
+    prices itself: its ``flops`` sums its split sub-modules' shares (1/t of the whole block's when t
+    divides the heads and d_ff). The embeddings, ln_f and the head stay whole."""
     gpt_units(gpt)                                             # dropout 0, untied
-    t = tensor_comm.world_size
-    whole = [copy.deepcopy(b) for b in gpt.blocks]             # what the clock counts: 1/t of these
     for b in gpt.blocks:
         tensor_parallel(b, tensor_comm)
     if context_comm is not None:
         context_parallel(gpt, context_comm, seq_len=seq_len)
-    blocks = [Priced(b, lambda shape, w=w: count(w, shape) // t) for b, w in zip(gpt.blocks, whole)]
-    first, *_, ln_f, head = gpt.units()
-    return Sequential(first, *blocks, ln_f, head)
+    return gpt_units(gpt)
 
 
 def tensor_gpt_units(tensor_comm, gpt: GPT, context_comm=None, seq_len: int | None = None) -> Sequential:

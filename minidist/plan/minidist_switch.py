@@ -10,8 +10,8 @@ k = E and capacity factor E (C = ceil(E·n/E) = n slots, nothing dropped). Each 
 exactly the n = b·T/c tokens of each of the e ranks of its group: R = e·n rows per local expert, E·n per
 rank. (Top-1 routing's loads depend on the tokens: this module refuses k < E.) Per block and micro-batch:
 
-    compute     attention's FLOPs / t (the Priced unit) + the experts': 2·(E·n)·(2·d·f/t) forward, twice
-                that backward (ExpertParallelMoE._charge); the router and the norms are not charged
+    compute     attention's FLOPs / t (the split block's flops) + the experts': 2·(E·n)·(2·d·f/t) forward,
+                twice that backward (ExpertParallelMoE._charge); the router and the norms are not charged
     all-to-all  collectives.alltoall: e − 1 rounds, each one sendrecv per rank (α + β·bytes); forward the
                 counts (E/e int64 to each peer), the dispatch and the combine (n·E/e rows of d each),
                 backward the two token all-to-alls again

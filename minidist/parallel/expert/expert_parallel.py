@@ -127,6 +127,13 @@ class ExpertParallelMoE(Module):
         dx += self.router.backward(routing_backward(r, dgates, self.aux_loss_coef, self.z_loss_coef))
         return dx.reshape(dy.shape)
 
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """0 charged through the unit: the products depend on the routing, so forward and backward charge
+        them as they run (``_charge``: 2 per expert weight and row it received, this rank's experts only —
+        summed over the group, every kept assignment's 2·(2·d·d_ff) once). The router's 2·N·d·E is not
+        counted, as the planner's minidist mode does not (plan/minidist_switch.py)."""
+        return 0
+
     def expert_parameters(self) -> list:
         """This rank's experts' parameters (not replicated: no all-reduce over the expert group)."""
         return [p for expert in self.experts for p in expert.parameters()]

@@ -90,6 +90,24 @@ class TensorParallelAttention(Module):
         dx_partial = self.qkv.backward(np.concatenate([merge_heads(a) for a in (dq, dk, dv)], axis=-1))
         return self.enter.backward(dx_partial)                             # all-reduce or reduce-scatter
 
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """This rank's forward matmul FLOPs for x (B, T, d) (sequence parallel: (B, T/t, d), gathered to
+        B·T·t tokens first): its heads' share of CausalSelfAttention's 8·B·T·d² + 4·B·T²·d,
+
+            qkv 6·B·T·d·d_p  +  q·kᵀ and P·v 4·B·T²·d_p  +  proj 2·B·T·d_p·d  =  8·B·T·d·d_p + 4·B·T²·d_p
+
+        with d_p = |H_p|·d_k; the t shares add up to the whole count (exactly 1/t of it when t divides the
+        heads). The T² term is that of the T tokens given here, whatever the core: a RingAttention core
+        (context parallelism) charges its key/value blocks to the clock itself besides (ring.py) — the
+        rule the planner's minidist mode predicts (plan/minidist_mode.py)."""
+        b, seq, d = input_shape
+        if d != self.d_model:
+            raise ValueError(f"TensorParallelAttention.flops expects (B, T, {self.d_model}), "
+                             f"got {tuple(input_shape)}")
+        seq *= self.comm.world_size if self.sequence_parallel else 1
+        d_p = (self.heads.stop - self.heads.start) * self.d_head
+        return 8 * b * seq * d * d_p + 4 * b * seq * seq * d_p
+
     def __repr__(self) -> str:
         return (f"TensorParallelAttention(heads={self.heads.start}:{self.heads.stop}, "
                 f"sequence_parallel={self.sequence_parallel}, core={self.core!r})")

@@ -17,6 +17,7 @@ parallelism, their sequence-parallel forms (sequence.py).
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 
@@ -115,6 +116,7 @@ class TensorParallelMLP(Module):
         self.activation = copy.deepcopy(activation)
         self.down = local_linear(shard_parameter(second.weight, (slice(None), self.hidden)), None)
         self.bias = shard_parameter(second.bias)
+        self.comm, self.sequence_parallel = comm, bool(sequence_parallel)
         self.enter, self.leave = region_operators(comm, sequence_parallel)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -126,6 +128,14 @@ class TensorParallelMLP(Module):
         self.bias.grad += dy.sum(axis=(0, 1))
         dh = self.activation.backward(self.down.backward(self.leave.backward(dy)))
         return self.enter.backward(self.up.backward(dh))
+
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """This rank's forward matmul FLOPs for x (B, T, d) (sequence parallel: (B, T/t, d), gathered to T·t
+        tokens first): 2·N·d·f_p (up) + 2·N·f_p·d (down) = 4·N·d·f_p, N = B·T — its share of the whole
+        MLP's 4·N·d·f, which TransformerBlock counts (the products only, as it does: not the activation)."""
+        *lead, d = input_shape
+        tokens = math.prod(lead) * (self.comm.world_size if self.sequence_parallel else 1)
+        return self.up.flops((tokens, d)) + self.down.flops((tokens, self.up.out_features))
 
 
 def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:

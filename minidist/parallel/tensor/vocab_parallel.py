@@ -23,6 +23,8 @@ rank, 6(t−1) messages.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from minidist.nn import Embedding, Linear, Module, Parameter
@@ -83,6 +85,10 @@ class VocabParallelEmbedding(Module):
                              f"{(*self._local.shape, self.embedding_dim)}, got {dy.shape}")
         np.add.at(self.weight.grad, self._local[self._mine], dy[self._mine])
 
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """0: a lookup of this rank's rows, no products (nn.GPTInput counts the whole embedding so too)."""
+        return 0
+
     def __repr__(self) -> str:
         return (f"VocabParallelEmbedding({self.num_embeddings}, {self.embedding_dim}, rows={self.rows.start}:"
                 f"{self.rows.stop})")
@@ -101,6 +107,7 @@ class VocabParallelHead(Module):
             raise ValueError("VocabParallelHead splits a head without bias (a GPT's)")
         self.rows = feature_slice(head.out_features, comm.world_size, comm.rank)
         self.enter = region_operators(comm, sequence_parallel)[0]        # f, or ḡ (all-gather along T)
+        self.comm, self.sequence_parallel = comm, bool(sequence_parallel)
         self.weight = tied if tied is not None else shard_parameter(head.weight, self.rows)
         self.in_features, self.out_features = head.in_features, head.out_features
         self._x: np.ndarray | None = None
@@ -115,6 +122,16 @@ class VocabParallelHead(Module):
             raise RuntimeError("VocabParallelHead.backward called before forward")
         self.weight.grad += dz.reshape(-1, dz.shape[-1]).T @ self._x.reshape(-1, self._x.shape[-1])
         return self.enter.backward(dz @ self.weight.data)
+
+    def flops(self, input_shape: tuple[int, ...]) -> int:
+        """This rank's forward FLOPs for x (B, T, d) (sequence parallel: (B, T/t, d), gathered to T·t tokens):
+        2·N·d·|V_p|, N = B·T, its share of the whole head's Linear(d, V) count 2·N·d·V (the t shares add up
+        to it; exactly 1/t of it when t divides V)."""
+        *lead, d = input_shape
+        if d != self.in_features:
+            raise ValueError(f"VocabParallelHead.flops expects (..., {self.in_features}), got {input_shape}")
+        tokens = math.prod(lead) * (self.comm.world_size if self.sequence_parallel else 1)
+        return 2 * tokens * d * self.weight.shape[0]
 
     def __repr__(self) -> str:
         return (f"VocabParallelHead({self.in_features}, {self.out_features}, "
