@@ -267,6 +267,20 @@ def classroom_files(trees) -> list[str]:
             or any(isinstance(n, ast.Constant) and "BEGIN SOLUTION" in str(n.value) for n in ast.walk(tree))]
 
 
+def copies_to_price(trees) -> list[str]:
+    """Definitions in parallel/ or plan/ that keep a deep copy of (part of) the model only to price a split
+    one: a ``deepcopy`` call and a lambda that counts FLOPs (calls ``flops`` or ``count``) in the same
+    top-level definition. A split module prices itself (its own ``flops``)."""
+    def counts_flops(n) -> bool:
+        called = {getattr(c.func, "attr", getattr(c.func, "id", ""))
+                  for c in ast.walk(n) if isinstance(c, ast.Call)}
+        return isinstance(n, ast.Lambda) and bool(called & {"flops", "count"})
+
+    return [where(path, top) for path, top in tops(trees) if path.parts[1:2] in (("parallel",), ("plan",))
+            and "deepcopy" in attributes(top) | {getattr(n, "id", "") for n in ast.walk(top)}
+            and any(counts_flops(n) for n in ast.walk(top))]
+
+
 def lines(under: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in under.rglob("*.py"))
 
@@ -287,6 +301,7 @@ CHECKS = [
     ("classroom files inside minidist/", classroom_files, 0),
     ("compute charge APIs", compute_charge_apis, 1),
     ("direct clock calls in strategies", strategy_clock_calls, 0),
+    ("model copies kept to price a split one", copies_to_price, 0),
 ]
 
 
