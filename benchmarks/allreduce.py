@@ -26,9 +26,10 @@ must at least be read once and written once, so at that rate its bus bytes take
 
     t_bytes = 2 · 2 (P − 1)/P · S / copy_bandwidth
 
-(at least: P ranks copying at once share the memory bus, so each copies slower — measured too, and the
-ring's ceiling printed from it: ``ring_ceiling``) and the ring's *overhead per step* is (t − t_bytes) /
-(2 (P − 1)): what each of its 2(P − 1) steps costs beyond moving its bytes (hand-offs, wake-ups, Python).
+(at least: P ranks copying at once share the memory bus, so each copies slower — measured too, and what
+a ring moving its bytes at that rate would reach: ``ring_ceiling``) and the ring's *overhead per step*
+is (t − t_bytes) / (2 (P − 1)): what each of its 2(P − 1) steps costs beyond moving its bytes
+(hand-offs, wake-ups, Python).
 The last column, the ring's CPU time per call (the busiest rank's, averaged over all its calls), says
 what the transport costs whatever the load on the machine: a rank asleep in a wait costs none, one
 spinning (at most 50 us a wait) does.
@@ -151,10 +152,11 @@ def concurrent_copy_bandwidth(cores: int, nbytes: int = 32 << 20, count: int = 5
 
 
 def ring_ceiling(world_size: int, copy_gbs: float, concurrent_gbs: float) -> float:
-    """The largest busbw / copy bandwidth an in-place ring can reach when each rank moves its bytes at
-    ``concurrent_gbs``: per rank it reads the incoming chunk, reads and writes its own (reduce-scatter),
-    then reads one and writes one (allgather) — 5 (P − 1)/P · S bytes for 2 (P − 1)/P · S bus bytes, so
-    busbw <= 2/5 · concurrent bandwidth."""
+    """busbw / copy bandwidth of an in-place ring whose ranks move their bytes at ``concurrent_gbs``, with
+    no other cost: per rank it reads the incoming chunk, reads and writes its own (reduce-scatter), then
+    reads one and writes one (allgather) — 5 (P − 1)/P · S bytes for 2 (P − 1)/P · S bus bytes, so
+    busbw = 2/5 · concurrent bandwidth. (The concurrent bandwidth of a shared VM varies by 2× from run to
+    run: read it beside the ring's own fraction in the same run.)"""
     return 0.4 * concurrent_gbs / copy_gbs if world_size > 1 else float("nan")
 
 
@@ -294,8 +296,8 @@ def main() -> None:
         ran = [name for name, times in results.items() if times is not None]
         shared_gbs = concurrent_copy_bandwidth(world_size)
         ceiling = ring_ceiling(world_size, copy_gbs, shared_gbs)
-        print(f"\nP = {world_size} cores copying at once: {shared_gbs:.2f} GB/s each; so an in-place ring "
-              f"reaches at most busbw / copy bandwidth = {ceiling:.2f}")
+        print(f"\nP = {world_size} cores copying at once: {shared_gbs:.2f} GB/s each; an in-place ring "
+              f"moving its bytes at that rate: busbw / copy bandwidth = {ceiling:.2f} (noisy on a shared VM)")
         print(f"P = {world_size}: busbw GB/s (time per allreduce in us) [busbw / copy bandwidth]")
         pairs = (("ring out=x", "mpich"), ("auto out=x", "mpich"), ("ring out=x", "gloo"))
         print("| size | " + " | ".join(ran) + " | " + " | ".join(f"{a} / {b}" for a, b in pairs)
