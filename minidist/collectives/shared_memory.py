@@ -31,11 +31,14 @@ there is no area (a sub-communicator, the MPI backend, a Topology) or the array 
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 from minidist.cluster.topology import topology_of
 from minidist.collectives.common import UFUNCS
 from minidist.collectives.ring import ring_allreduce
+from minidist.split import split_sizes
 
 # Measured on a 2-core VM, P = 2, ranks on their own cores (benchmarks/allreduce.md, issue 43's section)
 MEETING_SECONDS = 2e-6        # one meeting (1.0-1.4 us when both ranks spin)
@@ -82,10 +85,10 @@ def shared_memory_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarr
     if flat.nbytes <= WHOLE_BYTES:                      # every rank reduces all of it: one meeting
         area.meet(sent=[flat.nbytes] * p, received=[flat.nbytes] * p)
         return reduce_in_rank_order(ufunc, arrays, slice(None), flat)
-    base, extra = divmod(flat.size, p)          # np.array_split's rule (minidist.split), in plain ints
-    bounds = [q * base + min(q, extra) for q in range(p + 1)]
+    sizes = split_sizes(flat.size, p)           # np.array_split's rule (minidist.split), plain ints
+    bounds = [0, *accumulate(sizes)]
     pieces = [slice(bounds[q], bounds[q + 1]) for q in range(p)]
-    piece_bytes = [(bounds[q + 1] - bounds[q]) * flat.itemsize for q in range(p)]
+    piece_bytes = [size * flat.itemsize for size in sizes]
     area.meet(sent=piece_bytes, received=[piece_bytes[r]] * p)      # every input is in the area
     mine = pieces[r]
     arrays[r][mine] = reduce_in_rank_order(ufunc, arrays, mine, flat[mine])
