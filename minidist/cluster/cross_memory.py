@@ -39,29 +39,31 @@ class _IOVec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
-def _load():
-    """libc's process_vm_readv, typed, or None where there is none (not Linux, not glibc)."""
+def _load(name: str):
+    """libc's process_vm_readv or process_vm_writev, typed, or None where there is none (not Linux,
+    not glibc)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        read = libc.process_vm_readv
+        call = getattr(libc, name)
     except (OSError, AttributeError):
         return None
-    read.restype = ctypes.c_ssize_t
-    read.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.POINTER(_IOVec),
+    call.restype = ctypes.c_ssize_t
+    call.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.POINTER(_IOVec),
                      ctypes.c_ulong, ctypes.c_ulong]
-    return read
+    return call
 
 
-_readv = _load()
+_readv, _writev = _load("process_vm_readv"), _load("process_vm_writev")
 
 
 def available() -> bool:
     """True if large messages may be copied across processes here: Linux with process_vm_readv, not
     turned off by MINIDIST_CROSS_MEMORY=0, not forbidden by Yama, and a test read of this process's own
     memory works (a sandbox may refuse the call)."""
-    if _readv is None or os.environ.get("MINIDIST_CROSS_MEMORY", "1") == "0" or _yama_scope() >= 2:
+    if _readv is None or _writev is None or os.environ.get("MINIDIST_CROSS_MEMORY", "1") == "0" \
+            or _yama_scope() >= 2:
         return False
     probe, copy = np.arange(8, dtype=np.int64), np.zeros(8, dtype=np.int64)
     try:
@@ -126,14 +128,24 @@ def pull(pid: int, remote: int, local: int, nbytes: int) -> None:
 
     Raises OSError (with the errno) if the kernel refuses or the other process is gone.
     """
+    _copy(_readv, "process_vm_readv from", pid, local, remote, nbytes)
+
+
+def push(pid: int, local: int, remote: int, nbytes: int) -> None:
+    """Copy ``nbytes`` bytes at address ``local`` of this process to address ``remote`` of process
+    ``pid`` (``process_vm_writev``; window.py's ``put``). Raises OSError as ``pull`` does."""
+    _copy(_writev, "process_vm_writev to", pid, local, remote, nbytes)
+
+
+def _copy(call, what: str, pid: int, local: int, remote: int, nbytes: int) -> None:
     done = 0
     while done < nbytes:          # the kernel may copy less than asked (then the rest is asked again)
         here, there = _IOVec(local + done, nbytes - done), _IOVec(remote + done, nbytes - done)
-        got = _readv(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0)
+        got = call(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0)
         if got <= 0:
             err = ctypes.get_errno() if got < 0 else 0
             why = os.strerror(err) if err else "no data"
-            raise OSError(err, f"process_vm_readv from process {pid}: {why}")
+            raise OSError(err, f"{what} process {pid}: {why}")
         done += got
 
 

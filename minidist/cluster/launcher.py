@@ -38,8 +38,8 @@ from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace, checked_link
 from .mailbox import Aborted, Endpoint, Layout, timeout_report
 
-from .process_setup import (check_picklable, die_with_parent, one_blas_thread, settle_rank,  # isort: skip
-                            release_block, shared_resources, signals_deferred, unlink_names)
+from .process_setup import (check_picklable, die_with_parent, leave_block, one_blas_thread,  # isort: skip
+                            release_block, settle_rank, shared_resources, signals_deferred, unlink_names)
 
 MAX_RANKS = 64
 GRACE = 1.0              # seconds a failing run gives the other ranks to stop before terminating them
@@ -287,6 +287,7 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     conn.close()
     if endpoint is not None:
         endpoint.close()
+    leave_block(shared)
     sys.exit(code)
 
 

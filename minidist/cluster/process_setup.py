@@ -232,6 +232,18 @@ def release_block(block, shm, doorbells: list) -> None:
         pass
 
 
+def leave_block(shared) -> None:
+    """In a rank, at its end: under spawn, close its map of the block (``shared``, a SharedMemory) now.
+    Arrays of the block that outlive the rank's function (shared buffers kept in a global: shared_buffers.py)
+    keep the map until the process exits; the SharedMemory is then told that there is nothing left to
+    close, or its finalizer would complain at exit. Under fork (a memoryview) there is nothing to do."""
+    if hasattr(shared, "close"):
+        try:
+            shared.close()
+        except BufferError:
+            shared._buf = shared._mmap = None      # (multiprocess's SharedMemory: what close() would drop)
+
+
 def check_picklable(fn, args) -> None:
     """Under spawn, fn and args travel to the ranks pickled: refuse at once (TypeError) if they cannot."""
     from multiprocess.reduction import ForkingPickler

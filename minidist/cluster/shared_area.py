@@ -9,6 +9,7 @@ algorithm="shared_memory")`` does (collectives/shared_memory.py).
     area = comm.shared_area()                  # None unless the ranks share a block (see there)
     arrays = area.arrays(dtype, n)             # arrays[q]: rank q's n items in the area, for this call
     area.meet(sent, received)                  # wait until every rank has reached this meeting
+    win = area.window(flat, sent, received)    # a meeting that exposes every rank's own array (window.py)
 
 The area lies at the end of the shared block (layout.py): per rank ``area_bytes`` (the largest array
 it takes), twice. Successive calls alternate between the two parities, so a rank may write the next
@@ -33,6 +34,8 @@ import numpy as np
 
 from .checks import MessageMismatchError
 from .layout import MEET
+from .shared_buffers import SharedBuffers
+from .window import Window, location_of
 
 MEET_TAG = -4                     # what the status line shows as the tag of a meeting (deadlock.py)
 _FLOAT, _INT = struct.Struct("<d"), struct.Struct("<q")
@@ -48,6 +51,7 @@ class SharedArea:
         self.calls = self.meetings = 0
         self._lines = [layout.line("meet", r) for r in range(layout.world_size)]
         self._peers = [q for q in range(layout.world_size) if q != self._ep.rank]
+        self.buffers = SharedBuffers(self._ep)     # arrays that live in the block (shared_buffers.py)
 
     def arrays(self, dtype: np.dtype, n: int) -> list[np.ndarray]:
         """Every rank's array of ``n`` items of ``dtype`` in the area, for the next call (rank order).
@@ -63,11 +67,29 @@ class SharedArea:
         starts = [layout.area(parity, r) for r in range(layout.world_size)]
         return [raw[s:s + n * dtype.itemsize].view(dtype) for s in starts]
 
-    def meet(self, sent: list[int], received: list[int]) -> None:
+    @property
+    def windows(self) -> bool:
+        """True if ``window`` works for any array: processes may copy straight between each other here
+        (cross_memory.py; the same answer on every rank: one system, one environment)."""
+        return self._ep.cross_memory
+
+    def window(self, flat: np.ndarray, sent: list[int], received: list[int]) -> Window:
+        """Meet (as ``meet``), exposing every rank's ``flat`` (contiguous, 1-D; the same dtype and size
+        on every rank) to every other: returns the Window (window.py). The closing fence is the
+        caller's next ``meet``. Needs ``windows`` (else raises RuntimeError before meeting)."""
+        if not self.windows:
+            raise RuntimeError("windows need cross-memory copies (process_vm_readv), which this system "
+                               "or MINIDIST_CROSS_MEMORY=0 turns off; check SharedArea.windows first")
+        self.meet(sent, received, location=location_of(self._ep, flat))
+        ctrl, g = self._ep.ctrl, self.meetings
+        return Window(self._ep, flat, [(ctrl[line + 5], ctrl[line + 6 + g % 2]) for line in self._lines])
+
+    def meet(self, sent: list[int], received: list[int], location: int = 0) -> None:
         """Wait until every rank has reached this meeting; charge the pieces read across it.
 
         sent[q]: bytes rank q reads out of this rank's array after this meeting; received[q]: bytes
         this rank reads out of rank q's (both indexed by rank; this rank's own entries are ignored).
+        location: where this rank's array is, for ``window`` (window.location_of).
         Raises MessageMismatchError if a rank meets here in another collective call.
         """
         comm, ep, ledger, stats = self._comm, self._ep, self._comm._ledger, self._comm.stats
@@ -80,6 +102,7 @@ class SharedArea:
         mine = self._lines[me]
         ctrl[mine + 1 + g % 2] = comm._call            # two slots: a peer may be one meeting ahead
         ctrl[mine + 3 + g % 2] = _INT.unpack(_FLOAT.pack(ledger.clock))[0]
+        ctrl[mine + 5], ctrl[mine + 6 + g % 2] = ep.pid, location      # where this rank's array is (window)
         ctrl[mine] = g                                 # published last: the count says the rest is there
         for q in peers:
             ep.ring_if_asleep(q, MEET, 2, g)

@@ -7,7 +7,9 @@
 ``allreduce(comm, x, op="sum", algorithm="ring")`` offers the algorithms of the lectures: naive,
 parameter_server, ring, tree, recursive_doubling, rabenseifner, and auto (MPICH's rule). Their α-β costs
 (and pairwise_allreduce's, alltoall's) are described once, as the rounds they send, in
-``minidist.sim.collective_rounds``, priced by ``minidist.sim.collective_cost``.
+``minidist.sim.collective_rounds``, priced by ``minidist.sim.collective_cost``. ``shared_empty(comm,
+shape, dtype)`` gives an array in the cluster's shared memory, which ``algorithm="shared_memory"``
+reduces without copying it between processes.
 """
 
 from minidist.collectives.allreduce import ALGORITHMS, allreduce, choose_algorithm
@@ -27,8 +29,9 @@ from minidist.collectives.primitives import (
                                              reduce_scatter,
                                              scatter,
 )
+from minidist.collectives.shared_memory import shared_empty
 
 __all__ = ["ALGORITHMS", "TOPOLOGY_ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
            "bruck_allgather", "chain_broadcast", "choose_algorithm", "dissemination_barrier", "gather",
-           "pairwise_allreduce", "reduce", "reduce_scatter", "scatter", "sum_gradients",
+           "pairwise_allreduce", "reduce", "reduce_scatter", "scatter", "shared_empty", "sum_gradients",
            "sum_partial_gradients"]

@@ -46,6 +46,8 @@ from minidist.collectives.halving_doubling import rabenseifner_allreduce, recurs
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, choose_by_topology
 from minidist.collectives.ring import ring_allreduce
 from minidist.collectives.shared_memory import (
+    WINDOW_MIN_BYTES,
+    has_windows,
     ring_time,
     shared_area_bytes,
     shared_memory_allreduce,
@@ -116,7 +118,7 @@ def mpi_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
 
 
 def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SHORT_MESSAGE_BYTES,
-                     shared_bytes: int = 0) -> str:
+                     shared_bytes: int = 0, windows: bool = False) -> str:
     """The shared area where it fits and wins, else MPICH's classic choice: recursive doubling for short
     arrays, Rabenseifner for long ones.
 
@@ -124,10 +126,13 @@ def choose_algorithm(nbytes: int, n: int, world_size: int, short_bytes: int = SH
     MPICH_SHORT_MESSAGE_BYTES gives MPICH's own default. ``shared_bytes``: the largest array the
     communicator's shared area takes (0: it has none; ``shared_memory.shared_area_bytes``); the area
     is chosen when the array fits and ``shared_memory_time`` < ``ring_time`` (shared_memory.py).
-    Returns an algorithm name.
+    ``windows``: the area reaches every rank's array in place (``shared_memory.has_windows``); then
+    arrays of ``WINDOW_MIN_BYTES`` or more go through it too. Returns an algorithm name.
     """
     fits = shared_bytes > 0 and nbytes <= shared_bytes           # (shared_bytes 0: there is no area)
     if fits and shared_memory_time(nbytes, world_size) < ring_time(nbytes, world_size):
+        return "shared_memory"
+    if windows and nbytes >= WINDOW_MIN_BYTES:
         return "shared_memory"
     if nbytes <= short_bytes or n < largest_power_of_two(world_size):
         return "recursive_doubling"
@@ -149,7 +154,8 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
     check_op(op, x.dtype)
     if algorithm == "auto":   # on a Topology, hierarchical/torus when predicted faster (hierarchical.py)
         algorithm = choose_by_topology(comm, x.nbytes) or choose_algorithm(
-            x.nbytes, x.size, comm.world_size, shared_bytes=shared_area_bytes(comm))
+            x.nbytes, x.size, comm.world_size, shared_bytes=shared_area_bytes(comm),
+            windows=has_windows(comm))
     if algorithm == "mpi":              # MPI_Allreduce itself, for comparison (MPI backend only)
         result = working_buffer(x, out)
         result[...] = mpi_allreduce(comm, x, op)

@@ -1,0 +1,89 @@
+"""A window: every rank's array of one collective call, read and written in place by every other rank.
+
+MPI calls this one-sided communication (MPI_Win_create, MPI_Get, MPI_Put, MPI_Win_fence): each rank
+exposes an array; between two fences any rank may read or write any other's, and the owner takes no
+part. Inside one machine it needs no message at all, which is how MPICH and NCCL move large arrays
+between the processes of one node:
+
+    win = comm.shared_area().window(flat, sent, received)   # a meeting (fence): every flat is exposed
+    part = win.get(q, lo, hi, scratch)       # elements lo:hi of rank q's array: a view, or a copy
+    win.put(q, lo, values)                   # write values into rank q's array from element lo on
+    comm.shared_area().meet(sent, received)  # the closing fence: every get and put of every rank is done
+
+How rank r reaches rank q's array (all arrays of one window have the same dtype and size: the call's
+checksum, which every meeting checks, says so):
+
+- q's array lies in the cluster's shared block (``comm.shared_empty``): a view of the block. A get costs
+  nothing, a put is one NumPy copy.
+- a private array of q's process: the kernel copies between the two address spaces (cross_memory.py):
+  a get is one ``process_vm_readv`` into ``scratch``, a put one ``process_vm_writev``.
+
+What keeps it safe is the caller's duty, as in MPI: between the fences no two ranks write the same
+elements, and nobody reads elements that another writes (shared_memory.py: rank r reads and writes only
+piece r of every array). No owner leaves the call before the closing fence, so no array is freed while
+another rank reads or writes it; a rank whose run is aborted meanwhile raises Aborted at that fence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cross_memory import GONE_GRACE, pull, push
+from .mailbox import Aborted
+
+
+def location_of(ep, flat: np.ndarray) -> int:
+    """What a rank publishes about ``flat`` at the opening fence: -(offset + 1) where it lies in the
+    shared block (offset in bytes), else its address in this process (> 0)."""
+    offset = flat.ctypes.data - ep.raw.ctypes.data
+    if 0 <= offset and offset + flat.nbytes <= ep.raw.nbytes:
+        return -(offset + 1)
+    return flat.ctypes.data
+
+
+class Window:
+    """The arrays of one call, as ``SharedArea.window`` opens it: ``places[q]`` is (pid, location) of
+    rank q's array (``location_of``), ``flat`` this rank's own."""
+
+    def __init__(self, ep, flat: np.ndarray, places: list[tuple[int, int]]):
+        self._ep, self._flat, self._places = ep, flat, places
+        self._views = {q: ep.raw[-loc - 1:-loc - 1 + flat.nbytes].view(flat.dtype)
+                       for q, (_, loc) in enumerate(places) if loc < 0 and q != ep.rank}
+        self.copies = len(self._views) < len(places) - 1      # some peer's array is reached by copies
+
+    def get(self, q: int, lo: int, hi: int, scratch: np.ndarray) -> np.ndarray:
+        """Elements lo:hi of rank q's array: a view where this process can see it (q is this rank, or
+        its array lies in the shared block), else copied into ``scratch`` (flat's dtype, at least
+        hi - lo elements; the returned view is of scratch)."""
+        if q == self._ep.rank:
+            return self._flat[lo:hi]
+        if q in self._views:
+            return self._views[q][lo:hi]
+        pid, address = self._places[q]
+        into = scratch[:hi - lo]
+        self._across(pull, q, pid, address + lo * self._flat.itemsize, into)
+        return into
+
+    def put(self, q: int, lo: int, values: np.ndarray) -> None:
+        """Write ``values`` (contiguous, flat's dtype) into rank q's array from element lo on."""
+        if q == self._ep.rank:
+            self._flat[lo:lo + values.size] = values
+        elif q in self._views:
+            self._views[q][lo:lo + values.size] = values
+        else:
+            pid, address = self._places[q]
+            self._across(push, q, pid, address + lo * self._flat.itemsize, values)
+
+    def _across(self, copy, q: int, pid: int, remote: int, local: np.ndarray) -> None:
+        """pull or push between ``local`` and byte ``remote`` of rank q's process ``pid``."""
+        try:
+            if copy is pull:
+                pull(pid, remote, local.ctypes.data, local.nbytes)
+            else:
+                push(pid, local.ctypes.data, remote, local.nbytes)
+        except OSError as error:
+            if self._ep.await_abort(GONE_GRACE):    # q died or stopped: the launcher is ending the run
+                raise Aborted() from error
+            raise RuntimeError(f"rank {self._ep.rank} could not reach the array of rank {q} in its "
+                               f"memory ({error}); MINIDIST_CROSS_MEMORY=0 reduces large arrays by "
+                               f"messages instead") from error

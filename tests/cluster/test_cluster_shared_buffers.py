@@ -1,0 +1,105 @@
+"""Shared buffers (cluster/shared_buffers.py, ``collectives.shared_empty``): arrays in the shared block,
+handed out page by page, given back once the last view is gone, and an ordinary array where there is
+no room or no area."""
+
+import gc
+
+import numpy as np
+import pytest
+
+from minidist.cluster import run
+from minidist.cluster.layout import PAGE, Layout
+from minidist.collectives import shared_empty
+
+CAPACITY = Layout(2).buffer_bytes
+
+
+def _hand_out(comm):
+    buffers = comm.shared_area().buffers
+    a = buffers.empty((3, 5), np.float64)
+    b = buffers.empty(7, np.int32)
+    empty = buffers.empty(0, np.float32)
+    a[...], b[...] = 1.5, comm.rank            # writable, and nothing else moves
+    starts = [x.ctypes.data - comm._ep.raw.ctypes.data for x in (a, b, empty)]
+    spans = [(s, s + x.nbytes) for s, x in zip(starts, (a, b, empty), strict=True)]
+    return (a.shape, a.dtype, b.shape, buffers.holds(a), buffers.holds(np.ones(3)), starts, spans,
+            float(a.sum()), int(b.sum()), buffers.free_bytes)
+
+
+def test_buffers_are_pages_of_this_ranks_region():
+    for rank, (shape, dtype, b_shape, held, private, starts, spans, a_sum, b_sum, free) in enumerate(
+            run(_hand_out, 2)):
+        assert (shape, dtype, b_shape, held, private) == ((3, 5), np.float64, (7,), True, False)
+        region = Layout(2).buffers(rank)
+        assert all(s % PAGE == 0 and region <= s < region + CAPACITY for s in starts)   # own pages
+        assert spans[0][1] <= spans[1][0] <= spans[1][1] <= spans[2][0]                  # no overlap
+        assert (a_sum, b_sum) == (22.5, 7 * rank)
+        assert free == CAPACITY - 3 * PAGE                     # every array takes whole pages, even empty
+
+
+def _given_back(comm):
+    buffers = comm.shared_area().buffers
+    full = buffers.free_bytes
+    a = buffers.empty(PAGE + 1, np.uint8)               # two pages
+    view = a[10:20].reshape(2, 5)
+    del a
+    gc.collect()
+    held_by_view = buffers.free_bytes                   # the view keeps the memory
+    view[...] = 7
+    del view
+    gc.collect()
+    after = buffers.free_bytes
+    big = buffers.empty(CAPACITY // 8, np.float64)      # the whole region: only after the merges
+    too_big = buffers.empty(1, np.uint8)                # nothing left
+    fallback = shared_empty(comm, 4, np.float32)        # an ordinary array instead
+    del big
+    gc.collect()
+    return full, held_by_view, after, too_big, buffers.holds(fallback), fallback.shape
+
+
+def test_memory_comes_back_once_the_last_view_is_gone_and_a_full_region_falls_back():
+    for full, held_by_view, after, too_big, fallback_shared, shape in run(_given_back, 2):
+        assert full == CAPACITY and held_by_view == CAPACITY - 2 * PAGE and after == CAPACITY
+        assert too_big is None and not fallback_shared and shape == (4,)
+
+
+def _elsewhere(comm):
+    pair = comm.split(0)                     # a sub-communicator: no area, an ordinary array
+    x = shared_empty(pair, (2, 3), np.float32)
+    try:
+        comm.shared_area().buffers.empty((-1,), np.float32)
+    except ValueError as error:
+        return x.shape, comm.shared_area().buffers.holds(x), str(error)
+
+
+def test_no_area_gives_an_ordinary_array_and_a_bad_shape_a_clear_error():
+    for shape, held, message in run(_elsewhere, 2):
+        assert shape == (2, 3) and not held and "sizes >= 0" in message
+
+
+def test_shared_empty_without_a_cluster_is_numpy():
+    class Plain:                             # e.g. a test double, or the MPI backend's communicator
+        rank, world_size = 0, 1
+
+    x = shared_empty(Plain(), 5, np.int64)
+    assert x.shape == (5,) and x.dtype == np.int64
+    with pytest.raises(ValueError):
+        shared_empty(Plain(), -1, np.int64)
+
+
+
+def test_a_block_whose_arrays_outlive_the_rank_is_left_quietly():
+    from multiprocess.shared_memory import SharedMemory
+
+    from minidist.cluster.process_setup import leave_block
+
+    shm = SharedMemory(create=True, size=PAGE)
+    try:
+        kept = np.frombuffer(shm.buf[:64], np.uint8)      # a shared buffer that outlives the function
+        with pytest.raises(BufferError):
+            shm.close()                                  # what SharedMemory's finalizer would meet at exit
+        leave_block(shm)
+        shm.close()                                      # now quiet: the process's exit unmaps the block
+        kept[...] = 1                                    # and the array still works until then
+    finally:
+        shm.unlink()
