@@ -59,7 +59,7 @@ class SharedBuffers:
                 # the memory is given back only when the last view is gone
                 root = np.frombuffer(self._ep.buf[start:start + math.prod(shape) * dtype.itemsize], dtype)
                 weakref.finalize(root, self._release, offset, nbytes)
-                return root.reshape(shape)
+                return root if root.shape == shape else root.reshape(shape)
         return None
 
     def _release(self, offset: int, nbytes: int) -> None:

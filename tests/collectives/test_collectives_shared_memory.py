@@ -1,6 +1,7 @@
 """allreduce through the shared area (``algorithm="shared_memory"``, and ``auto`` where it takes it): the
 exact reduction in rank order, bitwise the same on every rank; charged as the messages it replaces; the
-ring wherever there is no area or the array does not fit.
+ring wherever there is no area, or the array does not fit and there are no windows
+(test_collectives_window.py has the windows).
 
 hypothesis draws the world size (1-8) and a few cases (length 0-3000 or 4100-9000, not divisible by P,
 or a few elements: reduced whole or in two phases; float32, float64 or int64; sum, max or min) with
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.cluster import run
+from minidist.cluster import cross_memory, run
 from minidist.collectives import allreduce, choose_algorithm
 from minidist.collectives.shared_memory import WHOLE_BYTES, ring_time, shared_area_bytes, shared_memory_time
 from tests.collectives.collectives_data import exact, rank_arrays
@@ -97,18 +98,20 @@ def _fallbacks(comm):
     big = np.ones(AREA // 4 + 1, np.float32)               # one item more than the area holds
     allreduce(pair, np.ones(0), algorithm="shared_memory")  # nothing, without an area: 2 (P − 1) messages
     by_pair = allreduce(pair, np.full(5, comm.rank + 1.0), algorithm="shared_memory")
-    before = comm.stats.messages_sent
+    before, meetings = comm.stats.messages_sent, comm.shared_area().meetings
     by_world = allreduce(comm, big, algorithm="shared_memory")
-    return shared_area_bytes(pair), pair.stats, by_pair, comm.stats.messages_sent - before, by_world
+    return (shared_area_bytes(pair), pair.stats, by_pair, comm.stats.messages_sent - before, by_world,
+            comm.shared_area().meetings - meetings)
 
 
-def test_without_an_area_or_room_in_it_the_ring_runs():
+def test_without_an_area_the_ring_runs_and_past_its_room_a_window_or_the_ring():
     results = run(_fallbacks, 3)
-    for rank, (area, pair_stats, by_pair, world_messages, by_world) in enumerate(results):
+    for rank, (area, pair_stats, by_pair, world_messages, by_world, meetings) in enumerate(results):
         assert area == 0
         assert pair_stats.messages_sent == (4 if rank < 2 else 0)        # two rings of two: 2 · 2 (P − 1)
         assert np.array_equal(by_pair, np.full(5, 3.0))                  # 1 + 2, or rank 2's 3 alone
         assert world_messages == 4 and np.array_equal(by_world, np.full(AREA // 4 + 1, 3.0))
+        assert meetings == (2 if cross_memory.available() else 0)       # a window (2 meetings), or the ring
 
 
 def test_choose_algorithm_takes_the_area_where_it_fits_and_wins():

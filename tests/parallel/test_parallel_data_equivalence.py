@@ -28,7 +28,8 @@ from tests.parallel.data_parallel_helpers import (
 )
 
 RTOL, ATOL = 1e-10, 1e-13      # float64; atol only guards parameters that pass near zero
-ORDER_FREE = ("naive", "parameter_server", "tree")   # each element summed in rank order, whatever the buckets
+# each element summed in rank order, whatever the buckets
+ORDER_FREE = ("naive", "parameter_server", "tree", "shared_memory")
 
 
 def _train(comm, case, batches, bucket_bytes, accumulate=1, views=False):
@@ -81,7 +82,7 @@ def cases(draw):
     p = draw(st.integers(1, 4))
     return {"world_size": p, "model": draw(st.sampled_from(MODELS)), "seed": draw(st.integers(0, 2**16)),
             "batch_sizes": draw(st.lists(st.integers(p, 3 * p + 3), min_size=2, max_size=3)),
-            "algorithm": draw(st.sampled_from(sorted(ALGORITHMS))),
+            "algorithm": draw(st.sampled_from([*sorted(ALGORITHMS), "shared_memory"])),
             "bucket_bytes": draw(st.sampled_from([None, 1, 100, 400, 10**6])),
             "overlap": draw(st.booleans()), "optimizer": draw(st.sampled_from(OPTIMIZERS)),
             "views": draw(st.booleans()),

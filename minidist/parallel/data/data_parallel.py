@@ -52,7 +52,9 @@ class DataParallel:
         comm: the Communicator (every rank builds its own DataParallel over its own replica).
         model, optimizer, loss_fn: a minidist Module, an optimizer over model.parameters(), a loss.
         algorithm: the allreduce algorithm ("ring", "tree", ..., "hierarchical" or "torus" under
-            ``run(..., link=Topology(...))``, or "auto", which chooses by topology and size).
+            ``run(..., link=Topology(...))``, "shared_memory" (the buckets live in the cluster's shared
+            memory where it has room, and the peers reduce straight out of them), or "auto", which
+            chooses by topology and size).
         bucket_bytes: bucket capacity in bytes (DDP's default 25 MiB); None = one allreduce per parameter.
         overlap: issue each bucket as soon as it is ready (True) or after the whole backward (False).
         mixed: a MixedPrecisionTrainer over the same model and optimizer (None: plain precision).
@@ -73,9 +75,10 @@ class DataParallel:
         for name in ("step", "zero_grad"):
             if not callable(getattr(optimizer, name, None)):
                 raise TypeError(f"optimizer must have .{name}(), got {type(optimizer).__name__}")
-        if algorithm != "auto" and algorithm not in ALGORITHMS and algorithm not in TOPOLOGY_ALGORITHMS:
+        if algorithm not in ("auto", "shared_memory") and algorithm not in ALGORITHMS \
+                and algorithm not in TOPOLOGY_ALGORITHMS:
             raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
-                             f"(on a Topology) or 'auto', got {algorithm!r}")
+                             f"(on a Topology), 'shared_memory' or 'auto', got {algorithm!r}")
         if algorithm in TOPOLOGY_ALGORITHMS:
             node_layout(comm, algorithm)    # a run with a Topology and nodes of equal size, or ValueError
         if mixed is not None and not (isinstance(mixed, MixedPrecisionTrainer) and mixed.model is model

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from minidist.collectives import allgather, allreduce, pairwise_allreduce, reduce_scatter
+from minidist.collectives import allgather, allreduce, pairwise_allreduce, reduce_scatter, shared_empty
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import Attachment, units
@@ -88,8 +88,9 @@ class GradientSync(Attachment):
         self.gradient_as_bucket_view = (bool(gradient_as_bucket_view) and zero == 0 and data is not None
                                         and data.world_size > 1)
         if self.gradient_as_bucket_view:
-            for bucket in self.buckets:
-                bucket.buffer = flatten([p.grad for p in bucket.params])
+            for bucket in self.buckets:      # in the cluster's shared memory where it has room: see _issue
+                bucket.buffer = flatten([p.grad for p in bucket.params],
+                                        out=shared_empty(data, bucket.size, self.params[0].grad.dtype))
                 for p, view in zip(bucket.params, views(bucket.buffer, [p.shape for p in bucket.params])):
                     p.grad = view
         if zero:
@@ -204,8 +205,8 @@ class GradientSync(Attachment):
                                  "layers and optimizers must update .grad in place")
             allreduce(self.data, bucket.buffer, op="sum", algorithm=self.algorithm, out=bucket.buffer)
             return
-        if bucket.buffer is None:
-            bucket.buffer = np.empty(bucket.size, dtype=self.params[0].grad.dtype)
+        if bucket.buffer is None:       # the peers of algorithm="shared_memory" reduce straight out of it
+            bucket.buffer = shared_empty(self.data, bucket.size, self.params[0].grad.dtype)
         allreduce_bucket(self.data, [p.grad for p in bucket.params], self.algorithm, bucket.buffer)
 
     # -- ZeRO: shards of flat groups (flat.py) ---------------------------------------------------------------
