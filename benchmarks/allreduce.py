@@ -14,11 +14,13 @@ defines them:
 
     algbw = S / t          busbw = algbw · 2 (P − 1) / P
 
-(busbw is the per-link rate a ring would need: comparable across P.) minidist runs three ways: the ring
+(busbw is the per-link rate a ring would need: comparable across P.) minidist runs five ways: the ring
 in place (``allreduce(comm, x, out=x)``, what DataParallel's buckets call), the ring by default (a new
-result array: one more pass over x) and ``auto`` in place. The peers run in the same invocation: MPICH
-through ``mpiexec -n P python benchmarks/allreduce.py --mpi-worker`` (mpi4py), gloo through P processes
-running ``--gloo-worker``. A peer that is not installed is skipped.
+result array: one more pass over x), ``auto`` in place, ``shared_memory`` in place, and
+``shared_memory`` in place on a *shared buffer* (x from ``shared_empty``: it lives in the cluster's
+shared memory, as DataParallel's buckets do, and the peers reduce straight out of it). The peers run in
+the same invocation: MPICH through ``mpiexec -n P python benchmarks/allreduce.py --mpi-worker``
+(mpi4py), gloo through P processes running ``--gloo-worker``. A peer that is not installed is skipped.
 
 The yardstick is one core's copy bandwidth, measured first in the same run (NumPy copies a 32 MiB array;
 bytes read + written per second): each busbw is also printed as a fraction of it. Every byte a ring moves
@@ -86,17 +88,21 @@ def timed_loop(allreduce_once, barrier, nbytes: int) -> float:
 
 
 # -- minidist ------------------------------------------------------------------------------------------
-MINIDIST = {"ring out=x": ("ring", True), "ring": ("ring", False), "auto out=x": ("auto", True),
-            "shared_memory out=x": ("shared_memory", True)}
+# column: (algorithm, in place, x a shared buffer: ``shared_empty``, in the cluster's shared memory)
+MINIDIST = {"ring out=x": ("ring", True, False), "ring": ("ring", False, False),
+            "auto out=x": ("auto", True, False), "shared_memory out=x": ("shared_memory", True, False),
+            "shared_memory out=x, shared buffer": ("shared_memory", True, True)}
 
 
-def _minidist_worker(comm, sizes, algorithm, in_place):
+def _minidist_worker(comm, sizes, algorithm, in_place, shared_buffer=False):
     """(seconds per allreduce, CPU seconds per allreduce) on this rank at each size."""
-    from minidist.collectives import allreduce
+    from minidist.collectives import allreduce, shared_empty
 
     times = []
     for nbytes in sizes:
-        x = np.zeros(nbytes // 4, dtype=np.float32)      # zeros: in place, the sums stay finite
+        n = nbytes // 4
+        x = shared_empty(comm, n, np.float32) if shared_buffer else np.empty(n, np.float32)
+        x[...] = 0                                       # zeros: in place, the sums stay finite
         out = x if in_place else None
         once = lambda x=x, out=out: allreduce(comm, x, algorithm=algorithm, out=out)
         cpu = time.process_time()
@@ -107,14 +113,15 @@ def _minidist_worker(comm, sizes, algorithm, in_place):
 
 
 def bench_minidist(world_size: int, sizes: list[int], algorithm: str, in_place: bool,
-                   repeats: int = 1) -> tuple[list[float], list[float]]:
+                   shared_buffer: bool = False, repeats: int = 1) -> tuple[list[float], list[float]]:
     """Seconds per allreduce at each size, the slowest rank's, best of ``repeats`` runs; and the CPU
     seconds one call costs the busiest rank (its average over all calls, the fewest of the runs)."""
     from minidist.cluster import run
 
     best, cpu = [float("inf")] * len(sizes), [float("inf")] * len(sizes)
     for _ in range(repeats):
-        per_rank = run(_minidist_worker, world_size, sizes, algorithm, in_place, timeout=1200.0)
+        per_rank = run(_minidist_worker, world_size, sizes, algorithm, in_place, shared_buffer,
+                       timeout=1200.0)
         best = [min(b, max(t for t, _ in ts)) for b, ts in zip(best, zip(*per_rank))]
         cpu = [min(c, max(c for _, c in ts)) for c, ts in zip(cpu, zip(*per_rank))]
     return best, cpu
@@ -286,8 +293,8 @@ def main() -> None:
     print(f"one core's copy bandwidth (32 MiB, read + written): {copy_gbs:.2f} GB/s")
     peers = args.peers.split(",")
     for world_size in world_sizes(args.world_sizes, args.oversubscribe):
-        measured = {name: bench_minidist(world_size, sizes, algorithm, in_place, args.repeats)
-                    for name, (algorithm, in_place) in MINIDIST.items()}
+        measured = {name: bench_minidist(world_size, sizes, algorithm, in_place, shared, args.repeats)
+                    for name, (algorithm, in_place, shared) in MINIDIST.items()}
         results = {name: times for name, (times, _) in measured.items()}
         cpu = measured["ring out=x"][1]
         results |= {"mpich": bench_mpi(world_size, sizes) if "mpich" in peers else None,

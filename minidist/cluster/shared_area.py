@@ -35,7 +35,7 @@ import numpy as np
 from .checks import MessageMismatchError
 from .layout import MEET
 from .shared_buffers import SharedBuffers
-from .window import Window, location_of
+from .window import Window
 
 MEET_TAG = -4                     # what the status line shows as the tag of a meeting (deadlock.py)
 _FLOAT, _INT = struct.Struct("<d"), struct.Struct("<q")
@@ -80,7 +80,8 @@ class SharedArea:
         if not self.windows:
             raise RuntimeError("windows need cross-memory copies (process_vm_readv), which this system "
                                "or MINIDIST_CROSS_MEMORY=0 turns off; check SharedArea.windows first")
-        self.meet(sent, received, location=location_of(self._ep, flat))
+        offset = self.buffers.offset_of(flat)            # where the peers find it: the block, or our memory
+        self.meet(sent, received, location=flat.ctypes.data if offset is None else -(offset + 1))
         ctrl, g = self._ep.ctrl, self.meetings
         return Window(self._ep, flat, [(ctrl[line + 5], ctrl[line + 6 + g % 2]) for line in self._lines])
 
@@ -89,7 +90,7 @@ class SharedArea:
 
         sent[q]: bytes rank q reads out of this rank's array after this meeting; received[q]: bytes
         this rank reads out of rank q's (both indexed by rank; this rank's own entries are ignored).
-        location: where this rank's array is, for ``window`` (window.location_of).
+        location: where this rank's array is, for ``window`` (window.Window's places).
         Raises MessageMismatchError if a rank meets here in another collective call.
         """
         comm, ep, ledger, stats = self._comm, self._ep, self._comm._ledger, self._comm.stats

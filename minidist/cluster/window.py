@@ -32,18 +32,10 @@ from .cross_memory import GONE_GRACE, pull, push
 from .mailbox import Aborted
 
 
-def location_of(ep, flat: np.ndarray) -> int:
-    """What a rank publishes about ``flat`` at the opening fence: -(offset + 1) where it lies in the
-    shared block (offset in bytes), else its address in this process (> 0)."""
-    offset = flat.ctypes.data - ep.raw.ctypes.data
-    if 0 <= offset and offset + flat.nbytes <= ep.raw.nbytes:
-        return -(offset + 1)
-    return flat.ctypes.data
-
-
 class Window:
     """The arrays of one call, as ``SharedArea.window`` opens it: ``places[q]`` is (pid, location) of
-    rank q's array (``location_of``), ``flat`` this rank's own."""
+    rank q's array, its location -(offset + 1) where it lies in the shared block (offset in bytes), else
+    its address in process pid (> 0); ``flat`` is this rank's own."""
 
     def __init__(self, ep, flat: np.ndarray, places: list[tuple[int, int]]):
         self._ep, self._flat, self._places = ep, flat, places
@@ -51,10 +43,11 @@ class Window:
                        for q, (_, loc) in enumerate(places) if loc < 0 and q != ep.rank}
         self.copies = len(self._views) < len(places) - 1      # some peer's array is reached by copies
 
-    def get(self, q: int, lo: int, hi: int, scratch: np.ndarray) -> np.ndarray:
+    def get(self, q: int, lo: int, hi: int, scratch: np.ndarray | None) -> np.ndarray:
         """Elements lo:hi of rank q's array: a view where this process can see it (q is this rank, or
         its array lies in the shared block), else copied into ``scratch`` (flat's dtype, at least
-        hi - lo elements; the returned view is of scratch)."""
+        hi - lo elements, or None where every peer's array is a view: ``copies`` is False; the returned
+        view is of scratch)."""
         if q == self._ep.rank:
             return self._flat[lo:hi]
         if q in self._views:

@@ -133,7 +133,8 @@ def window_allreduce(area, p: int, r: int, flat: np.ndarray, exposed: np.ndarray
     win = area.window(exposed, sent=piece_bytes, received=[piece_bytes[r]] * p)    # every input is there
     chunk = max(MIN_CHUNK_BYTES, COPY_CHUNK_BYTES // (p - 1)) if win.copies else VIEW_CHUNK_BYTES
     step = max(1, chunk // flat.itemsize)
-    scratch = np.empty((p, step), flat.dtype)          # a chunk of each peer's array, copied here
+    # a chunk of each peer's array is copied here (and my own, where the sum would overwrite it first)
+    scratch = np.empty((p, step), flat.dtype) if win.copies or (r >= 2 and exposed is flat) else [None] * p
     mine = pieces[r]
     for lo in range(mine.start, mine.stop, step):
         hi = min(lo + step, mine.stop)
