@@ -16,11 +16,14 @@ Each figure is the best epoch (the least disturbed by other jobs); epochs are ti
 after a barrier, so process start-up is not counted. P = 1 and P = 2 runs alternate.
 
     PYTHONPATH=. python benchmarks/data_parallel.py --world-sizes 1,2,4,8 [--oversubscribe] [--repeats 3]
+        [--algorithm shared_memory]
 
 prints strong scaling (the same global batch of 512 split over P ranks): the best epoch time of
 DataParallel (25 MiB buckets, in-place allreduce) at each P and its speedup over P = 1, beside torch's
 DistributedDataParallel over gloo (the same MLP, data, batch and optimizer in torch; one thread per rank)
 in the same run. World sizes above the machine's cores are skipped unless ``--oversubscribe``.
+``--algorithm`` chooses DataParallel's allreduce (default ring; ``shared_memory``: its peers reduce
+straight out of the buckets, which live in the cluster's shared memory).
 
     PYTHONPATH=. python benchmarks/data_parallel.py --bucket [--repeats 20]
 
@@ -71,11 +74,11 @@ def one_epoch(model, optimizer, loss_fn, dp, x, y) -> float:
     return time.perf_counter() - start
 
 
-def data_parallel_epochs(comm, epochs: int, views: bool) -> list[float]:
+def data_parallel_epochs(comm, epochs: int, views: bool, algorithm: str = "ring") -> list[float]:
     """Epoch times of DataParallel on every rank (after a barrier: start-up is not counted)."""
     model, x, y = model_and_data()
     optimizer, loss_fn = SGD(model.parameters(), lr=0.01, momentum=0.9), CrossEntropyLoss()
-    dp = DataParallel(comm, model, optimizer, loss_fn, gradient_as_bucket_view=views)
+    dp = DataParallel(comm, model, optimizer, loss_fn, algorithm=algorithm, gradient_as_bucket_view=views)
     comm.barrier()
     return [one_epoch(model, optimizer, loss_fn, dp, x, y) for _ in range(epochs)]
 
@@ -150,18 +153,19 @@ def ddp_epoch(world_size: int, epochs: int) -> float | None:
                                                             str(rank), str(world_size), str(port)])
 
 
-def strong_scaling(world_sizes: list[int], repeats: int, epochs: int) -> None:
+def strong_scaling(world_sizes: list[int], repeats: int, epochs: int, algorithm: str = "ring") -> None:
     """Best epoch of DataParallel and of torch DDP at each world size (runs alternate), and speedups."""
     best = {(who, p): float("inf") for who in ("minidist", "ddp") for p in world_sizes}
     for _ in range(repeats):
         for p in world_sizes:
-            per_rank = run(data_parallel_epochs, p, epochs, True, timeout=1200)
+            per_rank = run(data_parallel_epochs, p, epochs, True, algorithm, timeout=1200)
             best["minidist", p] = min(best["minidist", p], min(max(epoch) for epoch in zip(*per_rank)))
             ddp = ddp_epoch(p, epochs)
             best["ddp", p] = min(best["ddp", p], ddp if ddp is not None else float("inf"))
     one = {who: best[who, world_sizes[0]] for who in ("minidist", "ddp")}
     print(f"MLP {WIDTH}-{WIDTH}-{WIDTH}-10, {EXAMPLES} examples, global batch {BATCH}, best epoch of "
-          f"{repeats} x {epochs}; speedup: epoch time at P = {world_sizes[0]} / at P")
+          f"{repeats} x {epochs}; DataParallel's allreduce: {algorithm!r}; speedup: epoch time at "
+          f"P = {world_sizes[0]} / at P")
     print("| P | DataParallel (s) | speedup | torch DDP gloo (s) | speedup |")
     print("|---|---|---|---|---|")
     for p in world_sizes:
@@ -177,6 +181,7 @@ def main() -> None:
     parser.add_argument("--bucket", action="store_true", help="time one bucket's allreduce only")
     parser.add_argument("--world-sizes", help="strong scaling at these P beside torch DDP, e.g. 1,2,4,8")
     parser.add_argument("--oversubscribe", action="store_true", help="also run P above the core count")
+    parser.add_argument("--algorithm", default="ring", help="DataParallel's allreduce (e.g. shared_memory)")
     parser.add_argument("--ddp-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ddp_worker:
@@ -188,7 +193,7 @@ def main() -> None:
         if kept != asked:
             print(f"skipping P = {[p for p in asked if p not in kept]}: more ranks than the {cores} cores "
                   f"(--oversubscribe runs them anyway)")
-        return strong_scaling(kept, args.repeats, args.epochs)
+        return strong_scaling(kept, args.repeats, args.epochs, args.algorithm)
     if args.bucket:
         times = run(bucket_allreduce_times, 2, args.repeats, timeout=600)
         for name in times[0]:
@@ -198,7 +203,7 @@ def main() -> None:
     best = dict.fromkeys(configs, float("inf"))
     for _ in range(args.repeats):                    # alternate the runs: all see the same load
         for p, views in configs:
-            per_rank = run(data_parallel_epochs, p, args.epochs, views, timeout=600)
+            per_rank = run(data_parallel_epochs, p, args.epochs, views, args.algorithm, timeout=600)
             best[p, views] = min(best[p, views], min(max(epoch) for epoch in zip(*per_rank)))
     alternating = run(plain_vs_dp_epochs, 1, args.repeats * args.epochs, timeout=600)[0]
     plain, dp1 = min(alternating["plain"]), min(alternating["dp"])

@@ -317,7 +317,11 @@ print(f"ring fitted to this machine: alpha ~ {alpha_fit * 1e6:.0f} us, 1/beta ~ 
 # simulated cluster has a *shared area* (1 MiB per rank). An array that fits is reduced there without
 # messages (`algorithm="shared_memory"`): each rank copies its input in, the ranks meet, and each adds its
 # piece of every rank's array in rank order — one or two meetings instead of 2(P − 1) message steps, as
-# MPICH and NCCL do inside one machine. Sub-communicators, MPI runs and Topologies have no area.
+# MPICH and NCCL do inside one machine. Sub-communicators, MPI runs and Topologies have no area. Larger
+# arrays go through a *window* (MPI's one-sided get and put) from 16 MiB on: each rank reads its piece
+# straight out of the others' memory and writes the sum back into theirs while it is still in its cache.
+# An array from `shared_empty(comm, shape, dtype)` lives in the shared memory itself, so its peers need
+# no copy at all: that is how DataParallel's buckets are allocated (benchmarks/allreduce.md).
 
 # %%
 for nbytes in (8, 2048, 2052, 2**18, 2**20):
@@ -330,6 +334,7 @@ assert choose_algorithm(2052, 513, 8) == "recursive_doubling"
 assert choose_algorithm(2**20, 2**18, 8) == "rabenseifner"
 assert choose_algorithm(2**20, 2**18, 8, shared_bytes=2**20) == "shared_memory"        # fits the area
 assert choose_algorithm(2**20 + 4, 2**18 + 1, 8, shared_bytes=2**20) == "rabenseifner"  # does not
+assert choose_algorithm(2**24, 2**22, 8, shared_bytes=2**20, windows=True) == "shared_memory"  # a window
 
 # %% [markdown]
 # ## 8. The eight collectives, before and after — and three more algorithms

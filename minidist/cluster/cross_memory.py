@@ -31,7 +31,7 @@ from .mailbox import Aborted, Endpoint
 PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1).value     # linux/prctl.h (Yama)
 PIECE_BYTES = 1 << 20           # bytes pulled per call when reducing: about one core's L2 cache
 REMOTE_MIN_BYTES = 1 << 20      # and above the mailbox's capacity: only such messages are read remotely
-ADDRESS = struct.Struct("<qQ")  # what the slot of a remote message holds after its header: pid, address
+ADDRESS = struct.Struct("<qq")  # what the slot of a remote message holds after its header: pid, address
 GONE_GRACE = 2.0                # seconds a reader whose sender vanished waits for the launcher's abort
 
 
@@ -103,14 +103,24 @@ def goes_remote(ep: Endpoint, nbytes: int) -> bool:
 
 def post_address(ep: Endpoint, start: int, payload: np.ndarray) -> None:
     """Write where a remote message's payload is (this process, the array's address) at byte ``start``
-    of the shared block: the slot's payload area."""
-    ADDRESS.pack_into(ep.buf, start, ep.pid, payload.ctypes.data)
+    of the shared block: the slot's payload area. A payload that lies in the block itself (a shared
+    buffer, shared_buffers.py) is posted as -(its offset there + 1): the reader reads it in place."""
+    address, offset = payload.ctypes.data, payload.ctypes.data - ep.raw.ctypes.data
+    in_block = 0 <= offset and offset + payload.nbytes <= ep.raw.nbytes
+    ADDRESS.pack_into(ep.buf, start, ep.pid, -(offset + 1) if in_block else address)
 
 
 def receive_remote(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc, base) -> None:
     """Copy (or combine) a remote message from world rank ``src`` into the 1-D ``target`` (see
     ``pull_into``); the slot's payload at byte ``start`` says where it is (``post_address``)."""
     pid, address = ADDRESS.unpack_from(ep.buf, start)
+    if address < 0:                  # in the shared block: no system call, no copy through the cache
+        incoming = ep.raw[-address - 1:-address - 1 + target.nbytes].view(target.dtype)
+        if ufunc is None:
+            target[...] = incoming
+        else:
+            ufunc(target if base is None else base, incoming, out=target)
+        return
     if ufunc is not None and ep.scratch is None:
         ep.scratch = np.empty(PIECE_BYTES, np.uint8)      # one small buffer per rank, reused
     try:

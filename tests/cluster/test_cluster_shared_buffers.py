@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from minidist.cluster import run
+from minidist.cluster import cross_memory, run
 from minidist.cluster.layout import PAGE, Layout
 from minidist.collectives import shared_empty
 
@@ -103,3 +103,28 @@ def test_a_block_whose_arrays_outlive_the_rank_is_left_quietly():
         kept[...] = 1                                    # and the array still works until then
     finally:
         shm.unlink()
+
+
+def _large_messages_from_buffers(comm, n):
+    from minidist.collectives import allreduce
+
+    def refuse(*args):
+        raise AssertionError("a shared buffer was copied by the kernel")
+
+    cross_memory.pull = refuse                   # what a message from a private array would call
+    x = shared_empty(comm, n, np.float32)
+    x[...] = np.arange(n, dtype=np.float32) % 7 + comm.rank
+    allreduce(comm, x, algorithm="ring", out=x)  # chunks above the mailbox: read straight out of the sender
+    incoming = comm.sendrecv(x, dst=(comm.rank + 1) % comm.world_size, src=(comm.rank - 1) % comm.world_size,
+                             out=np.ones(n, np.float32), op="sum")
+    return x, incoming
+
+
+@pytest.mark.skipif(not cross_memory.available(), reason="large messages go through the mailbox here")
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_large_message_from_a_shared_buffer_is_read_in_place(world_size):
+    n = world_size * (3 << 20) // 4 + 5          # ring chunks of about 3 MiB: more than a mailbox holds
+    want = sum(np.arange(n, dtype=np.float32) % 7 + r for r in range(world_size))
+    for x, incoming in run(_large_messages_from_buffers, world_size, n):
+        assert x.tobytes() == want.tobytes()
+        assert incoming.tobytes() == (want + 1).tobytes()

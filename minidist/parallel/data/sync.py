@@ -15,8 +15,7 @@ each parameter p, once its last unit of the step's last backward pass is done (`
                     the end of backward; a wider group (every stage of a pipeline) at step()
 
 The data reduction is a SUM: each replica backpropagates (n_r / B)·mean_r(ℓ) (shards.ShardWeightedLoss), so
-Σ_r g_r is the full-batch gradient (data_parallel.py). Ring collectives (and pairwise_allreduce for partial
-sums) leave bitwise the same sums on every rank.
+Σ_r g_r is the full-batch gradient (data_parallel.py); every rank ends with bitwise the same sums.
 """
 
 from __future__ import annotations
