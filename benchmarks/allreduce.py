@@ -14,11 +14,11 @@ defines them:
 
     algbw = S / t          busbw = algbw · 2 (P − 1) / P
 
-(busbw is the per-link rate a ring would need: comparable across P.) minidist runs five ways: the ring
+(busbw is the per-link rate a ring would need: comparable across P.) minidist runs six ways: the ring
 in place (``allreduce(comm, x, out=x)``, what DataParallel's buckets call), the ring by default (a new
 result array: one more pass over x), ``auto`` in place, ``shared_memory`` in place, and
-``shared_memory`` in place on a *shared buffer* (x from ``shared_empty``: it lives in the cluster's
-shared memory, as DataParallel's buckets do, and the peers reduce straight out of it). The peers run in
+``shared_memory`` and the ring in place on a *shared buffer* (x from ``shared_empty``: it lives in the
+cluster's shared memory, as DataParallel's buckets do, and the peers read it in place). The peers run in
 the same invocation: MPICH through ``mpiexec -n P python benchmarks/allreduce.py --mpi-worker``
 (mpi4py), gloo through P processes running ``--gloo-worker``. A peer that is not installed is skipped.
 
@@ -91,7 +91,8 @@ def timed_loop(allreduce_once, barrier, nbytes: int) -> float:
 # column: (algorithm, in place, x a shared buffer: ``shared_empty``, in the cluster's shared memory)
 MINIDIST = {"ring out=x": ("ring", True, False), "ring": ("ring", False, False),
             "auto out=x": ("auto", True, False), "shared_memory out=x": ("shared_memory", True, False),
-            "shared_memory out=x, shared buffer": ("shared_memory", True, True)}
+            "shared_memory out=x, shared buffer": ("shared_memory", True, True),
+            "ring out=x, shared buffer": ("ring", True, True)}
 
 
 def _minidist_worker(comm, sizes, algorithm, in_place, shared_buffer=False):
