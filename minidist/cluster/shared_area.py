@@ -10,6 +10,7 @@ algorithm="shared_memory")`` does (collectives/shared_memory.py).
     arrays = area.arrays(dtype, n)             # arrays[q]: rank q's n items in the area, for this call
     area.meet(sent, received)                  # wait until every rank has reached this meeting
     win = area.window(flat, sent, received)    # a meeting that exposes every rank's own array (window.py)
+    buffer = area.buffers.empty(shape, dtype)  # an array that lives in the block (shared_buffers.py)
 
 The area lies at the end of the shared block (layout.py): per rank ``area_bytes`` (the largest array
 it takes), twice. Successive calls alternate between the two parities, so a rank may write the next

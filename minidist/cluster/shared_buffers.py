@@ -7,7 +7,7 @@ program allocate its communication buffers from the library (``ncclMemAlloc``, `
 ``MPI_Win_allocate_shared``). Here each rank owns ``Layout.buffer_bytes`` of the block (64 MiB by
 default; pages are only taken once written) and hands them out:
 
-    x = comm.shared_area().buffers.empty((n,), np.float32)     # None when they are full
+    x = comm.shared_area().buffers.empty((n,), np.float32)     # None when the region is full
     allreduce(comm, x, out=x, algorithm="shared_memory")        # peers reduce straight out of x
 
 (``minidist.collectives.shared_empty`` falls back to an ordinary array.) A window (window.py) finds

@@ -13,8 +13,8 @@ between the processes of one node:
 How rank r reaches rank q's array (all arrays of one window have the same dtype and size: the call's
 checksum, which every meeting checks, says so):
 
-- q's array lies in the cluster's shared block (``comm.shared_empty``): a view of the block. A get costs
-  nothing, a put is one NumPy copy.
+- q's array lies in the cluster's shared block (a shared buffer, shared_buffers.py, or q's slot of the
+  area): a view of the block. A get costs nothing, a put is one NumPy copy.
 - a private array of q's process: the kernel copies between the two address spaces (cross_memory.py):
   a get is one ``process_vm_readv`` into ``scratch``, a put one ``process_vm_writev``.
 
