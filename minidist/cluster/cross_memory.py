@@ -23,6 +23,7 @@ import ctypes.util
 import os
 import struct
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -101,13 +102,39 @@ def goes_remote(ep: Endpoint, nbytes: int) -> bool:
     return ep.cross_memory and nbytes > ep.layout.capacity and nbytes >= REMOTE_MIN_BYTES
 
 
+def location(ep: Endpoint, array: np.ndarray) -> int:
+    """Where another rank finds ``array``: -(offset + 1) where it lies in the shared block (a shared
+    buffer, shared_buffers.py: read in place, ``in_block``), else its address in this process (> 0)."""
+    address = array.ctypes.data
+    offset = address - ep.block_address
+    return -(offset + 1) if 0 <= offset and offset + array.nbytes <= ep.raw.nbytes else address
+
+
+def in_block(ep: Endpoint, where: int, nbytes: int, dtype) -> np.ndarray:
+    """The array at ``location`` ``where`` < 0, ``nbytes`` of ``dtype``: a view of this rank's map of the
+    block."""
+    start = -where - 1
+    return ep.raw[start:start + nbytes].view(dtype)
+
+
+@contextmanager
+def reaching(ep: Endpoint, what: str, instead: str):
+    """Around a copy from or to another rank's memory: an OSError becomes Aborted where the run is
+    ending (the other process died or stopped: the launcher names it), else a RuntimeError saying that
+    this rank could not ``what``, and that MINIDIST_CROSS_MEMORY=0 ``instead``."""
+    try:
+        yield
+    except OSError as error:
+        if ep.await_abort(GONE_GRACE):
+            raise Aborted() from error
+        raise RuntimeError(f"rank {ep.rank} could not {what} ({error}); MINIDIST_CROSS_MEMORY=0 "
+                           f"{instead}") from error
+
+
 def post_address(ep: Endpoint, start: int, payload: np.ndarray) -> None:
-    """Write where a remote message's payload is (this process, the array's address) at byte ``start``
-    of the shared block: the slot's payload area. A payload that lies in the block itself (a shared
-    buffer, shared_buffers.py) is posted as -(its offset there + 1): the reader reads it in place."""
-    address, offset = payload.ctypes.data, payload.ctypes.data - ep.raw.ctypes.data
-    in_block = 0 <= offset and offset + payload.nbytes <= ep.raw.nbytes
-    ADDRESS.pack_into(ep.buf, start, ep.pid, -(offset + 1) if in_block else address)
+    """Write where a remote message's payload is (this process, ``location``) at byte ``start`` of the
+    shared block: the slot's payload area."""
+    ADDRESS.pack_into(ep.buf, start, ep.pid, location(ep, payload))
 
 
 def receive_remote(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc, base) -> None:
@@ -115,7 +142,7 @@ def receive_remote(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc
     ``pull_into``); the slot's payload at byte ``start`` says where it is (``post_address``)."""
     pid, address = ADDRESS.unpack_from(ep.buf, start)
     if address < 0:                  # in the shared block: no system call, no copy through the cache
-        incoming = ep.raw[-address - 1:-address - 1 + target.nbytes].view(target.dtype)
+        incoming = in_block(ep, address, target.nbytes, target.dtype)
         if ufunc is None:
             target[...] = incoming
         else:
@@ -123,14 +150,9 @@ def receive_remote(ep: Endpoint, src: int, start: int, target: np.ndarray, ufunc
         return
     if ufunc is not None and ep.scratch is None:
         ep.scratch = np.empty(PIECE_BYTES, np.uint8)      # one small buffer per rank, reused
-    try:
+    with reaching(ep, f"read the message of rank {src} from its memory",
+                  "sends large messages through the mailbox instead"):
         pull_into(pid, address, target, ufunc, base, ep.scratch)
-    except OSError as error:
-        if ep.await_abort(GONE_GRACE):      # the sender died or stopped: the launcher is ending the run
-            raise Aborted() from error
-        raise RuntimeError(f"rank {ep.rank} could not read the message of rank {src} from its memory "
-                           f"({error}); MINIDIST_CROSS_MEMORY=0 sends large messages through the "
-                           f"mailbox instead") from error
 
 
 def pull(pid: int, remote: int, local: int, nbytes: int) -> None:

@@ -71,6 +71,7 @@ class Endpoint:
         self.ctrl = buf[:layout.control_bytes].cast("q")
         self.buf = buf
         self.raw = np.ndarray(layout.total_bytes, dtype=np.uint8, buffer=buf)
+        self.block_address = self.raw.ctypes.data      # where the block starts in this process
         p = layout.world_size
         self.nslots, self.slot_bytes = layout.nslots, layout.slot_bytes
         me, peers = rank, range(p)

@@ -34,6 +34,7 @@ import struct
 import numpy as np
 
 from .checks import MessageMismatchError
+from .cross_memory import location
 from .layout import MEET
 from .shared_buffers import SharedBuffers
 from .window import Window
@@ -81,17 +82,16 @@ class SharedArea:
         if not self.windows:
             raise RuntimeError("windows need cross-memory copies (process_vm_readv), which this system "
                                "or MINIDIST_CROSS_MEMORY=0 turns off; check SharedArea.windows first")
-        offset = self.buffers.offset_of(flat)            # where the peers find it: the block, or our memory
-        self.meet(sent, received, location=flat.ctypes.data if offset is None else -(offset + 1))
+        self.meet(sent, received, where=location(self._ep, flat))     # in the block, or in our memory
         ctrl, g = self._ep.ctrl, self.meetings
         return Window(self._ep, flat, [(ctrl[line + 5], ctrl[line + 6 + g % 2]) for line in self._lines])
 
-    def meet(self, sent: list[int], received: list[int], location: int = 0) -> None:
+    def meet(self, sent: list[int], received: list[int], where: int = 0) -> None:
         """Wait until every rank has reached this meeting; charge the pieces read across it.
 
         sent[q]: bytes rank q reads out of this rank's array after this meeting; received[q]: bytes
         this rank reads out of rank q's (both indexed by rank; this rank's own entries are ignored).
-        location: where this rank's array is, for ``window`` (window.Window's places).
+        where: where this rank's array is, for ``window`` (``cross_memory.location``).
         Raises MessageMismatchError if a rank meets here in another collective call.
         """
         comm, ep, ledger, stats = self._comm, self._ep, self._comm._ledger, self._comm.stats
@@ -104,7 +104,7 @@ class SharedArea:
         mine = self._lines[me]
         ctrl[mine + 1 + g % 2] = comm._call            # two slots: a peer may be one meeting ahead
         ctrl[mine + 3 + g % 2] = _INT.unpack(_FLOAT.pack(ledger.clock))[0]
-        ctrl[mine + 5], ctrl[mine + 6 + g % 2] = ep.pid, location      # where this rank's array is (window)
+        ctrl[mine + 5], ctrl[mine + 6 + g % 2] = ep.pid, where         # where this rank's array is (window)
         ctrl[mine] = g                                 # published last: the count says the rest is there
         for q in peers:
             ep.ring_if_asleep(q, MEET, 2, g)

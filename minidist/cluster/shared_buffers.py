@@ -23,6 +23,7 @@ import weakref
 
 import numpy as np
 
+from .cross_memory import location
 from .layout import PAGE
 
 
@@ -31,7 +32,6 @@ class SharedBuffers:
 
     def __init__(self, ep):
         self._ep = ep
-        self._block_address, self._block_bytes = ep.raw.ctypes.data, ep.raw.nbytes
         self.start, self.capacity = ep.layout.buffers(ep.rank), ep.layout.buffer_bytes
         self._free = [(0, self.capacity)]          # (offset, bytes) in the region, sorted, merged
 
@@ -42,12 +42,7 @@ class SharedBuffers:
 
     def holds(self, array: np.ndarray) -> bool:
         """True if ``array``'s memory lies in the shared block (of any rank), so every rank can see it."""
-        return self.offset_of(array) is not None
-
-    def offset_of(self, array: np.ndarray) -> int | None:
-        """Where ``array`` starts in the shared block (bytes), or None if it does not lie in it."""
-        offset = array.ctypes.data - self._block_address
-        return offset if 0 <= offset and offset + array.nbytes <= self._block_bytes else None
+        return location(self._ep, array) < 0
 
     def empty(self, shape, dtype) -> np.ndarray | None:
         """A new C-contiguous array of ``shape`` and ``dtype`` in the shared block (uninitialised), or

@@ -28,19 +28,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cross_memory import GONE_GRACE, pull, push
-from .mailbox import Aborted
+from .cross_memory import in_block, pull, push, reaching
 
 
 class Window:
     """The arrays of one call, as ``SharedArea.window`` opens it: ``places[q]`` is (pid, location) of
-    rank q's array, its location -(offset + 1) where it lies in the shared block (offset in bytes), else
-    its address in process pid (> 0); ``flat`` is this rank's own."""
+    rank q's array (``cross_memory.location``: in the shared block, or an address in process pid);
+    ``flat`` is this rank's own."""
 
     def __init__(self, ep, flat: np.ndarray, places: list[tuple[int, int]]):
         self._ep, self._flat, self._places = ep, flat, places
-        self._views = {q: ep.raw[-loc - 1:-loc - 1 + flat.nbytes].view(flat.dtype)
-                       for q, (_, loc) in enumerate(places) if loc < 0 and q != ep.rank}
+        self._views = {q: in_block(ep, where, flat.nbytes, flat.dtype)
+                       for q, (_, where) in enumerate(places) if where < 0 and q != ep.rank}
         self.copies = len(self._views) < len(places) - 1      # some peer's array is reached by copies
 
     def get(self, q: int, lo: int, hi: int, scratch: np.ndarray | None) -> np.ndarray:
@@ -54,7 +53,8 @@ class Window:
             return self._views[q][lo:hi]
         pid, address = self._places[q]
         into = scratch[:hi - lo]
-        self._across(pull, q, pid, address + lo * self._flat.itemsize, into)
+        with self._reaching(q):
+            pull(pid, address + lo * self._flat.itemsize, into.ctypes.data, into.nbytes)
         return into
 
     def put(self, q: int, lo: int, values: np.ndarray) -> None:
@@ -65,18 +65,9 @@ class Window:
             self._views[q][lo:lo + values.size] = values
         else:
             pid, address = self._places[q]
-            self._across(push, q, pid, address + lo * self._flat.itemsize, values)
+            with self._reaching(q):
+                push(pid, values.ctypes.data, address + lo * self._flat.itemsize, values.nbytes)
 
-    def _across(self, copy, q: int, pid: int, remote: int, local: np.ndarray) -> None:
-        """pull or push between ``local`` and byte ``remote`` of rank q's process ``pid``."""
-        try:
-            if copy is pull:
-                pull(pid, remote, local.ctypes.data, local.nbytes)
-            else:
-                push(pid, local.ctypes.data, remote, local.nbytes)
-        except OSError as error:
-            if self._ep.await_abort(GONE_GRACE):    # q died or stopped: the launcher is ending the run
-                raise Aborted() from error
-            raise RuntimeError(f"rank {self._ep.rank} could not reach the array of rank {q} in its "
-                               f"memory ({error}); MINIDIST_CROSS_MEMORY=0 reduces large arrays by "
-                               f"messages instead") from error
+    def _reaching(self, q: int):
+        return reaching(self._ep, f"reach the array of rank {q} in its memory",
+                        "reduces large arrays by messages instead")

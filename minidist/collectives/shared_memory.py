@@ -107,9 +107,9 @@ def shared_memory_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarr
     op: "sum", "max" or "min". The result is the reduction in rank order, bitwise the same on every
     rank. Without an area that reaches every rank's array, the ring (ring.py) does it.
     """
-    area = usable_area(comm)
     if comm.world_size == 1:
         return flat
+    area = usable_area(comm)
     if area is None or (flat.nbytes > area.capacity and not area.windows):     # (the same on every rank)
         return ring_allreduce(comm, flat, op)
     p, r, ufunc = comm.world_size, comm.rank, UFUNCS[op]
