@@ -64,6 +64,12 @@ def cmd_demo(_args) -> int:
     return _stop_kindly_if_unsolved("The demo", "the demo", demo_main)
 
 
+def cmd_train(args) -> int:
+    from minidist.recipes.train import cmd_train as train
+
+    return _stop_kindly_if_unsolved("The training recipe", "the command", lambda: train(args))
+
+
 def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
     """Run ``run()``; in a student copy, an unsolved exercise ends it with the message a lesson run
     directly prints (minidist/__init__.py), exit status 1, instead of a traceback."""
@@ -130,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_exercises_parser(sub)
     add_plan_parser(sub)
-    add_train_parser(sub)
+    add_train_parser(sub).set_defaults(func=cmd_train)      # in a student copy: stops kindly, as the demo
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -37,8 +37,8 @@ DEFAULT_LAYOUT = {"data": 2, "tensor": 2}
 CHECK_TOLERANCE = 1e-9           # float64: the largest parameter difference a correct layout stays below
 
 
-def add_parser(sub) -> None:
-    """The ``train`` command of python -m minidist."""
+def add_parser(sub) -> argparse.ArgumentParser:
+    """The ``train`` command of python -m minidist (returned)."""
     p = sub.add_parser("train", help="train a small GPT or Switch model in any layout (--check: one process)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 
@@ -77,6 +77,7 @@ def add_parser(sub) -> None:
                      "flags come from it; the optimizer starts afresh)")
     run.add_argument("--check", action="store_true", help="rerun the steps in one process and compare")
     p.set_defaults(func=cmd_train)
+    return p
 
 
 def positive(text: str) -> float:

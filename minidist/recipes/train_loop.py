@@ -83,7 +83,8 @@ def steps_of(config: dict, start_step: int) -> range:
 
 def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_step: int):
     """One rank of the run: parallelize, then ``config["steps"]`` steps after ``start_step``. Rank 0 prints a
-    line per step and the validation loss every ``eval_every`` steps and at the end, and returns
+    line per step and the validation loss before training (once the first step has run: a layout refused
+    there computes nothing), every ``eval_every`` steps and at the end, and returns
     {"losses", "val", "sim", "wall", "state"} (lists of (step, value); the final full state dict); the other
     ranks return None. A layout parallelize refuses returns {"refused": its message} on every rank."""
     model = build_model(config, corpus.vocab_size)
@@ -100,9 +101,13 @@ def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_st
     record = {"losses": [], "val": [], "sim": [], "wall": []}
     evaluator = build_model(config, corpus.vocab_size, evaluation=True)
     val = validation_batches(corpus, config)
-    if start_step == 0 and lead:
-        record["val"].append((0, validation_loss(evaluator, trainer.full_state_dict(), val)))
-        print(f"step {0:5d}  validation {record['val'][-1][1]:.4f}", flush=True)
+
+    def evaluate(step: int, state: dict) -> None:
+        if lead:
+            record["val"].append((step, validation_loss(evaluator, state, val)))
+            print(f"step {step:5d}  validation {record['val'][-1][1]:.4f}", flush=True)
+
+    initial = trainer.full_state_dict() if start_step == 0 else None     # evaluated once step 1 ran
     steps = steps_of(config, start_step)
     for step in steps:
         x, y = train_batch(corpus, config, step)
@@ -116,14 +121,15 @@ def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_st
         sim, wall = comm.clock - clock, time.perf_counter() - wall
         for name, value in (("losses", loss), ("sim", sim), ("wall", wall)):
             record[name].append((step, value))
+        if initial is not None:                        # the layout trains: the validation before it
+            evaluate(0, initial)
+            initial = None
         if lead:
             print(f"step {step:5d}  loss {loss:.4f}  simulated {sim * 1e3:8.3f} ms  "
                   f"wall {wall * 1e3:6.0f} ms", flush=True)
         if step % config["eval_every"] == 0 or step == steps[-1]:
             state = trainer.full_state_dict()          # collective: every rank takes part
-            if lead:
-                record["val"].append((step, validation_loss(evaluator, state, val)))
-                print(f"step {step:5d}  validation {record['val'][-1][1]:.4f}", flush=True)
+            evaluate(step, state)
     return {**record, "state": state} if lead else None     # the last step's state: evaluated above
 
 
