@@ -55,6 +55,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "zb-h1, chimera (default 1f1b)")
     layout.add_argument("--micro-batches", **count(1), default=1, help="per token set (default 1)")
     layout.add_argument("--chunks", **count(1), default=2, help="interleaved: stages per rank (default 2)")
+    layout.add_argument("--sequence-parallel", action="store_true",
+                        help="the tensor axis also splits the tokens between its all-reduces")
     model = p.add_argument_group("model (default: 2 blocks, d = 64, 4 heads, 32 characters, float64, seed 0)")
     model.add_argument("--layers", **count(1))
     model.add_argument("--d-model", **count(1))
@@ -103,8 +105,9 @@ def configure(args, corpus):
         step, history, saved = meta["step"], meta["history"], meta["config"]
     given = {axis: getattr(args, axis) for axis in AXES if getattr(args, axis) is not None}
     config = {axis: given.get(axis, 1) if given else DEFAULT_LAYOUT.get(axis, 1) for axis in AXES}
-    config.update({key: getattr(args, key) for key in ("zero", "schedule", "micro_batches", "chunks", "steps",
-                                                       "batch", "lr", "eval_every")})
+    config.update({key: getattr(args, key) for key in ("zero", "schedule", "micro_batches", "chunks",
+                                                       "sequence_parallel", "steps", "batch", "lr",
+                                                       "eval_every")})
     for key, default in MODEL.items():
         flag = getattr(args, key)
         if saved and flag is not None and flag != saved[key]:

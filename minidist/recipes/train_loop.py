@@ -94,7 +94,8 @@ def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_st
         trainer = parallelize(model, Mesh(comm, **{axis: config[axis] for axis in AXES}),
                               loss_fn=CrossEntropyLoss(), optimizer=make_optimizer(config),
                               micro_batches=config["micro_batches"], schedule=config["schedule"],
-                              chunks=config["chunks"], zero=config["zero"])
+                              chunks=config["chunks"], zero=config["zero"],
+                              sequence_parallel=config["sequence_parallel"])
     except (TypeError, ValueError) as refused:        # the same refusal on every rank, before any message
         return {"refused": str(refused)}
     lead = comm.rank == 0
