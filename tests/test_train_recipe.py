@@ -110,6 +110,7 @@ BAD_FLAGS = {
     "heads": (["--heads", "3"], "divisible"),
     "prompt": (["--prompt", "§"], "not in the vocabulary"),
     "resume": (["--resume"], "no checkpoint to resume from"),
+    "out": (["--out", __file__], "is a file, not a folder"),
     "tensor": (["--tensor", "4"], "heads"),                        # parallelize's: 4 does not divide 2 heads
     "dense-expert": (["--expert", "2", "--experts", "0"], "expert"),  # parallelize's: a GPT has no experts
     "schedule": (["--schedule", "nope", "--pipeline", "2"], "nope"),

@@ -34,7 +34,7 @@ from .train_loop import AXES, build_model, one_process, train_on_rank, validatio
 MODEL = {"layers": 2, "d_model": 64, "heads": 4, "block": 32, "experts": None, "d_ff": None,
          "dtype": "float64", "seed": 0}
 DEFAULT_LAYOUT = {"data": 2, "tensor": 2}
-CHECK_TOLERANCE = 1e-9           # float64: the largest parameter difference a correct layout stays below
+CHECK_TOLERANCE = 1e-9           # float64: the largest parameter or loss difference a correct layout keeps
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -118,6 +118,8 @@ def configure(args, corpus):
     if args.ranks is not None and args.ranks != ranks(config):
         raise ValueError(f"the layout {layout_text(config)} has {ranks(config)} ranks, "
                          f"--ranks says {args.ranks}")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a file, not a folder")
     if config["block"] >= len(corpus.val):
         raise ValueError(f"--block must be below the {len(corpus.val)} held-out characters")
     corpus.encode(args.prompt)                 # ValueError for a character the corpus does not have
