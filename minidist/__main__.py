@@ -5,6 +5,7 @@
     run NN          run lessons/NN_*.py (--mpi P: on P MPI processes)
     exercises ...   list | make DEST | grade SUBMISSION... | check | map   (instructors: lessons/TEACHING.md)
     plan ...        predict memory and step time of every parallel layout for a model and a cluster
+    train ...       train a small GPT on the help() text in any layout (--check: against one process)
     book OUT        execute every lesson as a notebook into a static site at OUT (the [notebook] extra)
 
 exercises and book are the classroom's (the package minidist_course/ beside the textbook): this file is the
@@ -61,6 +62,12 @@ def cmd_demo(_args) -> int:
     from minidist.demo import main as demo_main
 
     return _stop_kindly_if_unsolved("The demo", "the demo", demo_main)
+
+
+def cmd_train(args) -> int:
+    from minidist.recipes.train import cmd_train as train
+
+    return _stop_kindly_if_unsolved("The training recipe", "the command", lambda: train(args))
 
 
 def _stop_kindly_if_unsolved(subject: str, rerun: str, run) -> int:
@@ -124,10 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     book.add_argument("--only", action="append", metavar="NN", help="only these lessons (repeatable)")
     book.set_defaults(func=cmd_book)
     from minidist.plan.report import add_parser as add_plan_parser
+    from minidist.recipes.train import add_parser as add_train_parser
     from minidist_course.cli import add_parser as add_exercises_parser
 
     add_exercises_parser(sub)
     add_plan_parser(sub)
+    add_train_parser(sub).set_defaults(func=cmd_train)      # in a student copy: stops kindly, as the demo
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,0 +1,132 @@
+"""``python -m minidist train`` (minidist/recipes/train.py) run small, as a reader runs it: a subprocess.
+
+data × pipeline × tensor = 2 × 2 × 2 (a GPT) and data × expert = 2 × 4 (a Switch Transformer) in float64
+with --check: the printed differences from one process are at most 1e-9, the figure and the checkpoint
+exist, and the checkpoint loads into an unsplit model equal to one process's after the same steps (run
+here, by the test's own loop) whose validation loss is the one printed. --resume goes on from it in another
+layout. Bad flags end with one line on stderr and exit status 2, no traceback, nothing written.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minidist.__main__ import main
+from minidist.data import load_text
+from minidist.nn import CrossEntropyLoss
+from minidist.optim import AdamW
+from minidist.recipes.train_loop import build_model, train_batch, validation_batches, validation_loss
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--block", "8", "--batch", "8", "--steps", "3",
+        "--eval-every", "2", "--sample", "20", "--dtype", "float64"]
+NUMBER = r"([0-9.]+(?:e[-+][0-9]+)?)"
+
+
+def train(out: Path, *flags: str) -> str:
+    """Run the command; return its stdout (the test fails with its stderr if the exit status is not 0)."""
+    command = [sys.executable, "-m", "minidist", "train", *TINY, "--out", str(out), *flags]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def one_process(config: dict, corpus, steps: range, state: dict | None = None) -> dict:
+    """The unsplit model after ``steps`` AdamW steps on the recipe's batches, in this process."""
+    model = build_model(config, corpus.vocab_size)
+    if state is not None:
+        model.load_state_dict(state)
+    optimizer, loss_fn = AdamW(model.parameters(), lr=config["lr"]), CrossEntropyLoss()
+    for step in steps:
+        x, y = train_batch(corpus, config, step)
+        model.zero_grad()
+        loss_fn.forward(model.forward(x), y)
+        model.backward(loss_fn.backward())
+        optimizer.step()
+    return model.state_dict()
+
+
+def checked(stdout: str, out: Path, corpus, steps: range, start: dict | None = None) -> dict:
+    """Assert what a --check run printed and wrote; return the checkpoint's state."""
+    params, losses = map(float, re.search(rf"largest parameter difference {NUMBER}, largest loss "
+                                          rf"difference {NUMBER}", stdout).groups())
+    assert params <= 1e-9 and losses <= 1e-9, stdout
+    assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    meta = json.loads((out / "checkpoint.json").read_text())
+    assert meta["step"] == steps[-1] and [s for s, _ in meta["history"]["train"]][-len(steps):] == list(steps)
+    with np.load(out / "checkpoint.npz") as arrays:
+        state = {name: arrays[name] for name in arrays.files}
+    model = build_model(meta["config"], corpus.vocab_size)
+    model.load_state_dict(state)                       # every name and shape of the unsplit model
+    expected = one_process(meta["config"], corpus, steps, start)
+    assert set(state) == set(expected)
+    for name, value in expected.items():
+        assert state[name].dtype == value.dtype == np.float64
+        np.testing.assert_allclose(model.state_dict()[name], value, rtol=0, atol=1e-9, err_msg=name)
+    printed = float(re.search(rf"validation {NUMBER} \(unigram", stdout).group(1))
+    evaluator = build_model(meta["config"], corpus.vocab_size, evaluation=True)
+    val = validation_loss(evaluator, state, validation_batches(corpus, meta["config"]))
+    assert abs(val - printed) < 1e-4
+    line = rf"^step +{steps[-1]}  loss [0-9.]+  simulated +[0-9.]+ ms  wall +[0-9]+ ms$"
+    assert re.search(line, stdout, re.M)
+    assert "sample (temperature 0.8, top-k 10):\nThe " in stdout
+    return state
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_text()
+
+
+def test_train_recipe_gpt_on_data_pipeline_tensor_trains_like_one_process_and_resumes(tmp_path, corpus):
+    stdout = train(tmp_path, "--data", "2", "--pipeline", "2", "--tensor", "2", "--micro-batches", "2",
+                   "--check")
+    assert "layout data 2 × pipeline 2 × tensor 2 = 8 ranks" in stdout
+    state = checked(stdout, tmp_path, corpus, range(1, 4))
+    resumed = train(tmp_path, "--resume", "--tensor", "2", "--steps", "2", "--check")   # another layout
+    assert "from step 3" in resumed
+    checked(resumed, tmp_path, corpus, range(4, 6), start=state)
+
+
+def test_train_recipe_switch_on_data_expert_trains_like_one_process(tmp_path, corpus):
+    stdout = train(tmp_path, "--data", "2", "--expert", "4", "--d-ff", "16", "--check")   # 4 experts a layer
+    assert stdout.startswith("SwitchTransformer(") and "layout data 2 × expert 4 = 8 ranks" in stdout
+    checked(stdout, tmp_path, corpus, range(1, 4))
+
+
+BAD_FLAGS = {
+    "lr": (["--lr", "-1"], "argument --lr: expected a positive number"),
+    "data": (["--data", "0"], "argument --data: expected an integer >= 1"),
+    "dtype": (["--dtype", "float16"], "argument --dtype: invalid choice"),
+    "ranks": (["--ranks", "6", "--data", "2", "--tensor", "2"], "has 4 ranks, --ranks says 6"),
+    "heads": (["--heads", "3"], "divisible"),
+    "prompt": (["--prompt", "§"], "not in the vocabulary"),
+    "resume": (["--resume"], "no checkpoint to resume from"),
+    "out": (["--out", __file__], "is a file, not a folder"),
+    "tensor": (["--tensor", "4"], "heads"),                        # parallelize's: 4 does not divide 2 heads
+    "dense-expert": (["--expert", "2", "--experts", "0"], "expert"),  # parallelize's: a GPT has no experts
+    "schedule": (["--schedule", "nope", "--pipeline", "2"], "nope"),
+    "batch": (["--batch", "6", "--data", "4"], "6"),                # refused at the first step
+}
+
+
+@pytest.mark.parametrize("flags, says", BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
+def test_train_recipe_refuses_bad_flags_in_one_line(flags, says, tmp_path, capsys):
+    args = ["train", *TINY, "--out", str(tmp_path / "run"), *flags]
+    try:
+        status = main(args)
+    except SystemExit as stop:                             # argparse's errors
+        status = stop.code
+    err = capsys.readouterr().err
+    assert status == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("python -m minidist train: error: ") and says in last, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
