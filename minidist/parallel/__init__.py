@@ -36,11 +36,11 @@ rnn/        the distributed persistent RNN: hidden units split over ranks, one e
 """
 
 from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, train_parameter_server
+from .compose import parallelize
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .hybrid import Grid, hybrid_train_step
 from .mesh import Mesh, MeshShape
-from .parallelize import parallelize
 
 # isort: split
 from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
