@@ -5,7 +5,9 @@ backward stay nn.GPT's and nn.TransformerBlock's):
 
     tensor_parallel    each block: heads over the tensor group (column-parallel qkv, row-parallel proj),
                        the MLP's hidden units over it (an MoE: each expert Megatron-split, router whole);
-                       with sequence_parallel the regions between them on T'/t tokens per rank
+                       with sequence_parallel the regions between them on T'/t tokens per rank. Applied
+                       whenever any of the three axes splits the blocks, t = 1 too (the split attention
+                       whose core ring attention replaces: what the planner prices)
     context_parallel   ring attention over the context group on this rank's zigzag positions
     expert_parallel    each MoE layer: E/e experts per rank, tokens to their expert and back by all-to-all
 
@@ -69,7 +71,7 @@ def split_for_mesh(model: GPT, mesh, seq_len: int, *, sequence_parallel: bool = 
     prices itself (its ``flops``: 1/t of the whole block's when t divides the heads and d_ff). Every MoE
     routes a rank's micro-batch as one group (the Trainer checks the model's ``groups`` match)."""
     s = mesh.sizes
-    if s["tensor"] > 1:
+    if s["tensor"] > 1 or s["context"] > 1 or s["expert"] > 1:    # t = 1 too (module docstring)
         for block in model.blocks:
             tensor_parallel(block, mesh.group("tensor"), sequence_parallel=sequence_parallel)
     if s["context"] > 1:
