@@ -142,3 +142,14 @@ def _step(comm, case):
 def test_parallel_parallelize_train_step_refuses_what_a_step_cannot_use(case, message):
     with pytest.raises(Exception, match=message):
         run(_step, 2, case, timeout=60)
+
+
+def test_parallel_parallelize_help_prints_the_recipe():
+    """minidist.parallel.parallelize is the function (the package compose/ holds it: no module of that name
+    shadows it), and its docstring is the recipe."""
+    import minidist.parallel
+
+    assert callable(minidist.parallel.parallelize) and minidist.parallel.parallelize is parallelize
+    for line in ("mesh = Mesh(comm, data=2, tensor=2)", "loss = trainer.train_step(x, y)",
+                 "state = trainer.full_state_dict()"):
+        assert line in parallelize.__doc__
