@@ -194,6 +194,7 @@ SUPPORTED = [    # (mesh sizes, parallelize keywords, tied weights)
     (dict(data=2, tensor=2), {}, True),                                        # tied: one stage keeps them
     (dict(pipeline=2, tensor=2), dict(sequence_parallel=True, micro_batches=2), False),
     (dict(data=2, tensor=2), dict(zero=3, micro_batches=2), False),            # ZeRO-3 accumulating
+    (dict(data=2, context=2), dict(zero=2), True),                             # tied under ZeRO-2
 ]
 
 
@@ -209,11 +210,11 @@ def _supported(comm):
     return case, (trainer.full_state_dict(), losses)
 
 
-def test_parallel_parallelize_tied_weights_sequence_parallel_pipelines_and_accumulating_zero3():
+def test_parallel_parallelize_tied_weights_sequence_parallel_pipelines_and_accumulating_zero():
     """Tied weights on one pipeline rank (the head's matrix is the token table: one Parameter, its two
-    gradients summed before it is synchronised), sequence parallelism across a pipeline, ZeRO-3 over
-    two micro-batches: each like one process."""
-    results = run(_supported, 12, timeout=180)
+    gradients summed before it is synchronised; with ZeRO-2 too), sequence parallelism across a pipeline,
+    ZeRO-3 over two micro-batches: each like one process."""
+    results = run(_supported, 16, timeout=180)
     for case, (_, _, tied) in enumerate(SUPPORTED):
         model, (x, y) = GPT(V, T, 2, 8, 2, tie_weights=tied, rng=np.random.default_rng(5),
                             dtype=np.float64), batch()

@@ -22,7 +22,7 @@ import numpy as np
 
 from minidist.collectives.primitives import pairwise_allreduce
 from minidist.nn import MoE, Sequential
-from minidist.nn.checkpoint import _assigned_since
+from minidist.nn.checkpoint import assigned_since
 from minidist.nn.nbytes import nbytes_of
 from minidist.nn.runner import Attachment, StepRunner, backward_through
 from minidist.precision.mixed import MixedPrecisionTrainer
@@ -222,7 +222,7 @@ class ActivationPeak(Attachment):
         self.before = [(m, dict(vars(m))) for m in self.modules]
 
     def after_loss(self, dy):
-        self.saved = _assigned_since(self.before)
+        self.saved = assigned_since(self.before)
         self.peak = max(self.peak, nbytes_of([(self.saved.entries, dy)]))
         return dy
 
