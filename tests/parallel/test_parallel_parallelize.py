@@ -329,3 +329,27 @@ def _bad(comm, case):
 def test_parallel_parallelize_refuses_what_the_mesh_cannot_split(case, message):
     with pytest.raises(Exception, match=message):
         run(_bad, 4, case, timeout=60)
+
+
+ZEROS = ((dict(data=2, tensor=2), (0, 1, 2, 3)), (dict(data=2, pipeline=2), (0, 1)))
+ENGINE_CASES = [(sizes, dict(zero=zero, micro_batches=m, overlap=overlap)) for sizes, zeros in ZEROS
+                for zero in zeros for m in (1, 2) for overlap in (True, False)]
+
+
+def _engines(comm):
+    results = []
+    for sizes, keywords in ENGINE_CASES:
+        model, (x, y) = build(False), batch()
+        trainer = parallelize(model, Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
+                              optimizer=lambda params: AdamW(params, lr=0.01), **keywords)
+        losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+        results.append((trainer.full_state_dict(), losses))
+    return results
+
+
+def test_parallel_parallelize_every_zero_stage_micro_batch_count_and_overlap_on_both_engines():
+    """One pipeline rank (data × tensor: the step runner) with ZeRO 0-3, the executor (data × pipeline)
+    with ZeRO 0 and 1, each on 1 and 2 micro-batches, buckets overlapped or sent after the backward."""
+    per_rank = run(_engines, 4, timeout=180)
+    for i, (sizes, _) in enumerate(ENGINE_CASES):
+        check(tuple(sizes), [results[i] for results in per_rank])
