@@ -31,7 +31,7 @@ from minidist.cluster.ledger import Device
 from minidist.nn import GPT, CrossEntropyLoss, Linear, MSELoss, Sequential, SwitchTransformer, Tanh
 from minidist.nn.runner import StepRunner
 from minidist.optim import SGD, AdamW
-from minidist.parallel.grid_pipeline import DataPipelineGrid, tensor_gpt_units
+from minidist.parallel import Mesh, parallelize
 from minidist.parallel.pipeline.chimera import chimera_bubble, chimera_in_flight, chimera_schedule
 from minidist.parallel.pipeline.interleaved import (
     interleaved_bubble,
@@ -192,11 +192,11 @@ tokens = np.random.default_rng(2).integers(0, 11, size=(2, 8, 8))
 
 def gpt_step(comm):
     gpt = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
-    grid = DataPipelineGrid(comm, lambda c: tensor_gpt_units(c, gpt), loss_fn=CrossEntropyLoss(),
-                            schedule=from_ops(one_f_one_b_schedule(2, 2)), num_stages=2, num_micro_batches=2,
-                            data=2, tensor=2)
-    loss = grid.train_step(tokens[0], tokens[1], AdamW(grid.parameters(), lr=0.01))
-    return loss if grid.tensor_rank == 0 else None
+    mesh = Mesh(comm, data=2, pipeline=2, tensor=2)
+    trainer = parallelize(gpt, mesh, loss_fn=CrossEntropyLoss(), optimizer=lambda ps: AdamW(ps, lr=0.01),
+                          schedule="1f1b", micro_batches=2, overlap=False)
+    loss = trainer.local_step(tokens[0], tokens[1])        # this rank's share (train_step also gathers it)
+    return loss if mesh.coords["tensor"] == 0 else None
 
 
 expected_loss = CrossEntropyLoss().forward(
@@ -221,29 +221,26 @@ print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_
 # steps, tokens dropped at capacity 1: one process routing the same 8 groups gives the same losses.
 
 # %%
-from minidist.parallel.grid_expert import switch_units  # noqa: E402
-
 switch_args = dict(gpt_args, num_experts=2, d_ff=16, capacity_factor=1.0, z_loss_coef=1e-3, groups=8)
 
 
 def switch_steps(comm):
     model = SwitchTransformer(**switch_args, rng=np.random.default_rng(3), dtype=np.float64)
-    grid = DataPipelineGrid(comm, lambda t, c, e: switch_units(t, c, e, model), loss_fn=CrossEntropyLoss(),
-                            schedule=from_ops(one_f_one_b_schedule(2, 2)), num_stages=2, num_micro_batches=2,
-                            data=2, expert=2, zero1=True)
-    opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
-    return [grid.train_step(tokens[0], tokens[1], opt) for _ in range(2)]
+    mesh = Mesh(comm, data=2, pipeline=2, expert=2)
+    trainer = parallelize(model, mesh, loss_fn=CrossEntropyLoss(), optimizer=lambda ps: AdamW(ps, lr=0.01),
+                          schedule="1f1b", micro_batches=2, zero=1)
+    return [trainer.local_step(tokens[0], tokens[1]) for _ in range(2)]
 
 
 one = SwitchTransformer(**switch_args, rng=np.random.default_rng(3), dtype=np.float64)
 one_opt, loss_fn, expected = AdamW(one.parameters(), lr=0.01), CrossEntropyLoss(), []
 for _ in range(2):                             # backward adds the router losses' gradients
     one.zero_grad()
-    expected.append(loss_fn.forward(one.forward(tokens[0]), tokens[1]))
+    expected.append(loss_fn.forward(one.forward(tokens[0]), tokens[1]) + one.router_loss)
     one.backward(loss_fn.backward())
     one_opt.step()
 steps, trace = run_traced(switch_steps, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=2e-10))
-got = [sum(loss for loss in step if loss is not None) for step in zip(*steps)]
+got = [sum(step) for step in zip(*steps)]
 print(f"expert 2 × data 2 × pipeline 2, ZeRO-1: losses {got}, one process {expected}")
 assert np.allclose(got, expected, rtol=1e-12, atol=0)
 print("its Chrome trace (the experts between the F and B tasks; the all-to-alls as sends):",
