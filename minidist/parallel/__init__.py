@@ -6,7 +6,7 @@ minidist/sim/compute.py's ComputeCharges is the attachment that charges compute 
 minidist/sim/memory.py's MemoryRecorder the one that records a memory ledger. mesh.py places the ranks on
 named axes (Mesh: one communicator per axis); parallelize.py composes any subset of data, pipeline,
 tensor, context and expert parallelism on one model and one mesh.
-lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid in six files.
+lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
             bucketed), comm.py (gradient buckets), replicas.py, sync.py (GradientSync),
@@ -23,10 +23,8 @@ expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-a
             transform.py (expert_parallel), replicas.py, cost.py
 shards.py   a rank's slice of the batch and its loss weight (every data-like strategy's);
             sync_batchnorm.py: batch statistics over a group of ranks (data: SyncBatchNorm; spatial)
-hybrid.py   data × model parallelism on a 2-D grid of ranks
-switch_layouts.py  the Switch slide's five layouts (data, model, expert, expert + data, expert + model +
-            data) of a Switch model on the cluster
-grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × spatial
+grids/      what parallelize cannot build: data_tensor.py (data × tensor of an MLP), data_spatial.py
+            (data × spatial of a CNN: spatial is not a parallelize axis)
 grid_pipeline.py  data (ZeRO-1 optional) × pipeline × context × expert × tensor for any task table
             (interleaved, ZB-H1, Chimera), a GPT as its units; grid_expert.py: a Switch model's units
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
@@ -38,12 +36,11 @@ rnn/        the distributed persistent RNN: hidden units split over ranks, one e
 from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, train_parameter_server
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
-from .hybrid import Grid, hybrid_train_step
 from .mesh import Mesh, MeshShape
 from .parallelize import parallelize
 
 # isort: split
-from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
+from .expert import ExpertParallelMoE
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .rnn import PersistentRNN
 from .spatial import (
@@ -66,8 +63,7 @@ from .tensor import (
 )
 
 # isort: split
-from .grid3d import Grid3D  # after .tensor: grid3d imports the tensor-parallel layers from this package
-from .grid_spatial import GridSpatial
+from .grids import GridSpatial, hybrid_train_step
 
 __all__ = [
     "ColumnParallelLinear",
@@ -77,8 +73,6 @@ __all__ = [
     "FSDP",
     "ErrorFeedback",
     "ExpertParallelMoE",
-    "Grid",
-    "Grid3D",
     "GridSpatial",
     "GridAllgather",
     "HaloPlan",
