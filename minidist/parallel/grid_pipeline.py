@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.nn import GPT, Module, Sequential
+from minidist.nn import GPT, Module, MoE, Sequential
 
 from .context import context_parallel
 from .context.layout import positions
@@ -131,7 +131,7 @@ class DataPipelineGrid:
                 model(self.tensor_comm, self.context_comm) if context > 1 else model(self.tensor_comm)
         self.model = model
         sets = data * expert
-        for moe in (m for m in model.modules() if isinstance(m, ExpertParallelMoE)):
+        for moe in (m for m in model.modules() if isinstance(m, (MoE, ExpertParallelMoE))):
             # a rank's micro-batch (its context positions) is one routing group: scale its router losses by
             # its share of the batch (equal micro-batches), as LossShare does the loss
             moe.aux_loss_coef /= num_micro_batches * context * sets

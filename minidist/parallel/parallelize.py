@@ -31,7 +31,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from minidist.collectives.primitives import pairwise_allreduce
-from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
+from minidist.nn import GPT, CrossEntropyLoss, MoE, SwitchTransformer
 from minidist.nn.runner import StepRunner
 from minidist.precision.mixed import MixedPrecisionTrainer
 
@@ -68,8 +68,8 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
     if sizes["expert"] > 1 and not switch:
         raise ValueError(f"expert = {sizes['expert']} needs a SwitchTransformer, got a dense "
                          f"{type(model).__name__}")
-    if switch and sizes["expert"] == 1:
-        raise ValueError("a SwitchTransformer is split by the expert axis: expert must be > 1")
+    if switch:
+        check_routing_groups(model, sizes, micro_batches)
     if schedule not in SYNCHRONOUS:
         raise ValueError(f"schedule must be one of {sorted(SYNCHRONOUS)}, got {schedule!r}")
     if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
@@ -90,6 +90,25 @@ def parallelize(model: GPT, mesh: Mesh, *, loss_fn, optimizer, micro_batches: in
     stages = 1 + max(t.stage for tick in table for t in tick)
     return Trainer(model, mesh, loss_fn, optimizer, table, stages, micro_batches, zero, mixed,
                    bool(sequence_parallel))
+
+
+def check_routing_groups(model, sizes: dict, micro_batches: int) -> None:
+    """A Switch model trains like one process only where each rank's micro-batch is one of its routing
+    groups: without a context axis ``groups`` must be data × expert × micro_batches; with one, a group is a
+    rank's zigzag positions, which no contiguous grouping matches, so routing must not depend on the group
+    (nothing dropped: k·capacity_factor >= E, and no balance loss: aux_loss_coef = 0)."""
+    moe = model.blocks[0].mlp
+    parts = sizes["data"] * sizes["expert"] * micro_batches
+    if sizes["context"] == 1 and moe.groups != parts:
+        raise ValueError(f"the Switch model routes groups={moe.groups}, but the mesh routes data × expert × "
+                         f"micro_batches = {parts} groups (one per rank and micro-batch): build it with "
+                         f"groups={parts}")
+    if sizes["context"] > 1 and (moe.aux_loss_coef or moe.k * moe.capacity_factor < moe.num_experts):
+        raise ValueError("with a context axis a routing group is a rank's zigzag positions, which no "
+                         "one-process grouping matches: a Switch model needs aux_loss_coef = 0 and "
+                         f"k·capacity_factor >= num_experts (nothing dropped), got aux_loss_coef = "
+                         f"{moe.aux_loss_coef}, k·capacity_factor = {moe.k * moe.capacity_factor}, "
+                         f"num_experts = {moe.num_experts}")
 
 
 def one_runner(mixed, sequence_parallel: bool, zero: int) -> bool:
@@ -149,7 +168,7 @@ class Trainer:
                                      zero1=self.zero == 1, overlap=True)
         self._restore(self.grid.parameters())
         self.optimizer = self.grid.build_optimizer(self.make_optimizer)
-        for moe in (m for m in self.grid.mine.modules() if isinstance(m, ExpertParallelMoE)):
+        for moe in (m for m in self.grid.mine.modules() if isinstance(m, (MoE, ExpertParallelMoE))):
             tally_router_loss(moe, self.router_losses)
 
     def _build_runner(self, seq_len: int) -> None:
@@ -169,7 +188,7 @@ class Trainer:
         else:
             split_units(model, mesh, seq_len)                 # in place: the runner steps the GPT's units
         units, sets = model, s["data"] * s["expert"]
-        for moe in (m for m in units.modules() if isinstance(m, ExpertParallelMoE)):
+        for moe in (m for m in units.modules() if isinstance(m, (MoE, ExpertParallelMoE))):
             moe.aux_loss_coef /= s["context"] * sets           # this rank's share, as the grid's
             moe.z_loss_coef /= s["context"] * sets
             tally_router_loss(moe, self.router_losses)
@@ -231,6 +250,8 @@ def split_units(model: GPT, mesh: Mesh, seq_len: int):
     """model split in place over the mesh's tensor, context and expert groups, as its units."""
     s = mesh.sizes
     context = mesh.group("context") if s["context"] > 1 else None
+    for moe in (b.mlp for b in model.blocks if isinstance(b.mlp, MoE)):
+        moe.groups = 1                  # a rank's micro-batch is one routing group (as ExpertParallelMoE's)
     if s["expert"] > 1:
         return switch_units(mesh.group("tensor"), context, mesh.group("expert"), model, seq_len)
     if s["tensor"] > 1 or context is not None:

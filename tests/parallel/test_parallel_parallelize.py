@@ -147,6 +147,49 @@ def test_parallel_parallelize_four_axes_on_16_ranks_train_like_one_process():
 
 
 
+NO_EXPERT_AXIS = [dict(data=2), dict(pipeline=2, tensor=2), dict(tensor=2), {}]
+
+
+def _switch_without_expert_axis(comm):
+    """A Switch model on meshes without an expert axis (each MoE stays whole on every rank), the four at
+    once on ranks 0-1, 2-5, 6-7 and 8 of 9, each case as ``train`` runs it (2 micro-batches)."""
+    starts = [0, 2, 6, 8]
+    case = max(i for i, first in enumerate(starts) if comm.rank >= first)
+    part = comm.split(color=case, key=comm.rank)
+    sizes = NO_EXPERT_AXIS[case]
+    model, (x, y) = build(True, groups=sizes.get("data", 1) * 2), batch()
+    trainer = parallelize(model, Mesh(part, **sizes), loss_fn=CrossEntropyLoss(), micro_batches=2,
+                          optimizer=lambda params: AdamW(params, lr=0.01))
+    losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+    return case, (trainer.full_state_dict(), losses)
+
+
+def test_parallel_parallelize_a_switch_model_without_an_expert_axis_trains_like_one_process():
+    """data only, pipeline × tensor, tensor only and one rank: the experts whole (Megatron-split over a
+    tensor axis), routed per rank and micro-batch as one process routes its S·M groups."""
+    results = run(_switch_without_expert_axis, 9, timeout=180)
+    for case, sizes in enumerate(NO_EXPERT_AXIS):
+        expected, expected_losses = _reference_groups(sizes.get("data", 1) * 2)
+        mine = [result for c, result in results if c == case]
+        first_state, first_losses = mine[0]
+        for name, value in expected.items():
+            np.testing.assert_allclose(first_state[name], value, rtol=1e-9, atol=1e-11, err_msg=name)
+        assert all(losses == first_losses for _, losses in mine)
+        np.testing.assert_allclose(first_losses, expected_losses, rtol=1e-10)
+
+
+def _reference_groups(groups: int):
+    model, (x, y) = build(True, groups=groups), batch()
+    loss_fn, opt, losses = CrossEntropyLoss(), AdamW(model.parameters(), lr=0.01), []
+    for _ in range(STEPS):
+        model.zero_grad()
+        loss = loss_fn.forward(model.forward(x), y)
+        losses.append(loss + model.router_loss)
+        model.backward(loss_fn.backward())
+        opt.step()
+    return model.state_dict(), losses
+
+
 def _sequence(comm, zero=0):
     """Two 4-rank meshes at once, on the halves of 8 ranks: data × tensor and tensor × context, each with
     sequence parallelism on the tensor axis (zero=2, 3: data × tensor and data × context with ZeRO)."""
@@ -215,10 +258,14 @@ def test_parallel_parallelize_mixed_precision_inside_a_hybrid_is_data_parallels_
 
 
 def _bad(comm, case):
-    sizes = {"heads": dict(tensor=4), "dense": dict(expert=4)}.get(case, dict(data=2, context=2))
+    sizes = {"heads": dict(tensor=4), "dense": dict(expert=4), "switch": dict(data=2, tensor=2)}.get(
+        case, dict(data=2, context=2))
     options = {"zero": dict(zero=4), "schedule": dict(schedule="1F1B"),
                "sequence_parallel": dict(sequence_parallel=True)}.get(case, {})
-    trainer = parallelize(build(case == "switch"), Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
+    model = build(True, groups=2) if case == "switch_context" else build(case == "switch")
+    if case == "switch_context":
+        sizes = dict(data=2, context=2)
+    trainer = parallelize(model, Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
                           optimizer=lambda params: AdamW(params), micro_batches=1, **options)
     x, y = batch()
     if case == "batch":
@@ -230,7 +277,8 @@ def _bad(comm, case):
 @pytest.mark.parametrize("case,message", [
     ("heads", r"tensor = 4 must divide the heads \(2\)"),
     ("dense", "expert = 4 needs a SwitchTransformer, got a dense GPT"),
-    ("switch", "a SwitchTransformer is split by the expert axis: expert must be > 1"),
+    ("switch", r"the Switch model routes groups=1, but the mesh routes data × expert × micro_batches = 2"),
+    ("switch_context", "with a context axis a routing group is a rank's zigzag positions"),
     ("batch", r"a batch of 3 does not split into data × expert × micro_batches = 2 equal parts"),
     ("zero", "zero must be 0, 1, 2 or 3"),
     ("sequence_parallel", "sequence_parallel needs a tensor axis > 1"),
