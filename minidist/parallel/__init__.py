@@ -4,8 +4,8 @@ One folder per strategy, the strategy beside its own communication and cost mode
 attachments of the step runner (minidist/nn/runner.py: layer-by-layer forward, loss, backward, events);
 minidist/sim/compute.py's ComputeCharges is the attachment that charges compute to the simulated clock,
 minidist/sim/memory.py's MemoryRecorder the one that records a memory ledger. mesh.py places the ranks on
-named axes (Mesh: one communicator per axis); parallelize.py composes any subset of data, pipeline,
-tensor, context and expert parallelism on one model and one mesh.
+named axes (Mesh: one communicator per axis); compose/ (parallelize, Trainer, split_for_mesh) composes any
+subset of data, pipeline, tensor, context and expert parallelism on one model and one mesh.
 lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
@@ -25,8 +25,9 @@ shards.py   a rank's slice of the batch and its loss weight (every data-like str
             sync_batchnorm.py: batch statistics over a group of ranks (data: SyncBatchNorm; spatial)
 grids/      what parallelize cannot build: data_tensor.py (data × tensor of an MLP), data_spatial.py
             (data × spatial of a CNN: spatial is not a parallelize axis)
-grid_pipeline.py  data (ZeRO-1 optional) × pipeline × context × expert × tensor for any task table
-            (interleaved, ZB-H1, Chimera), a GPT as its units; grid_expert.py: a Switch model's units
+compose/    parallelize: refusals.py (every check before the model is touched), split_model.py
+            (split_for_mesh: a GPT or Switch model split for a mesh, as its units), trainer.py (one step
+            runner for one pipeline rank, the Pipeline executor for more), batch.py, state.py
 asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
             averaging, Hogwild!
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
@@ -34,10 +35,10 @@ rnn/        the distributed persistent RNN: hidden units split over ranks, one e
 """
 
 from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, train_parameter_server
+from .compose import Trainer, parallelize, split_for_mesh
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
 from .mesh import Mesh, MeshShape
-from .parallelize import parallelize
 
 # isort: split
 from .expert import ExpertParallelMoE
@@ -89,6 +90,7 @@ __all__ = [
     "SpatialMaxPool2d",
     "SyncBatchNorm",
     "TopK",
+    "Trainer",
     "ZeRO",
     "bubble_fraction",
     "column_parallel_mlp",
@@ -99,6 +101,7 @@ __all__ = [
     "make_schedule",
     "megatron_parallel_mlp",
     "parallelize",
+    "split_for_mesh",
     "scatter_to_grid",
     "spatialize",
     "train_elastic",

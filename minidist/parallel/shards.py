@@ -46,14 +46,20 @@ def shard_range(comm, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
 
 
 class ShardWeightedLoss:
-    """A loss whose backward is scaled by ``weight`` = n_r / B: the gradient of Σ_{i∈r} ℓ_i / B."""
+    """A loss whose backward is scaled by ``weight`` = n_r / B: the gradient of Σ_{i∈r} ℓ_i / B.
 
-    def __init__(self, loss_fn, weight: float):
-        self.loss_fn, self.weight = loss_fn, weight
+    scale_forward: forward returns weight · the mean loss too (the rank's share of the global objective,
+    which parallelize's ranks sum); else the shard's own mean loss (DataParallel averages those itself).
+    """
+
+    def __init__(self, loss_fn, weight: float, *, scale_forward: bool = False):
+        self.loss_fn, self.weight, self.scale_forward = loss_fn, weight, bool(scale_forward)
 
     def forward(self, logits: np.ndarray, target: np.ndarray) -> float:
-        """logits: the shard's outputs, (n_r, ...); target: its targets, (n_r, ...). Returns the mean loss."""
-        return self.loss_fn.forward(logits, target)
+        """logits: the shard's outputs, (n_r, ...); target: its targets, (n_r, ...). Returns the mean loss
+        (scale_forward: weight · it)."""
+        loss = self.loss_fn.forward(logits, target)
+        return self.weight * loss if self.scale_forward else loss
 
     def backward(self) -> np.ndarray:
         """Returns weight · dloss/dlogits, shape (n_r, ...) like the logits."""

@@ -1,14 +1,16 @@
 """The planner's minidist mode checked against the cluster: every layout of a tiny GPT that runs on ≤ 8 ranks.
 
-A layout of ``DataPipelineGrid`` is D data replicas × P pipeline ranks × c context ranks × t tensor ranks
-(D·P·c·t ≤ 8) with a task table: 1F1B (P stages), interleaved 1F1B (v = 2 chunks per rank: 2P stages),
-ZB-H1 or Chimera, on M micro-batches. What runs here is what divides: the GPT's L + 3 units into the
-stages, its heads and d_ff by t, its T tokens into the 2c zigzag pieces, its batch N into D replicas of M
-equal micro-batches, M any count the table accepts (1F1B, ZB-H1: M ≥ P; interleaved, Chimera: a multiple
-of P). ``runnable_layouts`` lists them; ``measure`` runs one AdamW step of each and returns, per rank, its
-pipeline position, the simulated seconds of the step, the model states the ledger counts (``held_bytes``)
-and the most activation bytes the executor held after any task (``TaskPipeline.memory``). Layouts of one
-world size run in one ``run`` (a barrier before each step puts every clock level).
+A layout (``Mesh`` + ``parallelize``, minidist/parallel/compose/) is D data replicas × P pipeline ranks × c
+context ranks × t tensor ranks (D·P·c·t ≤ 8) with a task table: 1F1B (P stages), interleaved 1F1B (v = 2
+chunks per rank: 2P stages), ZB-H1 or Chimera, on M micro-batches. What runs here is what divides: the GPT's L
++ 3 units into the stages, its heads and d_ff by t, its T tokens into the 2c zigzag pieces, its batch N into D
+replicas of M equal micro-batches, M any count the table accepts (1F1B, ZB-H1: M ≥ P; interleaved, Chimera: a
+multiple of P). ``runnable_layouts`` lists them; ``measure`` runs one AdamW step of each and returns, per
+rank, its pipeline position, the simulated seconds of the step, the model states the ledger counts
+(``held_bytes``) and the most activation bytes held for backward (``Trainer.peak_activation_bytes``: the
+executor's after any task, or one pipeline rank's runner after any forward). Each layout trains with
+``overlap=False``: the data group's reduction after the step's backward, as predict_grid prices it. Layouts of
+one world size run in one ``run`` (a barrier before each step puts every clock level).
 
 A spec with experts is a Switch model (``build_switch``: every token to every expert, so its routing is
 known without running, minidist_switch.py) and its layouts all have an expert axis e > 1 dividing E, the
@@ -22,10 +24,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from minidist.cluster import Device, LinkModel, run
-from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
+from minidist.nn import GPT, CrossEntropyLoss, Sequential, SwitchTransformer
 from minidist.optim import AdamW
-from minidist.parallel.grid_expert import switch_units
-from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
+from minidist.parallel import Mesh, parallelize
 from minidist.parallel.mesh import MeshShape
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
 from minidist.parallel.pipeline.tasks import TaskSchedule
@@ -109,25 +110,26 @@ def build_gpt(spec: ModelSpec, seed: int = 3, dtype=np.float64) -> GPT:
                dtype=dtype)
 
 
-def build_switch(spec: ModelSpec, seed: int = 3, dtype=np.float64) -> SwitchTransformer:
+def build_switch(spec: ModelSpec, seed: int = 3, dtype=np.float64, groups: int = 1) -> SwitchTransformer:
     """spec's Switch model routing every token to every expert (k = E, capacity factor E: nothing
-    dropped), so what the all-to-alls carry is known without running (minidist_switch.py)."""
+    dropped), so what the all-to-alls carry is known without running (minidist_switch.py); the z-loss
+    only (routing that depends on no group, so any mesh may train it), ``groups`` routing groups."""
     if spec.top_k != spec.experts:
         raise ValueError(f"the check's Switch model routes every token to every expert: top_k = experts, "
                          f"got top_k = {spec.top_k}, experts = {spec.experts}")
     return SwitchTransformer(spec.vocab, spec.seq, spec.layers, spec.d_model, spec.heads, spec.experts,
-                             spec.ff, k=spec.top_k, capacity_factor=float(spec.experts), z_loss_coef=0.001,
-                             rng=np.random.default_rng(seed), dtype=dtype)
+                             spec.ff, k=spec.top_k, capacity_factor=float(spec.experts), aux_loss_coef=0.0,
+                             z_loss_coef=0.001, groups=groups, rng=np.random.default_rng(seed), dtype=dtype)
 
 
-def build_model(spec: ModelSpec, seed: int = 3, dtype=np.float64) -> GPT:
-    return build_switch(spec, seed, dtype) if spec.moe else build_gpt(spec, seed, dtype)
+def build_model(spec: ModelSpec, seed: int = 3, dtype=np.float64, groups: int = 1) -> GPT:
+    return build_switch(spec, seed, dtype, groups) if spec.moe else build_gpt(spec, seed, dtype)
 
 
 def predict(spec: ModelSpec, layout: GridLayout, device: Device | None = None,
             link: LinkModel | None = None) -> list[dict[str, float]]:
     """predict_grid for the layout: per pipeline rank seconds, states, activations, peak."""
-    return predict_grid(spec, gpt_units(build_model(spec)), layout.table(), layout.stages,
+    return predict_grid(spec, Sequential(*build_model(spec).units()), layout.table(), layout.stages,
                         layout.micro_batches, layout.data, layout.tensor, layout.context, device=device,
                         link=link, expert=layout.expert, zero1=layout.zero1)
 
@@ -135,23 +137,19 @@ def predict(spec: ModelSpec, layout: GridLayout, device: Device | None = None,
 def _measure_many(comm, spec: ModelSpec, layouts: list[GridLayout], tokens: np.ndarray) -> list[tuple]:
     out = []
     for lay in layouts:
-        gpt = build_model(spec)
-        split = lay.tensor > 1 or lay.context > 1
-        units = (lambda *g, gpt=gpt: tensor_gpt_units(g[0], gpt, *g[1:], seq_len=spec.seq)) if split \
-            else gpt_units(gpt)
-        if spec.moe:
-            units = (lambda tc, cc, ec, gpt=gpt: switch_units(tc, cc, ec, gpt, spec.seq))
-        grid = DataPipelineGrid(comm, units, loss_fn=CrossEntropyLoss(), schedule=lay.table(),
-                                num_stages=lay.stages, num_micro_batches=lay.micro_batches, data=lay.data,
-                                tensor=lay.tensor, context=lay.context, expert=lay.expert, seq_len=spec.seq,
-                                zero1=lay.zero1)
-        opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
+        groups = lay.data * lay.expert * lay.micro_batches if lay.context == 1 else 1   # the mesh's
+        mesh = Mesh(comm, **lay.shape.sizes)
+        trainer = parallelize(build_model(spec, groups=groups), mesh, loss_fn=CrossEntropyLoss(),
+                              optimizer=lambda params: AdamW(params, lr=0.01),
+                              micro_batches=lay.micro_batches,
+                              schedule=lay.schedule, chunks=CHUNKS, zero=int(lay.zero1), overlap=False)
+        trainer.prepare(spec.seq)
         comm.barrier()
         start = comm.clock
-        grid.train_step(tokens[0], tokens[1], opt)
-        held = held_bytes(parameters=grid.parameters(), optimizer=opt)
+        trainer.local_step(tokens[0], tokens[1])         # the step, without the loss's gather
+        held = held_bytes(parameters=trainer.held, optimizer=trainer.optimizer)
         states = held["parameters"] + held["gradients"] + held["optimizer"]
-        out.append((grid.position, comm.clock - start, states, grid.pipeline.peak_activation_bytes))
+        out.append((trainer.position, comm.clock - start, states, trainer.peak_activation_bytes))
     return out
 
 

@@ -1,10 +1,11 @@
 """The planner's "minidist mode": what a layout costs on minidist's own cluster, to check against a run.
 
 predict.py prices a real GPU job (16-bit Korthikanti activations, compute at the roofline's peak, nothing
-overlapped). A run of ``DataPipelineGrid`` (minidist/parallel/grid_pipeline.py: data × pipeline × context ×
-tensor, any task table) is priced by other rules, and this module follows them so the prediction can be
-compared with the simulated clock and the memory ledger of a run (tests/plan/test_plan_minidist_mode.py).
-c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences per micro-batch.
+overlapped). A run of ``Mesh`` + ``parallelize(..., overlap=False)`` (minidist/parallel/compose/: data ×
+pipeline × context × tensor, any task table) is priced by other rules, and this module follows them so the
+prediction can be compared with the simulated clock and the memory ledger of a run
+(tests/plan/test_plan_minidist_mode.py). c: the context group, T' = T/c tokens per rank, t: the tensor
+group, b sequences per micro-batch.
 
     compute    a unit's forward costs F_u = its FLOPs on (b, T') / device.flops (the layers' own ``flops``,
                which the clock charges too; a tensor block 1/t of them); backward 2·F_u, or F_u for a
@@ -28,7 +29,7 @@ c: the context group, T' = T/c tokens per rank, t: the tensor group, b sequences
                after the table the replicated parameters' pairwise_allreduce over the group):
                minidist_switch.py
     data       one ring all-reduce of the rank's gradients over D ranks, after everything else; with
-               ZeRO-1 (grid's zero1: one bucket of all of them) a reduce-scatter and an allgather instead
+               ZeRO-1 (zero=1: one bucket of all of them) a reduce-scatter and an allgather instead
                (collectives/primitives.py: the pairwise all-reduce's rounds), and AdamW's state of the
                rank's piece only: replica 0's, the largest of np.array_split's, is the one predicted
     memory     model states per rank: parameters, gradients and AdamW's m and v, each itemsize·Ψ_rank
@@ -73,7 +74,7 @@ ADAMW_STATES = 2     # m and v, each the size of the parameter
 
 
 def unit_params(spec: ModelSpec, tensor: int = 1, expert: int = 1) -> list[int]:
-    """Parameters of each unit of ``gpt_units`` (``tensor_gpt_units`` over t ranks; a Switch model's
+    """Parameters of each unit of ``nn.GPT.units`` (``split_for_mesh`` over t tensor ranks; a Switch model's
     blocks over e expert ranks: minidist_switch.py) on one rank: the embeddings (V·d + T·d), L blocks
     (attention 4d² + 4d, two LayerNorms 4d, MLP 2df + f + d; split over t: (4d² + 3d + 2df + f)/t + 6d,
     the proj and second MLP biases and the norms stay whole), the final LayerNorm (2d), the head (V·d, no
@@ -214,14 +215,16 @@ def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int
                  data: int = 1, tensor: int = 1, context: int = 1, device: Device | None = None,
                  link: LinkModel | None = None, expert: int = 1,
                  zero1: bool = False) -> list[dict[str, float]]:
-    """Per pipeline rank of a float64 ``DataPipelineGrid`` step (batch spec.batch, AdamW): "seconds",
-    "states" (parameters + gradients + optimizer bytes), "activations" (peak) and "peak" (their sum).
-    units: the whole GPT's ``gpt_units`` (each unit's ``flops`` prices it; a tensor block does 1/t), or a
-    SwitchTransformer's (spec.experts > 0, over ``expert`` ranks; spec.top_k must equal spec.experts).
+    """Per pipeline rank of a float64 ``parallelize`` step (batch spec.batch, AdamW, overlap=False):
+    "seconds", "states" (parameters + gradients + optimizer bytes), "activations" (peak) and "peak" (their
+    sum). units: the whole GPT's units (``Sequential(*gpt.units())``: each unit's ``flops`` prices it; a
+    tensor block does 1/t), or a SwitchTransformer's (spec.experts > 0, over ``expert`` ranks; spec.top_k
+    must equal spec.experts).
     zero1: the optimizer sharded over the data group (module docstring: data)."""
     layers = list(units.layers)
     if len(layers) != spec.layers + 3:
-        raise ValueError(f"units must be gpt_units of a {spec.layers}-block GPT, got {len(layers)} units")
+        raise ValueError(f"units must be the {spec.layers + 3} units of a {spec.layers}-block GPT "
+                         f"(nn.GPT.units), got {len(layers)} units")
     if spec.moe:
         check_switch(spec, expert)
     elif expert != 1:

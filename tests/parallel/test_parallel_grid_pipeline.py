@@ -1,10 +1,10 @@
-"""Data × pipeline × context × tensor grids (minidist/parallel/grid_pipeline.py) train a tiny GPT like one
-process.
+"""Data × pipeline × context × tensor meshes (Mesh + parallelize, minidist/parallel/compose/) train a tiny
+GPT like one process: the pipeline schedules on their own.
 
 A float64 GPT (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads) pipelined as its units, trained 3 AdamW
 steps by D data replicas of a P-rank pipeline under 1F1B, ZB-H1, interleaved (v = 2) and Chimera, and with
-tensor-parallel blocks (t = 2) and ring attention over a context group (c = 2); every parameter (shard) and
-each step's loss must equal one process's."""
+tensor-parallel blocks (t = 2) and ring attention over a context group (c = 2); every parameter (shard) each
+rank holds and each step's loss must equal one process's."""
 
 import numpy as np
 import pytest
@@ -12,15 +12,14 @@ import pytest
 from minidist.cluster import run
 from minidist.nn import GPT, CrossEntropyLoss
 from minidist.optim import AdamW
-from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
-from minidist.parallel.pipeline.chimera import chimera_schedule
-from minidist.parallel.pipeline.interleaved import interleaved_schedule
-from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import from_ops
-from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
+from minidist.parallel import Mesh, parallelize
 from minidist.parallel.tensor import feature_slice
 
 STEPS, N, T, V = 3, 8, 8, 11
+
+
+def adamw(params):
+    return AdamW(params, lr=0.01)
 
 
 def build() -> GPT:
@@ -43,52 +42,58 @@ def reference():
     return [p.data for p in gpt.parameters()], losses
 
 
-def _train(comm, data, schedule, stages, micro_batches):
+def _train(comm, data, schedule, micro_batches, overlap=True, zero=0, bucket_bytes=None):
+    """This rank's parameters {index in gpt.parameters(): values}, its losses, the data attachments'
+    bucket counts and the elements its optimizer steps."""
     gpt, (x, y) = build(), batch()
-    grid = DataPipelineGrid(comm, gpt_units(gpt), loss_fn=CrossEntropyLoss(), schedule=schedule,
-                            num_stages=stages, num_micro_batches=micro_batches, data=data)
-    opt = AdamW(grid.parameters(), lr=0.01)
-    losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
-    mine = {id(p) for p in grid.parameters()}
-    return {i: p.data for i, p in enumerate(gpt.parameters()) if id(p) in mine}, losses
+    mesh = Mesh(comm, data=data, pipeline=comm.world_size // data)
+    options = {} if bucket_bytes is None else dict(bucket_bytes=bucket_bytes)
+    trainer = parallelize(gpt, mesh, loss_fn=CrossEntropyLoss(), optimizer=adamw, schedule=schedule,
+                          micro_batches=micro_batches, overlap=overlap, zero=zero, **options)
+    losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+    mine = {id(p) for p in trainer.held}
+    held = {i: p.data for i, p in enumerate(gpt.parameters()) if id(p) in mine}
+    stepped = sum(p.size for p in trainer.optimizer.params)
+    return held, losses, [len(sync.buckets) for sync in trainer.syncs], stepped
 
 
-CASES = {
-    "dp2 x 1f1b pp2": (2, lambda: from_ops(one_f_one_b_schedule(2, 2)), 2, 2, 4),
-    "dp2 x zb-h1 pp2": (2, lambda: zero_bubble_schedule(2, 2), 2, 2, 4),
-    "dp2 x interleaved pp2 v2": (2, lambda: interleaved_schedule(2, 2, 2), 4, 2, 4),
-    "dp1 x chimera pp4": (1, lambda: chimera_schedule(4, 4), 4, 4, 4),
-    "dp2 x chimera pp4": (2, lambda: chimera_schedule(4, 4), 4, 4, 8),
+CASES = {      # data, schedule, micro-batches, world size
+    "dp2 x 1f1b pp2": (2, "1f1b", 2, 4),
+    "dp2 x zb-h1 pp2": (2, "zb-h1", 2, 4),
+    "dp2 x interleaved pp2 v2": (2, "interleaved", 2, 4),
+    "dp1 x chimera pp4": (1, "chimera", 4, 4),
+    "dp2 x chimera pp4": (2, "chimera", 4, 8),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_parallel_grid_data_pipeline_trains_a_gpt_like_one_process(name):
-    data, make_schedule, stages, micro_batches, world = CASES[name]
-    schedule = make_schedule()
+    data, schedule, micro_batches, world = CASES[name]
     expected, expected_losses = reference()
-    results = run(_train, world, data, schedule, stages, micro_batches, timeout=120)
+    results = run(_train, world, data, schedule, micro_batches, timeout=120)
     seen = set()
-    for params, _ in results:
+    for params, *_ in results:
         for i, value in params.items():
             np.testing.assert_allclose(value, expected[i], rtol=1e-9, atol=1e-11)
             seen.add(i)
     assert seen == set(range(len(expected)))
-    for step in range(STEPS):
-        assert sum(losses[step] for _, losses in results if losses[step] is not None) == \
-            pytest.approx(expected_losses[step], rel=1e-10)
+    for _, losses, *_ in results:
+        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
 
 
 def test_parallel_grid_data_pipeline_refuses_bad_sizes():
     def bad_data(comm):
-        DataPipelineGrid(comm, gpt_units(build()), loss_fn=CrossEntropyLoss(),
-                         schedule=from_ops(one_f_one_b_schedule(1, 1)), num_stages=1, num_micro_batches=1,
-                         data=3)
+        Mesh(comm, data=3)
 
-    with pytest.raises(Exception, match="must be an integer >= 1 dividing world_size 2"):
+    with pytest.raises(Exception, match=r"multiply to 3, but the world size is 2"):
         run(bad_data, 2)
-    with pytest.raises(ValueError, match="untied"):
-        gpt_units(GPT(V, T, 1, 8, 2, tie_weights=True, rng=np.random.default_rng(0)))
+
+    def tied(comm):
+        gpt = GPT(V, T, 1, 8, 2, tie_weights=True, rng=np.random.default_rng(0))
+        parallelize(gpt, Mesh(comm, pipeline=2), loss_fn=CrossEntropyLoss(), optimizer=AdamW)
+
+    with pytest.raises(Exception, match="untie them"):
+        run(tied, 2)
 
 
 def _expected_shards(block, t, q):
@@ -105,28 +110,27 @@ def _expected_shards(block, t, q):
             down.weight.data[:, hidden]]
 
 
-def _train_tensor(comm, data, tensor, schedule, stages, micro_batches, context=1):
+def _train_tensor(comm, data, tensor, schedule, micro_batches, context=1):
     gpt, (x, y) = build(), batch()
-    grid = DataPipelineGrid(comm, lambda *groups: tensor_gpt_units(*groups[:1], gpt, *groups[1:], seq_len=T),
-                            loss_fn=CrossEntropyLoss(), schedule=schedule, num_stages=stages,
-                            num_micro_batches=micro_batches, data=data, tensor=tensor, context=context,
-                            seq_len=T)
-    opt = AdamW(grid.parameters(), lr=0.01)
-    losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
-    mine = {id(p) for p in grid.parameters()}
-    held = {i: [p.data for p in unit.parameters()] for i, unit in enumerate(grid.model.layers)
+    mesh = Mesh(comm, data=data, pipeline=comm.world_size // (data * tensor * context), context=context,
+                tensor=tensor)
+    trainer = parallelize(gpt, mesh, loss_fn=CrossEntropyLoss(), optimizer=adamw, schedule=schedule,
+                          micro_batches=micro_batches)
+    losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+    mine = {id(p) for p in trainer.held}
+    held = {i: [p.data for p in unit.parameters()] for i, unit in enumerate(trainer.units.layers)
             if id(unit.parameters()[0]) in mine}
-    return held, losses, grid.tensor_rank
+    return held, losses, mesh.coords["tensor"]
 
 
-@pytest.mark.parametrize("data,tensor,context,schedule,stages,micro_batches", [
-    (2, 2, 1, from_ops(one_f_one_b_schedule(2, 2)), 2, 2),       # 8 ranks: data × pipeline × tensor
-    (1, 2, 1, zero_bubble_schedule(2, 2), 2, 2),                  # 4 ranks: tensor × ZB-H1 pipeline
-    (1, 2, 2, from_ops(one_f_one_b_schedule(2, 2)), 2, 2),       # 8 ranks: pipeline × context × tensor
-    (2, 1, 2, from_ops(one_f_one_b_schedule(1, 2)), 1, 2),       # 4 ranks: data × context
+@pytest.mark.parametrize("data,tensor,context,schedule,micro_batches,world", [
+    (2, 2, 1, "1f1b", 2, 8),        # data × pipeline × tensor
+    (1, 2, 1, "zb-h1", 2, 4),       # tensor × ZB-H1 pipeline
+    (1, 2, 2, "1f1b", 2, 8),        # pipeline × context × tensor
+    (2, 1, 2, "1f1b", 2, 4),        # data × context (one pipeline rank)
 ])
 def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, tensor, context, schedule,
-                                                                          stages, micro_batches):
+                                                                          micro_batches, world):
     reference_gpt, (x, y) = build(), batch()
     loss_fn, opt, expected_losses = CrossEntropyLoss(), AdamW(reference_gpt.parameters(), lr=0.01), []
     for _ in range(STEPS):
@@ -134,9 +138,8 @@ def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, 
         expected_losses.append(loss_fn.forward(reference_gpt.forward(x), y))
         reference_gpt.backward(loss_fn.backward())
         opt.step()
-    units = gpt_units(reference_gpt).layers
-    world = data * tensor * context * (1 + max(t.rank for tick in schedule for t in tick))
-    results = run(_train_tensor, world, data, tensor, schedule, stages, micro_batches, context, timeout=120)
+    units = reference_gpt.units()
+    results = run(_train_tensor, world, data, tensor, schedule, micro_batches, context, timeout=120)
     seen = set()
     for held, _, q in results:
         for i, values in held.items():
@@ -148,59 +151,33 @@ def test_parallel_grid_data_pipeline_tensor_trains_a_gpt_like_one_process(data, 
                 np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-11)
             seen.add(i)
     assert seen == set(range(len(units)))
-    for step in range(STEPS):      # tensor ranks of the last stage report the same share: count one (q = 0)
-        total = sum(losses[step] for _, losses, q in results if losses[step] is not None and q == 0)
-        assert total == pytest.approx(expected_losses[step], rel=1e-10)
-
-
-def _train_zero1(comm):
-    gpt, (x, y) = build(), batch()
-    grid = DataPipelineGrid(comm, gpt_units(gpt), loss_fn=CrossEntropyLoss(),
-                            schedule=zero_bubble_schedule(2, 4), num_stages=2, num_micro_batches=4, data=2,
-                            zero1=True)
-    opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
-    losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
-    mine = {id(p) for p in grid.parameters()}
-    shard = sum(p.size for p in opt.params)
-    return {i: p.data for i, p in enumerate(gpt.parameters()) if id(p) in mine}, losses, shard
+    for _, losses, _ in results:          # the global objective, on every rank
+        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
 
 
 def test_parallel_grid_with_zero1_on_the_data_axis_trains_a_gpt_like_one_process():
     """dp 2 × ZB-H1 pp 2 with ZeRO-1: the two replicas' optimizers step one half each of their stage."""
     expected, expected_losses = reference()
-    results = run(_train_zero1, 4, timeout=120)
-    for params, _, _ in results:
+    results = run(_train, 4, 2, "zb-h1", 4, False, 1, timeout=120)
+    for params, *_ in results:
         for i, value in params.items():
             np.testing.assert_allclose(value, expected[i], rtol=1e-9, atol=1e-11)
     held = sum(value.size for params, *_ in results for value in params.values())
     assert sum(shard for *_, shard in results) == held // 2
     assert set().union(*(params for params, *_ in results)) == set(range(len(expected)))
-    for step in range(STEPS):
-        assert sum(losses[step] for _, losses, _ in results if losses[step] is not None) == \
-            pytest.approx(expected_losses[step], rel=1e-10)
-
-
-def _train_overlap(comm):
-    gpt, (x, y) = build(), batch()
-    grid = DataPipelineGrid(comm, gpt_units(gpt), loss_fn=CrossEntropyLoss(), schedule="1f1b", num_stages=2,
-                            num_micro_batches=2, data=2, overlap=True, bucket_bytes=512)
-    opt = grid.build_optimizer(lambda params: AdamW(params, lr=0.01))
-    losses = [grid.train_step(x, y, opt) for _ in range(STEPS)]
-    mine = {id(p) for p in grid.parameters()}
-    buckets = [len(sync.buckets) for sync in grid.stage_syncs]
-    return {i: p.data for i, p in enumerate(gpt.parameters()) if id(p) in mine}, losses, buckets
+    for _, losses, *_ in results:
+        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
 
 
 def test_parallel_grid_with_bucketed_overlapped_data_parallelism_on_a_pipeline_trains_like_one_process():
     """dp 2 × 1F1B pp 2 with overlap: each stage's runner carries DataParallel's GradientSync, its 512-byte
     buckets sent during the stage's last backward."""
     expected, expected_losses = reference()
-    results = run(_train_overlap, 4, timeout=120)
-    for params, _, buckets in results:
+    results = run(_train, 4, 2, "1f1b", 2, True, 0, 512, timeout=120)
+    for params, _, buckets, _ in results:
         assert len(buckets) == 1 and buckets[0] > 1            # one stage per rank, several buckets
         for i, value in params.items():
             np.testing.assert_allclose(value, expected[i], rtol=1e-9, atol=1e-11)
     assert set().union(*(params for params, *_ in results)) == set(range(len(expected)))
-    for step in range(STEPS):
-        assert sum(losses[step] for _, losses, _ in results if losses[step] is not None) == \
-            pytest.approx(expected_losses[step], rel=1e-10)
+    for _, losses, *_ in results:
+        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)

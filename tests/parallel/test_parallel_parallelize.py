@@ -1,4 +1,4 @@
-"""parallelize (minidist/parallel/parallelize.py) on a Mesh trains a tiny GPT — a Switch Transformer where
+"""parallelize (minidist/parallel/compose/) on a Mesh trains a tiny GPT — a Switch Transformer where
 the expert axis is used — like one process: every pair and every triple of {data, pipeline, tensor, context,
 expert} with axis size 2, and one four-axis mesh on 16 ranks.
 

@@ -1,4 +1,4 @@
-"""The planner's minidist mode (minidist/plan/minidist_mode.py) against real runs of DataPipelineGrid.
+"""The planner's minidist mode (minidist/plan/minidist_mode.py) against real runs of Mesh + parallelize.
 
 A float64 GPT (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads, batch 8) trained one AdamW step on
 every layout that runs on ≤ 8 ranks (minidist/plan/check.py: 171 of them — data × pipeline × context ×
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from minidist.cluster import Device, LinkModel, run
-from minidist.nn import GPT
-from minidist.parallel.grid_pipeline import gpt_units, tensor_gpt_units
+from minidist.nn import GPT, Sequential
+from minidist.parallel import Mesh, split_for_mesh
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.tasks import Task, from_ops
 from minidist.plan.check import GridLayout, build_gpt, measure, predict, runnable_layouts
@@ -86,13 +86,14 @@ def test_plan_minidist_mode_predicts_zero1_over_the_data_axis():
 
 
 def _tensor_units(comm):
-    return [sum(p.data.size for p in u.parameters()) for u in tensor_gpt_units(comm, build()).layers]
+    units = split_for_mesh(build(), Mesh(comm, tensor=comm.world_size), SPEC.seq)
+    return [sum(p.data.size for p in u.parameters()) for u in units.layers]
 
 
 @pytest.mark.parametrize("tensor", [1, 2])
 def test_plan_unit_params_match_the_gpt(tensor):
     assert sum(unit_params(SPEC)) == sum(p.data.size for p in build().parameters())
-    assert unit_params(SPEC) == [sum(p.data.size for p in u.parameters()) for u in gpt_units(build()).layers]
+    assert unit_params(SPEC) == [sum(p.data.size for p in u.parameters()) for u in build().units()]
     assert all(sizes == unit_params(SPEC, tensor) for sizes in run(_tensor_units, tensor))
 
 
@@ -109,8 +110,8 @@ def test_plan_minidist_clock_replica_sum_is_one_message_per_parameter():
 
 
 def test_plan_minidist_mode_refuses_bad_units():
-    with pytest.raises(ValueError, match="gpt_units"):
-        predict_grid(SPEC, gpt_units(GPT(11, 8, 1, 8, 2, rng=np.random.default_rng(0))),
+    with pytest.raises(ValueError, match="units must be the 5 units of a 2-block GPT"):
+        predict_grid(SPEC, Sequential(*GPT(11, 8, 1, 8, 2, rng=np.random.default_rng(0)).units()),
                      from_ops(one_f_one_b_schedule(1, 1)), 1, 1)
     with pytest.raises(ValueError, match="d_ff = 4"):
         build_gpt(ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11, d_ff=16))

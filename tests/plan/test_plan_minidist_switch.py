@@ -1,5 +1,5 @@
 """The planner's minidist mode for a Switch Transformer with an expert axis (minidist/plan/minidist_switch.py)
-against real runs of DataPipelineGrid.
+against real runs of Mesh + parallelize.
 
 Float64 Switch models (vocabulary 11, 8 positions, 2 blocks, d = 8, 2 heads, d_ff 16, batch 8) with E = 2
 and E = 4 experts, every token routed to every expert (top-k with k = E, capacity factor E: the only

@@ -1,0 +1,160 @@
+"""Every check parallelize makes before it touches the model: a refused call leaves the model as it was.
+
+What the engine supports (a ValueError or TypeError saying why for the rest):
+
+    model        an unsplit nn.GPT or nn.SwitchTransformer (not one a Trainer or a transform has split),
+                 dropout 0; tied weights (the head's matrix is the token table) only without a pipeline
+                 axis (the embedding and the head are on the first and the last stage)
+    tensor       t divides the heads and d_ff; context: the sequence into 2C zigzag chunks (train_step)
+    expert       e > 1 needs a Switch model, e divides its experts; routing groups must be the mesh's
+                 (check_routing_groups); GShard's random second expert only on one token set
+    pipeline     every schedule of pipeline/registry.SYNCHRONOUS with at most one stage per unit of the
+                 model (interleaved: chunks·P stages); with one pipeline rank the schedule is moot
+    zero         0, 1, 2, 3; ZeRO-2 and -3 without a pipeline axis (as DeepSpeed: a stage's micro-batches
+                 accumulate gradients that ZeRO-2/3 would reduce-scatter and free after each backward)
+    mixed        MixedPrecisionTrainer's keywords (fmt=, grad_fmt=, scaler=, master_fmt=, ...), with
+                 zero=0, no pipeline axis and one micro-batch (the recipe casts the weights for one
+                 forward-backward pass and unscales one backward's gradients per step)
+    sequence_parallel   a tensor axis > 1, a dense model (an MoE's experts are not split along T)
+    loss_fn      an object with forward(prediction, target) and backward(); optimizer: a function of a list
+                 of Parameters returning an optimizer (step(), zero_grad()) — probed on one throwaway one
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from minidist.checks import check_count
+from minidist.nn import GPT, Dropout, MoE, Parameter, SwitchTransformer
+from minidist.precision.mixed import MixedPrecisionTrainer
+
+from ..mesh import Mesh
+from ..pipeline.registry import SYNCHRONOUS, make_schedule
+
+MIXED_KEYWORDS = tuple(name for name in inspect.signature(MixedPrecisionTrainer).parameters
+                       if name not in ("model", "optimizer", "loss_fn"))
+
+
+def check_parallelize(model, mesh, *, loss_fn, optimizer, micro_batches, schedule, chunks, zero, mixed,
+                      sequence_parallel, overlap, bucket_bytes):
+    """Raise for what parallelize cannot train like one process (module docstring); returns the task
+    table of the pipeline axis."""
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a minidist.parallel.Mesh, got {type(mesh).__name__}")
+    check_model(model, mesh)
+    sizes = mesh.sizes
+    micro_batches = check_count(micro_batches, "micro_batches")
+    if isinstance(model, SwitchTransformer):
+        check_routing_groups(model, sizes, micro_batches)
+    check_loss_and_optimizer(loss_fn, optimizer)
+    if schedule not in SYNCHRONOUS:
+        raise ValueError(f"schedule must be one of {sorted(SYNCHRONOUS)}, got {schedule!r}")
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise ValueError(f"zero must be 0, 1, 2 or 3 (the ZeRO stage of the data axis), got {zero!r}")
+    pipelined = sizes["pipeline"] > 1
+    if zero >= 2 and pipelined:
+        raise ValueError(f"ZeRO-{zero} runs without a pipeline axis (as DeepSpeed): a stage accumulates its "
+                         f"micro-batches' gradients, which ZeRO-{zero} would reduce-scatter and free after "
+                         f"each backward; use zero=1 with pipeline = {sizes['pipeline']}")
+    check_mixed(mixed, zero, pipelined, micro_batches)
+    if not isinstance(sequence_parallel, bool):
+        raise TypeError(f"sequence_parallel must be a bool, got {sequence_parallel!r}")
+    if sequence_parallel and (sizes["tensor"] == 1 or isinstance(model, SwitchTransformer)):
+        raise ValueError("sequence_parallel needs a tensor axis > 1 and a dense GPT (an MoE's experts are "
+                         "not split along the sequence)")
+    if not isinstance(overlap, bool):
+        raise TypeError(f"overlap must be a bool, got {overlap!r}")
+    if bucket_bytes is not None:
+        check_count(bucket_bytes, "bucket_bytes")
+    if not pipelined:
+        return None
+    options = {"chunks": check_count(chunks, "chunks", 2)} if schedule == "interleaved" else {}
+    table = make_schedule(schedule, sizes["pipeline"], micro_batches, **options)
+    stages, units = 1 + max(t.stage for tick in table for t in tick), model.n_layers + 3
+    if stages > units:
+        raise ValueError(f"the {schedule} table has {stages} stages but the model has {units} units "
+                         f"(embeddings, {model.n_layers} blocks, ln_f, head): at most one stage per unit")
+    return table
+
+
+def check_model(model, mesh) -> None:
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an nn.GPT or nn.SwitchTransformer, got {type(model).__name__}")
+    sizes = mesh.sizes
+    split = [type(m).__name__ for m in model.modules() if type(m).__module__.startswith("minidist.parallel")]
+    if getattr(model, "already_split", False) or split:
+        raise ValueError("the model is already split (by a Trainer or a transform: "
+                         f"{', '.join(sorted(set(split))) or 'parallelize'}): build a fresh model for "
+                         "each parallelize")
+    dropouts = sorted({m.p for m in model.modules() if isinstance(m, Dropout) and m.p})
+    if dropouts:
+        raise ValueError(f"parallelize trains with dropout 0 only (the ranks would draw other masks than one "
+                         f"process), got dropout {dropouts}")
+    if model.tie_weights and sizes["pipeline"] > 1:
+        raise ValueError("tied weights (head = token table) cannot stay tied over a pipeline axis: the "
+                         "embedding and the head are on the first and the last stage; untie them or use "
+                         "pipeline = 1")
+    t = sizes["tensor"]
+    heads, d_ff = model.blocks[0].attn.n_heads, model.blocks[0].d_ff
+    if t > 1 and (heads % t or d_ff % t):
+        raise ValueError(f"tensor = {t} must divide the heads ({heads}) and d_ff ({d_ff})")
+    switch = isinstance(model, SwitchTransformer)
+    if sizes["expert"] > 1 and not switch:
+        raise ValueError(f"expert = {sizes['expert']} needs a SwitchTransformer, got a dense "
+                         f"{type(model).__name__}")
+    if switch and model.blocks[0].mlp.num_experts % sizes["expert"]:
+        raise ValueError(f"{model.blocks[0].mlp.num_experts} experts cannot be spread evenly over expert = "
+                         f"{sizes['expert']} ranks")
+
+
+def check_routing_groups(model, sizes: dict, micro_batches: int) -> None:
+    """A Switch model trains like one process only where each rank's micro-batch is one of its routing
+    groups: without a context axis ``groups`` must be data × expert × micro_batches; with one, a group is a
+    rank's zigzag positions, which no contiguous grouping matches, so routing must not depend on the group
+    (nothing dropped: k·capacity_factor >= E, and no balance loss: aux_loss_coef = 0)."""
+    moe: MoE = model.blocks[0].mlp
+    parts = sizes["data"] * sizes["expert"] * micro_batches
+    if sizes["context"] == 1 and moe.groups != parts:
+        raise ValueError(f"the Switch model routes groups={moe.groups}, but the mesh routes data × expert × "
+                         f"micro_batches = {parts} groups (one per rank and micro-batch): build it with "
+                         f"groups={parts}")
+    if sizes["context"] > 1 and (moe.aux_loss_coef or moe.k * moe.capacity_factor < moe.num_experts):
+        raise ValueError("with a context axis a routing group is a rank's zigzag positions, which no "
+                         "one-process grouping matches: a Switch model needs aux_loss_coef = 0 and "
+                         f"k·capacity_factor >= num_experts (nothing dropped), got aux_loss_coef = "
+                         f"{moe.aux_loss_coef}, k·capacity_factor = {moe.k * moe.capacity_factor}, "
+                         f"num_experts = {moe.num_experts}")
+    if getattr(moe, "second_expert", "always") != "always" and \
+            sizes["data"] * sizes["expert"] * sizes["context"] > 1:
+        raise ValueError("GShard's random second expert draws per token: ranks of other tokens would draw "
+                         "other numbers than one process; use second_expert='always'")
+
+
+def check_loss_and_optimizer(loss_fn, optimizer) -> None:
+    if not (callable(getattr(loss_fn, "forward", None)) and callable(getattr(loss_fn, "backward", None))):
+        raise TypeError(f"loss_fn must have forward(prediction, target) and backward() (e.g. "
+                        f"CrossEntropyLoss()), got {loss_fn!r}")
+    if not callable(optimizer):
+        raise TypeError(f"optimizer must be a function of a list of Parameters returning an optimizer (e.g. "
+                        f"lambda params: AdamW(params, lr=1e-3)), got {type(optimizer).__name__}")
+    probe = optimizer([Parameter(np.zeros(1))])
+    if not all(callable(getattr(probe, name, None)) for name in ("step", "zero_grad")):
+        raise TypeError(f"optimizer(params) must return an optimizer (step(), zero_grad()), got "
+                        f"{type(probe).__name__}")
+
+
+def check_mixed(mixed, zero: int, pipelined: bool, micro_batches: int) -> None:
+    if mixed is None:
+        return
+    if not isinstance(mixed, dict):
+        raise ValueError(f"mixed must be a dict of MixedPrecisionTrainer's keywords (fmt=...), got {mixed!r}")
+    unknown = sorted(set(mixed) - set(MIXED_KEYWORDS))
+    if unknown or "fmt" not in mixed:
+        raise ValueError(f"mixed takes MixedPrecisionTrainer's keywords {MIXED_KEYWORDS} (fmt required), "
+                         f"got {sorted(mixed)}")
+    if zero or pipelined or micro_batches != 1:
+        raise ValueError(f"mixed precision runs with zero=0, without a pipeline axis and on one micro-batch "
+                         f"(the recipe casts the weights for one forward-backward pass), got zero = {zero}, "
+                         f"pipelined = {pipelined}, micro_batches = {micro_batches}")
