@@ -352,9 +352,9 @@ device_gib = Device().memory / 2**30
 L_BIG, B_BIG, P_BIG = 24, 64, 8
 layouts = {"data (8 × 1)": (8, 1), "hybrid (2 × 4)": (2, 4), "model (1 × 8)": (1, 8)}
 d_big = np.array([1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768])
-memory = {name: np.array([memory_words_per_device([d] * (L_BIG + 1), B_BIG, dp, mp,
+memory = {name: np.array([memory_words_per_device([d] * (L_BIG + 1), B_BIG, dp, tp,
                                                   optimizer_states=2)["total"]
-                          for d in d_big]) * 4 / 2**30 for name, (dp, mp) in layouts.items()}
+                          for d in d_big]) * 4 / 2**30 for name, (dp, tp) in layouts.items()}
 largest_fit = {name: d_big[gib <= device_gib].max() for name, gib in memory.items()}
 for name, gib in memory.items():
     print(f"{name:15s} GiB per device: " + ", ".join(f"{g:7.1f}" for g in gib)
