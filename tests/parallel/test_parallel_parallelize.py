@@ -190,6 +190,46 @@ def _reference_groups(groups: int):
     return model.state_dict(), losses
 
 
+SUPPORTED = [    # (mesh sizes, parallelize keywords, tied weights)
+    (dict(data=2, tensor=2), {}, True),                                        # tied: one stage keeps them
+    (dict(pipeline=2, tensor=2), dict(sequence_parallel=True, micro_batches=2), False),
+    (dict(data=2, tensor=2), dict(zero=3, micro_batches=2), False),            # ZeRO-3 accumulating
+]
+
+
+def _supported(comm):
+    case = comm.rank // 4
+    sizes, keywords, tied = SUPPORTED[case]
+    part = comm.split(color=case, key=comm.rank % 4)
+    model, (x, y) = GPT(V, T, 2, 8, 2, tie_weights=tied, rng=np.random.default_rng(5), dtype=np.float64), \
+        batch()
+    trainer = parallelize(model, Mesh(part, **sizes), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: AdamW(params, lr=0.01), **keywords)
+    losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+    return case, (trainer.full_state_dict(), losses)
+
+
+def test_parallel_parallelize_tied_weights_sequence_parallel_pipelines_and_accumulating_zero3():
+    """Tied weights on one pipeline rank (the head's matrix is the token table: one Parameter, its two
+    gradients summed before it is synchronised), sequence parallelism across a pipeline, ZeRO-3 over
+    two micro-batches: each like one process."""
+    results = run(_supported, 12, timeout=180)
+    for case, (_, _, tied) in enumerate(SUPPORTED):
+        model, (x, y) = GPT(V, T, 2, 8, 2, tie_weights=tied, rng=np.random.default_rng(5),
+                            dtype=np.float64), batch()
+        loss_fn, opt, expected_losses = CrossEntropyLoss(), AdamW(model.parameters(), lr=0.01), []
+        for _ in range(STEPS):
+            model.zero_grad()
+            expected_losses.append(loss_fn.forward(model.forward(x), y))
+            model.backward(loss_fn.backward())
+            opt.step()
+        for c, (state, losses) in results:
+            if c == case:
+                np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
+                for name, value in model.state_dict().items():
+                    np.testing.assert_allclose(state[name], value, rtol=1e-9, atol=1e-11, err_msg=name)
+
+
 def _sequence(comm, zero=0):
     """Two 4-rank meshes at once, on the halves of 8 ranks: data × tensor and tensor × context, each with
     sequence parallelism on the tensor axis (zero=2, 3: data × tensor and data × context with ZeRO)."""

@@ -30,7 +30,7 @@ from minidist.sim.compute import ComputeCharges
 
 from ..data import GradientSync
 from ..expert import ExpertParallelMoE
-from ..pipeline.pipeline import Pipeline, split_micro_batches
+from ..pipeline.pipeline import Pipeline
 from ..shards import ShardWeightedLoss
 from .batch import check_batch, check_same_batch, my_part
 from .split_model import split_for_mesh
@@ -90,10 +90,10 @@ class Trainer:
 
     def _one_stage(self, x: np.ndarray, y: np.ndarray) -> float:
         self.units.zero_grad()
-        xs, ys, _ = split_micro_batches(x, y, self.micro_batches)     # copies (counted as the executor's)
-        loss = 0.0
-        for m, (xm, ym) in enumerate(zip(xs, ys)):
-            loss += self.runner.forward_backward(xm, ym, last=m == len(xs) - 1)
+        n, M, loss = len(x) // self.micro_batches, self.micro_batches, 0.0
+        for m in range(M):      # equal micro-batches, copies (each owns its memory, as the executor's)
+            rows = slice(m * n, (m + 1) * n)
+            loss += self.runner.forward_backward(x[rows].copy(), y[rows].copy(), last=m == M - 1)
         if self.after_passes:
             backward_through([], None, self.after_passes)      # the data attachment, after the compute
         return loss
