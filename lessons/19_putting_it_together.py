@@ -182,9 +182,11 @@ for name, (table, stages) in runs.items():
 # group's D ranks all-reduce their gradients. A tiny GPT on 2 × 2 × 2 = 8 ranks (1F1B, 2 micro-batches
 # per replica) must again equal one process; `train_step` takes the whole batch on every rank and returns
 # the global mean loss, the same bits on every rank. In the trace, ranks 0–3 are replica 0: stage 0 on
-# ranks 0, 1 (a tensor pair), stage 1 on ranks 2, 3; the data all-reduce closes the step. Stages are cut by
-# unit count: stage 0 (embeddings, both blocks) works while stage 1 (LayerNorm, head) waits — balancing
-# stages by cost is the next thing a planner fixes.
+# ranks 0, 1 (a tensor pair), stage 1 on ranks 2, 3. The first step opens with the build (the split, and
+# one all-reduce that tells every rank who holds which element, for `full_state_dict`); the data
+# all-reduce and the loss's sum over the mesh close it. Stages are cut by unit count: stage 0 (embeddings,
+# both blocks) works while stage 1 (LayerNorm, head) waits — balancing stages by cost is the next thing a
+# planner fixes.
 
 # %%
 gpt_args = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "d_model": 8, "n_heads": 2}
@@ -202,8 +204,7 @@ expected_loss = CrossEntropyLoss().forward(
     GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64).forward(tokens[0]), tokens[1])
 # a slow device and a fast link, so that compute and the three kinds of traffic are all visible
 losses, trace = run_traced(gpt_step, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=1 / 5e9))
-grid_loss = losses[0]
-assert len(set(losses)) == 1                   # the same bits on every rank
+(grid_loss,) = set(losses)                     # the same bits on every rank
 print(f"2 data × 2 pipeline × 2 tensor: loss {grid_loss:.12f}, one process {expected_loss:.12f}")
 assert abs(grid_loss - expected_loss) < 1e-12
 ax = plot_timeline(trace, title="one step of a GPT on data 2 × pipeline 2 × tensor 2 (ranks (d·2 + p)·2 + q)")
@@ -217,10 +218,9 @@ print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_
 # Transformer's E experts are spread over an expert group, tokens sent to them by all-to-all (lesson 18).
 # An expert's gradient already sums its group's tokens, the replicated weights' do not: `expert_parallel`
 # lists the expert group in their `partial_over`, and they are summed over it once the pipeline's table has
-# run, then the data group sums all — here as ZeRO-1. Expert 2 × data 2 × pipeline 2, two
-# steps, tokens dropped at capacity 1: one process routing the same 8 groups (``groups`` = the 4 token sets
-# × 2 micro-batches) gives the same losses — cross-entropy plus the router losses, what `train_step`
-# returns.
+# run, then the data group sums all — here as ZeRO-1. Expert 2 × data 2 × pipeline 2, two steps, tokens
+# dropped at capacity 1: one process routing the same 8 groups (4 token sets × 2 micro-batches) gives the
+# same losses, cross-entropy plus router losses (what `train_step` returns).
 
 # %%
 switch_args = dict(gpt_args, num_experts=2, d_ff=16, capacity_factor=1.0, z_loss_coef=1e-3, groups=8)
