@@ -64,7 +64,7 @@ def _kept_names(layer: Module) -> set[str]:
     return names
 
 
-def _assigned_since(before: list[tuple[Module, dict]]) -> SavedActivations:
+def assigned_since(before: list[tuple[Module, dict]]) -> SavedActivations:
     """The attributes assigned (new or rebound) on each layer since the snapshot ``before``."""
     entries = []
     for layer, old in before:
@@ -83,7 +83,7 @@ def forward_saving(module: Module, x: np.ndarray, forward=None) -> tuple[np.ndar
     """
     before = [(layer, dict(vars(layer))) for layer in module.modules()]
     y = (forward or module.forward)(x)
-    return y, _assigned_since(before)
+    return y, assigned_since(before)
 
 
 def forward_flops(layer: Module, input_shape: tuple[int, ...]) -> int:
@@ -147,7 +147,7 @@ class Checkpoint(Module):
         for layer in layers:
             self._layer_shapes.append((layer, y.shape))
             y = layer.forward(y)
-        return y, _assigned_since(before)
+        return y, assigned_since(before)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: upstream gradient, shape of y; returns dx, shape of x; adds the segment's parameter gradients

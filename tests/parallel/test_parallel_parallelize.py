@@ -194,6 +194,7 @@ SUPPORTED = [    # (mesh sizes, parallelize keywords, tied weights)
     (dict(data=2, tensor=2), {}, True),                                        # tied: one stage keeps them
     (dict(pipeline=2, tensor=2), dict(sequence_parallel=True, micro_batches=2), False),
     (dict(data=2, tensor=2), dict(zero=3, micro_batches=2), False),            # ZeRO-3 accumulating
+    (dict(data=2, context=2), dict(zero=2), True),                             # tied under ZeRO-2
 ]
 
 
@@ -209,11 +210,11 @@ def _supported(comm):
     return case, (trainer.full_state_dict(), losses)
 
 
-def test_parallel_parallelize_tied_weights_sequence_parallel_pipelines_and_accumulating_zero3():
+def test_parallel_parallelize_tied_weights_sequence_parallel_pipelines_and_accumulating_zero():
     """Tied weights on one pipeline rank (the head's matrix is the token table: one Parameter, its two
-    gradients summed before it is synchronised), sequence parallelism across a pipeline, ZeRO-3 over
-    two micro-batches: each like one process."""
-    results = run(_supported, 12, timeout=180)
+    gradients summed before it is synchronised; with ZeRO-2 too), sequence parallelism across a pipeline,
+    ZeRO-3 over two micro-batches: each like one process."""
+    results = run(_supported, 16, timeout=180)
     for case, (_, _, tied) in enumerate(SUPPORTED):
         model, (x, y) = GPT(V, T, 2, 8, 2, tie_weights=tied, rng=np.random.default_rng(5),
                             dtype=np.float64), batch()
@@ -328,3 +329,27 @@ def _bad(comm, case):
 def test_parallel_parallelize_refuses_what_the_mesh_cannot_split(case, message):
     with pytest.raises(Exception, match=message):
         run(_bad, 4, case, timeout=60)
+
+
+ZEROS = ((dict(data=2, tensor=2), (0, 1, 2, 3)), (dict(data=2, pipeline=2), (0, 1)))
+ENGINE_CASES = [(sizes, dict(zero=zero, micro_batches=m, overlap=overlap)) for sizes, zeros in ZEROS
+                for zero in zeros for m in (1, 2) for overlap in (True, False)]
+
+
+def _engines(comm):
+    results = []
+    for sizes, keywords in ENGINE_CASES:
+        model, (x, y) = build(False), batch()
+        trainer = parallelize(model, Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
+                              optimizer=lambda params: AdamW(params, lr=0.01), **keywords)
+        losses = [trainer.train_step(x, y) for _ in range(STEPS)]
+        results.append((trainer.full_state_dict(), losses))
+    return results
+
+
+def test_parallel_parallelize_every_zero_stage_micro_batch_count_and_overlap_on_both_engines():
+    """One pipeline rank (data × tensor: the step runner) with ZeRO 0-3, the executor (data × pipeline)
+    with ZeRO 0 and 1, each on 1 and 2 micro-batches, buckets overlapped or sent after the backward."""
+    per_rank = run(_engines, 4, timeout=180)
+    for i, (sizes, _) in enumerate(ENGINE_CASES):
+        check(tuple(sizes), [results[i] for results in per_rank])

@@ -40,6 +40,8 @@ class ForwardOnly:
 CASES = {
     "tied weights over a pipeline": (dict(data=2, pipeline=2), dict(tie_weights=True), {}, ValueError,
                                      "cannot stay tied over a pipeline axis"),
+    "tied weights under ZeRO-3": (dict(data=4), dict(tie_weights=True), dict(zero=3), ValueError,
+                                  "tied weights cannot stay tied under ZeRO-3"),
     "dropout": (dict(data=4), dict(dropout=0.1), {}, ValueError, r"dropout 0 only .*, got dropout \[0.1\]"),
     "interleaved stages past the units": (dict(pipeline=4), {}, dict(schedule="interleaved", chunks=4,
                                           micro_batches=4), ValueError,

@@ -4,7 +4,7 @@ What the engine supports (a ValueError or TypeError saying why for the rest):
 
     model        an unsplit nn.GPT or nn.SwitchTransformer (not one a Trainer or a transform has split),
                  dropout 0; tied weights (the head's matrix is the token table) only without a pipeline
-                 axis (the embedding and the head are on the first and the last stage)
+                 axis (the embedding and the head are on the first and the last stage) and ZeRO-3
     tensor       t divides the heads and d_ff; context: the sequence into 2C zigzag chunks (train_step)
     expert       e > 1 needs a Switch model, e divides its experts; routing groups must be the mesh's
                  (check_routing_groups); GShard's random second expert only on one token set
@@ -58,6 +58,10 @@ def check_parallelize(model, mesh, *, loss_fn, optimizer, micro_batches, schedul
         raise ValueError(f"ZeRO-{zero} runs without a pipeline axis (as DeepSpeed): a stage accumulates its "
                          f"micro-batches' gradients, which ZeRO-{zero} would reduce-scatter and free after "
                          f"each backward; use zero=1 with pipeline = {sizes['pipeline']}")
+    if zero == 3 and model.tie_weights:
+        raise ValueError("tied weights cannot stay tied under ZeRO-3: each unit's parameters are gathered "
+                         "and freed as that unit's, and the token table is the embedding's and the head's; "
+                         "use zero <= 2 or untie them")
     check_mixed(mixed, zero, pipelined, micro_batches)
     if not isinstance(sequence_parallel, bool):
         raise TypeError(f"sequence_parallel must be a bool, got {sequence_parallel!r}")

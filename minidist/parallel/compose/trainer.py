@@ -22,7 +22,7 @@ import numpy as np
 
 from minidist.collectives.primitives import pairwise_allreduce
 from minidist.nn import MoE, Sequential
-from minidist.nn.checkpoint import _assigned_since
+from minidist.nn.checkpoint import assigned_since
 from minidist.nn.nbytes import nbytes_of
 from minidist.nn.runner import Attachment, StepRunner, backward_through
 from minidist.precision.mixed import MixedPrecisionTrainer
@@ -89,6 +89,8 @@ class Trainer:
         return float(pairwise_allreduce(self.mesh.comm, np.array([mine]))[0])
 
     def _one_stage(self, x: np.ndarray, y: np.ndarray) -> float:
+        """One pipeline rank: M forward-backward passes of the runner (gradients add up; the data
+        attachment syncs on the last), then the data attachment after them if it waits for the compute."""
         self.units.zero_grad()
         n, M, loss = len(x) // self.micro_batches, self.micro_batches, 0.0
         for m in range(M):      # equal micro-batches, copies (each owns its memory, as the executor's)
@@ -131,7 +133,7 @@ class Trainer:
             if self.mixed is not None:
                 whole = Sequential(self.units)       # casts at the model's input and output, as on the GPT
                 self.recipe = MixedPrecisionTrainer(whole, self.optimizer, self.loss, **self.mixed)
-            sync = self.data_attachment(self.units, mixed=self.recipe, overlap=in_runner)
+            sync = self.data_attachment(self.units, mixed=self.recipe, overlap=self.overlap)
         self.activations = ActivationPeak(self.units)
         clock = ComputeCharges(self.mesh.comm, overlap=False, after=True, label="")
         attachments = ([sync] if in_runner else []) + ([self.recipe] if self.recipe else [])
@@ -170,7 +172,9 @@ class Trainer:
     def peak_activation_bytes(self) -> int:
         """The most bytes this rank held for backward after any forward of its steps (a pipeline: after
         any task, its ledger's peak), the loss gradient included."""
-        return self.activations.peak if self.pipeline is None else self.pipeline.peak_activation_bytes
+        if self.pipeline is not None:
+            return self.pipeline.peak_activation_bytes
+        return self.activations.peak if self.runner is not None else 0
 
     def full_state_dict(self) -> dict[str, np.ndarray]:
         """{name: array}: model.state_dict() of the unsplit model as one process would hold it after the
@@ -222,7 +226,7 @@ class ActivationPeak(Attachment):
         self.before = [(m, dict(vars(m))) for m in self.modules]
 
     def after_loss(self, dy):
-        self.saved = _assigned_since(self.before)
+        self.saved = assigned_since(self.before)
         self.peak = max(self.peak, nbytes_of([(self.saved.entries, dy)]))
         return dy
 
