@@ -38,8 +38,8 @@ from minidist.parallel.pipeline.interleaved import (
     interleaved_in_flight,
     interleaved_schedule,
 )
-from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import bubble, format_tasks, from_ops, in_flight, replay
+from minidist.parallel.pipeline.schedule import bubble_fraction, max_in_flight, one_f_one_b_schedule
+from minidist.parallel.pipeline.tasks import format_tasks, from_ops, replay
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 from minidist.plan import Layout, ModelSpec, format_plan, hardware, plan, predict_memory
 from minidist.plan.published import MEGATRON_MFU, RUNS
@@ -70,11 +70,11 @@ tables = {
 formulas = {"1F1B": (P - 1) / (M + P - 1), f"interleaved (v = {V})": interleaved_bubble(P, M, V),
             "ZB-H1": zero_bubble_bubble(P, M), "Chimera": chimera_bubble(P, M)}
 for name, table in tables.items():
-    print(f"{name:<18} {len(table):>3} ticks  bubble {bubble(table, P):.3f} (formula {formulas[name]:.3f})  "
-          f"held per rank {in_flight(table, P)}")
-    assert abs(bubble(table, P) - formulas[name]) < 1e-12
-assert in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
-assert in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
+    print(f"{name:<18} {len(table):>3} ticks  bubble {bubble_fraction(table, P):.3f} "
+          f"(formula {formulas[name]:.3f})  held per rank {max_in_flight(table, P)}")
+    assert abs(bubble_fraction(table, P) - formulas[name]) < 1e-12
+assert max_in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
+assert max_in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
 print("\n" + format_tasks(chimera_schedule(P, P), P))
 
 # %% [markdown]
