@@ -28,7 +28,8 @@ import numpy as np
 from minidist.cluster import Device, run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.hybrid import Grid, hybrid_train_step
+from minidist.parallel import Mesh
+from minidist.parallel.grids import hybrid_train_step, mesh_bytes_sent
 from minidist.parallel.tensor import (
     MegatronMLP,
     column_parallel_mlp,
@@ -172,8 +173,13 @@ assert worst < 1e-12
 #
 # * **model (slides)** — every layer column-parallel, outputs all-gathered (`column_parallel_mlp`);
 # * **model (Megatron)** — two blocks of column + row layers (`megatron_parallel_mlp`);
-# * **data** — every rank a whole copy, B/4 samples each, gradients all-reduced (a 4 × 1 grid);
-# * **hybrid** — a 2 × 2 grid: the slides' model parallelism inside each pair, data parallelism across.
+# * **data** — every rank a whole copy, B/4 samples each, gradients all-reduced (`Mesh(comm, data=4)`);
+# * **hybrid** — `Mesh(comm, data=2, tensor=2)`: the slides' model parallelism inside each tensor pair,
+#   data parallelism across the pairs.
+#
+# Each is one `Mesh` and one step, `hybrid_train_step(mesh, model, ...)` (minidist/parallel/grids/: the
+# step of a model built of tensor-parallel layers; `parallelize` splits GPTs): the model runs on the
+# mesh's tensor group with its data group's slice of the batch, and the data group sums the gradients.
 #
 # The cluster's ledger counts the payload bytes each rank sends (`comm.stats.bytes_sent`). Every rank sends
 # the same amount here, so one rank's bytes are the measurement.
@@ -187,24 +193,25 @@ STRATEGIES = ["model (slides)", "model (Megatron)", "data", "hybrid 2×2"]
 
 def sweep(comm, d_sweep, b_sweep, layers):
     """On each rank: {(strategy, d, B): bytes sent in one step}, {(strategy, d): weights held}."""
-    grids = {"model (slides)": Grid(comm, comm.world_size), "model (Megatron)": Grid(comm, comm.world_size),
-             "data": Grid(comm, 1), "hybrid 2×2": Grid(comm, 2)}
+    tensor_only, data_only = Mesh(comm, tensor=comm.world_size), Mesh(comm, data=comm.world_size)
+    meshes = {"model (slides)": tensor_only, "model (Megatron)": tensor_only, "data": data_only,
+              "hybrid 2×2": Mesh(comm, data=comm.world_size // 2, tensor=2)}
     builders = {"model (slides)": column_parallel_mlp, "model (Megatron)": megatron_parallel_mlp,
                 "data": lambda group, full: full,  # data parallelism: the whole model on every rank
                 "hybrid 2×2": column_parallel_mlp}
     measured, weights = {}, {}
     for d in d_sweep:
         for name in STRATEGIES:
-            grid = grids[name]
-            model = builders[name](grid.model_comm, make_mlp([d] * (layers + 1), dtype=np.float32))
+            mesh = meshes[name]
+            model = builders[name](mesh.group("tensor"), make_mlp([d] * (layers + 1), dtype=np.float32))
             opt = SGD(model.parameters(), lr=0.01)
             weights[name, d] = sum(p.size for p in model.parameters())
             for b in b_sweep:
                 rng = np.random.default_rng(d * 1000 + b)
                 x, labels = rng.standard_normal((b, d)).astype(np.float32), rng.integers(0, d, b)
-                before = grid.bytes_sent
-                hybrid_train_step(grid, model, CrossEntropyLoss(), opt, x, labels)
-                measured[name, d, b] = grid.bytes_sent - before
+                before = mesh_bytes_sent(mesh)
+                hybrid_train_step(mesh, model, CrossEntropyLoss(), opt, x, labels)
+                measured[name, d, b] = mesh_bytes_sent(mesh) - before
     return measured, weights
 
 
@@ -222,7 +229,7 @@ def predicted_words(name, d, b):
         return megatron_words(widths, b, P) / P
     if name == "data":
         return data_parallel_words(LAYERS * d * d, P) / P
-    shard = LAYERS * d * d // 2  # hybrid: rows of 2 model-parallel ranks, columns of 2 data-parallel ranks
+    shard = LAYERS * d * d // 2  # hybrid: tensor groups of 2 ranks, data groups of 2
     return hybrid_words(column_parallel_words(widths, b, 2), [shard, shard], 2) / P
 
 
@@ -345,9 +352,9 @@ device_gib = Device().memory / 2**30
 L_BIG, B_BIG, P_BIG = 24, 64, 8
 layouts = {"data (8 × 1)": (8, 1), "hybrid (2 × 4)": (2, 4), "model (1 × 8)": (1, 8)}
 d_big = np.array([1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768])
-memory = {name: np.array([memory_words_per_device([d] * (L_BIG + 1), B_BIG, dp, mp,
+memory = {name: np.array([memory_words_per_device([d] * (L_BIG + 1), B_BIG, dp, tp,
                                                   optimizer_states=2)["total"]
-                          for d in d_big]) * 4 / 2**30 for name, (dp, mp) in layouts.items()}
+                          for d in d_big]) * 4 / 2**30 for name, (dp, tp) in layouts.items()}
 largest_fit = {name: d_big[gib <= device_gib].max() for name, gib in memory.items()}
 for name, gib in memory.items():
     print(f"{name:15s} GiB per device: " + ", ".join(f"{g:7.1f}" for g in gib)

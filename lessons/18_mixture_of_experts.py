@@ -25,19 +25,13 @@ import numpy as np
 from minidist.cluster import run
 from minidist.nn import GELU, CrossEntropyLoss, Linear, MoE, MSELoss, Sequential, SwitchTransformer
 from minidist.optim import SGD, Adam
+from minidist.parallel import Mesh, parallelize
 from minidist.parallel.expert import ExpertParallelMoE
 from minidist.parallel.expert.cost import (
     alltoall_bytes_sent,
     counts_bytes_sent,
     imbalance,
     uniform_alltoall_bytes,
-)
-from minidist.parallel.switch_layouts import (
-    LayoutGroups,
-    expert_holdings,
-    parallelize,
-    slide_layouts,
-    train_step,
 )
 from minidist.plots import save_figure
 
@@ -196,50 +190,110 @@ plt.close(fig)
 # %% [markdown]
 # ## 4. The slide's five layouts, run
 #
-# A two-layer SwitchTransformer with 4 experts per layer on 4 ranks (8 for expert + model + data). Rank r
-# sits at (data i, expert j, model m); it trains token set i·E + j; it holds all of the dense weights,
-# and the experts of its expert slot — whole, or a 1/M slice of their d_ff under model parallelism.
-# Every layout trains exactly like one process (tests/parallel/test_parallel_expert_layouts.py).
+# Each layout is a `Mesh` and `parallelize`: data is the data axis, expert the expert axis, and the slide's
+# *model* parallelism the mesh's tensor axis, which splits every block Megatron-style — each expert's d_ff
+# and, unlike the slide, the attention heads too.
+#
+#     data               Mesh(comm, data=4)                     every rank all weights, its own tokens
+#     model              Mesh(comm, tensor=4)                   the same tokens, 1/4 of every expert's d_ff
+#     expert             Mesh(comm, expert=4)                   its own experts and its own tokens
+#     expert+data        Mesh(comm, data=2, expert=2)           expert groups of 2, replicated twice
+#     expert+model+data  Mesh(comm, data=2, expert=2, tensor=2) each expert split over 2 ranks as well
+#
+# A two-layer SwitchTransformer with 4 experts per layer on 4 ranks (8 for expert + model + data). The rank
+# at (data d, expert j) trains token set d·E + j of the S = D·E sets, and routes it as one group, so the one
+# process it is checked against routes the batch in S groups (`groups=S`). What each rank holds is read
+# from the runs: its share of the dense weights and, matched against `full_state_dict()`, which rows of
+# which expert's first Linear; its tokens are the rows its first router saw, matched against one process's.
 
 # %%
 V, T, B = 11, 8, 2
+LAYOUTS = {"data": dict(data=4), "model": dict(tensor=4), "expert": dict(expert=4),
+           "expert+data": dict(data=2, expert=2), "expert+model+data": dict(data=2, expert=2, tensor=2)}
 
 
-def layout_worker(comm, layout):
-    groups = LayoutGroups(comm, layout)
-    model = parallelize(groups, SwitchTransformer(V, T, 2, 8, 2, 4, 16, rng=np.random.default_rng(0)))
-    rng = np.random.default_rng(1)
-    tokens, targets = rng.integers(0, V, (2, layout.token_sets * B, T))
-    rows = slice(groups.token_set * B, (groups.token_set + 1) * B)
-    opt = SGD(model.parameters(), lr=0.1)
-    loss = train_step(groups, model, CrossEntropyLoss(), opt, tokens[rows], targets[rows])
-    return expert_holdings(model), groups.token_set, loss
+def token_sets(sizes):
+    return sizes.get("data", 1) * sizes.get("expert", 1)
 
 
-layouts = slide_layouts(4)
-runs = {layout.name: run(layout_worker, layout.world_size, layout) for layout in layouts}
-for name, results in runs.items():
+def switch_model(sets):
+    return SwitchTransformer(V, T, 2, 8, 4, 4, 16, groups=sets, rng=np.random.default_rng(0),
+                             dtype=np.float64)
+
+
+def switch_batch(sets):
+    return np.random.default_rng(1).integers(0, V, (2, sets * B, T))
+
+
+def expert_rows(model, state):
+    """{expert j: (start, stop) fraction of its d_ff this rank holds}, first MoE layer, by matching each
+    held expert's first weight against the full, trained ones."""
+    held = {}
+    for ex in model.blocks[0].mlp.experts:
+        w = ex.parameters()[0].data                                  # (rows held, d_model)
+        for j in range(4):
+            full = state[f"blocks.0.mlp.experts.{j}.layers.0.weight"]
+            starts = [o for o in range(len(full) - len(w) + 1) if np.allclose(full[o:o + len(w)], w)]
+            if starts:
+                held[j] = (starts[0] / len(full), (starts[0] + len(w)) / len(full))
+    return held
+
+
+def record_router_inputs(model) -> list:
+    """Make the first MoE layer's router append each input (its tokens' hidden states) to a list."""
+    seen, router = [], model.blocks[0].mlp.router
+    forward = router.forward
+    router.forward = lambda x: seen.append(x.copy()) or forward(x)
+    return seen
+
+
+def layout_worker(comm, sizes):
+    sets = token_sets(sizes)
+    model = switch_model(sets)
+    seen = record_router_inputs(model)
+    trainer = parallelize(model, Mesh(comm, **sizes), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: SGD(params, lr=0.1))
+    loss = trainer.train_step(*switch_batch(sets))
+    state = trainer.full_state_dict()
+    experts = {id(p) for block in model.blocks for ex in block.mlp.experts for p in ex.parameters()}
+    dense = sum(p.size for p in model.parameters() if id(p) not in experts)        # held here
+    dense /= sum(v.size for name, v in state.items() if ".experts." not in name)   # of the whole model's
+    return expert_rows(model, state), seen[0], loss, dense
+
+
+runs, expected = {}, {}
+for name, sizes in LAYOUTS.items():
+    sets = token_sets(sizes)
+    one = switch_model(sets)
+    seen = record_router_inputs(one)
+    x, y = switch_batch(sets)
+    expected[name] = CrossEntropyLoss().forward(one.forward(x), y) + one.router_loss  # train_step's loss
+    per_set = np.split(seen[0], sets)                  # one process's router input, token set by token set
+    results = run(layout_worker, int(np.prod(list(sizes.values()))), sizes)
+    runs[name] = [(held, next(s for s in range(sets) if np.allclose(rows, per_set[s])), loss, dense)
+                  for held, rows, loss, dense in results]
+    assert all(np.isclose(loss, expected[name], rtol=1e-10) for _, _, loss, _ in runs[name])
     print(f"{name:18s}", "  ".join(f"r{r}: experts {sorted(h)} tokens {t}"
-                                   for r, (h, t, _) in enumerate(results)))
-
+                                   for r, (h, t, _, _) in enumerate(runs[name])))
 # %%
 colors = plt.get_cmap("tab10").colors
-fig, axes = plt.subplots(2, len(layouts), figsize=(14, 5.2), gridspec_kw={"height_ratios": [5, 4]})
-for col, layout in enumerate(layouts):
-    results, top, bottom = runs[layout.name], axes[0, col], axes[1, col]
-    for r, (held, token_set, _) in enumerate(results):
-        top.add_patch(plt.Rectangle((r + 0.1, 4.1), 0.8, 0.8, color="0.6"))  # dense weights: everywhere
+fig, axes = plt.subplots(2, len(LAYOUTS), figsize=(14, 5.2), gridspec_kw={"height_ratios": [5, 4]})
+for col, (name, sizes) in enumerate(LAYOUTS.items()):
+    results, top, bottom = runs[name], axes[0, col], axes[1, col]
+    for r, (held, token_set, _, dense) in enumerate(results):
+        top.add_patch(plt.Rectangle((r + 0.1, 4.1), 0.8, 0.8 * dense, color="0.6"))  # its share of the dense
         for j, (start, stop) in held.items():
             top.add_patch(plt.Rectangle((r + 0.1, j + 0.1 + 0.8 * start), 0.8, 0.8 * (stop - start),
                                         color=colors[j]))
         bottom.add_patch(plt.Rectangle((r + 0.1, token_set + 0.1), 0.8, 0.8, color=colors[4 + token_set]))
+    world = len(results)
     for ax, n_rows, labels in ((top, 5, [f"expert {j}" for j in range(4)] + ["dense"]),
                                (bottom, 4, [f"tokens {s}" for s in range(4)])):
-        ax.set(xlim=(0, layout.world_size), ylim=(0, n_rows), xticks=np.arange(layout.world_size) + 0.5,
-               xticklabels=range(layout.world_size), yticks=np.arange(n_rows) + 0.5)
+        ax.set(xlim=(0, world), ylim=(0, n_rows), xticks=np.arange(world) + 0.5, xticklabels=range(world),
+               yticks=np.arange(n_rows) + 0.5)
         ax.set_yticklabels(labels if col == 0 else [], fontsize="small")
         ax.tick_params(length=0)
-    top.set_title(layout.name, fontsize="medium")
+    top.set_title(name + "\n" + " × ".join(f"{a} {n}" for a, n in sizes.items()), fontsize="medium")
     bottom.set_xlabel("rank")
 axes[0, 0].set_ylabel("weights held")
 axes[1, 0].set_ylabel("tokens held")
@@ -249,9 +303,12 @@ save_figure(fig, "18_switch_layouts.png")
 plt.close(fig)
 
 # %%
-assert [sorted(h) for h, _, _ in runs["expert"]] == [[0], [1], [2], [3]]
-assert {t for _, t, _ in runs["model"]} == {0} and all(h[0] == (0.0, 0.25) for h, _, _ in runs["model"][:1])
-assert len({round(loss, 12) for _, _, loss in runs["model"]}) == 1  # model-parallel ranks share their tokens
+assert [sorted(h) for h, _, _, _ in runs["expert"]] == [[0], [1], [2], [3]]
+assert [t for _, t, _, _ in runs["expert+data"]] == [0, 1, 2, 3]                 # token set d·E + j
+assert {t for _, t, _, _ in runs["model"]} == {0} and runs["model"][0][0][0] == (0.0, 0.25)
+assert all(h == {j: (q / 4, (q + 1) / 4) for j in range(4)} for q, (h, *_) in enumerate(runs["model"]))
+assert all(dense == 1.0 for name in ("data", "expert") for *_, dense in runs[name])
+assert all(dense < 1.0 for *_, dense in runs["model"])        # the tensor axis splits attention as well
 
 # %% [markdown]
 # ## What to remember

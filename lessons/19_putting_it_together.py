@@ -31,16 +31,15 @@ from minidist.cluster.ledger import Device
 from minidist.nn import GPT, CrossEntropyLoss, Linear, MSELoss, Sequential, SwitchTransformer, Tanh
 from minidist.nn.runner import StepRunner
 from minidist.optim import SGD, AdamW
-from minidist.parallel import Mesh, parallelize
+from minidist.parallel import Mesh, Pipeline, parallelize
 from minidist.parallel.pipeline.chimera import chimera_bubble, chimera_in_flight, chimera_schedule
 from minidist.parallel.pipeline.interleaved import (
     interleaved_bubble,
     interleaved_in_flight,
     interleaved_schedule,
 )
-from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import bubble, format_tasks, from_ops, in_flight, replay
-from minidist.parallel.pipeline.tasks_executor import TaskPipeline
+from minidist.parallel.pipeline.schedule import bubble_fraction, max_in_flight, one_f_one_b_schedule
+from minidist.parallel.pipeline.tasks import format_tasks, from_ops, replay
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 from minidist.plan import Layout, ModelSpec, format_plan, hardware, plan, predict_memory
 from minidist.plan.published import MEGATRON_MFU, RUNS
@@ -71,11 +70,11 @@ tables = {
 formulas = {"1F1B": (P - 1) / (M + P - 1), f"interleaved (v = {V})": interleaved_bubble(P, M, V),
             "ZB-H1": zero_bubble_bubble(P, M), "Chimera": chimera_bubble(P, M)}
 for name, table in tables.items():
-    print(f"{name:<18} {len(table):>3} ticks  bubble {bubble(table, P):.3f} (formula {formulas[name]:.3f})  "
-          f"held per rank {in_flight(table, P)}")
-    assert abs(bubble(table, P) - formulas[name]) < 1e-12
-assert in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
-assert in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
+    print(f"{name:<18} {len(table):>3} ticks  bubble {bubble_fraction(table, P):.3f} "
+          f"(formula {formulas[name]:.3f})  held per rank {max_in_flight(table, P)}")
+    assert abs(bubble_fraction(table, P) - formulas[name]) < 1e-12
+assert max_in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
+assert max_in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
 print("\n" + format_tasks(chimera_schedule(P, P), P))
 
 # %% [markdown]
@@ -115,7 +114,7 @@ plt.close(fig)
 #
 # ## 2. On the cluster: the same answer as one process, the time the table predicts
 #
-# `TaskPipeline` runs any table: rank r keeps the stages its tasks name, messages travel to the rank of
+# `Pipeline` runs any table: rank r keeps the stages its tasks name, messages travel to the rank of
 # the next (or previous) stage, ZB-H1's Linears split their backward (`DeferredWeightGrad`: B returns
 # dx = dy·W and keeps (x, dy); W adds dyᵀ·x), and Chimera's two copies of a stage add their gradients
 # before the step. A float64 MLP of 8 layers trained 3 SGD steps by each schedule must equal one process.
@@ -142,8 +141,8 @@ expected = [p.data for p in reference.parameters()]
 
 def train(comm, table, stages, micro_batches):
     model = build()
-    pipe = TaskPipeline(comm, model, loss_fn=MSELoss(), schedule=table, num_stages=stages,
-                        num_micro_batches=micro_batches)
+    pipe = Pipeline(comm, model, loss_fn=MSELoss(), schedule=table, num_stages=stages,
+                    num_micro_batches=micro_batches)
     optimizer = SGD(pipe.parameters(), lr=0.1)
     clocks = []
     for _ in range(STEPS):
@@ -177,13 +176,17 @@ for name, (table, stages) in runs.items():
 # %% [markdown]
 # ## 3. One grid: data × pipeline × tensor
 #
-# `DataPipelineGrid` places rank w = (d·P + p)·t + q on a grid with `comm.split`: a tensor group's t ranks
-# run each block Megatron-style (heads and hidden units split, f/g all-reduces), a pipeline group's P ranks
-# the task table, a data group's D ranks all-reduce their gradients. A tiny GPT on 2 × 2 × 2 = 8 ranks
-# (1F1B) must again equal one process. In the trace, ranks 0–3 are replica 0: stage 0 on ranks 0, 1 (a
-# tensor pair), stage 1 on ranks 2, 3; the data all-reduce closes the step. Stages are cut by unit count:
-# stage 0 (embeddings, both blocks) works while stage 1 (LayerNorm, head) waits — balancing stages by
-# cost is the next thing a planner fixes.
+# `Mesh(comm, data=2, pipeline=2, tensor=2)` places rank w = (d·P + p)·t + q on a grid with `comm.split`,
+# and `parallelize` composes the strategies on it: a tensor group's t ranks run each block Megatron-style
+# (heads and hidden units split, f/g all-reduces), a pipeline group's P ranks the task table, a data
+# group's D ranks all-reduce their gradients. A tiny GPT on 2 × 2 × 2 = 8 ranks (1F1B, 2 micro-batches
+# per replica) must again equal one process; `train_step` takes the whole batch on every rank and returns
+# the global mean loss, the same bits on every rank. In the trace, ranks 0–3 are replica 0: stage 0 on
+# ranks 0, 1 (a tensor pair), stage 1 on ranks 2, 3. The first step opens with the build (the split, and
+# one all-reduce that tells every rank who holds which element, for `full_state_dict`); the data
+# all-reduce and the loss's sum over the mesh close it. Stages are cut by unit count: stage 0 (embeddings,
+# both blocks) works while stage 1 (LayerNorm, head) waits — balancing stages by cost is the next thing a
+# planner fixes.
 
 # %%
 gpt_args = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "d_model": 8, "n_heads": 2}
@@ -192,18 +195,16 @@ tokens = np.random.default_rng(2).integers(0, 11, size=(2, 8, 8))
 
 def gpt_step(comm):
     gpt = GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64)
-    mesh = Mesh(comm, data=2, pipeline=2, tensor=2)
-    trainer = parallelize(gpt, mesh, loss_fn=CrossEntropyLoss(), optimizer=lambda ps: AdamW(ps, lr=0.01),
-                          schedule="1f1b", micro_batches=2, overlap=False)
-    loss = trainer.local_step(tokens[0], tokens[1])        # this rank's share (train_step also gathers it)
-    return loss if mesh.coords["tensor"] == 0 else None
+    trainer = parallelize(gpt, Mesh(comm, data=2, pipeline=2, tensor=2), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: AdamW(params, lr=0.01), micro_batches=2, schedule="1f1b")
+    return trainer.train_step(tokens[0], tokens[1])
 
 
 expected_loss = CrossEntropyLoss().forward(
     GPT(**gpt_args, rng=np.random.default_rng(3), dtype=np.float64).forward(tokens[0]), tokens[1])
 # a slow device and a fast link, so that compute and the three kinds of traffic are all visible
 losses, trace = run_traced(gpt_step, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=1 / 5e9))
-grid_loss = sum(loss for loss in losses if loss is not None)
+(grid_loss,) = set(losses)                     # the same bits on every rank
 print(f"2 data × 2 pipeline × 2 tensor: loss {grid_loss:.12f}, one process {expected_loss:.12f}")
 assert abs(grid_loss - expected_loss) < 1e-12
 ax = plot_timeline(trace, title="one step of a GPT on data 2 × pipeline 2 × tensor 2 (ranks (d·2 + p)·2 + q)")
@@ -217,8 +218,9 @@ print("Chrome trace (open in Perfetto):", trace.save_chrome(figures_dir() / "19_
 # Transformer's E experts are spread over an expert group, tokens sent to them by all-to-all (lesson 18).
 # An expert's gradient already sums its group's tokens, the replicated weights' do not: `expert_parallel`
 # lists the expert group in their `partial_over`, and they are summed over it once the pipeline's table has
-# run, then the data group sums all — here as ZeRO-1. Expert 2 × data 2 × pipeline 2, two
-# steps, tokens dropped at capacity 1: one process routing the same 8 groups gives the same losses.
+# run, then the data group sums all — here as ZeRO-1. Expert 2 × data 2 × pipeline 2, two steps, tokens
+# dropped at capacity 1: one process routing the same 8 groups (4 token sets × 2 micro-batches) gives the
+# same losses, cross-entropy plus router losses (what `train_step` returns).
 
 # %%
 switch_args = dict(gpt_args, num_experts=2, d_ff=16, capacity_factor=1.0, z_loss_coef=1e-3, groups=8)
@@ -226,10 +228,10 @@ switch_args = dict(gpt_args, num_experts=2, d_ff=16, capacity_factor=1.0, z_loss
 
 def switch_steps(comm):
     model = SwitchTransformer(**switch_args, rng=np.random.default_rng(3), dtype=np.float64)
-    mesh = Mesh(comm, data=2, pipeline=2, expert=2)
-    trainer = parallelize(model, mesh, loss_fn=CrossEntropyLoss(), optimizer=lambda ps: AdamW(ps, lr=0.01),
-                          schedule="1f1b", micro_batches=2, zero=1)
-    return [trainer.local_step(tokens[0], tokens[1]) for _ in range(2)]
+    trainer = parallelize(model, Mesh(comm, data=2, pipeline=2, expert=2), loss_fn=CrossEntropyLoss(),
+                          optimizer=lambda params: AdamW(params, lr=0.01), micro_batches=2, schedule="1f1b",
+                          zero=1)
+    return [trainer.train_step(tokens[0], tokens[1]) for _ in range(2)]
 
 
 one = SwitchTransformer(**switch_args, rng=np.random.default_rng(3), dtype=np.float64)
@@ -240,7 +242,8 @@ for _ in range(2):                             # backward adds the router losses
     one.backward(loss_fn.backward())
     one_opt.step()
 steps, trace = run_traced(switch_steps, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=2e-10))
-got = [sum(step) for step in zip(*steps)]
+assert all(rank_losses == steps[0] for rank_losses in steps)     # the same bits on every rank
+got = steps[0]
 print(f"expert 2 × data 2 × pipeline 2, ZeRO-1: losses {got}, one process {expected}")
 assert np.allclose(got, expected, rtol=1e-12, atol=0)
 print("its Chrome trace (the experts between the F and B tasks; the all-to-alls as sends):",

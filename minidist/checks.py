@@ -1,8 +1,8 @@
 """Argument checks shared by every layer of minidist: sizes and counts, and real numbers.
 
 A size or count must be an integer and never a bool: ``True`` is an int in Python (``True == 1``), so
-without this check ``Grid3D(comm, True, 2, 2)`` would quietly build a 1 × 2 × 2 grid. A real number
-(a bandwidth, a time) must be finite: NaN compares false with everything, so a NaN slips through
+without this check ``Mesh(comm, data=True, pipeline=2, tensor=2)`` would quietly build a 1 × 2 × 2 mesh.
+A real number (a bandwidth, a time) must be finite: NaN compares false with everything, so a NaN slips through
 ``x > 0`` checks and poisons every later result; an array of numbers must hold real numbers (no
 strings, objects or complex values, which NumPy would otherwise coerce or drop quietly) and, where the
 formula needs it, only finite ones. Each check raises an error saying what was expected, before the

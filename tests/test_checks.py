@@ -15,8 +15,7 @@ from minidist.parallel.compression import OneBit
 from minidist.parallel.context import ContextParallelGPT
 from minidist.parallel.context.layout import positions
 from minidist.parallel.data.comm import assign_buckets
-from minidist.parallel.grid3d import Grid3D
-from minidist.parallel.hybrid import Grid
+from minidist.parallel.mesh import Mesh
 from minidist.parallel.pipeline.split import check_boundaries, split_by_layers
 from minidist.parallel.tensor.comm import feature_bounds
 from minidist.parallel.tensor.cost import megatron_words
@@ -28,8 +27,8 @@ RNG = np.random.default_rng(0)
 COMM4 = SimpleNamespace(rank=0, world_size=4)
 
 BOOL_AS_SIZE = {
-    "Grid3D": lambda: Grid3D(COMM4, True, 2, 2),
-    "Grid (hybrid)": lambda: Grid(SimpleNamespace(rank=0, world_size=1), True),
+    "Mesh data × pipeline × tensor": lambda: Mesh(COMM4, data=True, pipeline=2, tensor=2),
+    "Mesh (data × tensor)": lambda: Mesh(SimpleNamespace(rank=0, world_size=1), tensor=True),
     "Linear": lambda: nn.Linear(True, 3, rng=RNG),
     "Conv2d kernel": lambda: nn.Conv2d(1, 2, True, rng=RNG),
     "MaxPool2d": lambda: nn.MaxPool2d(True),

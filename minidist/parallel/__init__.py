@@ -6,7 +6,7 @@ minidist/sim/compute.py's ComputeCharges is the attachment that charges compute 
 minidist/sim/memory.py's MemoryRecorder the one that records a memory ledger. mesh.py places the ranks on
 named axes (Mesh: one communicator per axis); compose/ (parallelize, Trainer, split_for_mesh) composes any
 subset of data, pipeline, tensor, context and expert parallelism on one model and one mesh.
-lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid in six files.
+lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
             bucketed), comm.py (gradient buckets), replicas.py, sync.py (GradientSync),
@@ -23,10 +23,8 @@ expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-a
             transform.py (expert_parallel), replicas.py, cost.py
 shards.py   a rank's slice of the batch and its loss weight (every data-like strategy's);
             sync_batchnorm.py: batch statistics over a group of ranks (data: SyncBatchNorm; spatial)
-hybrid.py   data × model parallelism on a 2-D grid of ranks
-switch_layouts.py  the Switch slide's five layouts (data, model, expert, expert + data, expert + model +
-            data) of a Switch model on the cluster
-grid3d.py   data × pipeline × tensor on a 3-D grid; grid_spatial.py: data × spatial
+grids/      what parallelize cannot build: data_tensor.py (data × tensor of an MLP), data_spatial.py
+            (data × spatial of a CNN: spatial is not a parallelize axis)
 compose/    parallelize: refusals.py (every check before the model is touched), split_model.py
             (split_for_mesh: a GPT or Switch model split for a mesh, as its units), trainer.py (one step
             runner for one pipeline rank, the Pipeline executor for more), batch.py, state.py
@@ -40,11 +38,10 @@ from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, t
 from .compose import Trainer, parallelize, split_for_mesh
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
 from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
-from .hybrid import Grid, hybrid_train_step
 from .mesh import Mesh, MeshShape
 
 # isort: split
-from .expert import ExpertParallelMoE  # after .hybrid: expert/ uses its gradient all-reduce
+from .expert import ExpertParallelMoE
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .rnn import PersistentRNN
 from .spatial import (
@@ -67,8 +64,7 @@ from .tensor import (
 )
 
 # isort: split
-from .grid3d import Grid3D  # after .tensor: grid3d imports the tensor-parallel layers from this package
-from .grid_spatial import GridSpatial
+from .grids import GridSpatial, hybrid_train_step
 
 __all__ = [
     "ColumnParallelLinear",
@@ -78,8 +74,6 @@ __all__ = [
     "FSDP",
     "ErrorFeedback",
     "ExpertParallelMoE",
-    "Grid",
-    "Grid3D",
     "GridSpatial",
     "GridAllgather",
     "HaloPlan",

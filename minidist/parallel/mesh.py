@@ -10,8 +10,9 @@ ranks P·C·E·T apart. An axis's group is the ranks that differ from this one o
 rank inside it is its coordinate on the axis.
 
 ``MeshShape`` is the arithmetic alone (sizes -> a rank's coordinates, a group's ranks), usable without a
-communicator (the planner's layouts have none) and in any axis order (Grid3D's "tensor_across"
-placement); ``Mesh`` is a MeshShape over a communicator, with its groups made by ``comm.split``.
+communicator (the planner's layouts have none) and in any axis order (GridSpatial's placements; lesson
+15's renumbered communicator); ``Mesh`` is a MeshShape over a communicator, with its groups made by
+``comm.split``.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class Mesh:
 
     @classmethod
     def of_shape(cls, comm, shape: MeshShape) -> Mesh:
-        """A mesh of any named axes in any order (the older grids: hybrid.Grid's data × model, Grid3D's
-        placements, GridSpatial's data × spatial) over comm; shape.world_size must be comm's."""
+        """A mesh of any named axes in any order (grids/data_spatial.py's data × spatial and its
+        placements) over comm; shape.world_size must be comm's."""
         if shape.world_size != comm.world_size:
             raise ValueError(f"{shape} has {shape.world_size} ranks, the world size is {comm.world_size}")
         mesh = cls.__new__(cls)

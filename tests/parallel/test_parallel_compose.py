@@ -10,7 +10,7 @@ from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential, Tanh
 from minidist.optim import SGD, Adam
 from minidist.parallel.data import ShardedMixedPrecision, ZeRO, zero_data_parallel
-from minidist.parallel.hybrid import Grid
+from minidist.parallel.mesh import Mesh
 from minidist.parallel.tensor import megatron_parallel_mlp
 from minidist.precision import BF16
 from tests.parallel.test_parallel_tensor_training import _shards_by_full_name
@@ -42,10 +42,10 @@ def _one_process(make_optimizer) -> dict:
 
 
 def _grid_train(comm, stage):
-    grid = Grid(comm, model_parallel=2)                            # 2 data groups × 2 tensor ranks
-    model = megatron_parallel_mlp(grid.model_comm, _model())
-    zero = zero_data_parallel(grid.data_comm, model, lambda shards: Adam(shards, lr=0.05), CrossEntropyLoss(),
-                              stage=stage)
+    mesh = Mesh(comm, data=2, tensor=2)                            # 2 data groups × 2 tensor ranks
+    model = megatron_parallel_mlp(mesh.group("tensor"), _model())
+    zero = zero_data_parallel(mesh.group("data"), model, lambda shards: Adam(shards, lr=0.05),
+                              CrossEntropyLoss(), stage=stage)
     for x, y in _batches():
         zero.train_step(x, y)
     for p, full in zip(model.parameters(), zero.full_parameters(), strict=True):
@@ -64,9 +64,9 @@ def test_parallel_zero_over_the_data_group_of_a_data_by_tensor_grid_equals_one_p
 
 
 def _mixed_grid_train(comm):
-    grid = Grid(comm, model_parallel=2)
-    model = megatron_parallel_mlp(grid.model_comm, _model(np.float32))
-    zero = ZeRO(grid.data_comm, model, lambda shards: SGD(shards, lr=0.1), CrossEntropyLoss(), stage=2,
+    mesh = Mesh(comm, data=2, tensor=2)
+    model = megatron_parallel_mlp(mesh.group("tensor"), _model(np.float32))
+    zero = ZeRO(mesh.group("data"), model, lambda shards: SGD(shards, lr=0.1), CrossEntropyLoss(), stage=2,
                 mixed=ShardedMixedPrecision(BF16))
     for x, y in _batches():
         zero.train_step(x.astype(np.float32), y)

@@ -7,7 +7,7 @@ import pytest
 from minidist.cluster import LinkModel, Topology, run
 from minidist.nn import Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, ReLU, Sequential, Tanh
 from minidist.optim import SGD
-from minidist.parallel.grid_spatial import GridSpatial
+from minidist.parallel.grids import GridSpatial
 
 IMAGE_HW, BATCH, STEPS = (8, 10), 6, 3      # a batch of 6 splits unevenly over 4 data groups
 

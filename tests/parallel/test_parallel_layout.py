@@ -10,7 +10,7 @@ from minidist.nn import CrossEntropyLoss, Linear, Sequential
 from minidist.optim import SGD
 
 # What ``minidist.parallel`` exported before the strategies moved into folders (its __all__ then).
-PUBLIC = ["ColumnParallelLinear", "DataParallel", "Grid", "GridAllgather", "HaloPlan", "MegatronMLP",
+PUBLIC = ["ColumnParallelLinear", "DataParallel", "GridAllgather", "HaloPlan", "MegatronMLP",
           "Pipeline", "RowParallelLinear", "SpatialAvgPool2d", "SpatialConv2d", "SpatialMaxPool2d",
           "column_parallel_mlp", "format_schedule", "gather_from_grid", "hybrid_train_step", "make_schedule",
           "megatron_parallel_mlp", "scatter_to_grid", "spatialize"]

@@ -60,7 +60,7 @@ def test_parallel_mesh_groups_are_the_ranks_that_agree_on_every_other_axis(shape
 
 
 def test_parallel_mesh_shape_in_another_order_and_its_strides():
-    across = MeshShape([("tensor", 2), ("pipeline", 3), ("data", 2)])     # Grid3D's tensor_across
+    across = MeshShape([("tensor", 2), ("pipeline", 3), ("data", 2)])     # data fastest: tensor_across
     assert [across.stride(a) for a in ("tensor", "pipeline", "data")] == [6, 2, 1]
     assert across.coords(7) == {"tensor": 1, "pipeline": 0, "data": 1}
     assert across.group_ranks(7, "tensor") == [1, 7]

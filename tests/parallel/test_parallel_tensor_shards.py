@@ -68,7 +68,7 @@ def test_parallel_tensor_words_by_hand():
 
 def test_parallel_tensor_memory_per_device():
     mem = memory_words_per_device(
-        [10, 20, 10], batch=8, data_parallel=2, model_parallel=2, optimizer_states=1
+        [10, 20, 10], batch=8, data=2, tensor=2, optimizer_states=1
     )
     assert mem["weights"] == (200 + 200) / 2
     assert mem["gradients"] == mem["weights"] == mem["optimizer"]

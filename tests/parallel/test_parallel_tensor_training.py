@@ -7,7 +7,8 @@ import pytest
 from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.hybrid import Grid, hybrid_train_step
+from minidist.parallel import Mesh
+from minidist.parallel.grids import hybrid_train_step, mesh_bytes_sent
 from minidist.parallel.tensor import (
     ColumnParallelLinear,
     MegatronMLP,
@@ -60,25 +61,25 @@ def _shards_by_full_name(model):
     return out
 
 
-def _train_worker(comm, scheme, widths, batch, bias, model_parallel=None):
+def _train_worker(comm, scheme, widths, batch, bias, tensor=None):
     full = _mlp(widths, bias)
     x, labels = _batch(widths, batch)
-    grid = Grid(comm, model_parallel) if model_parallel is not None else None
-    group = grid.model_comm if grid is not None else comm
+    mesh = Mesh(comm, data=comm.world_size // tensor, tensor=tensor) if tensor is not None else None
+    group = mesh.group("tensor") if mesh is not None else comm
     build = column_parallel_mlp if scheme == "column" else megatron_parallel_mlp
     model = build(group, full)
     opt, loss_fn = SGD(model.parameters(), lr=0.1, momentum=0.9), CrossEntropyLoss()
     history, sent = [], []
     for _ in range(STEPS):
-        before = grid.bytes_sent if grid is not None else comm.stats.bytes_sent
-        if grid is not None:
-            hybrid_train_step(grid, model, loss_fn, opt, x, labels)
+        before = mesh_bytes_sent(mesh) if mesh is not None else comm.stats.bytes_sent
+        if mesh is not None:
+            hybrid_train_step(mesh, model, loss_fn, opt, x, labels)
         else:
             opt.zero_grad()
             loss_fn.forward(model(x), labels)
             model.backward(loss_fn.backward())
             opt.step()
-        sent.append((grid.bytes_sent if grid is not None else comm.stats.bytes_sent) - before)
+        sent.append((mesh_bytes_sent(mesh) if mesh is not None else comm.stats.bytes_sent) - before)
         history.append(_shards_by_full_name(model))
     return history, sent, sum(p.size for p in model.parameters())
 
@@ -140,10 +141,10 @@ def test_parallel_tensor_hybrid_2x2_trains_like_one_process():
         assert sum(sent[step] for _, sent, _ in per_rank) == 8 * words
 
 
-def _square_step_bytes(comm, d, layers, batch, model_parallel):
+def _square_step_bytes(comm, d, layers, batch, tensor):
     """Bytes one rank sends in one training step of L square d×d layers, no biases."""
     widths = [d] * (layers + 1)
-    _, sent, _ = _train_worker(comm, "column", widths, batch, False, model_parallel)
+    _, sent, _ = _train_worker(comm, "column", widths, batch, False, tensor)
     return sent
 
 
@@ -159,7 +160,7 @@ def test_parallel_tensor_ledger_per_rank_equals_seed_formulas():
 
 def test_parallel_tensor_hybrid_bad_arguments():
     from minidist.nn import Parameter
-    from minidist.parallel.hybrid import allreduce_gradients
+    from minidist.parallel.data.comm import allreduce_gradients
 
     class TwoRanks:  # only its size is read before the error
         rank, world_size = 0, 2
@@ -167,5 +168,5 @@ def test_parallel_tensor_hybrid_bad_arguments():
     mixed = [Parameter(np.zeros(2, np.float32)), Parameter(np.zeros(2, np.float64))]
     with pytest.raises(TypeError, match="must share one dtype"):
         allreduce_gradients(TwoRanks(), mixed)
-    with pytest.raises(ValueError, match="cannot have 3 model-parallel ranks"):
-        Grid(TwoRanks(), 3)
+    with pytest.raises(ValueError, match="multiply to 3, but the world size is 2"):
+        Mesh(TwoRanks(), tensor=3)

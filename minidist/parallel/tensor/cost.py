@@ -96,18 +96,19 @@ def hybrid_words(model_words_at_full_batch: int, shard_parameters: Sequence[int]
                                                 for n in shard_parameters)
 
 
-def memory_words_per_device(widths: Sequence[int], batch: int, data_parallel: int, model_parallel: int,
+def memory_words_per_device(widths: Sequence[int], batch: int, data: int, tensor: int,
                             optimizer_states: int = 0) -> dict[str, float]:
-    """Words one device holds, for the slides' column scheme on a D × M grid (D=P, M=1 is data parallelism).
+    """Words one device holds, for the slides' column scheme on a mesh of data = D × tensor = T ranks
+    (D = P, T = 1 is data parallelism).
 
-    weights:      Σ d_{i−1}·d_i / M       (each device one M-th of every layer)
+    weights:      Σ d_{i−1}·d_i / T       (each device one T-th of every layer)
     gradients:    the same again
     optimizer:    optimizer_states × weights (0 for SGD, 1 with momentum, 2 for Adam)
     activations:  (B/D)·Σ d_i             (kept for backward: every layer's whole input and output)
     """
-    d = _check(widths, batch, data_parallel * model_parallel)
-    weights = sum(d[i - 1] * d[i] for i in range(1, len(d))) / model_parallel
-    activations = batch / data_parallel * sum(d)
+    d = _check(widths, batch, data * tensor)
+    weights = sum(d[i - 1] * d[i] for i in range(1, len(d))) / tensor
+    activations = batch / data * sum(d)
     memory = {"weights": weights, "gradients": weights, "optimizer": optimizer_states * weights,
               "activations": activations}
     memory["total"] = sum(memory.values())

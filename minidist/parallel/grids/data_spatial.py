@@ -1,5 +1,8 @@
 """Data × spatial parallelism: D data-parallel groups, each a spatial group of S = Ph·Pw ranks.
 
+Why not parallelize: spatial is not one of its axes (this grid splits a CNN's images into blocks of rows
+and columns; parallelize splits GPTs).
+
 Rank r sits at (d, s). With ``placement="spatial_inside"`` (the default) the spatial index varies
 fastest, r = d·S + s, so each spatial group is S consecutive ranks: on a cluster of nodes of G ranks (G a
 multiple of S) it never leaves its node. ``placement="spatial_across"`` makes the data index fastest,
@@ -30,10 +33,10 @@ from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.nn.runner import StepRunner
 from minidist.split import split_range
 
-from .data.sync import GradientSync
-from .mesh import Mesh, MeshShape
-from .shards import ShardWeightedLoss
-from .spatial import grid_blocks, spatialize
+from ..data.sync import GradientSync
+from ..mesh import Mesh, MeshShape
+from ..shards import ShardWeightedLoss
+from ..spatial import grid_blocks, spatialize
 
 PLACEMENTS = ("spatial_inside", "spatial_across")
 
