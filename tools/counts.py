@@ -1,6 +1,7 @@
 """Counts of duplication in minidist/, measured from the source (ast), each against its target.
 
     python tools/counts.py          prints the table; exits 1 if a count exceeds its target
+    python tools/counts.py --static  the counts read from the source only (no cluster runs)
 
 Each check is a function of the parsed tree returning the places it found (printed with -v); the count is
 their number. Add a check with one function and one line in CHECKS.
@@ -344,7 +345,36 @@ def main(argv: list[str], root: Path | None = None) -> int:
     print(f"{'lines of minidist/parallel/':40} {parallel_lines:5d} {PARALLEL_LINES:>6}{flag}")
     classroom = sum(len((root / path).read_text().splitlines()) for path in classroom_files(trees))
     print(f"{'lines of the classroom inside minidist/':40} {classroom:5d}")
+    if root == ROOT and "--static" not in argv:     # measured by running the package (tools/*.py)
+        for name, found, target in runtime_counts():
+            over = len(found) > target
+            failed += over
+            print(f"{name:40} {len(found):5d} {target:>6}{'  OVER' if over else ''}")
+            for place in found if verbose or over else []:
+                print(f"    {place}")
     return 1 if failed else 0
+
+
+STEP_FILES_TARGET = 8      # issue 53: files of parallel/ and the step runner a data × tensor step adds
+
+
+def runtime_counts() -> list[tuple[str, list[str], int]]:
+    """Counts measured by tracing steps on the simulated cluster: (name, the places found, target).
+
+    Trainer engines: for each pipeline size, the executors beyond the first that parallelize's layouts
+    ran (tools/engines.py; target 0: one engine per pipeline size). Step files: the files under
+    minidist/parallel/ and the step runner that the second step of a data 2 × tensor 2 GPT enters and one
+    process's step does not (tools/step_files.py, the path lessons/ONE_GRADIENT.md walks)."""
+    import engines
+    import step_files
+
+    extra = [f"pipeline size {size}: {', '.join(sorted(names))}"
+             for size, names in sorted(engines.engines().items()) if len(names) > 1]
+    one = step_files.one_process_files()
+    path = [p for p in step_files.files_entered(data=2, tensor=2) if step_files.part(p, one) == "path"
+            and (p.startswith("minidist/parallel/") or p == "minidist/nn/runner.py")]
+    return [("extra Trainer engines per pipeline size", extra, 0),
+            ("parallel/ files a data×tensor step adds", path, STEP_FILES_TARGET)]
 
 
 if __name__ == "__main__":
