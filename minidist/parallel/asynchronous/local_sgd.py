@@ -19,7 +19,7 @@ from minidist.collectives import ALGORITHMS, allreduce
 from minidist.nn.flat import flatten, unflatten
 from minidist.sim.compute import charge_seconds
 
-from .stragglers import check_seconds
+from .schedule import check_seconds
 
 
 def check_common(comm, seconds, every: int, algorithm: str, what: str) -> np.ndarray:

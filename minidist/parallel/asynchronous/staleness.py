@@ -13,16 +13,14 @@ between the worker's pull and the arrival of its gradient.
 
 from __future__ import annotations
 
-import numpy as np
+from minidist.checks import is_count
 
 
 def check_bound(bound) -> int | None:
     """None or an integer >= 0."""
-    if bound is None:
-        return None
-    if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0:
+    if bound is not None and not is_count(bound, 0):
         raise ValueError(f"the staleness bound must be None (no bound) or an integer >= 0, got {bound!r}")
-    return int(bound)
+    return None if bound is None else int(bound)
 
 
 def may_start(worker: int, pushes: list[int], bound: int | None) -> bool:
