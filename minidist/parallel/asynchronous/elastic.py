@@ -46,10 +46,8 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
     """
     seconds = check_common(comm, seconds, every, algorithm, "train_elastic")
     if not (alpha > 0 and comm.world_size * alpha <= 1):
-        raise ValueError(
-            f"train_elastic: the moving rate needs 0 < alpha and beta = P·alpha <= 1, got alpha={alpha} "
-            f"with P = {comm.world_size}"
-        )
+        raise ValueError(f"train_elastic: the moving rate needs 0 < alpha and beta = P·alpha <= 1, got "
+                         f"alpha={alpha} with P = {comm.world_size}")
     params, steps = model.parameters(), seconds.shape[1]
     center = flatten([p.data for p in params])      # x̃ starts at the common initial model
     losses, centers = [], [(comm.clock, center.copy())]
@@ -57,9 +55,8 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
         x, y = batch(comm.rank, step)
         exchange = (step + 1) % every == 0
         before = flatten([p.data for p in params]) if exchange else None  # x_r,t
-        losses.append(
-            (comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step]))
-        )
+        duration = seconds[comm.rank, step]
+        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, duration)))
         if exchange:
             total = allreduce(comm, before, algorithm=algorithm)
             local = flatten([p.data for p in params]) - alpha * (before - center)

@@ -53,9 +53,8 @@ def train_local_sgd(comm, model, optimizer, loss_fn, batch, *, seconds, every: i
     losses, averages = [], []
     for step in range(steps):
         x, y = batch(comm.rank, step)
-        losses.append(
-            (comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, seconds[comm.rank, step]))
-        )
+        duration = seconds[comm.rank, step]
+        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, duration)))
         if (step + 1) % every == 0 or step + 1 == steps:
             flat = allreduce(comm, flatten([p.data for p in params]), algorithm=algorithm) / comm.world_size
             unflatten(flat, [p.data for p in params])

@@ -21,6 +21,7 @@ import numpy as np
 from minidist.checks import check_count, is_count
 
 from .parameter_server import replay_parameter_server
+from .schedule import check_seconds
 
 
 def implicit_momentum(workers: int) -> float:
@@ -60,10 +61,7 @@ def sweep_momentum(make_model, loss_fn, batch, evaluate, *, lr: float, momenta, 
         raise ValueError("sweep_momentum: momenta and workers must not be empty")
     losses = np.empty((len(workers), len(momenta)))
     for i, p in enumerate(workers):
-        table = np.asarray(seconds_for(p), dtype=np.float64)
-        if table.ndim != 2 or table.shape[0] != p:
-            raise ValueError(f"sweep_momentum: seconds_for({p}) must return a ({p}, steps) table, "
-                             f"got {table.shape}")
+        table = check_seconds(seconds_for(p), f"sweep_momentum: seconds_for({p})", workers=p)
         for j, mu in enumerate(momenta):
             with np.errstate(over="ignore", invalid="ignore"):
                 out = replay_parameter_server(make_model(), loss_fn, batch, lr=lr, seconds=table, momentum=mu)

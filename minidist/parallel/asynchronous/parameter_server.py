@@ -8,14 +8,12 @@ parameter vector (minidist.split's rule); ranks S..P−1 are workers. Per step a
     computes g = ∇ℓ(w_pulled) on its own batch,  pushes piece j of g to server j,  pulls fresh pieces
 
 and server j applies every push on arrival with its optimizer (SGD, optionally with momentum:
-M ← μM − lr·g; W ← W + M), without waiting for the other workers. A gradient computed on parameters
-that are τ updates old has staleness τ. With bound s, a worker more than s steps ahead of the slowest
-waits for its reply (schedule.py); s = 0 is synchronous parameter-server SGD. Compute time comes from
-a straggler table (schedule.py) on the simulated clock; the arithmetic is real.
+M ← μM − lr·g; W ← W + M), without waiting for the other workers. With a staleness bound s
+(staleness.py), a worker more than s steps ahead of the slowest waits for its reply; s = 0 is
+synchronous parameter-server SGD. Pushes arrive in the order ``ps_schedule`` computes (schedule.py).
 
-``replay_parameter_server`` is the one-process version with one server: it applies the pushes in the
-order ``ps_schedule`` gives, each gradient taken at the parameters its worker last pulled (the tests
-check it against the cluster) — cheap enough for a sweep, with the same clock and staleness.
+``replay_parameter_server`` is the one-process version with one server: the same pushes in the same
+order, each gradient taken at the parameters its worker last pulled — cheap enough for a sweep.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     batch(worker, step) -> (x, y): worker's batch at that step; seconds: (W, K) compute seconds (the
     table also fixes the number of steps K); link: the run's LinkModel (default LinkModel()).
     Servers return {"shard", "staleness", "times" (clock of each update), "history": [(clock, shard copy)]
-    every record_every updates};
-    workers return {"losses": [(clock, loss)], "clock"}.
+    every record_every updates}; workers return {"losses": [(clock, loss)], "clock"}.
     """
     if not is_count(servers) or servers >= comm.world_size:
         raise ValueError(f"servers must be an integer with 1 <= servers < world size = {comm.world_size} "
@@ -60,9 +57,8 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     nbytes = [(hi - lo) * flat.itemsize for lo, hi in pieces]
     plan = ps_schedule(seconds, nbytes, nbytes, link.alpha, link.beta, bound)
     if comm.rank < servers:
-        return _serve(
-            comm, flat, pieces[comm.rank], plan.pushes[comm.rank], servers, lr, momentum, record_every
-        )
+        return _serve(comm, flat, pieces[comm.rank], plan.pushes[comm.rank], servers, lr, momentum,
+                      record_every)
     return _work(comm, model, loss_fn, batch, params, pieces, seconds[comm.rank - servers], servers)
 
 
