@@ -4,16 +4,14 @@ staleness.py         may_start: the stale-synchronous bound (an exercise)
 schedule.py          step_seconds: stragglers on the clock; ps_schedule: the order servers take pushes in
 parameter_server.py  train_parameter_server: Downpour SGD, asynchronous or stale-synchronous; its replay
 momentum.py          sweep_momentum: asynchrony begets (implicit) momentum
-local_sgd.py         train_local_sgd: average the models every H steps
-elastic.py           train_elastic, train_elastic_async: elastic averaging SGD, synchronous or with a center
+periodic.py          train_local_sgd, train_elastic(_async): average every H steps, or pull to a center
 hogwild.py           hogwild: lock-free SGD on a shared array (real processes, real parallelism)
 """
 
-from .elastic import easgd_schedule, train_elastic, train_elastic_async
 from .hogwild import hogwild, sparse_problem
-from .local_sgd import train_local_sgd
 from .momentum import best_momentum, implicit_momentum, least_squares, sweep_momentum
 from .parameter_server import replay_parameter_server, train_parameter_server
+from .periodic import easgd_schedule, train_elastic, train_elastic_async, train_local_sgd
 from .schedule import ps_schedule, step_seconds
 from .staleness import check_bound, may_start
 
