@@ -18,17 +18,15 @@ workers explore on their own, tied to a center variable x̃ by an elastic force.
 
 (with another optimizer, "− η ∇f" is its update at x_r). Between exchanges each worker takes plain
 local SGD steps. Exchanges come with every τ-th local step (steps τ−1, 2τ−1, … counting from 0; the
-paper's periodic form, "τ divides t", counts from t = 0, where the pull is zero since every x_r = x̃).
+paper's "τ divides t" counts from t = 0, where the pull is zero since every x_r = x̃).
 β = P·α = 1 and τ = 1 would reset every worker to the average: the elastic force (α < 1/P) lets them explore.
 
 ``train_elastic`` is synchronous EASGD (equations (5)-(6) of the paper): every rank keeps its copy of
 x̃, and Σ_r x_r is one allreduce, so the copies stay bitwise equal. ``train_elastic_async`` is their
-Algorithm 1: rank 0 holds x̃, ranks 1..P are workers, and each meets the center on its own, no barrier —
-it sends the x it started its exchange step from, the center at once computes e = α (x − x̃),
-x̃ ← x̃ + e and replies e, and the worker sets x_i ← x_i − e. The center serves workers in order of
-arrival on the simulated clock (ties: lower worker first), which ``easgd_schedule`` computes from the
-straggler table and the link model with the ledger's arithmetic, so the center knows whom to receive
-from next. A straggler slows only its own exchanges.
+Algorithm 1: rank 0 holds x̃, ranks 1..P are workers, and each meets the center on its own, no barrier,
+in the order of arrival on the simulated clock (ties: lower worker first) that ``easgd_schedule``
+computes with the ledger's arithmetic, so the center knows whom to receive from next. A straggler slows
+only its own exchanges.
 """
 
 from __future__ import annotations

@@ -28,9 +28,8 @@ class ErrorFeedback:
 
     def __init__(self, codec, enabled: bool = True):
         if not (callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))):
-            raise TypeError(
-                f"ErrorFeedback needs a codec with encode() and decode(), got {type(codec).__name__}"
-            )
+            raise TypeError(f"ErrorFeedback needs a codec with encode() and decode(), got "
+                            f"{type(codec).__name__}")
         self.codec, self.enabled = codec, bool(enabled)
         self.n, self.dtype = codec.n, codec.dtype
         self.residual = np.zeros(codec.n, dtype=codec.dtype)

@@ -57,9 +57,8 @@ class CompressedDataParallel(Attachment):
         self.dtype = self.params[0].data.dtype
         if compressor is None:
             compressor = ErrorFeedback(Dense(self.n, self.dtype), enabled=False)
-        if not (
-            callable(getattr(compressor, "compress", None)) and callable(getattr(compressor, "decode", None))
-        ):
+        if not (callable(getattr(compressor, "compress", None))
+                and callable(getattr(compressor, "decode", None))):
             raise TypeError(f"compressor needs compress() and decode(), got {type(compressor).__name__}")
         if getattr(compressor, "n", self.n) != self.n:
             raise ValueError(f"the compressor is built for {compressor.n} entries, the model has {self.n}")

@@ -68,8 +68,7 @@ class OneBit:
         plus = np.add.reduceat(np.where(bs, xs, 0.0), self.starts)
         minus = np.add.reduceat(np.where(bs, 0.0, xs), self.starts)     # a NaN lands here (NaN >= 0 is False)
         sides = np.stack([ones, count - ones])
-        # An empty side's mean is never decoded: 0 there. Nothing else is masked, so a NaN or Inf entry
-        # makes its side's mean non-finite and the decoded gradient carries it to the overflow check.
+        # An empty side's mean is never decoded: 0 there. Nothing else is masked (see the module docstring).
         scales = np.divide(np.stack([plus, minus]), sides, out=np.zeros(sides.shape), where=sides > 0)
         scales = scales.astype(self.dtype)
         return np.concatenate([np.packbits(bits), scales.ravel().view(np.uint8)])
