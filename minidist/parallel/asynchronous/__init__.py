@@ -1,7 +1,7 @@
 """Training that does not wait for the slowest worker: parameter servers, Hogwild!, elastic and local SGD.
 
-staleness.py         may_start: the stale-synchronous bound (an exercise)
-schedule.py          step_seconds: stragglers on the clock; ps_schedule: the order servers take pushes in
+schedule.py          step_seconds: stragglers on the clock; may_start: the stale-synchronous bound (an
+                     exercise); ps_schedule: the order in which servers take pushes
 parameter_server.py  train_parameter_server: Downpour SGD, asynchronous or stale-synchronous; its replay
 momentum.py          sweep_momentum: asynchrony begets (implicit) momentum
 periodic.py          train_local_sgd, train_elastic(_async): average every H steps, or pull to a center
@@ -12,8 +12,7 @@ from .hogwild import hogwild, sparse_problem
 from .momentum import best_momentum, implicit_momentum, least_squares, sweep_momentum
 from .parameter_server import replay_parameter_server, train_parameter_server
 from .periodic import easgd_schedule, train_elastic, train_elastic_async, train_local_sgd
-from .schedule import ps_schedule, step_seconds
-from .staleness import check_bound, may_start
+from .schedule import check_bound, may_start, ps_schedule, step_seconds
 
 __all__ = [
     "best_momentum", "check_bound", "easgd_schedule", "hogwild", "implicit_momentum", "least_squares",

@@ -8,9 +8,9 @@ parameter vector (minidist.split's rule); ranks S..P−1 are workers. Per step a
     computes g = ∇ℓ(w_pulled) on its own batch,  pushes piece j of g to server j,  pulls fresh pieces
 
 and server j applies every push on arrival with its optimizer (SGD, optionally with momentum:
-M ← μM − lr·g; W ← W + M), without waiting for the other workers. With a staleness bound s
-(staleness.py), a worker more than s steps ahead of the slowest waits for its reply; s = 0 is
-synchronous parameter-server SGD. Pushes arrive in the order ``ps_schedule`` computes (schedule.py).
+M ← μM − lr·g; W ← W + M), without waiting for the other workers. With a staleness bound s, a worker
+more than s steps ahead of the slowest waits for its reply; s = 0 is synchronous parameter-server SGD.
+Pushes and replies follow the order ``ps_schedule`` computes (schedule.py).
 
 ``replay_parameter_server`` is the one-process version with one server: the same pushes in the same
 order, each gradient taken at the parameters its worker last pulled — cheap enough for a sweep.

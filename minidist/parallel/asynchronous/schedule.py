@@ -6,8 +6,18 @@ Deep Learning" slides: "let model replicas learn in a decoupled fashion"). Worke
     seconds[w, k] = base · slowdown[w] · (1 + jitter · E[w, k]),   E ~ Exponential(1) from ``rng``
 
 simulated seconds computing its step k (a trainer charges them where it would compute; the arithmetic
-is real). The cluster's receive names its sender, so a server must know in advance from which worker
-the next gradient comes. That order follows from the clock alone:
+is real). The stale-synchronous bound (Ho et al.'s stale synchronous parallel model; the "Hardware
+Accelerators for Training DNNs" slides: "Asynchronous SGD ... staleness of updates"): worker w, having
+pushed pushes[w] gradients, may start its next step when
+
+    pushes[w] − min_v pushes[v] <= s
+
+s = 0 is synchronous SGD (nobody starts step k + 1 before everybody finished step k); s = None means no
+bound at all (fully asynchronous). The staleness of an update is how many updates the server applied
+between the worker's pull and the arrival of its gradient.
+
+The cluster's receive names its sender, so a server must know in advance from which worker the next
+gradient comes. That order follows from the clock alone:
 
     worker w, step k:  compute seconds[w, k]; push shard j to server j (α + n_j β each, in order j = 0..S−1);
                        wait for the reply of every server, then start step k + 1
@@ -26,9 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.checks import check_count
-
-from .staleness import check_bound, may_start
+from minidist.checks import check_count, is_count
 
 
 def check_seconds(seconds, where: str, workers: int | None = None) -> np.ndarray:
@@ -63,6 +71,29 @@ def step_seconds(workers: int, steps: int, base: float, slowdown=None, jitter: f
             raise ValueError("step_seconds: jitter > 0 needs an explicit rng (numpy Generator)")
         table *= 1 + jitter * rng.exponential(size=(workers, steps))
     return table
+
+
+def check_bound(bound) -> int | None:
+    """None or an integer >= 0."""
+    if bound is not None and not is_count(bound, 0):
+        raise ValueError(f"the staleness bound must be None (no bound) or an integer >= 0, got {bound!r}")
+    return None if bound is None else int(bound)
+
+
+def may_start(worker: int, pushes: list[int], bound: int | None) -> bool:
+    """True if ``worker`` may start its next step: it is at most ``bound`` steps ahead of the slowest.
+
+    pushes: how many gradients each worker has pushed so far; bound: s >= 0, or None for no bound.
+    """
+    # BEGIN SOLUTION stale_synchronous_bound
+    # BEGIN PROMPT
+    # Hint: with no bound every worker may go on; otherwise compare how far this worker is ahead of the
+    # slowest one (the smallest count) with the bound.
+    # END PROMPT
+    if bound is None:
+        return True
+    return pushes[worker] - min(pushes) <= bound
+    # END SOLUTION
 
 
 class Push(NamedTuple):
