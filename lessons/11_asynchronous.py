@@ -386,6 +386,6 @@ plt.close(fig)
 # ## Exercises
 #
 # * `error_feedback` (minidist/parallel/compression/error_feedback.py): the residual of 1-bit SGD and DGC.
-# * `stale_synchronous_bound` (minidist/parallel/asynchronous/staleness.py): when may a worker go on?
+# * `stale_synchronous_bound` (minidist/parallel/asynchronous/schedule.py): when may a worker go on?
 #
 # Check them with `python -m pytest --exercise error_feedback --exercise stale_synchronous_bound`.

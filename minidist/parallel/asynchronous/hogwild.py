@@ -39,9 +39,8 @@ class SparseProblem(NamedTuple):
 def sparse_problem(examples: int, dim: int, nonzeros: int, rng: np.random.Generator) -> SparseProblem:
     """Synthetic sparse logistic regression: labels from a hidden weight vector, m nonzeros per example."""
     if not 0 < nonzeros <= dim or examples < 1:
-        raise ValueError(
-            f"sparse_problem needs examples >= 1 and 0 < nonzeros <= dim, got {examples}, {nonzeros}, {dim}"
-        )
+        raise ValueError(f"sparse_problem needs examples >= 1 and 0 < nonzeros <= dim, got {examples}, "
+                         f"{nonzeros}, {dim}")
     truth = rng.standard_normal(dim)
     index = np.stack([rng.choice(dim, nonzeros, replace=False) for _ in range(examples)])
     value = rng.standard_normal((examples, nonzeros))
@@ -85,9 +84,8 @@ def hogwild(problem: SparseProblem, processes: int, epochs: int, lr: float, *, l
     """
     processes, epochs = check_count(processes, "hogwild: processes"), check_count(epochs, "hogwild: epochs")
     if processes > len(problem.label):
-        raise ValueError(
-            f"hogwild: {processes} processes for {len(problem.label)} examples: one would have none"
-        )
+        raise ValueError(f"hogwild: {processes} processes for {len(problem.label)} examples: "
+                         f"one would have none")
     if not lr > 0:
         raise ValueError(f"hogwild: lr must be > 0, got {lr}")
     ctx = multiprocess.get_context("fork")
@@ -117,11 +115,6 @@ def hogwild(problem: SparseProblem, processes: int, epochs: int, lr: float, *, l
                 p.join()
     w = np.frombuffer(weights, dtype=np.float64).copy()
     updates = epochs * len(problem.label)
-    return {
-        "w": w,
-        "loss": loss(problem, w),
-        "updates": updates,
-        "seconds": seconds,
-        "updates_per_second": updates / seconds,
-        "conflicts": int(np.sum(np.frombuffer(counts, dtype=np.int64))),
-    }
+    conflicts = int(np.sum(np.frombuffer(counts, dtype=np.int64)))
+    return {"w": w, "loss": loss(problem, w), "updates": updates, "seconds": seconds,
+            "updates_per_second": updates / seconds, "conflicts": conflicts}

@@ -11,10 +11,7 @@ P(S = l) = (1/P)(1 − 1/P)^l, and in expectation
 — heavy-ball momentum μ_implicit = 1 − 1/P. Explicit momentum adds to it, so the best *explicit* μ
 falls as workers are added (roughly μ*_P ≈ μ*_1 − μ_implicit, and below zero under heavy asynchrony).
 
-``replay_parameter_server`` is the one-process version of ``train_parameter_server`` with one server:
-it applies the pushes in the order ``ps_schedule`` gives, each gradient taken at the parameters its
-worker last pulled (the tests check it against the cluster). ``sweep_momentum`` runs it for every
-(P, μ) pair: cheap enough for a grid, with the same clock and staleness as the real run.
+``sweep_momentum`` runs ``replay_parameter_server`` (parameter_server.py) for every (P, μ) pair.
 """
 
 from __future__ import annotations
@@ -22,13 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import check_count, is_count
-from minidist.cluster import LinkModel
-from minidist.nn import Parameter
-from minidist.nn.flat import flatten, unflatten
-from minidist.optim import SGD
 
-from .schedule import ps_schedule
-from .staleness import check_bound
+from .parameter_server import replay_parameter_server
+from .schedule import check_seconds
 
 
 def implicit_momentum(workers: int) -> float:
@@ -55,51 +48,6 @@ def least_squares(samples: int, features: int, condition: float, rng: np.random.
     return x, x @ rng.standard_normal((features, 1))
 
 
-def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.ndarray, momentum: float = 0.0,
-                            bound: int | None = None, link: LinkModel | None = None,
-                            record_every: int = 0) -> dict:
-    """Asynchronous SGD with one parameter server, replayed in this process in the schedule's order.
-
-    model, loss_fn, batch, lr, seconds (W, K), momentum, bound, link: as for train_parameter_server.
-    Returns {"params": flat parameters, shape (n,), "staleness": one int per update, "times": the
-    server's clock at each update, "history": [(clock, flat copy)] every record_every updates}.
-    ``model``'s parameters are overwritten (they end at the last pulled copy).
-    """
-    if not lr > 0:
-        raise ValueError(f"replay_parameter_server: lr must be > 0, got {lr}")
-    if not 0 <= momentum < 1:
-        raise ValueError(f"replay_parameter_server: momentum must be in [0, 1), got {momentum}")
-    bound, link = check_bound(bound), LinkModel() if link is None else link
-    seconds = np.asarray(seconds, dtype=np.float64)
-    params = model.parameters()
-    shard = Parameter(flatten([p.data for p in params]))
-    nbytes = shard.data.nbytes
-    plan = ps_schedule(seconds, [nbytes], [nbytes], link.alpha, link.beta, bound)
-    optimizer = SGD([shard], lr=lr, momentum=momentum)
-    pulled = [shard.data.copy() for _ in range(seconds.shape[0])]      # what each worker computes on
-    version, sent = 0, [0] * seconds.shape[0]
-    staleness, times, history = [], [], [(0.0, shard.data.copy())]
-    for push in plan.pushes[0]:
-        unflatten(pulled[push.worker], [p.data for p in params])
-        x, y = batch(push.worker, push.step)
-        model.zero_grad()
-        loss_fn.forward(model.forward(x), y)
-        model.backward(loss_fn.backward())
-        flatten([p.grad for p in params], out=shard.grad)
-        staleness.append(version - sent[push.worker])
-        times.append(push.received)
-        optimizer.step()
-        version += 1
-        for worker in push.replies:
-            pulled[worker], sent[worker] = shard.data.copy(), version
-        if record_every and version % record_every == 0:
-            clock = push.received           # the server's clock after its replies, as the ledger adds it
-            for _ in push.replies:
-                clock = clock + link.alpha + nbytes * link.beta
-            history.append((clock, shard.data.copy()))
-    return {"params": shard.data, "staleness": staleness, "times": times, "history": history}
-
-
 def sweep_momentum(make_model, loss_fn, batch, evaluate, *, lr: float, momenta, seconds_for,
                    workers) -> np.ndarray:
     """The loss after the budget for every (P, μ): a (len(workers), len(momenta)) array (inf if it diverged).
@@ -113,10 +61,7 @@ def sweep_momentum(make_model, loss_fn, batch, evaluate, *, lr: float, momenta, 
         raise ValueError("sweep_momentum: momenta and workers must not be empty")
     losses = np.empty((len(workers), len(momenta)))
     for i, p in enumerate(workers):
-        table = np.asarray(seconds_for(p), dtype=np.float64)
-        if table.ndim != 2 or table.shape[0] != p:
-            raise ValueError(f"sweep_momentum: seconds_for({p}) must return a ({p}, steps) table, "
-                             f"got {table.shape}")
+        table = check_seconds(seconds_for(p), f"sweep_momentum: seconds_for({p})", workers=p)
         for j, mu in enumerate(momenta):
             with np.errstate(over="ignore", invalid="ignore"):
                 out = replay_parameter_server(make_model(), loss_fn, batch, lr=lr, seconds=table, momentum=mu)

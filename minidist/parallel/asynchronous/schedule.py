@@ -1,7 +1,23 @@
-"""When each push reaches each parameter server: an event simulation of asynchronous SGD on the clock.
+"""The simulated clock of asynchronous SGD: stragglers' step times, and when each push reaches each server.
+
+Synchronous SGD waits at every step for the slowest worker; asynchronous SGD does not (the "Scaling
+Deep Learning" slides: "let model replicas learn in a decoupled fashion"). Worker w spends
+
+    seconds[w, k] = base · slowdown[w] · (1 + jitter · E[w, k]),   E ~ Exponential(1) from ``rng``
+
+simulated seconds computing its step k (a trainer charges them where it would compute; the arithmetic
+is real). The stale-synchronous bound (Ho et al.'s stale synchronous parallel model; the "Hardware
+Accelerators for Training DNNs" slides: "Asynchronous SGD ... staleness of updates"): worker w, having
+pushed pushes[w] gradients, may start its next step when
+
+    pushes[w] − min_v pushes[v] <= s
+
+s = 0 is synchronous SGD (nobody starts step k + 1 before everybody finished step k); s = None means no
+bound at all (fully asynchronous). The staleness of an update is how many updates the server applied
+between the worker's pull and the arrival of its gradient.
 
 The cluster's receive names its sender, so a server must know in advance from which worker the next
-gradient comes. That order follows from the simulated clock alone (the arithmetic does not change it):
+gradient comes. That order follows from the clock alone:
 
     worker w, step k:  compute seconds[w, k]; push shard j to server j (α + n_j β each, in order j = 0..S−1);
                        wait for the reply of every server, then start step k + 1
@@ -20,8 +36,64 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .staleness import check_bound, may_start
-from .stragglers import check_seconds
+from minidist.checks import check_count, is_count
+
+
+def check_seconds(seconds, where: str, workers: int | None = None) -> np.ndarray:
+    """seconds as a float64 (workers, steps) table of times >= 0 with steps >= 1 (and ``workers`` rows when
+    given), else a ValueError naming ``where``: the check of every trainer and schedule that reads one."""
+    table = np.asarray(seconds, dtype=np.float64)
+    rows = "workers" if workers is None else f"workers = {workers}"
+    if table.ndim != 2 or table.size == 0 or not np.all(table >= 0) or workers not in (None, len(table)):
+        raise ValueError(f"{where}: seconds must have shape ({rows}, steps), times >= 0, got shape "
+                         f"{table.shape}")
+    return table
+
+
+def step_seconds(workers: int, steps: int, base: float, slowdown=None, jitter: float = 0.0,
+                 rng: np.random.Generator | None = None) -> np.ndarray:
+    """The (workers, steps) table of compute seconds per step.
+
+    slowdown: one factor >= 1 ... per worker (e.g. [1, 1, 1, 3]: the last worker 3x slower), None = all 1.
+    jitter: the mean extra fraction of a random slowdown per step (needs ``rng`` when > 0).
+    """
+    workers, steps = check_count(workers, "step_seconds: workers"), check_count(steps, "step_seconds: steps")
+    if not base > 0:
+        raise ValueError(f"step_seconds: base must be > 0 seconds, got {base}")
+    factor = np.ones(workers) if slowdown is None else np.asarray(slowdown, dtype=np.float64)
+    if factor.shape != (workers,) or not np.all(factor > 0):
+        raise ValueError(f"step_seconds: slowdown must hold {workers} factors > 0, got {slowdown}")
+    if not jitter >= 0:
+        raise ValueError(f"step_seconds: jitter must be >= 0, got {jitter}")
+    table = base * np.repeat(factor[:, None], steps, axis=1)
+    if jitter > 0:
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError("step_seconds: jitter > 0 needs an explicit rng (numpy Generator)")
+        table *= 1 + jitter * rng.exponential(size=(workers, steps))
+    return table
+
+
+def check_bound(bound) -> int | None:
+    """None or an integer >= 0."""
+    if bound is not None and not is_count(bound, 0):
+        raise ValueError(f"the staleness bound must be None (no bound) or an integer >= 0, got {bound!r}")
+    return None if bound is None else int(bound)
+
+
+def may_start(worker: int, pushes: list[int], bound: int | None) -> bool:
+    """True if ``worker`` may start its next step: it is at most ``bound`` steps ahead of the slowest.
+
+    pushes: how many gradients each worker has pushed so far; bound: s >= 0, or None for no bound.
+    """
+    # BEGIN SOLUTION stale_synchronous_bound
+    # BEGIN PROMPT
+    # Hint: with no bound every worker may go on; otherwise compare how far this worker is ahead of the
+    # slowest one (the smallest count) with the bound.
+    # END PROMPT
+    if bound is None:
+        return True
+    return pushes[worker] - min(pushes) <= bound
+    # END SOLUTION
 
 
 class Push(NamedTuple):
@@ -37,7 +109,6 @@ class Push(NamedTuple):
 class PSSchedule(NamedTuple):
     pushes: list           # per server: its Pushes in the order it applies them
     worker_clock: np.ndarray   # each worker's clock after its last push, shape (W,)
-    server_clock: np.ndarray   # each server's clock at the end, shape (S,)
 
 
 def recv_on_schedule(comm, src: int, out: np.ndarray, expected: float, trainer: str) -> None:
@@ -102,4 +173,4 @@ def ps_schedule(seconds: np.ndarray, push_bytes: list[int], pull_bytes: list[int
                     reply_at[v] = {}
                     start(v)
         pushes[j].append(Push(w, k, received, staleness, tuple(replies)))
-    return PSSchedule(pushes, np.array(clock), np.array(server_clock))
+    return PSSchedule(pushes, np.array(clock))

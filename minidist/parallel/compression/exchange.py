@@ -6,39 +6,25 @@ them in rank order — every rank ends with bitwise the same sum and applies the
 
     w ← w − lr · Σ_r decode(message_r)      message_r = compressor_r.compress(g_r),  g_r = Σ_{i∈r} ∇ℓ_i / B
 
-Bytes sent per rank and step: (P − 1) · |message|. ``Dense`` sends the float gradient itself the same
-way, so the ratio of bytes per step is the ratio of message sizes (32x for 1-bit, 1 / (2·density) for
-top-k with float32 values and int32 indices). Against a ring allreduce of the dense gradient, which
-sends 2(P − 1)/P · 4n bytes, the saving is P/2 times smaller. Sources: Seide et al., "1-Bit Stochastic
-Gradient Descent ..."; Lin et al., "Deep Gradient Compression ..."; the "Scaling Deep Learning" slides.
+Bytes sent per rank and step: (P − 1) · |message|. ``Dense`` (codecs.py) sends the float gradient
+itself the same way, so the ratio of bytes per step is the ratio of message sizes (32x for 1-bit,
+1 / (2·density) for top-k with float32 values and int32 indices). Against a ring allreduce of the dense
+gradient, which sends 2(P − 1)/P · 4n bytes, the saving is P/2 times smaller. Sources: Seide et al.,
+"1-Bit Stochastic Gradient Descent ..."; Lin et al., "Deep Gradient Compression ..."; the "Scaling Deep
+Learning" slides.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count
 from minidist.collectives import allgather
 from minidist.nn.flat import flatten, unflatten
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.parallel.shards import check_trainer, shard_range
 
+from .codecs import Dense
 from .error_feedback import ErrorFeedback
-from .topk import check_dtype, check_gradient, check_message
-
-
-class Dense:
-    """No compression: the message is the flat gradient's bytes (n · itemsize)."""
-
-    def __init__(self, n: int, dtype=np.float32):
-        self.n, self.dtype = check_count(n, "Dense: n"), check_dtype(dtype)
-        self.message_bytes = self.n * self.dtype.itemsize
-
-    def encode(self, x: np.ndarray) -> np.ndarray:
-        return check_gradient(x, self.n, self.dtype, "Dense.encode").view(np.uint8).copy()
-
-    def decode(self, message: np.ndarray) -> np.ndarray:
-        return check_message(message, self.message_bytes, "Dense.decode").view(self.dtype).copy()
 
 
 class CompressedDataParallel(Attachment):
@@ -57,9 +43,8 @@ class CompressedDataParallel(Attachment):
         self.dtype = self.params[0].data.dtype
         if compressor is None:
             compressor = ErrorFeedback(Dense(self.n, self.dtype), enabled=False)
-        if not (
-            callable(getattr(compressor, "compress", None)) and callable(getattr(compressor, "decode", None))
-        ):
+        if not (callable(getattr(compressor, "compress", None))
+                and callable(getattr(compressor, "decode", None))):
             raise TypeError(f"compressor needs compress() and decode(), got {type(compressor).__name__}")
         if getattr(compressor, "n", self.n) != self.n:
             raise ValueError(f"the compressor is built for {compressor.n} entries, the model has {self.n}")

@@ -44,10 +44,9 @@ class PersistentRNN(Module):
                             "num_layers=1")
         self.comm, self.hidden_size, self.input_size = comm, full.hidden_size, full.input_size
         self.ranges = [split_range(full.hidden_size, comm.world_size, p) for p in range(comm.world_size)]
-        lo, hi = self.ranges[comm.rank]
-        self.units = slice(lo, hi)
+        self.units = slice(*self.ranges[comm.rank])
         for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
-            setattr(self, name, Parameter(getattr(full, name).data[lo:hi].copy()))
+            setattr(self, name, Parameter(getattr(full, name).data[self.units].copy()))
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         check_float_array(x, "PersistentRNN input", ndim=3)
