@@ -32,7 +32,7 @@ from minidist.data import load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel, leaf_layers
-from minidist.parallel.data.comm import assign_buckets, ready_layers
+from minidist.parallel.data.buckets import assign_buckets, ready_layers
 from minidist.parallel.data.overlap import step_time
 from minidist.plots import figures_dir, plot_overlap, save_figure
 from minidist.sim.collective_cost import collective_seconds, price

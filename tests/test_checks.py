@@ -14,7 +14,7 @@ from minidist.parallel.asynchronous.momentum import least_squares
 from minidist.parallel.compression import OneBit
 from minidist.parallel.context import ContextParallelGPT
 from minidist.parallel.context.layout import positions
-from minidist.parallel.data.comm import assign_buckets
+from minidist.parallel.data.buckets import assign_buckets
 from minidist.parallel.mesh import Mesh
 from minidist.parallel.pipeline.split import check_boundaries, split_by_layers
 from minidist.parallel.tensor.comm import feature_bounds

@@ -106,7 +106,7 @@ def copy_then_sum(trees) -> list[str]:
 
 
 def hand_rolled_allreduces(trees) -> list[str]:
-    """Calls of data/comm.allreduce_gradients outside data/: a strategy summing gradients by hand."""
+    """Calls of data/buckets.allreduce_gradients outside data/: a strategy summing gradients by hand."""
     return [where(path, n) for path, tree in trees.items() if "data" not in path.parts
             for n in ast.walk(tree) if isinstance(n, ast.Call)
             and getattr(n.func, "id", getattr(n.func, "attr", "")) == "allreduce_gradients"]

@@ -52,7 +52,7 @@ from __future__ import annotations
 from minidist.cluster import Device, LinkModel
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.linear import Linear
-from minidist.parallel.data.comm import DEFAULT_BUCKET_BYTES
+from minidist.parallel.data.buckets import DEFAULT_BUCKET_BYTES
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes

@@ -7,7 +7,7 @@ from minidist.cluster import ClusterError, run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.comm import assign_buckets
+from minidist.parallel.data.buckets import assign_buckets
 from minidist.precision import FP16, MixedPrecisionTrainer
 
 

@@ -1,11 +1,12 @@
-"""GradientSync (parallel/data/sync.py) on its own and on pipeline stages: after 3 AdamW steps every
-parameter equals the same training in one process (float64, per parameter).
+"""GradientSync (parallel/data/sync.py) and ZeroSync (zero_sync.py) on their own and on pipeline stages: after
+3 AdamW steps every parameter equals the same training in one process (float64, per parameter).
 
     partial sums   ranks see disjoint rows, parameters marked partial_over their group (and a data group)
     data group     buckets of a few hundred bytes, overlapped on the compute clock; ZeRO 1, 2, 3
-    pipeline       2 data × 2 pipeline (1F1B, GPipe, ZB-H1): a GradientSync per stage (buckets + overlap,
-                   or ZeRO-1) syncs once per step, after the stage's last backward; with mixed precision
-                   (a MixedPrecisionTrainer per stage) bitwise DataParallel's mixed-precision training
+    pipeline       2 data × 2 pipeline (1F1B, GPipe, ZB-H1): a GradientSync (buckets + overlap) or
+                   ZeroSync (ZeRO-1) per stage syncs once per step, after the stage's last backward;
+                   with mixed precision (a MixedPrecisionTrainer per stage) bitwise DataParallel's
+                   mixed-precision training
 """
 
 import numpy as np
@@ -16,7 +17,7 @@ from minidist.collectives import allgather
 from minidist.nn import Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.optim import AdamW
-from minidist.parallel.data import DataParallel, GradientSync, ShardWeightedLoss
+from minidist.parallel.data import DataParallel, GradientSync, ShardWeightedLoss, ZeroSync
 from minidist.parallel.pipeline import Pipeline
 from minidist.precision import FP16, DynamicLossScaler, MixedPrecisionTrainer
 from minidist.sim.compute import ComputeCharges
@@ -74,8 +75,8 @@ def train_plain(comm, zero: int, groups: str):
         data, shard_group = comm, comm
     clock = ComputeCharges(comm)
     make = (lambda ps: AdamW(ps, lr=0.02, weight_decay=0.1)) if zero else None
-    sync = GradientSync(net, data, zero=zero, bucket_bytes=200, overlap=True, clock=None if zero else clock,
-                        make_optimizer=make)
+    sync = ZeroSync(net, data, stage=zero, bucket_bytes=200, make_optimizer=make) if zero else \
+        GradientSync(net, data, bucket_bytes=200, overlap=True, clock=clock)
     optimizer = sync.optimizer if zero else AdamW(net.parameters(), lr=0.02, weight_decay=0.1)
     runner = StepRunner(net, None, [sync, clock])
     for x, y in batches():
@@ -131,8 +132,8 @@ def train_pipelined(comm, schedule: str, zero: int, M: int, partial: bool = Fals
         make = (lambda ps: AdamW(ps, lr=0.02, weight_decay=0.1)) if zero else None
         for q in stage.parameters() if partial else []:
             q.partial_over.append(data)
-        syncs.append(GradientSync(stage, None if partial else data, zero=zero, bucket_bytes=200,
-                                  make_optimizer=make))
+        syncs.append(ZeroSync(stage, data, stage=zero, bucket_bytes=200, make_optimizer=make) if zero else
+                     GradientSync(stage, None if partial else data, bucket_bytes=200))
         counts.append(CountSyncs())
         return [syncs[-1], counts[-1]]
 

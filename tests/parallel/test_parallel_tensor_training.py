@@ -160,7 +160,7 @@ def test_parallel_tensor_ledger_per_rank_equals_seed_formulas():
 
 def test_parallel_tensor_hybrid_bad_arguments():
     from minidist.nn import Parameter
-    from minidist.parallel.data.comm import allreduce_gradients
+    from minidist.parallel.data.buckets import allreduce_gradients
 
     class TwoRanks:  # only its size is read before the error
         rank, world_size = 0, 2

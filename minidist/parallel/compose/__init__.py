@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from minidist.parallel.data.comm import DEFAULT_BUCKET_BYTES
+from minidist.parallel.data.buckets import DEFAULT_BUCKET_BYTES
 
 from .refusals import check_parallelize
 from .split_model import split_for_mesh

@@ -2,10 +2,11 @@
 
     pipeline = 1   one StepRunner steps the units through the rank's micro-batches (gradient
                    accumulation: only the last pass is ``last``), with its attachments: the data
-                   attachment (GradientSync: the partial sums, then DDP's buckets or ZeRO-1/2/3 over the
-                   data group), mixed precision (MixedPrecisionTrainer), the clock (ComputeCharges: forward
-                   charged after each unit, backward 2× at once, as a pipeline stage is charged) and the
-                   activation peak (ActivationPeak: what the stage's ledger would count)
+                   attachment (the partial sums, then over the data group DDP's buckets, GradientSync, or
+                   ZeRO-1/2/3, ZeroSync), mixed precision (MixedPrecisionTrainer), the clock
+                   (ComputeCharges: forward charged after each unit, backward 2× at once, as a pipeline
+                   stage is charged) and the activation peak (ActivationPeak: what the stage's ledger
+                   would count)
     pipeline > 1   the Pipeline executor (pipeline/pipeline.py) runs the task table over the same units,
                    each stage through its own StepRunner; its data attachment per stage (sent while the
                    stage's last backward runs) or once after the table (overlap=False, ZeRO-1)
@@ -28,7 +29,7 @@ from minidist.nn.runner import Attachment, StepRunner, backward_through
 from minidist.precision.mixed import MixedPrecisionTrainer
 from minidist.sim.compute import ComputeCharges
 
-from ..data import GradientSync
+from ..data import GradientSync, ZeroSync
 from ..expert import ExpertParallelMoE
 from ..pipeline.pipeline import Pipeline
 from ..shards import ShardWeightedLoss
@@ -55,7 +56,7 @@ class Trainer:
         self.sequence_parallel, self.overlap, self.bucket_bytes = sequence_parallel, overlap, bucket_bytes
         self.position = mesh.coords["pipeline"]
         self.units = self.runner = self.pipeline = self.recipe = self.optimizer = self.seq_len = None
-        self.syncs: list[GradientSync] = []
+        self.syncs: list[GradientSync | ZeroSync] = []
         self.router_losses: list[float] = []
 
     # -- one step ---------------------------------------------------------------------------------------
@@ -154,13 +155,14 @@ class Trainer:
             self.pipeline.attachments.append(self.data_attachment(mine, zero=self.zero, overlap=False))
         self.optimizer = self.syncs[-1].optimizer if self.zero else self.make_optimizer(self.held)
 
-    def data_attachment(self, module, *, zero: int = 0, mixed=None, overlap: bool = True) -> GradientSync:
+    def data_attachment(self, module, *, zero: int = 0, mixed=None,
+                        overlap: bool = True) -> GradientSync | ZeroSync:
         """The data axis's attachment on ``module``'s parameters (the one place it is built): partial sums,
         then DDP's buckets (zero=0) or the ZeRO stage over the data group."""
         data = self.mesh.group("data")
         if zero:
-            sync = GradientSync(module, data, zero=zero, make_optimizer=self.make_optimizer,
-                                bucket_bytes=self.bucket_bytes)
+            sync = ZeroSync(module, data, stage=zero, make_optimizer=self.make_optimizer,
+                            bucket_bytes=self.bucket_bytes)
         else:
             sync = GradientSync(module, data, bucket_bytes=self.bucket_bytes, overlap=overlap, mixed=mixed,
                                 inf_group=self.mesh.comm)

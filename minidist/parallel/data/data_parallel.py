@@ -13,7 +13,7 @@ entire model on each processor, distribute the batch, allreduce the gradients, a
         loss = dp.train_step(x, y)       # this rank's shard: forward, backward + bucket allreduces, step
 
 Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True`` (replicas.py
-checks). The runner's gradient sync (sync.GradientSync) sends the gradients in buckets (comm.py), each
+checks). The runner's gradient sync (sync.GradientSync) sends the gradients in buckets (buckets.py), each
 allreduced as soon as backward has produced it; on the simulated clock that allreduce overlaps the rest of
 backward (overlap.py: the two streams).
 ``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their number.
@@ -38,7 +38,7 @@ from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryRecorder, held_bytes
 
 from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
-from .comm import DEFAULT_BUCKET_BYTES, ready_layers
+from .buckets import DEFAULT_BUCKET_BYTES, ready_layers
 from .replicas import check_same_layout, check_same_values
 from .sync import GradientSync
 

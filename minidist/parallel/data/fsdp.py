@@ -47,7 +47,7 @@ class FSDP(ShardedWrapper):
     # -- one global batch ------------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch, layer by layer with gathered
-        parameters (the sync gathers before a layer runs and frees after, sync.py), then the optimizer on
+        parameters (the sync gathers before a layer runs and frees after, zero_sync.py), then the optimizer on
         the shards.
 
         x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).

@@ -1,5 +1,5 @@
 """What ZeRO (stages 1-2, zero.py) and FSDP (stage 3, fsdp.py) share: the checks of their arguments, the
-gradient sync that shards and reduces (sync.GradientSync with zero=stage), the step runner it attaches
+gradient sync that shards and reduces (zero_sync.ZeroSync of the stage), the step runner it attaches
 to, the bytes a rank holds, Ψ_r and the optimizer state of its shards.
 
 A subclass calls ``ShardedWrapper.__init__`` first (it checks and binds the precision), then ``_attach``.
@@ -17,8 +17,8 @@ from minidist.sim.memory import MemoryRecorder, held_bytes
 from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
 from . import flat
 from .replicas import check_same_layout, check_same_values
-from .sync import GradientSync
 from .zero_mixed import check_mixed
+from .zero_sync import ZeroSync
 
 
 class ShardedWrapper:
@@ -58,8 +58,8 @@ class ShardedWrapper:
                 **sync_options) -> None:
         """The gradient sync (it shards the parameters and builds the optimizer on the shards) and the
         runner; the memory recorder records after the layers of these {index: label}."""
-        self.sync = GradientSync(self.model, self.comm, zero=self.stage, mixed=self.precision,
-                                 make_optimizer=make_optimizer, **sync_options)
+        self.sync = ZeroSync(self.model, self.comm, stage=self.stage, mixed=self.precision,
+                             make_optimizer=make_optimizer, **sync_options)
         self.groups, self.optimizer = self.sync.groups, self.sync.optimizer
         self.clock = ComputeCharges(self.comm, overlap=False)
         self.recorder = MemoryRecorder(self.memory, self.held, self.comm, forward_points=forward_points,
@@ -83,7 +83,7 @@ class ShardedWrapper:
         return self.applied
 
     def share_masters(self) -> None:
-        """The parameters follow the updated shards (sync.GradientSync.share_masters)."""
+        """The parameters follow the updated shards (ZeroSync.share_masters)."""
         self.sync.share_masters()
 
     @property

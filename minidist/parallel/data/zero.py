@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .comm import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
+from .buckets import DEFAULT_BUCKET_BYTES, assign_buckets, ready_layers
 from .flat import zero1_shard_update  # noqa: F401  (the exercise's function, in flat.py)
 from .fsdp import FSDP
 from .sharded import ShardedWrapper
@@ -36,7 +36,7 @@ class ZeRO(ShardedWrapper):
             (e.g. ``lambda shards: SGD(shards, lr=0.1, momentum=0.9)``); element-wise optimizers only.
         loss_fn: e.g. CrossEntropyLoss().
         stage: 1 (optimizer state sharded) or 2 (gradients sharded too).
-        bucket_bytes: gradients travel in buckets of about this many bytes (comm.py); each bucket is one
+        bucket_bytes: gradients travel in buckets of about this many bytes (buckets.py); each bucket is one
             group, cut in P pieces.
         memory: a MemoryLedger to record held bytes at each point of a step (None: no recording).
         mixed: a ShardedMixedPrecision (zero_mixed.py): low-precision parameters and gradients, fp32
@@ -58,7 +58,7 @@ class ZeRO(ShardedWrapper):
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch, then the sharded update: stage 1
         reduce-scatters, steps and allgathers now (zero1_shard_update), stage 2 reduce-scattered each
-        bucket during backward (sync.py).
+        bucket during backward (zero_sync.py).
 
         x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
         Returns this rank's mean loss over its shard.

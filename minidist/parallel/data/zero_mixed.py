@@ -100,12 +100,12 @@ class ShardedMixedPrecision(Recipe):
                                     lambda flag: allreduce(comm, flag, op="max", algorithm="ring"))
         return self._apply(found_inf, optimizer, [m.data for m in masters])
 
-    def zero1_step(self, wrapper) -> bool:
-        """ZeRO-1's update: reduce-scatter every bucket's gradient into its master shard, then ``step``;
-        if applied, the wrapper shares the updated masters. Returns True if the update was applied."""
-        for g in wrapper.groups:
-            g.shard.grad[...] = reduce_scatter(wrapper.comm, g.grad)
-        return wrapper._update()
+    def zero1_step(self, sync) -> bool:
+        """ZeRO-1's update (sync: the ZeroSync): reduce-scatter every bucket's gradient into its master shard,
+        then ``sync.step_shards`` (``step``; if applied, the updated masters shared). True if applied."""
+        for g in sync.groups:
+            g.shard.grad[...] = reduce_scatter(sync.data, g.grad)
+        return sync.step_shards()
 
     def flag_bytes(self, world_size: int, rank: int) -> int:
         """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag: its
@@ -159,9 +159,10 @@ class ShardedFullPrecision(Attachment):
         optimizer.step()
         return True
 
-    def zero1_step(self, wrapper) -> bool:
-        """ZeRO-1's update: the exercise ``zero1_shard_update`` (reduce-scatter, step, allgather)."""
-        zero1_shard_update(wrapper.comm, wrapper.groups, wrapper.optimizer)
+    def zero1_step(self, sync) -> bool:
+        """ZeRO-1's update (sync: the ZeroSync): the exercise ``zero1_shard_update`` (reduce-scatter, step,
+        allgather)."""
+        zero1_shard_update(sync.data, sync.groups, sync.optimizer)
         return True
 
     def flag_bytes(self, world_size: int, rank: int) -> int:
