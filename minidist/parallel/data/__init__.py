@@ -10,7 +10,7 @@ zero_mixed.py (fp32 master shards for mixed precision)."""
 
 from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept here by its old name
 
-from ..shards import ShardWeightedLoss, leaf_layers
+from ..shards import ShardWeightedLoss
 from ..sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .buckets import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
 from .data_parallel import DataParallel
@@ -45,7 +45,6 @@ __all__ = [
     "check_same_layout",
     "check_same_values",
     "comm_spans",
-    "leaf_layers",
     "parameter_digest",
     "parameter_signature",
     "plot_overlap",
