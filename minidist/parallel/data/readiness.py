@@ -85,7 +85,7 @@ class GradientReadiness(Attachment):
             self._left[id(p)] -= 1
             if self._left[id(p)] == 0:
                 ready.append(p)
-        sum_partial_gradients(ready)                  # (ZeRO-3: p.data is freed here; only p.grad is read)
+        self._sum_partial(ready)
         complete = []
         for p in ready:
             bucket = self.bucket_of[id(p)]
@@ -100,9 +100,17 @@ class GradientReadiness(Attachment):
         """The step's last pass is done: sum what is not summed yet, report the buckets left."""
         if not self._last:
             return
-        sum_partial_gradients([p for p in self.params if self._left[id(p)] > 0])
+        self._sum_partial([p for p in self.params if self._left[id(p)] > 0])
         self._left = dict.fromkeys(self._left, 0)
         self.backward_complete([b for b in self.buckets if self._waiting[b.index] > 0])
+
+    @staticmethod
+    def _sum_partial(params: list[Parameter]) -> None:
+        """The partial ones of params summed over their groups, by the one function that does it
+        (ZeRO-3: their data is freed by now; only p.grad is read)."""
+        partial = [p for p in params if p.partial_over]
+        if partial:
+            sum_partial_gradients(partial)
 
     # -- what a subclass does with them ----------------------------------------------------------------------
     def bucket_complete(self, bucket: Bucket) -> None:
