@@ -8,8 +8,6 @@ allreduced when ready), ../sync_batchnorm.py (batch statistics over the global b
 sharded step), sharded.py (what the wrappers share), zero.py (stages 1-2), fsdp.py (stage 3),
 zero_mixed.py (fp32 master shards for mixed precision)."""
 
-from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept here by its old name
-
 from ..shards import ShardWeightedLoss
 from ..sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .buckets import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
@@ -47,7 +45,6 @@ __all__ = [
     "comm_spans",
     "parameter_digest",
     "parameter_signature",
-    "plot_overlap",
     "ready_layers",
     "save_overlap_chrome",
     "step_time",

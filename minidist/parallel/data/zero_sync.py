@@ -133,10 +133,7 @@ class ZeroSync(GradientReadiness):
 
     def _reduce_scatter(self, g: flat.ShardGroup) -> None:
         """shard.grad = piece r of Σ_ranks g.grad; the full gradient freed."""
-        if self.stage == 2:
-            g.shard.grad[...] = reduce_scatter(self.data, g.grad)
-        else:
-            g.shard.grad = reduce_scatter(self.data, g.grad)
+        g.shard.grad[...] = reduce_scatter(self.data, g.grad)
         g.free_grad()
 
     # -- the sharded step ------------------------------------------------------------------------------------
