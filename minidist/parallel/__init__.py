@@ -9,9 +9,9 @@ subset of data, pipeline, tensor, context and expert parallelism on one model an
 lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
-            bucketed), buckets.py (gradient buckets), replicas.py, readiness.py (which gradients are
-            ready), sync.py (GradientSync: DDP's buckets), overlap.py (communication overlapping backward
-            on the simulated clock), ZeRO: zero_sync.py (ZeroSync), zero.py (stages 1-2), fsdp.py
+            bucketed), buckets.py (gradient buckets, GradientReadiness: which gradients are ready),
+            replicas.py, sync.py (GradientSync: DDP's buckets), overlap.py (communication overlapping
+            backward on the simulated clock), ZeRO: zero_sync.py (ZeroSync), zero.py (stages 1-2), fsdp.py
             (stage 3), zero_mixed.py, flat.py
 pipeline/   pipeline parallelism: pipeline.py (stages, executor), schedule.py (naive, GPipe, 1F1B as
             tables), split.py (cutting a Sequential into stages), comm.py (point-to-point, StageLinks),

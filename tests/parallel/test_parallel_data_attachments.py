@@ -1,4 +1,4 @@
-"""The gradient syncs, one job each on one readiness base (parallel/data/readiness.py, sync.py, zero_sync.py).
+"""The gradient syncs, one job each on one readiness base (parallel/data/buckets.py, sync.py, zero_sync.py).
 
     readiness      a parameter is ready when the last unit holding it (a tied weight: its second) has run
                    the step's last backward; buckets are reported in order as they complete, the rest at
@@ -20,7 +20,7 @@ from minidist.nn import Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import Attachment, StepRunner, backward_through
 from minidist.optim import SGD, AdamW
-from minidist.parallel.data import GradientReadiness, GradientSync, ShardWeightedLoss, ZeroSync, readiness
+from minidist.parallel.data import GradientReadiness, GradientSync, ShardWeightedLoss, ZeroSync, buckets
 from minidist.parallel.data.buckets import assign_buckets
 from minidist.split import split_range
 
@@ -133,8 +133,8 @@ def train(comm, stage: int):
                 freed.append(p.data is None)
         partial.sum_partial_gradients(params, algorithm)
 
-    assert readiness.sum_partial_gradients is partial.sum_partial_gradients      # the one function
-    readiness.sum_partial_gradients = recording
+    assert buckets.sum_partial_gradients is partial.sum_partial_gradients      # the one function
+    buckets.sum_partial_gradients = recording
     sync = ZeroSync(net, data, stage=stage, bucket_bytes=200, make_optimizer=adamw) if stage else \
         GradientSync(net, data, bucket_bytes=200)
     optimizer = sync if stage else adamw(net.parameters())
@@ -145,7 +145,7 @@ def train(comm, stage: int):
         runner.loss_fn = ShardWeightedLoss(MSELoss(), (hi - lo) / B)
         runner.forward_backward(x[lo:hi], y[lo:hi])
         optimizer.step()
-    readiness.sum_partial_gradients = partial.sum_partial_gradients
+    buckets.sum_partial_gradients = partial.sum_partial_gradients
     if stage == 3:                                   # the parameters live in shards: gather them
         full = {id(p): v for g in sync.groups for p, v in zip(g.params, g.views(
             np.concatenate(allgather(data, g.low))), strict=True)}

@@ -1,6 +1,6 @@
 """GradientSync: the step-runner attachment of data parallelism (DDP) — each bucket allreduced when ready.
 
-On GradientReadiness (readiness.py: a parameter is ready when its last unit of the step's last backward is
+On GradientReadiness (buckets.py: a parameter is ready when its last unit of the step's last backward is
 done, its partial sums taken), as PyTorch's DistributedDataParallel:
 
     buckets         the parameters in reverse order, ~bucket_bytes each (buckets.py)
@@ -21,8 +21,14 @@ from minidist.collectives import allreduce, shared_empty
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
 
-from .buckets import DEFAULT_BUCKET_BYTES, allreduce_bucket, assign_buckets, ready_layers
-from .readiness import GradientReadiness, check_communicator
+from .buckets import (
+    DEFAULT_BUCKET_BYTES,
+    GradientReadiness,
+    allreduce_bucket,
+    assign_buckets,
+    check_communicator,
+    ready_layers,
+)
 
 
 class GradientSync(GradientReadiness):

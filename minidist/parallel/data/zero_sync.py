@@ -1,7 +1,7 @@
 """ZeroSync: the step-runner attachment of ZeRO stages 1-3 — reduce-scatter, the sharded step, the gathers.
 
 Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models". On
-GradientReadiness (readiness.py: a parameter is ready when its last unit of the step's last backward is
+GradientReadiness (buckets.py: a parameter is ready when its last unit of the step's last backward is
 done, its partial sums taken). The parameters are cut into flat groups (flat.py: a bucket of reverse
 parameter order for stages 1-2, buckets.py; one unit's parameters for stage 3); rank r owns the piece
 [lo, hi) of each, its *shard*, and the optimizer is built on the shards only:
@@ -29,8 +29,14 @@ from minidist.collectives import allgather, reduce_scatter
 from minidist.nn.module import Module, Parameter
 
 from . import flat
-from .buckets import DEFAULT_BUCKET_BYTES, Bucket, assign_buckets, ready_layers
-from .readiness import GradientReadiness, check_communicator
+from .buckets import (
+    DEFAULT_BUCKET_BYTES,
+    Bucket,
+    GradientReadiness,
+    assign_buckets,
+    check_communicator,
+    ready_layers,
+)
 from .zero_mixed import check_mixed
 
 
