@@ -30,7 +30,7 @@ class ExpertParallelMoE(Module):
     """The MoE layer ``moe`` (built the same on every rank) with only this rank's E/e experts kept.
 
     Rank q holds experts q·E/e … (q+1)·E/e − 1 (``self.experts``, ``self.first_expert``) and the whole
-    router (replicated: its gradient must be averaged over the ranks, see ``replicas.py``).
+    router (replicated: its gradient is partial over the ranks, see ``transform.py``).
     forward(x (n, d) or (B, T, d), this rank's tokens) -> y of the same shape.
     """
 
