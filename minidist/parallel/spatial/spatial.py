@@ -40,9 +40,9 @@ from minidist.nn import (
     Sigmoid,
     Tanh,
 )
+from minidist.parallel.sync_batchnorm import SyncBatchNorm, _adopt
 from minidist.sim.compute import charge_flops
 
-from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
 from .partition import HaloPlan, length, split_bounds
 
@@ -138,6 +138,28 @@ class SpatialAvgPool2d(_SpatialPool):
     """AvgPool2d over a grid-split image; padding zeros count in the mean (count_include_pad=True)."""
 
     wraps = AvgPool2d
+
+
+class SpatialBatchNorm2d(SyncBatchNorm):
+    """BatchNorm2d on this rank's block (N, C, h, w) with statistics over the whole (N, C, H, W) image.
+
+    SyncBatchNorm's sums, with the split across the image instead of the batch: rank r holds N·h_r·w_r of
+    a channel's values. No halo is needed (the layer is element-wise once μ, σ² are known), and the
+    backward's one allreduce serves dx and the parameters alike: dβ += D₁, dγ += D₂, the global sums (the
+    spatial ranks share one set of parameters and allreduce no gradients afterwards).
+    bn: the single-process BatchNorm2d (its weight, bias and running statistics are shared, not copied);
+    comm: the grid's Communicator; algorithm: the allreduce algorithm.
+    """
+
+    expected_ndim = (4,)
+    global_parameter_gradients = True
+
+    def __init__(self, bn: BatchNorm2d, comm, algorithm: str = "ring"):
+        if not isinstance(bn, BatchNorm2d):
+            raise TypeError(f"SpatialBatchNorm2d wraps a BatchNorm2d, got {type(bn).__name__}")
+        super().__init__(bn.num_features, bn.eps, bn.momentum, bn.weight is not None, comm=comm,
+                         algorithm=algorithm, dtype=bn.running_mean.dtype)
+        _adopt(self, bn)
 
 
 # -- moving whole images to and from the grid ---------------------------------------------------------
