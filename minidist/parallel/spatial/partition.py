@@ -114,10 +114,6 @@ class Transfer:
     rows: Range
     cols: Range
 
-    @property
-    def elements_per_plane(self) -> int:
-        return length(self.rows) * length(self.cols)
-
 
 def hop_order(parts: int) -> list[int]:
     """+1, −1, +2, −2, …: the order in which the shifts of one phase run."""
