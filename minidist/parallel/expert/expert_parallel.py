@@ -129,9 +129,8 @@ class ExpertParallelMoE(Module):
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """0 charged through the unit: the products depend on the routing, so forward and backward charge
-        them as they run (``_charge``: 2 per expert weight and row it received, this rank's experts only —
-        summed over the group, every kept assignment's 2·(2·d·d_ff) once). The router's 2·N·d·E is not
-        counted, as the planner's minidist mode does not (plan/minidist_switch.py)."""
+        them as they run (``_charge``). The router's 2·N·d·E is not counted, as the planner's minidist mode
+        does not (plan/minidist_switch.py)."""
         return 0
 
     def expert_parameters(self) -> list:

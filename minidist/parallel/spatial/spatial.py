@@ -15,11 +15,9 @@ A conv's weight and bias gradients are then sums over this rank's block only: Sp
 partial over the grid (``Parameter.partial_over``), and the gradient sync (GradientSync, or
 minidist.parallel.tensor.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
 
-Halos wider than a neighbour's piece are fetched from the ranks beyond it (multi-hop). More ranks along
-an axis than the layer has output rows is a ValueError at construction. FLOPs are charged to the
-simulated clock (backward 2× forward, minidist.sim.compute) between the layer's own messages.
-partition.py has the arithmetic, comm.py the exchange; ``spatialize`` turns a single-process Sequential
-into its spatially parallel twin (same Parameters).
+FLOPs are charged to the simulated clock (backward 2× forward, minidist.sim.compute) between the layer's
+own messages. ``spatialize`` turns a single-process Sequential into its spatially parallel twin (same
+Parameters).
 """
 
 from __future__ import annotations
@@ -60,10 +58,6 @@ class _SpatialLayer(Module):
             raise ValueError(f"grid {self.plan.grid} has {self.plan.world_size} ranks but the communicator "
                              f"has world_size {comm.world_size}")
         self.local = local
-
-    @property
-    def output_hw(self) -> tuple[int, int]:
-        return self.plan.output_hw
 
     def forward(self, x_local: np.ndarray) -> np.ndarray:
         """x_local: this rank's block of the input, shape (N, C, h, w). Returns its block of the
@@ -240,7 +234,7 @@ def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[i
         if type(layer) in SPATIAL:
             spatial = SPATIAL[type(layer)](layer, comm, grid, hw)
             layers.append(spatial)
-            hw = spatial.output_hw
+            hw = spatial.plan.output_hw
         elif isinstance(layer, ELEMENTWISE):
             layers.append(layer)
         elif type(layer) is BatchNorm2d:       # statistics over all blocks: one allreduce each way
