@@ -25,8 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster.topology import groups_across_nodes
-from minidist.collectives import ALGORITHMS
-from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.split import split_range
 
 from ..mesh import Mesh, MeshShape
@@ -41,11 +39,10 @@ class GridSpatial:
 
     data: D; spatial: (Ph, Pw), the split of every image's height and width inside a spatial group.
     require_spatial_in_node: raise ValueError if a spatial group spans nodes of the run's Topology.
-    algorithm: the allreduce of the data group's gradient bucket.
     """
 
     def __init__(self, comm, data: int, spatial: tuple[int, int], placement: str = "spatial_inside",
-                 require_spatial_in_node: bool = False, algorithm: str = "ring"):
+                 require_spatial_in_node: bool = False):
         ok = isinstance(spatial, tuple) and len(spatial) == 2
         if not ok or not all(type(v) is int and v >= 1 for v in spatial) or type(data) is not int or data < 1:
             raise ValueError(f"a data × spatial grid needs an int data >= 1 and spatial = (Ph, Pw) of ints "
@@ -55,11 +52,7 @@ class GridSpatial:
                              f"{data} × ({spatial[0]}·{spatial[1]})")
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-        if algorithm != "auto" and algorithm not in ALGORITHMS and algorithm not in TOPOLOGY_ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
-                             f"or 'auto', got {algorithm!r}")
         self.comm, self.data, self.spatial, self.placement = comm, data, spatial, placement
-        self.algorithm = algorithm
         order = [("data", data), ("spatial", spatial[0] * spatial[1])]
         self.shape = MeshShape(order if placement == "spatial_inside" else order[::-1])
         at = self.shape.coords(comm.rank)
@@ -105,4 +98,4 @@ class GridSpatial:
         net: from ``spatialize``; optimizer over the model's parameters. Returns this data group's loss
         share (B_d/B)·loss_d (the same on every rank of the group); summed over the groups: the batch loss.
         """
-        return hybrid_train_step(self.mesh, net, loss_fn, optimizer, self._blocks(x), target, self.algorithm)
+        return hybrid_train_step(self.mesh, net, loss_fn, optimizer, self._blocks(x), target)

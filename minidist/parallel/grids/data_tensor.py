@@ -34,13 +34,12 @@ from ..shards import ShardWeightedLoss
 __all__ = ["hybrid_train_step", "mesh_bytes_sent"]
 
 
-def hybrid_train_step(mesh: Mesh, model, loss_fn, optimizer, x: np.ndarray, target: np.ndarray,
-                      algorithm: str = "ring") -> float:
+def hybrid_train_step(mesh: Mesh, model, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:
     """One step of hybrid training on the whole batch (x, target), identical on every rank.
 
     ``model`` is built on ``mesh.group("tensor")`` (e.g. ``megatron_parallel_mlp(mesh.group("tensor"),
-    full)``; GridSpatial: on its spatial group). algorithm: the data group's allreduce. Returns this row's
-    share (B_j/B)·loss_j of the batch loss; summed over the rows it is the batch loss.
+    full)``). Returns this row's share (B_j/B)·loss_j of the batch loss; summed over the rows it is the
+    batch loss.
     """
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a minidist.parallel.Mesh, got {type(mesh).__name__}")
@@ -51,7 +50,7 @@ def hybrid_train_step(mesh: Mesh, model, loss_fn, optimizer, x: np.ndarray, targ
     lo, hi = split_range(len(x), D, mesh.coords["data"])
     share = (hi - lo) / len(x)
     optimizer.zero_grad()
-    sync = GradientSync(model, mesh.group("data"), algorithm=algorithm, overlap=False)   # after backward
+    sync = GradientSync(model, mesh.group("data"), overlap=False)       # the column's sum, after backward
     runner = StepRunner(model, ShardWeightedLoss(loss_fn, share), [sync])
     loss = runner.forward_backward(x[lo:hi], target[lo:hi])
     optimizer.step()

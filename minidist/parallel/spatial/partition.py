@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minidist.checks import check_count
-from minidist.parallel.mesh import MeshShape
+from minidist.checks import check_count, check_rank
 from minidist.split import split_bounds
 
 Range = tuple[int, int]  # half-open [start, stop)
@@ -126,9 +125,8 @@ class HaloPlan:
 
     rows, cols: the AxisPartition of H and of W. A 1-D split of H is the grid (P, 1).
     transfers: every message of the forward halo exchange, grouped into *steps* (phase, hop): within
-    one step every rank sends at most one message and receives at most one — a shift along a grid
-    row or column, which comm.sendrecv completes without deadlock. All ranks run the steps in the same
-    order (phase 0 then 1; hops +1, −1, +2, −2, …).
+    one step every rank sends at most one message and receives at most one (a shift along a grid row or
+    column); all ranks run the steps in the same order (phase 0 then 1; hops +1, −1, +2, −2, …).
     """
 
     grid: tuple[int, int]
@@ -170,12 +168,8 @@ class HaloPlan:
 
     def steps(self, rank: int, phase: int) -> list[tuple[Transfer | None, Transfer | None]]:
         """(what rank sends, what it receives) in each step of ``phase`` it takes part in, in order."""
-        order = []
-        for t in self.transfers:
-            if t.phase == phase and t.hop not in order:
-                order.append(t.hop)
         result = []
-        for hop in order:
+        for hop in hop_order(self.grid[phase]):
             send = next((t for t in self.transfers if (t.phase, t.hop, t.src) == (phase, hop, rank)), None)
             recv = next((t for t in self.transfers if (t.phase, t.hop, t.dst) == (phase, hop, rank)), None)
             if send or recv:
@@ -191,10 +185,8 @@ class HaloPlan:
         return self.rows.n_out, self.cols.n_out
 
     def grid_index(self, rank: int) -> tuple[int, int]:
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} outside the {self.grid[0]}×{self.grid[1]} grid")
-        at = MeshShape([("row", self.grid[0]), ("column", self.grid[1])]).coords(rank)
-        return at["row"], at["column"]
+        """(i, j) with rank = i·Pw + j."""
+        return divmod(check_rank(rank, self.world_size), self.grid[1])
 
     def own_block(self, rank: int) -> tuple[Range, Range]:
         i, j = self.grid_index(rank)

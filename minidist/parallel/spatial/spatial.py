@@ -1,4 +1,4 @@
-"""Spatial parallelism: convolutions and pools whose images are split across ranks.
+"""Spatial parallelism: convolutions, pools and batch norms whose images are split across ranks.
 
 "Distributed Deep Learning (Part II)" slides, "Spatial Parallel Training" (Jin, Ginsburg &
 Keutzer 2018; Gholami et al., SPAA 2018): "break the input into smaller pieces and distribute the work
