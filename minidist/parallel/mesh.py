@@ -13,6 +13,7 @@ without a communicator (the planner's layouts, GridSpatial's placements); ``Mesh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from minidist.checks import is_count
@@ -33,16 +34,11 @@ class MeshShape:
             if not is_count(size):
                 raise ValueError(f"mesh axis {axis!r} must have an integer size >= 1, got {size!r}")
         self.axes = tuple(self.sizes)
-        self.world_size = 1
-        for size in self.sizes.values():
-            self.world_size *= size
+        self.world_size = math.prod(self.sizes.values())
 
     def stride(self, axis: str) -> int:
         """Rank distance between neighbours along ``axis``: the product of the sizes of the axes after it."""
-        result = 1
-        for inner in self.axes[self._index(axis) + 1:]:
-            result *= self.sizes[inner]
-        return result
+        return math.prod(self.sizes[inner] for inner in self.axes[self._index(axis) + 1:])
 
     def coords(self, rank: int) -> dict[str, int]:
         """{axis: coordinate} of ``rank`` (0 <= rank < world_size)."""

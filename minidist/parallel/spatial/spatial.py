@@ -42,7 +42,7 @@ from minidist.parallel.sync_batchnorm import SyncBatchNorm, _adopt
 from minidist.sim.compute import charge_flops
 
 from .comm import exchange_halo, return_halo_gradient
-from .partition import HaloPlan, length, split_bounds
+from .partition import HaloPlan, split_bounds
 
 
 class _SpatialLayer(Module):
@@ -75,13 +75,7 @@ class _SpatialLayer(Module):
     def backward(self, dy_local: np.ndarray) -> np.ndarray:
         """dy_local: upstream gradient of this rank's output block, (N, C_out, h_out, w_out). Returns
         dx_local, the gradient of its input block, (N, C, h, w), halo contributions included."""
-        out_rows, out_cols = self.plan.out_block(self.comm.rank)
-        if not isinstance(dy_local, np.ndarray) or dy_local.ndim != 4 or \
-                dy_local.shape[2:] != (length(out_rows), length(out_cols)):
-            raise ValueError(f"{type(self).__name__}.backward: expected dy of spatial shape "
-                             f"{(length(out_rows), length(out_cols))} (this rank's output block), "
-                             f"got {getattr(dy_local, 'shape', type(dy_local).__name__)}")
-        d_padded = self.local.backward(dy_local)
+        d_padded = self.local.backward(dy_local)         # checks dy's shape before any message
         charge_flops(self.comm, 2 * self._flops, f"{type(self).__name__} backward")
         (top, _), (left, _) = self.plan.padding_of(self.comm.rank)
         height, width = self._window_hw
