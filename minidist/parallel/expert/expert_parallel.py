@@ -8,10 +8,7 @@ then per layer:
                dispatch all-to-all   tokens → the rank of their expert     (n_out rows of d)
                local experts run on what arrived: the busiest rank sets the pace
                combine all-to-all    expert outputs → the tokens' ranks       (n_in rows of d)
-    backward:  the same two all-to-alls in reverse order, carrying gradients.
-
-Bytes one rank sends per layer: 2·(n_out + n_in)·d·itemsize forward and as many backward, with n_out
-the kept assignments it routes to other ranks and n_in those it receives (cost.py), plus the counts.
+    backward:  the same two all-to-alls in reverse order, carrying gradients     (bytes: cost.py)
 """
 
 from __future__ import annotations

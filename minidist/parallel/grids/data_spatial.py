@@ -67,11 +67,8 @@ class GridSpatial:
         self.spatial_comm, self.data_comm = self.mesh.group("spatial"), self.mesh.group("data")
 
     def spatialize(self, model, input_hw: tuple[int, int]):
-        """This rank's spatially parallel twin of ``model`` on ``spatial_comm`` (shares its Parameters).
-
-        model: Sequential of convs / pools / element-wise layers, then Flatten and the head (no
-        BatchNorm); input_hw: the global (H, W) of its input. See minidist.parallel.spatial.spatialize.
-        """
+        """This rank's spatially parallel twin of ``model`` on ``spatial_comm`` (spatial.spatialize: the same
+        Parameters; no BatchNorm: its statistics would span one data group); input_hw: the global (H, W)."""
         self.input_hw = tuple(input_hw)
         return spatialize(model, self.spatial_comm, self.spatial, self.input_hw)
 
@@ -93,9 +90,7 @@ class GridSpatial:
         return self._blocks(x)[lo:hi]
 
     def train_step(self, net, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:
-        """One step on the whole batch x (B, C, H, W), target (B, ...), the same on every rank.
-
-        net: from ``spatialize``; optimizer over the model's parameters. Returns this data group's loss
-        share (B_d/B)·loss_d (the same on every rank of the group); summed over the groups: the batch loss.
-        """
+        """One step on the whole batch x (B, C, H, W), target (B, ...), the same on every rank; net: from
+        ``spatialize``. Returns this data group's loss share (B_d/B)·loss_d; summed over the groups: the batch
+        loss."""
         return hybrid_train_step(self.mesh, net, loss_fn, optimizer, self._blocks(x), target)
