@@ -82,9 +82,8 @@ class Mesh:
     """``Mesh(comm, data=D, pipeline=P, tensor=T, context=C, expert=E)``: D·P·T·C·E == comm.world_size,
     axes left out are 1, ranks in AXES order (module docstring).
 
-    sizes, coords: {axis: size}, {axis: this rank's coordinate}, all five axes; group(axis): the
-    Communicator over the ranks that differ from this one only along axis (or along each of a tuple of
-    axes). Building a Mesh is collective (comm.split, one per axis, in AXES order on every rank).
+    sizes, coords: {axis: size}, {axis: this rank's coordinate}, all five axes. Building a Mesh is
+    collective (comm.split, one per axis, in AXES order on every rank); ``group`` gives the communicators.
     """
 
     def __init__(self, comm, **sizes: int):

@@ -217,11 +217,10 @@ SPATIAL = {Conv2d: SpatialConv2d, MaxPool2d: SpatialMaxPool2d, AvgPool2d: Spatia
 def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[int, int]) -> Sequential:
     """The spatially parallel twin of ``model``, sharing its Parameters (so one optimizer serves both).
 
-    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / BatchNorm2d / ReLU / Tanh / Sigmoid / GELU layers,
-    then
-    Flatten and anything after it (the head). Convs and pools become their Spatial versions; element-wise
-    layers work on the blocks as they are; a GridAllgather goes before the Flatten and the head runs
-    replicated on every rank. forward takes this rank's block of the input, returns the full output.
+    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / BatchNorm2d / ELEMENTWISE layers, then Flatten and
+    the head. Convs, pools and batch norms become their Spatial versions, element-wise layers work on the
+    blocks as they are; a GridAllgather goes before the Flatten and the head runs replicated on every rank.
+    forward takes this rank's block of the input, returns the full output.
     """
     layers, hw = [], tuple(input_hw)
     for index, layer in enumerate(model.layers):
