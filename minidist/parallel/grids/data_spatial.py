@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster.topology import groups_across_nodes
-from minidist.split import split_range
 
 from ..mesh import Mesh, MeshShape
 from ..spatial import grid_blocks, spatialize
@@ -72,8 +71,9 @@ class GridSpatial:
         self.input_hw = tuple(input_hw)
         return spatialize(model, self.spatial_comm, self.spatial, self.input_hw)
 
-    def _blocks(self, x: np.ndarray) -> np.ndarray:
-        """x: the whole batch, (B, C, H, W). Returns this rank's block of every image, (B, C, h, w)."""
+    def block(self, x: np.ndarray) -> np.ndarray:
+        """x: the whole batch, (B, C, H, W). Returns this rank's block of every image, (B, C, h, w),
+        contiguous (the step then takes its data group's rows B_d of it)."""
         hw = getattr(self, "input_hw", None)           # set by spatialize
         if not isinstance(x, np.ndarray) or x.ndim != 4 or tuple(x.shape[2:]) != hw:
             raise ValueError(f"expected a batch (B, C, H, W) with (H, W) = the input_hw given to spatialize "
@@ -83,14 +83,8 @@ class GridSpatial:
         rows, cols = grid_blocks(self.input_hw, self.spatial)[self.s]
         return np.ascontiguousarray(x[:, :, rows, cols])
 
-    def block(self, x: np.ndarray) -> np.ndarray:
-        """x: the whole batch, (B, C, H, W). Returns this rank's part: its data group's slice B_d of the
-        batch, its spatial block of every image, (B_d, C, h, w), contiguous."""
-        lo, hi = split_range(len(x), self.data, self.d)
-        return self._blocks(x)[lo:hi]
-
     def train_step(self, net, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:
         """One step on the whole batch x (B, C, H, W), target (B, ...), the same on every rank; net: from
         ``spatialize``. Returns this data group's loss share (B_d/B)·loss_d; summed over the groups: the batch
         loss."""
-        return hybrid_train_step(self.mesh, net, loss_fn, optimizer, self._blocks(x), target)
+        return hybrid_train_step(self.mesh, net, loss_fn, optimizer, self.block(x), target)
