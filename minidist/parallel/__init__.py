@@ -21,7 +21,7 @@ spatial/    spatial parallelism: spatial.py (convolutions over H / H×W blocks),
 tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear), mlp.py (the Megatron
             MLP block), comm.py (Megatron's f and g), cost.py
 expert/     expert parallelism: expert_parallel.py (experts over ranks, all-to-all dispatch/combine),
-            transform.py (expert_parallel), replicas.py, cost.py
+            transform.py (expert_parallel), cost.py
 shards.py   a rank's slice of the batch and its loss weight (every data-like strategy's);
             sync_batchnorm.py: batch statistics over a group of ranks (data: SyncBatchNorm; spatial)
 grids/      what parallelize cannot build: data_tensor.py (data × tensor of an MLP), data_spatial.py

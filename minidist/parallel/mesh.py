@@ -7,16 +7,13 @@ Five axes, in rank order, slowest first — data, pipeline, context, expert, ten
 
 so a tensor group is T consecutive ranks (the chattiest group stays inside a node), and a data group the
 ranks P·C·E·T apart. An axis's group is the ranks that differ from this one only along that axis; a rank's
-rank inside it is its coordinate on the axis.
-
-``MeshShape`` is the arithmetic alone (sizes -> a rank's coordinates, a group's ranks), usable without a
-communicator (the planner's layouts have none) and in any axis order (GridSpatial's placements; lesson
-15's renumbered communicator); ``Mesh`` is a MeshShape over a communicator, with its groups made by
-``comm.split``.
+rank inside it is its coordinate on the axis. ``MeshShape`` is that arithmetic alone, in any axis order and
+without a communicator (the planner's layouts, GridSpatial's placements); ``Mesh`` adds the communicators.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from minidist.checks import is_count
@@ -37,16 +34,11 @@ class MeshShape:
             if not is_count(size):
                 raise ValueError(f"mesh axis {axis!r} must have an integer size >= 1, got {size!r}")
         self.axes = tuple(self.sizes)
-        self.world_size = 1
-        for size in self.sizes.values():
-            self.world_size *= size
+        self.world_size = math.prod(self.sizes.values())
 
     def stride(self, axis: str) -> int:
         """Rank distance between neighbours along ``axis``: the product of the sizes of the axes after it."""
-        result = 1
-        for inner in self.axes[self._index(axis) + 1:]:
-            result *= self.sizes[inner]
-        return result
+        return math.prod(self.sizes[inner] for inner in self.axes[self._index(axis) + 1:])
 
     def coords(self, rank: int) -> dict[str, int]:
         """{axis: coordinate} of ``rank`` (0 <= rank < world_size)."""
@@ -71,10 +63,6 @@ class MeshShape:
             ranks = [r + c * self.stride(axis) for c in range(self.sizes[axis]) for r in ranks]
         return ranks
 
-    def group_index(self, rank: int, axes: str | tuple[str, ...]) -> int:
-        """Which group along ``axes`` rank is in: the lowest rank of that group (a ``split`` colour)."""
-        return self.group_ranks(rank, axes)[0]
-
     def _axes(self, axes: str | tuple[str, ...]) -> tuple[str, ...]:
         axes = (axes,) if isinstance(axes, str) else tuple(axes)
         for axis in axes:
@@ -92,11 +80,10 @@ class MeshShape:
 
 class Mesh:
     """``Mesh(comm, data=D, pipeline=P, tensor=T, context=C, expert=E)``: D·P·T·C·E == comm.world_size,
-    axes left out are 1, rank order data, pipeline, context, expert, tensor (module docstring).
+    axes left out are 1, ranks in AXES order (module docstring).
 
-    sizes, coords: {axis: size}, {axis: this rank's coordinate}, all five axes; group(axis): the
-    Communicator over the ranks that differ from this one only along axis (or along each of a tuple of
-    axes). Building a Mesh is collective (comm.split, one per axis, in AXES order on every rank).
+    sizes, coords: {axis: size}, {axis: this rank's coordinate}, all five axes. Building a Mesh is
+    collective (comm.split, one per axis, in AXES order on every rank); ``group`` gives the communicators.
     """
 
     def __init__(self, comm, **sizes: int):

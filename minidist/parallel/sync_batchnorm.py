@@ -15,8 +15,7 @@ Why sums, not a Welford merge: a sum-allreduce works with every algorithm and co
 loses about log10(μ²/σ²) of 16 digits); a Welford/Chan merge of (n_r, mean_r, M2_r) is exact-er but is
 not a sum, so it needs an allgather of P·(2C+1) numbers and a merge in rank order.
 
-A rank with an empty shard sends (0, 0, 0) and still joins both allreduces, so nothing turns into NaN;
-a world with M ≤ 1 values per channel raises ValueError on every rank (no statistics to normalise with).
+An empty shard sends (0, 0, 0) and still joins both allreduces; M ≤ 1 is a ValueError on every rank.
 Running statistics are updated from the allreduced (μ, σ²·M/(M−1)), so they are bitwise the same on
 every rank. In eval mode it is plain BatchNorm with the running estimates (no communication).
 """

@@ -3,7 +3,7 @@
 A Switch block on rank (tensor q of t, context k of c, expert j of e) holds the attention split over t,
 both LayerNorms and the router (d·E, whole), and E/e of the E experts, each Megatron-split over t. What it
 costs follows the code the cluster runs (parallel/expert/expert_parallel.py, compose/split_model.py,
-replicas.py).
+parallel/expert/transform.py).
 
 Routing decides how many rows cross the all-to-alls and reach each expert; it can be known without running
 only when it does not depend on the data. So the check routes every token to every expert: top-k with

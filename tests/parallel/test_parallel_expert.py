@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import Device, LinkModel, run
+from minidist.collectives import sum_gradients
 from minidist.nn import Linear, MoE, MSELoss, Sequential
 from minidist.optim import SGD
-from minidist.parallel.expert import ExpertParallelMoE, average_gradients
+from minidist.parallel.expert import ExpertParallelMoE
 from minidist.parallel.expert.cost import alltoall_bytes_sent, expert_step_seconds, imbalance
 
 D_IN, D, D_FF, D_OUT, N = 3, 4, 6, 2, 6  # N tokens per rank
@@ -45,9 +46,19 @@ def _train(model, moe_layer, x, t, comm=None):
         sent.append((comm.stats.bytes_sent - before, moe_layer.sent_tokens, moe_layer.received_tokens)
                     if comm is not None else None)
         if comm is not None:
-            average_gradients(comm, model)
+            _average_gradients(comm, model, moe_layer)
         opt.step()
     return kept, sent
+
+
+def _average_gradients(comm, model, ep):
+    """The gradient of the mean of the e ranks' losses: a replicated parameter holds this rank's tokens' term
+    (sum it over the ranks), an expert already the sum over every rank's tokens (the all-to-all brought
+    them); then divide every gradient by e."""
+    experts = {id(p) for p in ep.expert_parameters()}
+    sum_gradients(comm, [p for p in model.parameters() if id(p) not in experts], algorithm="ring")
+    for p in model.parameters():
+        p.grad /= comm.world_size
 
 
 def _worker(comm, num_experts, k, capacity_factor):

@@ -16,7 +16,6 @@ from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, SwitchTransformer
 from minidist.optim import AdamW
 from minidist.parallel import Mesh, parallelize
-from minidist.parallel.expert import AverageGradients
 from minidist.parallel.tensor import feature_slice
 
 STEPS, N, T, V, D_FF = 3, 8, 8, 11, 16
@@ -137,10 +136,3 @@ def test_parallel_grid_with_an_expert_axis_refuses_bad_input(case, message):
     with pytest.raises(Exception, match=message):
         run(_bad, 2, case)
 
-
-def test_parallel_average_gradients_attachment_refuses_token_sets_that_do_not_divide():
-    class FourRanks:
-        rank, world_size = 0, 4
-
-    with pytest.raises(ValueError, match="token_sets must divide the world size 4, got 3"):
-        AverageGradients(FourRanks(), build(), token_sets=3)

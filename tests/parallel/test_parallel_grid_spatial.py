@@ -88,9 +88,7 @@ def test_placement_puts_spatial_groups_inside_or_across_nodes():
 @pytest.mark.parametrize("args, message", [((2, (2, 2)), "D·Ph·Pw = world size 4"),
                                            ((3, (1, 1)), "D·Ph·Pw = world size 4"),
                                            ((2, 2), "spatial = (Ph, Pw)"), ((0, (2, 2)), "data >= 1"),
-                                           ((2, (2, 1), "diagonal"), "placement must be one of"),
-                                           ((2, (2, 1), "spatial_inside", False, "fast"),
-                                            "algorithm must be one of")])
+                                           ((2, (2, 1), "diagonal"), "placement must be one of")])
 def test_bad_grids_raise(args, message):
     def fn(comm):
         try:

@@ -56,7 +56,6 @@ def test_parallel_mesh_groups_are_the_ranks_that_agree_on_every_other_axis(shape
         assert group.index(rank) == mine[axes[0]]
     for member in group:                     # every member names the same group
         assert shape.group_ranks(member, tuple(axes)) == group
-        assert shape.group_index(member, tuple(axes)) == group[0]
 
 
 def test_parallel_mesh_shape_in_another_order_and_its_strides():

@@ -11,8 +11,7 @@ from minidist.cluster import run
 from minidist.collectives import ALGORITHMS, sum_partial_gradients
 from minidist.nn import BatchNorm2d, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.parallel.spatial import grid_blocks, spatialize
-from minidist.parallel.spatial.batchnorm import SpatialBatchNorm2d
+from minidist.parallel.spatial import SpatialBatchNorm2d, grid_blocks, spatialize
 
 IMAGE_HW = (10, 7)     # divides evenly by none of the grids below
 STEPS = 3

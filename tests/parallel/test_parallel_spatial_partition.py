@@ -124,8 +124,8 @@ def test_parallel_spatial_plan_assembles_every_window_and_local_convs_match(case
         local = conv_plane(padded, kernel, stride, (0, 0))
         np.testing.assert_array_equal(local, reference[orow[0]:orow[1], ocol[0]:ocol[1]])
         # the byte formula counts exactly what the transfers carry
-        sent = sum(t.elements_per_plane for t in plan.transfers if t.src == rank)
-        received = sum(t.elements_per_plane for t in plan.transfers if t.dst == rank)
+        sent = sum(length(t.rows) * length(t.cols) for t in plan.transfers if t.src == rank)
+        received = sum(length(t.rows) * length(t.cols) for t in plan.transfers if t.dst == rank)
         assert plan.halo_elements(rank) == (sent, received)
         # the steps hand every transfer of this rank out exactly once, one send and one receive a step
         stepped = [t for phase in (0, 1) for pair in plan.steps(rank, phase) for t in pair if t is not None]

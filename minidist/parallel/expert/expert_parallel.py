@@ -8,10 +8,7 @@ then per layer:
                dispatch all-to-all   tokens → the rank of their expert     (n_out rows of d)
                local experts run on what arrived: the busiest rank sets the pace
                combine all-to-all    expert outputs → the tokens' ranks       (n_in rows of d)
-    backward:  the same two all-to-alls in reverse order, carrying gradients.
-
-Bytes one rank sends per layer: 2·(n_out + n_in)·d·itemsize forward and as many backward, with n_out
-the kept assignments it routes to other ranks and n_in those it receives (cost.py), plus the counts.
+    backward:  the same two all-to-alls in reverse order, carrying gradients     (bytes: cost.py)
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ class ExpertParallelMoE(Module):
     """The MoE layer ``moe`` (built the same on every rank) with only this rank's E/e experts kept.
 
     Rank q holds experts q·E/e … (q+1)·E/e − 1 (``self.experts``, ``self.first_expert``) and the whole
-    router (replicated: its gradient must be averaged over the ranks, see ``replicas.py``).
+    router (replicated: its gradient is partial over the ranks, see ``transform.py``).
     forward(x (n, d) or (B, T, d), this rank's tokens) -> y of the same shape.
     """
 
@@ -129,9 +126,8 @@ class ExpertParallelMoE(Module):
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """0 charged through the unit: the products depend on the routing, so forward and backward charge
-        them as they run (``_charge``: 2 per expert weight and row it received, this rank's experts only —
-        summed over the group, every kept assignment's 2·(2·d·d_ff) once). The router's 2·N·d·E is not
-        counted, as the planner's minidist mode does not (plan/minidist_switch.py)."""
+        them as they run (``_charge``). The router's 2·N·d·E is not counted, as the planner's minidist mode
+        does not (plan/minidist_switch.py)."""
         return 0
 
     def expert_parameters(self) -> list:

@@ -1,14 +1,11 @@
 """Halo exchange on the cluster: forward (fetch the neighbours' boundary rows) and backward (send the
 gradient of those rows back to their owners, who add it into their interior).
 
-The plan (partition.py's HaloPlan) groups the messages into steps: in one step each
-rank sends at most one slab and receives at most one, all along one grid axis by the same hop (a shift:
-"everybody passes a slab down", then "everybody passes a slab up"). comm.sendrecv lets a rank's send and
-receive progress together, so a shift never deadlocks, whatever the message size; and all ranks take
-the steps in the same order. Backward runs the same steps in reverse with the roles swapped.
-
+Every rank takes the plan's steps (partition.py's HaloPlan: shifts, "everybody passes a slab down", then
+"up") in the same order; comm.sendrecv lets a rank's send and receive progress together, so a shift never
+deadlocks, whatever the message size. Backward runs the same steps in reverse with the roles swapped.
 Shapes: NCHW. x_local (N, C, h, w) is the rank's own piece; the window (N, C, H_w, W_w) is the clipped
-window of input rows × columns its output needs (see partition.py).
+window of input rows × columns its output needs.
 """
 
 from __future__ import annotations

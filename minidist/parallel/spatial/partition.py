@@ -114,10 +114,6 @@ class Transfer:
     rows: Range
     cols: Range
 
-    @property
-    def elements_per_plane(self) -> int:
-        return length(self.rows) * length(self.cols)
-
 
 def hop_order(parts: int) -> list[int]:
     """+1, −1, +2, −2, …: the order in which the shifts of one phase run."""
@@ -130,9 +126,8 @@ class HaloPlan:
 
     rows, cols: the AxisPartition of H and of W. A 1-D split of H is the grid (P, 1).
     transfers: every message of the forward halo exchange, grouped into *steps* (phase, hop): within
-    one step every rank sends at most one message and receives at most one — a shift along a grid
-    row or column, which comm.sendrecv completes without deadlock. All ranks run the steps in the same
-    order (phase 0 then 1; hops +1, −1, +2, −2, …).
+    one step every rank sends at most one message and receives at most one (a shift along a grid row or
+    column); all ranks run the steps in the same order (phase 0 then 1; hops +1, −1, +2, −2, …).
     """
 
     grid: tuple[int, int]
@@ -174,12 +169,8 @@ class HaloPlan:
 
     def steps(self, rank: int, phase: int) -> list[tuple[Transfer | None, Transfer | None]]:
         """(what rank sends, what it receives) in each step of ``phase`` it takes part in, in order."""
-        order = []
-        for t in self.transfers:
-            if t.phase == phase and t.hop not in order:
-                order.append(t.hop)
         result = []
-        for hop in order:
+        for hop in hop_order(self.grid[phase]):
             send = next((t for t in self.transfers if (t.phase, t.hop, t.src) == (phase, hop, rank)), None)
             recv = next((t for t in self.transfers if (t.phase, t.hop, t.dst) == (phase, hop, rank)), None)
             if send or recv:
@@ -195,8 +186,7 @@ class HaloPlan:
         return self.rows.n_out, self.cols.n_out
 
     def grid_index(self, rank: int) -> tuple[int, int]:
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} outside the {self.grid[0]}×{self.grid[1]} grid")
+        """(i, j) with rank = i·Pw + j; MeshShape checks the rank."""
         at = MeshShape([("row", self.grid[0]), ("column", self.grid[1])]).coords(rank)
         return at["row"], at["column"]
 

@@ -1,4 +1,4 @@
-"""Spatial parallelism: convolutions and pools whose images are split across ranks.
+"""Spatial parallelism: convolutions, pools and batch norms whose images are split across ranks.
 
 "Distributed Deep Learning (Part II)" slides, "Spatial Parallel Training" (Jin, Ginsburg &
 Keutzer 2018; Gholami et al., SPAA 2018): "break the input into smaller pieces and distribute the work
@@ -15,11 +15,9 @@ A conv's weight and bias gradients are then sums over this rank's block only: Sp
 partial over the grid (``Parameter.partial_over``), and the gradient sync (GradientSync, or
 minidist.parallel.tensor.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
 
-Halos wider than a neighbour's piece are fetched from the ranks beyond it (multi-hop). More ranks along
-an axis than the layer has output rows is a ValueError at construction. FLOPs are charged to the
-simulated clock (backward 2× forward, minidist.sim.compute) between the layer's own messages.
-partition.py has the arithmetic, comm.py the exchange; ``spatialize`` turns a single-process Sequential
-into its spatially parallel twin (same Parameters).
+FLOPs are charged to the simulated clock (backward 2× forward, minidist.sim.compute) between the layer's
+own messages. ``spatialize`` turns a single-process Sequential into its spatially parallel twin (same
+Parameters).
 """
 
 from __future__ import annotations
@@ -40,11 +38,11 @@ from minidist.nn import (
     Sigmoid,
     Tanh,
 )
+from minidist.parallel.sync_batchnorm import SyncBatchNorm, _adopt
 from minidist.sim.compute import charge_flops
 
-from .batchnorm import SpatialBatchNorm2d
 from .comm import exchange_halo, return_halo_gradient
-from .partition import HaloPlan, length, split_bounds
+from .partition import HaloPlan, split_bounds
 
 
 class _SpatialLayer(Module):
@@ -60,10 +58,6 @@ class _SpatialLayer(Module):
             raise ValueError(f"grid {self.plan.grid} has {self.plan.world_size} ranks but the communicator "
                              f"has world_size {comm.world_size}")
         self.local = local
-
-    @property
-    def output_hw(self) -> tuple[int, int]:
-        return self.plan.output_hw
 
     def forward(self, x_local: np.ndarray) -> np.ndarray:
         """x_local: this rank's block of the input, shape (N, C, h, w). Returns its block of the
@@ -81,13 +75,7 @@ class _SpatialLayer(Module):
     def backward(self, dy_local: np.ndarray) -> np.ndarray:
         """dy_local: upstream gradient of this rank's output block, (N, C_out, h_out, w_out). Returns
         dx_local, the gradient of its input block, (N, C, h, w), halo contributions included."""
-        out_rows, out_cols = self.plan.out_block(self.comm.rank)
-        if not isinstance(dy_local, np.ndarray) or dy_local.ndim != 4 or \
-                dy_local.shape[2:] != (length(out_rows), length(out_cols)):
-            raise ValueError(f"{type(self).__name__}.backward: expected dy of spatial shape "
-                             f"{(length(out_rows), length(out_cols))} (this rank's output block), "
-                             f"got {getattr(dy_local, 'shape', type(dy_local).__name__)}")
-        d_padded = self.local.backward(dy_local)
+        d_padded = self.local.backward(dy_local)         # checks dy's shape before any message
         charge_flops(self.comm, 2 * self._flops, f"{type(self).__name__} backward")
         (top, _), (left, _) = self.plan.padding_of(self.comm.rank)
         height, width = self._window_hw
@@ -138,6 +126,28 @@ class SpatialAvgPool2d(_SpatialPool):
     """AvgPool2d over a grid-split image; padding zeros count in the mean (count_include_pad=True)."""
 
     wraps = AvgPool2d
+
+
+class SpatialBatchNorm2d(SyncBatchNorm):
+    """BatchNorm2d on this rank's block (N, C, h, w) with statistics over the whole (N, C, H, W) image.
+
+    SyncBatchNorm's sums, with the split across the image instead of the batch: rank r holds N·h_r·w_r of
+    a channel's values. No halo is needed (the layer is element-wise once μ, σ² are known), and the
+    backward's one allreduce serves dx and the parameters alike: dβ += D₁, dγ += D₂, the global sums (the
+    spatial ranks share one set of parameters and allreduce no gradients afterwards).
+    bn: the single-process BatchNorm2d (its weight, bias and running statistics are shared, not copied);
+    comm: the grid's Communicator; algorithm: the allreduce algorithm.
+    """
+
+    expected_ndim = (4,)
+    global_parameter_gradients = True
+
+    def __init__(self, bn: BatchNorm2d, comm, algorithm: str = "ring"):
+        if not isinstance(bn, BatchNorm2d):
+            raise TypeError(f"SpatialBatchNorm2d wraps a BatchNorm2d, got {type(bn).__name__}")
+        super().__init__(bn.num_features, bn.eps, bn.momentum, bn.weight is not None, comm=comm,
+                         algorithm=algorithm, dtype=bn.running_mean.dtype)
+        _adopt(self, bn)
 
 
 # -- moving whole images to and from the grid ---------------------------------------------------------
@@ -207,18 +217,17 @@ SPATIAL = {Conv2d: SpatialConv2d, MaxPool2d: SpatialMaxPool2d, AvgPool2d: Spatia
 def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[int, int]) -> Sequential:
     """The spatially parallel twin of ``model``, sharing its Parameters (so one optimizer serves both).
 
-    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / BatchNorm2d / ReLU / Tanh / Sigmoid / GELU layers,
-    then
-    Flatten and anything after it (the head). Convs and pools become their Spatial versions; element-wise
-    layers work on the blocks as they are; a GridAllgather goes before the Flatten and the head runs
-    replicated on every rank. forward takes this rank's block of the input, returns the full output.
+    model: Sequential of Conv2d / MaxPool2d / AvgPool2d / BatchNorm2d / ELEMENTWISE layers, then Flatten and
+    the head. Convs, pools and batch norms become their Spatial versions, element-wise layers work on the
+    blocks as they are; a GridAllgather goes before the Flatten and the head runs replicated on every rank.
+    forward takes this rank's block of the input, returns the full output.
     """
     layers, hw = [], tuple(input_hw)
     for index, layer in enumerate(model.layers):
         if type(layer) in SPATIAL:
             spatial = SPATIAL[type(layer)](layer, comm, grid, hw)
             layers.append(spatial)
-            hw = spatial.output_hw
+            hw = spatial.plan.output_hw
         elif isinstance(layer, ELEMENTWISE):
             layers.append(layer)
         elif type(layer) is BatchNorm2d:       # statistics over all blocks: one allreduce each way
