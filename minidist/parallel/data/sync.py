@@ -179,7 +179,7 @@ class GradientSync(Attachment):
             if c.world_size > 1:
                 total = pairwise_allreduce(c, flatten([p.grad for p in ps]))
                 for p, piece in zip(ps, views(total, [p.grad.shape for p in ps])):   # (ZeRO-3: data freed)
-                    p.grad[...] = piece
+                    p.grad[...], p.partial_pending = piece, False    # summed: an optimizer may step on it
 
     # -- the data reduction ----------------------------------------------------------------------------------
     def _issue(self, bucket) -> None:

@@ -13,7 +13,7 @@ split of H and of W (rank = i·Pw + j). One layer, on each rank:
                dx_local = return_halo_gradient(d_window)  halo gradients go home and are added
 A conv's weight and bias gradients are then sums over this rank's block only: SpatialConv2d marks them
 partial over the grid (``Parameter.partial_over``), and the gradient sync (GradientSync, or
-minidist.parallel.tensor.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
+minidist.collectives.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
 
 Halos wider than a neighbour's piece are fetched from the ranks beyond it (multi-hop). More ranks along
 an axis than the layer has output rows is a ValueError at construction. FLOPs are charged to the
@@ -213,6 +213,7 @@ def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[i
     layers work on the blocks as they are; a GridAllgather goes before the Flatten and the head runs
     replicated on every rank. forward takes this rank's block of the input, returns the full output.
     """
+    model.label_parameters()              # names for the optimizers' refusal of a partial gradient
     layers, hw = [], tuple(input_hw)
     for index, layer in enumerate(model.layers):
         if type(layer) in SPATIAL:
