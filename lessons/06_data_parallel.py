@@ -30,8 +30,9 @@ from minidist.cluster import ClusterError, Device, LinkModel, run, run_traced
 from minidist.collectives import ALGORITHMS
 from minidist.data import load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
+from minidist.nn.runner import units
 from minidist.optim import SGD
-from minidist.parallel.data import DataParallel, leaf_layers
+from minidist.parallel.data import DataParallel
 from minidist.parallel.data.comm import assign_buckets, ready_layers
 from minidist.parallel.data.overlap import step_time
 from minidist.plots import figures_dir, plot_overlap, save_figure
@@ -248,7 +249,7 @@ device, link = Device(), LinkModel()
 def schedule_of(widths, per_rank_batch, world_size, bucket_bytes):
     """Per-layer forward seconds, bucket ready layers and bucket allreduce seconds of one step."""
     model = mlp(widths)
-    layers = leaf_layers(model)
+    layers = units(model)
     forward, shape = [], (per_rank_batch, widths[0])
     for layer in layers:
         forward.append(layer.flops(shape) / device.flops)

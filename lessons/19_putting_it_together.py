@@ -32,15 +32,15 @@ from minidist.nn import GPT, CrossEntropyLoss, Linear, MSELoss, Sequential, Swit
 from minidist.nn.runner import StepRunner
 from minidist.optim import SGD, AdamW
 from minidist.parallel.grid_pipeline import DataPipelineGrid, tensor_gpt_units
+from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.pipeline.chimera import chimera_bubble, chimera_in_flight, chimera_schedule
 from minidist.parallel.pipeline.interleaved import (
     interleaved_bubble,
     interleaved_in_flight,
     interleaved_schedule,
 )
-from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import bubble, format_tasks, from_ops, in_flight, replay
-from minidist.parallel.pipeline.tasks_executor import TaskPipeline
+from minidist.parallel.pipeline.schedule import bubble_fraction, max_in_flight, one_f_one_b_schedule
+from minidist.parallel.pipeline.tasks import format_tasks, from_ops, replay
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 from minidist.plan import Layout, ModelSpec, format_plan, hardware, plan, predict_memory
 from minidist.plan.published import MEGATRON_MFU, RUNS
@@ -71,11 +71,11 @@ tables = {
 formulas = {"1F1B": (P - 1) / (M + P - 1), f"interleaved (v = {V})": interleaved_bubble(P, M, V),
             "ZB-H1": zero_bubble_bubble(P, M), "Chimera": chimera_bubble(P, M)}
 for name, table in tables.items():
-    print(f"{name:<18} {len(table):>3} ticks  bubble {bubble(table, P):.3f} (formula {formulas[name]:.3f})  "
-          f"held per rank {in_flight(table, P)}")
-    assert abs(bubble(table, P) - formulas[name]) < 1e-12
-assert in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
-assert in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
+    print(f"{name:<18} {len(table):>3} ticks  bubble {bubble_fraction(table, P):.3f} "
+          f"(formula {formulas[name]:.3f})  held per rank {max_in_flight(table, P)}")
+    assert abs(bubble_fraction(table, P) - formulas[name]) < 1e-12
+assert max_in_flight(tables[f"interleaved (v = {V})"], P) == interleaved_in_flight(P, M, V)
+assert max_in_flight(chimera_schedule(P, P), P) == chimera_in_flight(P) == [3, 4, 4, 3]
 print("\n" + format_tasks(chimera_schedule(P, P), P))
 
 # %% [markdown]
@@ -115,7 +115,7 @@ plt.close(fig)
 #
 # ## 2. On the cluster: the same answer as one process, the time the table predicts
 #
-# `TaskPipeline` runs any table: rank r keeps the stages its tasks name, messages travel to the rank of
+# `Pipeline` runs any table: rank r keeps the stages its tasks name, messages travel to the rank of
 # the next (or previous) stage, ZB-H1's Linears split their backward (`DeferredWeightGrad`: B returns
 # dx = dy·W and keeps (x, dy); W adds dyᵀ·x), and Chimera's two copies of a stage add their gradients
 # before the step. A float64 MLP of 8 layers trained 3 SGD steps by each schedule must equal one process.
@@ -142,7 +142,7 @@ expected = [p.data for p in reference.parameters()]
 
 def train(comm, table, stages, micro_batches):
     model = build()
-    pipe = TaskPipeline(comm, model, loss_fn=MSELoss(), schedule=table, num_stages=stages,
+    pipe = Pipeline(comm, model, loss_fn=MSELoss(), schedule=table, num_stages=stages,
                         num_micro_batches=micro_batches)
     optimizer = SGD(pipe.parameters(), lr=0.1)
     clocks = []

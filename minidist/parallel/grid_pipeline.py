@@ -36,7 +36,7 @@ from .data.comm import DEFAULT_BUCKET_BYTES
 from .expert import ExpertParallelMoE
 from .mesh import Mesh
 from .pipeline.pipeline import Pipeline
-from .pipeline.tasks import TaskSchedule
+from .pipeline.schedule import Schedule
 from .tensor import tensor_parallel
 
 
@@ -99,7 +99,7 @@ class DataPipelineGrid:
     sum after the table (which is what the planner's minidist mode prices).
     """
 
-    def __init__(self, comm, model, *, loss_fn, schedule: TaskSchedule, num_stages: int,
+    def __init__(self, comm, model, *, loss_fn, schedule: Schedule, num_stages: int,
                  num_micro_batches: int, data: int, tensor: int = 1, context: int = 1, expert: int = 1,
                  seq_len: int | None = None, zero1: bool = False, overlap: bool = False,
                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES):

@@ -1,17 +1,16 @@
 """What every data-parallel trainer shares: the checks of its arguments, the slice of the global batch a
 rank takes (minidist.split's rule: split_range(B, P, rank)) and the loss weight that makes the shards'
 gradients add up to the full-batch gradient (see data_parallel.py). The layers backward runs one by one
-are the step runner's units (``leaf_layers``, minidist.nn.runner.units)."""
+are the step runner's units (minidist.nn.runner.units)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from minidist.nn.module import Module, Parameter
-from minidist.nn.runner import units as leaf_layers
 from minidist.split import split_range
 
-__all__ = ["ShardWeightedLoss", "check_trainer", "leaf_layers", "shard_range"]
+__all__ = ["ShardWeightedLoss", "check_trainer", "shard_range"]
 
 
 def check_trainer(comm, model, loss_fn) -> list[Parameter]:

@@ -7,7 +7,7 @@ stages, its heads and d_ff by t, its T tokens into the 2c zigzag pieces, its bat
 equal micro-batches, M any count the table accepts (1F1B, ZB-H1: M ≥ P; interleaved, Chimera: a multiple
 of P). ``runnable_layouts`` lists them; ``measure`` runs one AdamW step of each and returns, per rank, its
 pipeline position, the simulated seconds of the step, the model states the ledger counts (``held_bytes``)
-and the most activation bytes the executor held after any task (``TaskPipeline.memory``). Layouts of one
+and the most activation bytes the executor held after any task (``Pipeline.memory``). Layouts of one
 world size run in one ``run`` (a barrier before each step puts every clock level).
 
 A spec with experts is a Switch model (``build_switch``: every token to every expert, so its routing is
@@ -28,7 +28,7 @@ from minidist.parallel.grid_expert import switch_units
 from minidist.parallel.grid_pipeline import DataPipelineGrid, gpt_units, tensor_gpt_units
 from minidist.parallel.mesh import MeshShape
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
-from minidist.parallel.pipeline.tasks import TaskSchedule
+from minidist.parallel.pipeline.schedule import Schedule
 from minidist.sim.memory import held_bytes
 
 from .minidist_mode import predict_grid
@@ -65,7 +65,7 @@ class GridLayout:
     def stages(self) -> int:
         return CHUNKS * self.pipe if self.schedule == "interleaved" else self.pipe
 
-    def table(self) -> TaskSchedule:
+    def table(self) -> Schedule:
         return make_schedule(self.schedule, self.pipe, self.micro_batches, chunks=CHUNKS)
 
     def name(self) -> str:

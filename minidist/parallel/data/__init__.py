@@ -9,7 +9,7 @@ for mixed precision)."""
 
 from minidist.plots import plot_overlap  # drawing lives in minidist.plots; kept here by its old name
 
-from ..shards import ShardWeightedLoss, leaf_layers
+from ..shards import ShardWeightedLoss
 from ..sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .comm import DEFAULT_BUCKET_BYTES, Bucket, allreduce_bucket, assign_buckets, ready_layers
 from .data_parallel import DataParallel
@@ -40,7 +40,6 @@ __all__ = [
     "check_same_layout",
     "check_same_values",
     "comm_spans",
-    "leaf_layers",
     "parameter_digest",
     "parameter_signature",
     "plot_overlap",

@@ -37,12 +37,12 @@ from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryRecorder, held_bytes
 
-from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
+from ..shards import ShardWeightedLoss, check_trainer, shard_range
 from .comm import DEFAULT_BUCKET_BYTES, ready_layers
 from .replicas import check_same_layout, check_same_values
 from .sync import GradientSync
 
-__all__ = ["DataParallel", "ShardWeightedLoss", "leaf_layers"]
+__all__ = ["DataParallel", "ShardWeightedLoss"]
 
 
 class DataParallel:

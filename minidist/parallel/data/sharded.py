@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather
-from minidist.nn.runner import StepRunner
+from minidist.nn.runner import StepRunner, units
 from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryRecorder, held_bytes
 
-from ..shards import ShardWeightedLoss, check_trainer, leaf_layers, shard_range
+from ..shards import ShardWeightedLoss, check_trainer, shard_range
 from . import flat
 from .replicas import check_same_layout, check_same_values
 from .sync import GradientSync
@@ -35,7 +35,7 @@ class ShardedWrapper:
             raise TypeError("make_optimizer must be a function params -> optimizer (e.g. lambda ps: "
                             f"Adam(ps, lr=1e-3)), got {type(make_optimizer).__name__}: the optimizer is "
                             "built on this rank's shards")
-        self.layers = leaf_layers(model)
+        self.layers = units(model)
         seen: dict[int, int] = {}
         for i, layer in enumerate(self.layers):
             for p in layer.parameters():
