@@ -38,8 +38,8 @@ class Parameter:
     code that accumulates that way assigns ``p.grad`` afterwards (nn.Embedding does). A parameter without
     ``partial_over`` pays one list test per assignment.
 
-    ``name``: the parameter's dotted name in its model, where something labelled it (``Module.label_parameters``,
-    which the transforms run), else None; error messages use it.
+    ``name``: the parameter's dotted name in its model, where something labelled it
+    (``Module.label_parameters``, which the transforms run), else None; error messages use it.
     """
 
     def __init__(self, data: np.ndarray, name: str | None = None):

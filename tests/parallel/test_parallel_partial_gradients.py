@@ -115,5 +115,6 @@ def _one_rank(comm):
 def test_a_group_of_one_rank_needs_no_sum_and_a_whole_parameter_is_never_pending():
     pending, refused = run(_one_rank, 1)[0]
     # named as in the block before its split (the transform labels them first; a shard keeps the name)
-    assert pending == ["ln1.weight", "ln1.bias", "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.layers.2.bias"]
+    assert pending == ["ln1.weight", "ln1.bias", "attn.proj.bias", "ln2.weight", "ln2.bias",
+                       "mlp.layers.2.bias"]
     assert refused is None
