@@ -25,6 +25,7 @@ import numpy as np
 from minidist.cluster import Device, LinkModel, run, run_traced
 from minidist.collectives import sum_partial_gradients
 from minidist.nn import Conv2d
+from minidist.optim import SGD
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
 from minidist.parallel.spatial.cost import forward_time_1d, rehearse_conv_step
 from minidist.parallel.spatial.partition import AxisPartition, HaloPlan, length
@@ -211,6 +212,34 @@ def real_and_rehearsed(comm, size):
 for real, rehearsed in run(real_and_rehearsed, 2, 40):
     assert np.allclose(real, rehearsed, rtol=1e-12), (real, rehearsed)
 print("rehearsal == real SpatialConv2d on the simulated clock (forward, backward)")
+
+# %% [markdown]
+# The weight gradient each rank computes covers only its block of the image: `SpatialConv2d` (and
+# `spatialize`) mark the conv's parameters *partial* over the grid (`p.partial_over`), and
+# `sum_partial_gradients(model.parameters())` is the one call that sums them. It is not optional: the
+# backward's `p.grad += dW` marks a partial gradient pending, and every optimizer refuses to step on it
+# until the sum has run.
+
+
+# %%
+def step_without_and_with_the_sum(comm):
+    conv = Conv2d(4, 4, 3, padding=1, rng=np.random.default_rng(0), dtype=np.float64)
+    layer = SpatialConv2d(conv, comm, (comm.world_size, 1), (8, 8))
+    rows, cols = grid_blocks((8, 8), (comm.world_size, 1))[comm.rank]
+    layer.backward(np.ones_like(layer.forward(np.ones((1, 4, 8, 8))[:, :, rows, cols])))
+    optimizer, refused = SGD(conv.parameters(), lr=0.1), None
+    try:
+        optimizer.step()
+    except ValueError as refusal:
+        refused = str(refusal)
+    sum_partial_gradients(conv.parameters())   # the whole gradient on every rank
+    optimizer.step()                           # accepted now
+    return refused
+
+
+refused = run(step_without_and_with_the_sum, 2)[0]
+print(refused)
+assert refused is not None and "params[0] (shape (4, 4, 3, 3))" in refused and "partial gradient" in refused
 
 SLIDES_FWD = {128: (2.56, 1.52, 1.23), 256: (10.02, 5.34, 3.11), 512: (45.15, 20.18, 10.65)}
 SLIDES_BWD = {128: (6.63, 3.50, 2.33), 256: (26.81, 11.79, 6.96), 512: (126.11, 60.15, 26.76)}

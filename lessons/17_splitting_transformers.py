@@ -29,10 +29,10 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from minidist.cluster import Device, LinkModel, run
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import TransformerBlock
 from minidist.optim import AdamW
 from minidist.parallel.context import (
-    ContextParallelBlock,
     RingAttention,
     block_attention,
     causal_work,
@@ -45,13 +45,11 @@ from minidist.parallel.context import (
     step_seconds,
 )
 from minidist.parallel.tensor import (
-    TensorParallelBlock,
     VocabParallelCrossEntropy,
     block_bytes_sent,
     block_comm_seconds,
     feature_slice,
     sequence_shard,
-    sum_partial_gradients,
     tensor_parallel,
 )
 from minidist.plots import figures_dir, save_figure
@@ -132,11 +130,11 @@ def train(blocks, cut=lambda a: a):
 def split_train(comm, how):
     p, r = comm.world_size, comm.rank
     if how == "context":
-        blocks = [ContextParallelBlock(comm, b, T, layout="zigzag") for b in make_blocks()]
+        blocks = [context_parallel(b, comm, seq_len=T, layout="zigzag") for b in make_blocks()]
         train(blocks, lambda a: shard(a, p, r, "zigzag", axis=1))
         return [b.ln1.weight.data for b in blocks], [b.attn.qkv.weight.data for b in blocks]
     sp = how == "sequence"
-    blocks = [TensorParallelBlock(comm, b, sequence_parallel=sp) for b in make_blocks()]
+    blocks = [tensor_parallel(b, comm, sequence_parallel=sp) for b in make_blocks()]
     train(blocks, (lambda a: sequence_shard(a, p, r)) if sp else (lambda a: a))
     return [b.ln1.weight.data for b in blocks], [b.attn.qkv.weight.data for b in blocks]
 
@@ -163,8 +161,30 @@ for how in ("tensor", "sequence", "context"):
 # sync attachment) completes them. So the splits compose. On a 2 × 2 grid of ranks, each *tensor* group of
 # 2 shares a piece of the sequence and splits the heads; each *context* group of 2 holds the same heads and
 # passes K/V blocks round its ring: `tensor_parallel(context_parallel(block, cp, seq_len=T), tp)`.
-# `TensorParallelGPT` and `ContextParallelGPT` split a whole `nn.GPT` the same ways
-# (tests/parallel/test_parallel_*_gpt*.py).
+# The same two calls split a whole `nn.GPT` (tests/parallel/test_parallel_*_gpt*.py).
+#
+# The sum is not optional: a backward's `p.grad += dW` marks a partial gradient *pending*, and every
+# optimizer refuses to step on it until `sum_partial_gradients` (or the gradient sync) has run — else each
+# rank would train on its own tokens. What a loop that forgets it meets, and the one call that fixes it:
+
+
+# %%
+def step_without_the_sum(comm):
+    block = tensor_parallel(make_blocks()[0], comm, sequence_parallel=True)   # LayerNorms see T/t tokens
+    optimizer, refused = AdamW(block.parameters(), lr=0.01), None
+    block.backward(np.ones_like(block.forward(sequence_shard(batches[0][0], comm.world_size, comm.rank))))
+    try:
+        optimizer.step()
+    except ValueError as refusal:
+        refused = str(refusal)
+    sum_partial_gradients(block.parameters())      # the one call that sums them
+    optimizer.step()                               # accepted now
+    return refused
+
+
+refused = run(step_without_the_sum, 2)[0]
+print(refused)
+assert refused is not None and "params[0] ('ln1.weight'" in refused and "sum_partial_gradients(" in refused
 
 
 # %%
@@ -235,10 +255,10 @@ def measure(comm, how):
     block, p, r = make_blocks()[0], comm.world_size, comm.rank
     x = np.random.default_rng(7).standard_normal((B, T, D))
     if how == "context":
-        split = ContextParallelBlock(comm, block, T, layout="zigzag")
+        split = context_parallel(block, comm, seq_len=T, layout="zigzag")
         x = shard(x, p, r, "zigzag", axis=1)
     else:
-        split = TensorParallelBlock(comm, block, sequence_parallel=how == "sequence")
+        split = tensor_parallel(block, comm, sequence_parallel=how == "sequence")
         x = sequence_shard(x, p, r) if how == "sequence" else x
     start = comm.stats.bytes_sent
     split.backward(np.ones_like(split.forward(x)))

@@ -12,7 +12,7 @@ from minidist.checks import check_count, check_rank, check_real, check_real_arra
 from minidist.hardware.systolic import cycles
 from minidist.parallel.asynchronous.momentum import least_squares
 from minidist.parallel.compression import OneBit
-from minidist.parallel.context import ContextParallelGPT
+from minidist.parallel.context import context_parallel
 from minidist.parallel.context.layout import positions
 from minidist.parallel.data.buckets import assign_buckets
 from minidist.parallel.mesh import Mesh
@@ -67,7 +67,7 @@ FRACTION_AS_SIZE = {
     "generate max_new_tokens": lambda: GPT.generate(np.array([[1]]), 2.5, rng=np.random.default_rng(0)),
     "generate top_k": lambda: GPT.generate(np.array([[1]]), 2, top_k=1.5, rng=np.random.default_rng(0)),
     "context positions seq_len": lambda: positions(7.5, 2, 0),
-    "ContextParallelGPT seq_len": lambda: ContextParallelGPT(COMM4, GPT, 7.5),
+    "context_parallel seq_len": lambda: context_parallel(GPT, COMM4, seq_len=7.5),
     "sequence_shard parts": lambda: sequence_shard(np.zeros((1, 4, 2)), 2.0, 0),
 }
 

@@ -57,7 +57,9 @@ class Embedding(Module):
         self.check_upstream(dy)
         flat = self._tokens.reshape(-1)
         # np.add.at adds once per occurrence, so repeated tokens accumulate (weight.grad[flat] += would not)
-        np.add.at(self.weight.grad, flat, dy.reshape(flat.size, self.embedding_dim))
+        grad = self.weight.grad
+        np.add.at(grad, flat, dy.reshape(flat.size, self.embedding_dim))
+        self.weight.grad = grad   # through the setter: a partial gradient is now pending (nn.Parameter)
 
     def __repr__(self) -> str:
         return f"Embedding({self.num_embeddings}, {self.embedding_dim})"

@@ -28,15 +28,39 @@ class Parameter:
     ``zero_grad()`` clears it. ``partial_over``: the Communicators over which ``grad`` is only a partial
     sum (each rank saw only its tokens, positions or rows); a split model's transforms append to it and
     the gradient sync (minidist.parallel.data.GradientSync) sums ``grad`` over each before the step.
+
+    A partial gradient must not be stepped on. ``grad`` is a property: every assignment to it — a layer's
+    backward writes ``p.grad += dW``, which Python runs as ``p.grad = p.grad.__iadd__(dW)`` — sets
+    ``partial_pending`` on a parameter with ``partial_over``; the one partial sum
+    (minidist.collectives.sum_partial_gradients, which GradientSync runs) and ``zero_grad()`` clear it, and
+    every optimizer's ``step()`` refuses a parameter still pending over a group of more than one rank.
+    Writing *into* the array (``p.grad[...] = g``, ``np.add.at(p.grad, ...)``) does not pass the setter:
+    code that accumulates that way assigns ``p.grad`` afterwards (nn.Embedding does). A parameter without
+    ``partial_over`` pays one list test per assignment.
+
+    ``name``: the parameter's dotted name in its model, where something labelled it
+    (``Module.label_parameters``, which the transforms run), else None; error messages use it.
     """
 
-    def __init__(self, data: np.ndarray):
+    def __init__(self, data: np.ndarray, name: str | None = None):
         if not isinstance(data, np.ndarray) or data.dtype.type not in FLOAT_DTYPES:
             raise TypeError(f"Parameter expects a float16/32/64 numpy array, got {type(data).__name__}"
                             f"{'' if not isinstance(data, np.ndarray) else ' of dtype ' + str(data.dtype)}")
         self.data = data
-        self.grad = np.zeros_like(data)
+        self._grad = np.zeros_like(data)
         self.partial_over: list = []
+        self.partial_pending = False
+        self.name = name
+
+    @property
+    def grad(self) -> np.ndarray | None:
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: np.ndarray | None) -> None:
+        self._grad = value
+        if self.partial_over and value is not None:   # None: freed between steps (ZeRO-2/3)
+            self.partial_pending = True
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -47,11 +71,13 @@ class Parameter:
         return self.data.size
 
     def zero_grad(self) -> None:
-        if self.grad is not None:         # None: freed between steps (ZeRO-2/3 keep only a shard of it)
-            self.grad[...] = 0
+        if self._grad is not None:         # None: freed between steps (ZeRO-2/3 keep only a shard of it)
+            self._grad[...] = 0
+        self.partial_pending = False
 
     def __repr__(self) -> str:
-        return f"Parameter(shape={self.data.shape}, dtype={self.data.dtype})"
+        named = f"{self.name!r}, " if self.name is not None else ""
+        return f"Parameter({named}shape={self.data.shape}, dtype={self.data.dtype})"
 
 
 class Module:
@@ -131,6 +157,14 @@ class Module:
     def parameters(self) -> list[Parameter]:
         """Every Parameter of this module and its children, in a fixed order."""
         return [p for _, p in self.named_parameters()]
+
+    def label_parameters(self) -> None:
+        """Give every Parameter without a ``name`` its dotted name here (for error messages). The transforms
+        run it before they split, so a split model's parameters (and their shards) keep the names of the model
+        as it was built: "blocks.0.ln1.weight", "blocks.0.mlp.layers.2.bias"."""
+        for name, p in self.named_parameters():
+            if p.name is None:
+                p.name = name
 
     def register_buffer(self, name: str, value: np.ndarray) -> None:
         """A non-trainable array saved with the model (e.g. BatchNorm's running statistics)."""

@@ -18,6 +18,10 @@ bitwise the same parameters as the uninterrupted one.
 
 Unlike torch.optim there are no parameter groups: one set of hyper-parameters for all parameters.
 
+Every ``step()`` first checks the gradients (``_check_grads``), before any parameter changes: among other
+things it refuses a parameter whose gradient is still a partial sum over a split model's group
+(``Parameter.partial_pending``: see minidist.nn.Parameter and minidist.collectives.sum_partial_gradients).
+
 Why the updates run in chunks: each element-wise NumPy operation of an update makes a temporary the
 size of the parameter and streams it through memory. Applied to slices of ``CHUNK_ELEMENTS`` elements the
 same code keeps its temporaries in the CPU cache, with bitwise the same result (benchmarks/optim_step.md).
@@ -156,10 +160,27 @@ class Optimizer:
             p.zero_grad()
 
     def _check_grads(self) -> None:
+        """Before any parameter changes: every grad an array of its data's shape, and none a partial sum.
+
+        A parameter of a split model whose ``partial_over`` sums have not run since its last backward
+        (``Parameter.partial_pending``, over a group of more than one rank) holds only this rank's share of
+        its gradient: stepping on it would train each rank on its own tokens. Refused, naming it.
+        """
         for i, p in enumerate(self.params):
             if not isinstance(p.grad, np.ndarray) or p.grad.shape != p.data.shape:
                 raise ValueError(f"params[{i}]: grad must be an array of the data's shape {p.data.shape}, "
                                  f"got {getattr(p.grad, 'shape', type(p.grad).__name__)}")
+            if p.partial_pending and any(c.world_size > 1 for c in p.partial_over):
+                raise ValueError(self._partial_message(i, p))
+
+    def _partial_message(self, i: int, p: Parameter) -> str:
+        name = f"{p.name!r}, " if p.name is not None else ""
+        sizes = ", ".join(str(c.world_size) for c in p.partial_over)
+        return (f"{type(self).__name__}.step: params[{i}] ({name}shape {p.shape}) of its parameter group "
+                f"(the {len(self.params)} parameters it was given) holds a partial gradient: it is partial "
+                f"over groups of {sizes} ranks (Parameter.partial_over) and was not summed since its last "
+                f"backward; call minidist.collectives.sum_partial_gradients(model.parameters()) after "
+                f"backward (a step runner's GradientSync does it), then step()")
 
     def state_dict(self) -> dict[str, Any]:
         """Copies of the hyper-parameters, the step counter and every state array."""

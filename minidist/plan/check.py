@@ -29,7 +29,7 @@ from minidist.optim import AdamW
 from minidist.parallel import Mesh, parallelize
 from minidist.parallel.mesh import MeshShape
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
-from minidist.parallel.pipeline.tasks import TaskSchedule
+from minidist.parallel.pipeline.schedule import Schedule
 from minidist.sim.memory import held_bytes
 
 from .minidist_mode import predict_grid
@@ -66,7 +66,7 @@ class GridLayout:
     def stages(self) -> int:
         return CHUNKS * self.pipe if self.schedule == "interleaved" else self.pipe
 
-    def table(self) -> TaskSchedule:
+    def table(self) -> Schedule:
         return make_schedule(self.schedule, self.pipe, self.micro_batches, chunks=CHUNKS)
 
     def name(self) -> str:

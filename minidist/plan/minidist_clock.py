@@ -9,7 +9,7 @@ collectives of minidist.collectives, so their rounds are written here, with the 
                          beside the block's compute: the step takes max(transfers, FLOPs / rate); backward
                          ends with one more transfer (dK|dV home). The zigzag split gives every rank the
                          same unmasked pairs at every step, so the group stays in step
-    Chimera's pairs      pipeline/tasks_executor.py: the two holders of a stage exchange each parameter's
+    Chimera's pairs      pipeline/pipeline.py: the two holders of a stage exchange each parameter's
                          gradient (one sendrecv per parameter); the first exchange waits for the later of
                          the two, then they move together: max(c_r, c_partner) + Σ_p (α + β·|p|)
 """

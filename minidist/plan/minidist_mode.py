@@ -9,7 +9,7 @@ group, b sequences per micro-batch.
 
     compute    a unit's forward costs F_u = its FLOPs on (b, T') / device.flops (the layers' own ``flops``,
                which the clock charges too; a tensor block 1/t of them); backward 2·F_u, or F_u for a
-               split Linear under ZB-H1 plus F_u in W. TaskPipeline charges compute and messages to one
+               split Linear under ZB-H1 plus F_u in W. Pipeline charges compute and messages to one
                clock, one after the other, so they add up — except inside ring attention (below)
     messages   α + β·n on the sender's clock (n = b·T'·d·itemsize per activation or gradient); a receive
                ends at max(own clock, arrival): a rank waits, and that wait is the bubble
@@ -43,7 +43,7 @@ group, b sequences per micro-batch.
                  final norm   (N·d + N)·i;   head  N·d·i
                the last stage also keeps the loss gradient N·V·i until B; under ZB-H1 the split head
                keeps its input and that gradient from B until W. The table is walked adding F's bytes,
-               freeing B's (and W's); the peak is the most held after any task, as TaskPipeline.memory
+               freeing B's (and W's); the peak is the most held after any task, as Pipeline.memory
                samples it
 """
 
@@ -53,8 +53,8 @@ from minidist.cluster import Device, LinkModel
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.linear import Linear
 from minidist.parallel.data.buckets import DEFAULT_BUCKET_BYTES
+from minidist.parallel.pipeline.schedule import Schedule, stage_ops
 from minidist.parallel.pipeline.split import split_by_layers
-from minidist.parallel.pipeline.tasks import TaskSchedule, rank_tasks
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
 from minidist.sim.collective_cost import collective_seconds
 from minidist.split import split_sizes
@@ -90,11 +90,11 @@ def unit_params(spec: ModelSpec, tensor: int = 1, expert: int = 1) -> list[int]:
     return [first] + [block] * spec.layers + [2 * d, last - 2 * d]
 
 
-def rank_stages(schedule: TaskSchedule, rank: int) -> list[int]:
-    return sorted({t.stage for t in rank_tasks(schedule, rank)})
+def rank_stages(schedule: Schedule, rank: int) -> list[int]:
+    return sorted({t.stage for t in stage_ops(schedule, rank)})
 
 
-def predict_states(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
+def predict_states(spec: ModelSpec, schedule: Schedule, num_stages: int, rank: int,
                    itemsize: int = 8, tensor: int = 1, expert: int = 1) -> dict[str, int]:
     """Bytes of model states on pipeline rank ``rank`` (one tensor rank of t): parameters, gradients,
     optimizer (AdamW), total."""
@@ -110,7 +110,7 @@ def predict_states(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, ran
 Costs = list[tuple[float, float, float]]      # per unit: seconds of F, B, W on one micro-batch
 
 
-def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_seconds: Costs,
+def predict_step_seconds(schedule: Schedule, num_stages: int, unit_seconds: Costs,
                          send_seconds: float) -> list[float]:
     """Simulated seconds of the task table on each pipeline rank, walked in the cluster's event order.
 
@@ -122,7 +122,7 @@ def predict_step_seconds(schedule: TaskSchedule, num_stages: int, unit_seconds: 
             for kind in range(3)]
     ranks = sorted({t.rank for tick in schedule for t in tick})
     rank_of = {(t.micro_batch, t.stage): t.rank for tick in schedule for t in tick}
-    todo = {r: list(rank_tasks(schedule, r)) for r in ranks}
+    todo = {r: list(stage_ops(schedule, r)) for r in ranks}
     clock = dict.fromkeys(ranks, 0.0)
     arrival: dict[tuple, float] = {}          # (kind, micro_batch, receiving stage) -> arrival time
     while any(todo.values()):
@@ -165,7 +165,7 @@ def unit_activation_bytes(spec: ModelSpec, micro_batch: int, tensor: int = 1, ra
     return [8 * n + 8 * T] + [block] * spec.layers + [(n * d + n) * i, n * d * i]
 
 
-def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages: int, rank: int,
+def predict_activation_peak(spec: ModelSpec, schedule: Schedule, num_stages: int, rank: int,
                             micro_batch: int, tensor: int = 1, itemsize: int = 8, context: int = 1,
                             expert: int = 1) -> int:
     """Most bytes pipeline rank ``rank`` holds for backward after any of its tasks (module docstring)."""
@@ -179,7 +179,7 @@ def predict_activation_peak(spec: ModelSpec, schedule: TaskSchedule, num_stages:
     if has_w:
         waiting[-1] = units[-1] + dy
     held = peak = 0
-    for task in rank_tasks(schedule, rank):
+    for task in stage_ops(schedule, rank):
         k = task.stage
         held += {"F": stage[k], "B": waiting[k] - stage[k], "W": -waiting[k]}[task.kind]
         peak = max(peak, held)
@@ -211,7 +211,7 @@ def unit_seconds(spec: ModelSpec, units, micro_batch: int, split: bool, tensor: 
     return out
 
 
-def predict_grid(spec: ModelSpec, units, schedule: TaskSchedule, num_stages: int, num_micro_batches: int,
+def predict_grid(spec: ModelSpec, units, schedule: Schedule, num_stages: int, num_micro_batches: int,
                  data: int = 1, tensor: int = 1, context: int = 1, device: Device | None = None,
                  link: LinkModel | None = None, expert: int = 1,
                  zero1: bool = False) -> list[dict[str, float]]:

@@ -22,7 +22,7 @@ rank. (Top-1 routing's loads depend on the tokens: this module refuses k < E.) P
     step end    the partial sums: one pairwise all-reduce of every parameter on this rank over the context
                 group, one of the replicated parameters (all but the experts) over the expert group; then
                 the data group's all-reduce as for a GPT
-    activations per block (itemsize i): the norms and the attention as TensorParallelBlock keeps them
+    activations per block (itemsize i): the norms and the attention as a tensor_parallel block keeps them
                 (tensor/transformer_cost.py), the router's input n·d·i, the counts 2·8·E, the combined
                 outputs E·n·d·i, and per local expert (R·d + 3·R·f/t)·i (its input, GELU's input and cdf,
                 the second Linear's input); the Routing record is no array the ledger counts

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import GPT, CrossEntropyLoss, TransformerBlock
 from minidist.optim import AdamW
-from minidist.parallel.context import ContextParallelBlock, ContextParallelGPT, positions, ring_traffic, shard
-from minidist.parallel.tensor import sum_partial_gradients
+from minidist.parallel.context import context_parallel, positions, ring_traffic, shard
 
 B, D, HEADS, STEPS = 2, 8, 2, 3
 
@@ -39,7 +39,7 @@ def _train(blocks, batches, cut=lambda a: a):
 
 
 def _on_ranks(comm, seq_len, layout, batches):
-    blocks = [ContextParallelBlock(comm, b, seq_len, layout=layout) for b in _blocks()]
+    blocks = [context_parallel(b, comm, seq_len=seq_len, layout=layout) for b in _blocks()]
     params = _train(blocks, batches, lambda a: shard(a, comm.world_size, comm.rank, layout, axis=1))
     return params, comm.stats.bytes_sent
 
@@ -70,7 +70,7 @@ def _gpt(tie):
 
 
 def _gpt_on_ranks(comm, seq_len, layout, tie, batches):
-    model = ContextParallelGPT(comm, _gpt(tie), seq_len, layout=layout)
+    model = context_parallel(_gpt(tie), comm, seq_len=seq_len, layout=layout)
     optimizer, loss_fn = AdamW(model.parameters(), lr=0.01, weight_decay=0.1), CrossEntropyLoss()
     mine = positions(seq_len, comm.world_size, comm.rank, layout)    # this rank's tokens
     shares = []

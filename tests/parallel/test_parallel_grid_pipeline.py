@@ -97,7 +97,7 @@ def test_parallel_grid_data_pipeline_refuses_bad_sizes():
 
 
 def _expected_shards(block, t, q):
-    """The one-process block's parameters cut as tensor rank q of t holds them, in TensorParallelBlock's
+    """The one-process block's parameters cut as tensor rank q of t holds them, in tensor_parallel's
     order."""
     attn, (up, _, down), d = block.attn, list(block.mlp), block.attn.d_model
     heads = feature_slice(attn.n_heads, t, q)
@@ -106,8 +106,8 @@ def _expected_shards(block, t, q):
     hidden = feature_slice(up.out_features, t, q)
     return [block.ln1.weight.data, block.ln1.bias.data, attn.proj.bias.data, attn.qkv.weight.data[rows],
             attn.qkv.bias.data[rows], attn.proj.weight.data[:, cols], block.ln2.weight.data,
-            block.ln2.bias.data, down.bias.data, up.weight.data[hidden], up.bias.data[hidden],
-            down.weight.data[:, hidden]]
+            block.ln2.bias.data, up.weight.data[hidden], up.bias.data[hidden], down.weight.data[:, hidden],
+            down.bias.data]
 
 
 def _train_tensor(comm, data, tensor, schedule, micro_batches, context=1):

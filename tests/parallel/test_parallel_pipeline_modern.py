@@ -22,17 +22,14 @@ from minidist.parallel.pipeline.interleaved import (
     interleaved_orders,
     interleaved_schedule,
 )
-from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import (
-    Task,
-    bubble,
-    check_tasks,
-    format_tasks,
-    from_ops,
-    in_flight,
-    place_tasks,
-    rank_tasks,
+from minidist.parallel.pipeline.schedule import (
+    bubble_fraction,
+    max_in_flight,
+    one_f_one_b_schedule,
+    place_in_ticks,
+    stage_ops,
 )
+from minidist.parallel.pipeline.tasks import Task, check_tasks, format_tasks, from_ops
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 
 
@@ -42,11 +39,11 @@ def test_parallel_pipeline_interleaved_bubble_and_memory_are_megatrons(P, groups
     M = groups * P
     schedule = interleaved_schedule(P, M, v)
     check_tasks(schedule, P, P * v, M)
-    assert bubble(schedule, P) == pytest.approx(interleaved_bubble(P, M, v), abs=1e-12)
+    assert bubble_fraction(schedule, P) == pytest.approx(interleaved_bubble(P, M, v), abs=1e-12)
     assert len(schedule) == 2 * v * M + 2 * (P - 1)
-    assert in_flight(schedule, P) == interleaved_in_flight(P, M, v)
+    assert max_in_flight(schedule, P) == interleaved_in_flight(P, M, v)
     for r in range(P):  # rank r holds stages r, r + P, ...
-        assert {t.stage for t in rank_tasks(schedule, r)} == set(range(r, P * v, P))
+        assert {t.stage for t in stage_ops(schedule, r)} == set(range(r, P * v, P))
 
 
 @pytest.mark.exercise("interleaved_orders")
@@ -64,7 +61,7 @@ def test_parallel_pipeline_interleaved_with_one_chunk_has_1f1bs_ticks():
     for P, M in ((1, 3), (2, 4), (4, 8)):   # v = 1 warms up with more forwards than 1F1B, same length
         one_f_one_b = from_ops(one_f_one_b_schedule(P, M))
         assert len(interleaved_schedule(P, M, 1)) == len(one_f_one_b)
-        assert bubble(interleaved_schedule(P, M, 1), P) == bubble(one_f_one_b, P)
+        assert bubble_fraction(interleaved_schedule(P, M, 1), P) == bubble_fraction(one_f_one_b, P)
 
 
 def test_parallel_pipeline_interleaved_shrinks_the_bubble_by_v():
@@ -82,19 +79,19 @@ def test_parallel_pipeline_zero_bubble_h1(P, extra):
     schedule = zero_bubble_schedule(P, M)
     check_tasks(schedule, P, P, M)
     assert len(schedule) == 3 * M + P - 1
-    assert bubble(schedule, P) == pytest.approx(zero_bubble_bubble(P, M), abs=1e-12)
+    assert bubble_fraction(schedule, P) == pytest.approx(zero_bubble_bubble(P, M), abs=1e-12)
     # 1F1B with a 2-tick backward idles 3(P − 1) ticks per stage; ZB-H1 idles P − 1: a third
     assert len(schedule) - 3 * M == (3 * (M + P - 1) - 3 * M) // 3
-    assert in_flight(schedule, P, until="B") == [min(M, P - s) for s in range(P)]   # as 1F1B
+    assert max_in_flight(schedule, P, until="B") == [min(M, P - s) for s in range(P)]   # as 1F1B
     assert all(t.kind in "FBW" and t.rank == t.stage for tick in schedule for t in tick)
 
 
 def test_parallel_pipeline_zero_bubble_w_fills_the_drain():
     schedule = zero_bubble_schedule(4, 6)
-    last = rank_tasks(schedule, 3)
+    last = stage_ops(schedule, 3)
     assert [t.kind for t in last[:6]] == ["F", "B", "F", "B", "F", "B"]   # the last stage defers its W's
     for r in range(4):
-        assert [t.kind for t in rank_tasks(schedule, r)].count("W") == 6
+        assert [t.kind for t in stage_ops(schedule, r)].count("W") == 6
 
 
 @given(half=st.integers(1, 4), groups=st.integers(1, 3))
@@ -103,9 +100,9 @@ def test_parallel_pipeline_chimera_bubble_and_memory_are_the_papers(half, groups
     N = groups * D
     schedule = chimera_schedule(D, N)
     check_tasks(schedule, D, D, N)
-    assert bubble(schedule, D) == pytest.approx(chimera_bubble(D, N), abs=1e-12)
+    assert bubble_fraction(schedule, D) == pytest.approx(chimera_bubble(D, N), abs=1e-12)
     assert len(schedule) == 2 * N + D - 2
-    held = in_flight(schedule, D)
+    held = max_in_flight(schedule, D)
     assert max(held) <= D
     if N == D:
         assert held == chimera_in_flight(D)
@@ -137,6 +134,6 @@ def test_parallel_pipeline_tasks_check_catches_broken_tables():
     with pytest.raises(ValueError, match="also runs on"):
         check_tasks([[Task(0, "F", 0, 0)], [Task(1, "B", 0, 0)]], 2, 1, 1)
     with pytest.raises(ValueError, match="deadlock"):
-        place_tasks([[Task(0, "B", 0, 0), Task(0, "F", 0, 0)]], 1)
+        place_in_ticks([[Task(0, "B", 0, 0), Task(0, "F", 0, 0)]], 1)
     text = format_tasks(good, 2)
     assert text.splitlines()[0].startswith("rank 0: F0.0 F1.0 F0.2")

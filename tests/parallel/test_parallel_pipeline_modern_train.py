@@ -1,4 +1,4 @@
-"""The new schedules run on the cluster (tasks_executor.py) train like one process, per parameter.
+"""The new schedules run on the cluster (pipeline.py's Pipeline) train like one process, per parameter.
 
 A float64 MLP of 8 layers (4 Linear + Tanh), MSE loss, SGD, three steps: interleaved 1F1B (v = 2 on 2 ranks,
 v = 2 on 1 rank), ZB-H1 on 2 and 3 ranks (the backward split into B and W), Chimera on 2 and 4 ranks (two
@@ -13,13 +13,13 @@ from minidist.cluster import LinkModel, run
 from minidist.cluster.ledger import Device
 from minidist.nn import Linear, MSELoss, Sequential, Tanh
 from minidist.optim import SGD
+from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.split_backward import DeferredWeightGrad
 from minidist.parallel.pipeline.tasks import from_ops, replay
-from minidist.parallel.pipeline.tasks_executor import TaskPipeline
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
 
 STEPS, N, WIDTH = 3, 12, 5
@@ -51,7 +51,7 @@ def reference():
 
 def _train(comm, schedule, num_stages, num_micro_batches):
     model, (x, t) = build(), data()
-    pipe = TaskPipeline(comm, model, loss_fn=MSELoss(), schedule=schedule, num_stages=num_stages,
+    pipe = Pipeline(comm, model, loss_fn=MSELoss(), schedule=schedule, num_stages=num_stages,
                         num_micro_batches=num_micro_batches)
     opt = SGD(pipe.parameters(), lr=0.1)
     losses = [pipe.train_step(x, t, opt) for _ in range(STEPS)]
@@ -111,7 +111,7 @@ def test_parallel_pipeline_split_backward_adds_up_to_the_plain_one():
 
 def _step_time(comm, schedule, num_stages, num_micro_batches):
     model, (x, t) = build(), data()
-    pipe = TaskPipeline(comm, model, loss_fn=MSELoss(), schedule=schedule, num_stages=num_stages,
+    pipe = Pipeline(comm, model, loss_fn=MSELoss(), schedule=schedule, num_stages=num_stages,
                         num_micro_batches=num_micro_batches)
     start = comm.clock
     pipe.train_step(x, t)

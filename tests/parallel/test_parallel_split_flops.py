@@ -19,7 +19,7 @@ from minidist.parallel.context import context_parallel
 from minidist.parallel.expert import ExpertParallelMoE
 from minidist.parallel.tensor import tensor_parallel
 from minidist.parallel.tensor.attention import TensorParallelAttention
-from minidist.parallel.tensor.mlp import TensorParallelMLP
+from minidist.parallel.tensor.mlp import MegatronMLP
 from minidist.parallel.tensor.vocab_parallel import VocabParallelEmbedding, VocabParallelHead
 
 
@@ -81,14 +81,14 @@ def test_split_mlp_and_head_count_their_local_weights_and_the_shares_add_up(case
     mlp_shares, head_shares = [], []
     with same_everywhere():
         for q in range(t):
-            mlp = TensorParallelMLP(RankOf(q, t), whole.mlp)
+            mlp = MegatronMLP.from_mlp(RankOf(q, t), whole.mlp)
             split_head = VocabParallelHead(RankOf(q, t), head)
             assert mlp.flops((b, seq, d)) == 2 * b * seq * (mlp.up.weight.size + mlp.down.weight.size)
             assert split_head.flops((b, seq, d)) == 2 * b * seq * split_head.weight.size
             assert VocabParallelEmbedding.from_embedding(RankOf(q, t), table).flops((b, seq)) == 0
-            for sequence_parallel in (TensorParallelMLP(RankOf(q, t), whole.mlp, sequence_parallel=True),
+            for sequence_parallel in (MegatronMLP.from_mlp(RankOf(q, t), whole.mlp, sequence_parallel=True),
                                       VocabParallelHead(RankOf(q, t), head, sequence_parallel=True)):
-                unsplit = mlp if isinstance(sequence_parallel, TensorParallelMLP) else split_head
+                unsplit = mlp if isinstance(sequence_parallel, MegatronMLP) else split_head
                 assert sequence_parallel.flops((b, seq, d)) == unsplit.flops((b, t * seq, d))
             mlp_shares.append(mlp.flops((b, seq, d)))
             head_shares.append(split_head.flops((b, seq, d)))

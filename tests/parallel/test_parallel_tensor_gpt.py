@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import GPT, CrossEntropyLoss
 from minidist.optim import AdamW
 from minidist.parallel.tensor import (
-    TensorParallelGPT,
     VocabParallelCrossEntropy,
     feature_slice,
-    sum_partial_gradients,
+    tensor_parallel,
 )
 
 V, BLOCK, LAYERS, D, HEADS, B, T, STEPS = 13, 8, 2, 12, 4, 2, 8, 3
@@ -31,7 +31,7 @@ def _batches():
 
 
 def _on_ranks(comm, tie, sequence_parallel, batches):
-    model = TensorParallelGPT(comm, _gpt(tie), sequence_parallel=sequence_parallel)
+    model = tensor_parallel(_gpt(tie), comm, sequence_parallel=sequence_parallel)
     loss_fn = VocabParallelCrossEntropy(comm, V)
     optimizer = AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
     losses = []
@@ -45,7 +45,7 @@ def _on_ranks(comm, tie, sequence_parallel, batches):
 
 
 def _expected(gpt, t, rank):
-    """The single-process parameters cut as rank's TensorParallelGPT names and holds them."""
+    """The single-process parameters cut as rank's tensor_parallel GPT names and holds them."""
     vocab = feature_slice(V, t, rank)
     out = {"tok_emb.weight": gpt.tok_emb.weight.data[vocab], "pos_emb.weight": gpt.pos_emb.weight.data,
            "ln_f.weight": gpt.ln_f.weight.data, "ln_f.bias": gpt.ln_f.bias.data}
@@ -62,7 +62,7 @@ def _expected(gpt, t, rank):
             "attn.qkv.weight": attn.qkv.weight.data[np.r_[cols, D + cols, 2 * D + cols]],
             "attn.qkv.bias": attn.qkv.bias.data[np.r_[cols, D + cols, 2 * D + cols]],
             "attn.proj.weight": attn.proj.weight.data[:, cols], "ln2.weight": block.ln2.weight.data,
-            "ln2.bias": block.ln2.bias.data, "mlp.bias": down.bias.data,
+            "ln2.bias": block.ln2.bias.data, "mlp.down.bias": down.bias.data,
             "mlp.up.weight": up.weight.data[hidden],
             "mlp.up.bias": up.bias.data[hidden], "mlp.down.weight": down.weight.data[:, hidden]}.items()})
     return out

@@ -14,17 +14,16 @@ import numpy as np
 import pytest
 
 from minidist.cluster import ClusterError, run
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import TransformerBlock
 from minidist.optim import AdamW
 from minidist.parallel.context import context_parallel, positions, ring_traffic, shard
 from minidist.parallel.tensor import (
-    TensorParallelBlock,
     block_activation_bytes,
     block_bytes_sent,
     block_comm_seconds,
     feature_slice,
     sequence_shard,
-    sum_partial_gradients,
     tensor_parallel,
 )
 from minidist.sim.memory import held_bytes
@@ -58,7 +57,7 @@ def _train(blocks, params, batches, cut=lambda a: a):
 
 
 def _on_ranks(comm, heads, sequence_parallel, batches):
-    blocks = [TensorParallelBlock(comm, b, sequence_parallel=sequence_parallel) for b in _blocks(heads)]
+    blocks = [tensor_parallel(b, comm, sequence_parallel=sequence_parallel) for b in _blocks(heads)]
     params = [p for b in blocks for p in b.parameters()]
     cut = (lambda a: sequence_shard(a, comm.world_size, comm.rank)) if sequence_parallel else (lambda a: a)
     before = comm.stats.bytes_sent
@@ -67,7 +66,7 @@ def _on_ranks(comm, heads, sequence_parallel, batches):
 
 
 def _expected_shards(block, t, rank):
-    """The single-process block's parameters cut as rank's TensorParallelBlock holds them, in its order."""
+    """The single-process block's parameters cut as rank's tensor_parallel block holds them, in its order."""
     attn, (up, _, down) = block.attn, list(block.mlp)
     heads = feature_slice(attn.n_heads, t, rank)
     cols = np.arange(heads.start * attn.d_head, heads.stop * attn.d_head)
@@ -77,7 +76,7 @@ def _expected_shards(block, t, rank):
     return [block.ln1.weight.data, block.ln1.bias.data,
             attn.proj.bias.data, attn.qkv.weight.data[rows], attn.qkv.bias.data[rows],
             attn.proj.weight.data[:, cols], block.ln2.weight.data, block.ln2.bias.data,
-            down.bias.data, up.weight.data[hidden], up.bias.data[hidden], down.weight.data[:, hidden]]
+            up.weight.data[hidden], up.bias.data[hidden], down.weight.data[:, hidden], down.bias.data]
 
 
 @pytest.mark.parametrize("t,heads,sequence_parallel", [
@@ -98,17 +97,17 @@ def test_tensor_parallel_blocks_train_like_one_process(t, heads, sequence_parall
 
 def test_sequence_parallel_needs_t_to_divide_the_sequence():
     def uneven(comm):
-        block = TensorParallelBlock(comm, _blocks(4)[0], sequence_parallel=True)
+        block = tensor_parallel(_blocks(4)[0], comm, sequence_parallel=True)
         block.forward(np.zeros((1, 3, D)))                      # 3 tokens here, 6 in all: fine
         sequence_shard(np.zeros((1, 7, D)), 2, comm.rank)
     with pytest.raises(ClusterError, match="divisible by 2"):
         run(uneven, 2)
     with pytest.raises(ClusterError, match="at least one head"):
-        run(lambda comm: TensorParallelBlock(comm, _blocks(2)[0]), 4)
+        run(lambda comm: tensor_parallel(_blocks(2)[0], comm), 4)
 
 
 def _activations(comm, heads, sequence_parallel):
-    block = TensorParallelBlock(comm, _blocks(heads)[0], sequence_parallel=sequence_parallel)
+    block = tensor_parallel(_blocks(heads)[0], comm, sequence_parallel=sequence_parallel)
     x = np.random.default_rng(2).standard_normal((B, T, D))
     block.forward(sequence_shard(x, comm.world_size, comm.rank) if sequence_parallel else x)
     parts = {"layernorm": [block.ln1, block.ln2], "attention": [block.attn], "mlp": [block.mlp]}
@@ -131,7 +130,7 @@ def test_activation_bytes_equal_the_formula_and_sequence_parallelism_divides_the
 
 
 def _clock_of_one_step(comm):
-    block = TensorParallelBlock(comm, _blocks(4)[0])
+    block = tensor_parallel(_blocks(4)[0], comm)
     x = np.random.default_rng(3).standard_normal((B, T, D))
     start = comm.clock
     block.backward(np.ones_like(block.forward(x)))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from minidist.cluster import ClusterError, run
+from minidist.collectives import sum_partial_gradients
 from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
 from minidist.nn.runner import StepRunner
 from minidist.optim import AdamW
@@ -21,7 +22,6 @@ from minidist.parallel.expert import expert_parallel
 from minidist.parallel.tensor import (
     VocabParallelCrossEntropy,
     feature_slice,
-    sum_partial_gradients,
     tensor_parallel,
 )
 
@@ -116,13 +116,13 @@ def _cut(full: dict, name: str, t: int, ti: int, first: list[int]) -> np.ndarray
                 "qkv.bias": full[prefix + ".qkv.bias"][rows],
                 "proj.weight": full[prefix + ".proj.weight"][:, cols],
                 "bias": full[prefix + ".proj.bias"]}[".".join(parts[3:])]
-    if parts[0] == "blocks" and parts[2] == "mlp" and parts[3] in ("up", "down", "bias"):
+    if parts[0] == "blocks" and parts[2] == "mlp" and parts[3] in ("up", "down"):
         prefix = ".".join(parts[:3])
         hidden = feature_slice(full[prefix + ".layers.0.weight"].shape[0], t, ti)
         return {"up.weight": full[prefix + ".layers.0.weight"][hidden],
                 "up.bias": full[prefix + ".layers.0.bias"][hidden],
                 "down.weight": full[prefix + ".layers.2.weight"][:, hidden],
-                "bias": full[prefix + ".layers.2.bias"]}[".".join(parts[3:])]
+                "down.bias": full[prefix + ".layers.2.bias"]}[".".join(parts[3:])]
     return full[name]
 
 

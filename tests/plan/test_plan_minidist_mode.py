@@ -6,7 +6,7 @@ tensor under 1F1B, interleaved, ZB-H1 and Chimera, with every micro-batch count 
 simulated clock over the step must equal the predicted step time (the issue asks for 5%; it matches to
 rounding, asserted at 1e-9, because the prediction walks the same table by the same rules), and the model
 states the memory ledger counts (held_bytes) plus the most activation bytes the executor held after any
-task (TaskPipeline.memory) must equal the predicted peak exactly (the issue asks for 2%). The layouts of
+task (Pipeline.memory) must equal the predicted peak exactly (the issue asks for 2%). The layouts of
 one world size share one run."""
 
 from collections import Counter

@@ -10,13 +10,11 @@ from .blocks import block_attention, block_attention_backward, block_flops, caus
 from .cost import causal_work, crossover_seq_len, ring_traffic, step_seconds
 from .layout import LAYOUTS, causal_pairs, positions, shard, unshard
 from .ring import RingAttention
-from .transform import ContextParallelBlock, ContextParallelGPT, ContextPositions, context_parallel
+from .transform import ContextPositions, context_parallel
 
 __all__ = [
     "LAYOUTS",
     "ContextParallelAttention",
-    "ContextParallelBlock",
-    "ContextParallelGPT",
     "ContextPositions",
     "RingAttention",
     "block_attention",

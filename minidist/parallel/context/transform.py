@@ -16,8 +16,6 @@ all-reduce, 2(c−1)/c·Ψ words per rank, on top of the ring's K/V traffic).
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from minidist.checks import check_count
@@ -77,18 +75,7 @@ def context_parallel(model: Module, group, *, layout: str = "zigzag", seq_len: i
             block.attn = ContextParallelAttention(group, block.attn, seq_len, layout=layout)
         else:                        # an attention split otherwise (tensor parallel): swap its core only
             block.attn.core = RingAttention(group, seq_len, causal=block.attn.causal, layout=layout)
+    model.label_parameters()           # names for the optimizers' refusal of a partial gradient
     for p in model.parameters():
         p.partial_over.append(group)   # each rank's gradient covers its own tokens only
     return model
-
-
-def ContextParallelBlock(comm, block: TransformerBlock, seq_len: int | None = None, *,  # noqa: N802
-                         layout: str = "zigzag"):
-    """A copy of ``block`` on this rank's tokens (the old name): context_parallel(deepcopy(block), comm)."""
-    return context_parallel(copy.deepcopy(block), comm, layout=layout, seq_len=seq_len)
-
-
-def ContextParallelGPT(comm, gpt: GPT, seq_len: int | None = None, *, layout: str = "zigzag"):  # noqa: N802
-    """A copy of ``gpt`` on this rank's tokens (the old name): context_parallel(deepcopy(gpt), comm).
-    Its forward takes this rank's tokens (B, T_r)."""
-    return context_parallel(copy.deepcopy(gpt), comm, layout=layout, seq_len=seq_len)

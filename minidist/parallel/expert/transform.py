@@ -37,6 +37,7 @@ def expert_parallel(model: Module, group) -> Module:
             block.mlp = ExpertParallelMoE(group, block.mlp)
     experts = {id(p) for block in blocks if isinstance(block.mlp, ExpertParallelMoE)
                for p in block.mlp.expert_parameters()}
+    model.label_parameters()                 # names for the optimizers' refusal of a partial gradient
     for p in model.parameters():
         if id(p) not in experts:
             p.partial_over.append(group)     # replicated, but fed this rank's rows only

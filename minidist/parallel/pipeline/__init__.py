@@ -3,7 +3,7 @@ schedule.py (the table format, Task/Op, and naive, GPipe, 1F1B as tables of tick
 several stages per rank and a split backward: interleaved.py, zero_bubble.py, chimera.py; the B/W split in
 split_backward.py), registry.py (schedule name -> table), split.py (cutting a Sequential into stages),
 comm.py (point-to-point between stages, 1F1B's sendrecv pairing), ledger.py (the clock, timeline and
-memory books); tasks_executor.TaskPipeline is Pipeline."""
+memory books)."""
 
 from .chimera import chimera_schedule
 from .interleaved import interleaved_schedule
@@ -22,8 +22,7 @@ from .schedule import (
     stage_ops,
 )
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers, stage_costs
-from .tasks import Task, TaskSchedule, check_tasks, format_tasks
-from .tasks_executor import TaskPipeline
+from .tasks import Task, check_tasks, format_tasks
 from .zero_bubble import zero_bubble_schedule
 
 __all__ = [
@@ -32,8 +31,6 @@ __all__ = [
     "Pipeline",
     "Schedule",
     "Task",
-    "TaskPipeline",
-    "TaskSchedule",
     "bubble_fraction",
     "check_boundaries",
     "check_schedule",

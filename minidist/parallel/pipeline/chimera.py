@@ -23,7 +23,8 @@ micro-batch nearest its turn back), ties by micro-batch. P even, M a multiple of
 
 from __future__ import annotations
 
-from .tasks import Task, TaskSchedule, check_positive, greedy_tasks
+from .schedule import Schedule
+from .tasks import Task, check_positive, greedy_tasks
 
 
 def chimera_rank(num_stages: int, micro_batch: int, stage: int) -> int:
@@ -32,7 +33,7 @@ def chimera_rank(num_stages: int, micro_batch: int, stage: int) -> int:
     return stage if micro_batch % P < P // 2 else P - 1 - stage
 
 
-def chimera_schedule(num_stages: int, num_micro_batches: int) -> TaskSchedule:
+def chimera_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     """Chimera for P stages (P even) on P ranks and M micro-batches (a multiple of P)."""
     check_positive(num_stages=num_stages, num_micro_batches=num_micro_batches)
     P, M = num_stages, num_micro_batches

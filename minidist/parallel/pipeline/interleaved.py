@@ -16,7 +16,8 @@ so the fill and drain of P − 1 ticks each cost 1/v as much:
 
 from __future__ import annotations
 
-from .tasks import Task, TaskSchedule, check_positive, place_tasks
+from .schedule import Schedule, place_in_ticks
+from .tasks import Task, check_positive
 
 
 def interleaved_orders(num_ranks: int, num_micro_batches: int, num_chunks: int) -> list[list[Task]]:
@@ -46,13 +47,14 @@ def interleaved_orders(num_ranks: int, num_micro_batches: int, num_chunks: int) 
     # END SOLUTION
 
 
-def interleaved_schedule(num_ranks: int, num_micro_batches: int, num_chunks: int) -> TaskSchedule:
+def interleaved_schedule(num_ranks: int, num_micro_batches: int, num_chunks: int) -> Schedule:
     """Interleaved 1F1B as ticks: P ranks, M micro-batches (a multiple of P), v chunks per rank."""
     check_positive(num_ranks=num_ranks, num_micro_batches=num_micro_batches, num_chunks=num_chunks)
     if num_micro_batches % num_ranks:
         raise ValueError(f"the interleaved schedule takes micro-batches in groups of P = {num_ranks}: "
                          f"M = {num_micro_batches} is not a multiple of it")
-    return place_tasks(interleaved_orders(num_ranks, num_micro_batches, num_chunks), num_ranks * num_chunks)
+    orders = interleaved_orders(num_ranks, num_micro_batches, num_chunks)
+    return place_in_ticks(orders, num_ranks * num_chunks)
 
 
 def interleaved_bubble(num_ranks: int, num_micro_batches: int, num_chunks: int) -> float:

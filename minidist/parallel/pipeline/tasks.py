@@ -14,13 +14,13 @@ A schedule is a list of ticks, each a list of Tasks, at most one per rank (one t
 (``check_tasks``): F(m, k) after F(m, k−1); B(m, k) after F(m, k) and B(m, k+1); W(m, k) after B(m, k); the
 tasks of (m, k) run on one rank. Bubble fraction = idle rank-ticks / all rank-ticks. A rank holds the
 activations of (m, k) from F(m, k) until its last backward task (B, or W when split):
-``in_flight`` counts them.
+schedule.py's ``max_in_flight`` counts them.
 
-``place_tasks`` turns each rank's order of tasks into ticks (each task as early as its rank and its
-dependencies allow); ``greedy_tasks`` lets each rank pick, tick by tick, the ready task it prefers.
+schedule.py's ``place_in_ticks`` turns each rank's order of tasks into ticks (each task as early as its rank
+and its dependencies allow); ``greedy_tasks`` lets each rank pick, tick by tick, the ready task it prefers.
 Placing, checking the order and measuring are schedule.py's functions (``place_in_ticks``,
-``check_order``, ``bubble_fraction``, ``max_in_flight``): they read a task's rank and stage as they read
-an Op's.
+``check_order``, ``bubble_fraction``, ``max_in_flight``, ``stage_ops``: a rank's tasks in tick order): they
+read a task's rank and stage as they read an Op's; a table of tasks is a ``Schedule``.
 """
 
 from __future__ import annotations
@@ -30,18 +30,12 @@ from collections.abc import Callable
 from .schedule import (
     Schedule,
     Task,
-    bubble_fraction,
     check_order,
     dependencies,
     format_rows,
     key_of,
-    max_in_flight,
-    place_in_ticks,
-    stage_ops,
     to_ticks,
 )
-
-TaskSchedule = Schedule   # one table format: a list of ticks of Tasks (an Op is a Task)
 
 
 def check_positive(**values: int) -> None:
@@ -51,15 +45,8 @@ def check_positive(**values: int) -> None:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
-# The same placement, checks and measures as schedule.py's (a Task's rank is its own, not its stage).
-place_tasks = place_in_ticks
-bubble = bubble_fraction
-in_flight = max_in_flight
-rank_tasks = stage_ops   # the tasks a rank runs, in tick order (what the executor follows)
-
-
 def greedy_tasks(tasks_by_rank: list[list[Task]], num_stages: int,
-                 prefer: Callable[[Task], tuple], limit: list[int] | None = None) -> TaskSchedule:
+                 prefer: Callable[[Task], tuple], limit: list[int] | None = None) -> Schedule:
     """Tick by tick, each rank runs its most preferred ready task (smallest ``prefer(task)``).
 
     limit[r]: the most (micro-batch, stage) activations rank r may hold from F to B; an F that would exceed
@@ -90,12 +77,12 @@ def greedy_tasks(tasks_by_rank: list[list[Task]], num_stages: int,
     return to_ticks(placed)
 
 
-def from_ops(schedule: Schedule) -> TaskSchedule:
+def from_ops(schedule: Schedule) -> Schedule:
     """A schedule.py table (stage s on rank s) as plain Tasks (an Op already is one: kept for old code)."""
     return [[Task(*op) for op in tick] for tick in schedule]
 
 
-def check_tasks(schedule: TaskSchedule, num_ranks: int, num_stages: int, num_micro_batches: int) -> None:
+def check_tasks(schedule: Schedule, num_ranks: int, num_stages: int, num_micro_batches: int) -> None:
     """Raise ValueError unless every (micro-batch, stage) runs F and B once (and W once, if any task is a
     W), all on one rank, at most one task per rank and tick, each after the tasks it depends on."""
     check_positive(num_ranks=num_ranks, num_stages=num_stages, num_micro_batches=num_micro_batches)
@@ -112,7 +99,7 @@ def check_tasks(schedule: TaskSchedule, num_ranks: int, num_stages: int, num_mic
     check_order(schedule, num_stages, num_micro_batches)
 
 
-def format_tasks(schedule: TaskSchedule, num_ranks: int) -> str:
+def format_tasks(schedule: Schedule, num_ranks: int) -> str:
     """One row per rank, one column per tick: "F3" (micro-batch 3), with ".k" for the stage when a rank
     holds several stages; "." when idle."""
     stages = {(task.rank, task.stage) for tick in schedule for task in tick}
@@ -125,7 +112,7 @@ def format_tasks(schedule: TaskSchedule, num_ranks: int) -> str:
     return format_rows(schedule, num_ranks, "rank", cell, width)
 
 
-def replay(schedule: TaskSchedule, duration: Callable[[Task], float]) -> dict[Task, tuple[float, float]]:
+def replay(schedule: Schedule, duration: Callable[[Task], float]) -> dict[Task, tuple[float, float]]:
     """(start, end) of every task when each takes duration(task) seconds and starts as soon as its rank's
     previous task and the tasks it depends on have ended (messages free): the timeline a cluster with free
     links measures, which the unit-tick table only approximates when F, B and W take different times."""

@@ -17,12 +17,13 @@ micro-batches, else the oldest W — W waits for a tick nothing else can use.
 
 from __future__ import annotations
 
-from .tasks import Task, TaskSchedule, check_positive, greedy_tasks
+from .schedule import Schedule
+from .tasks import Task, check_positive, greedy_tasks
 
 _FIRST = {"B": 0, "F": 1, "W": 2}
 
 
-def zero_bubble_schedule(num_stages: int, num_micro_batches: int) -> TaskSchedule:
+def zero_bubble_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     """ZB-H1 for P stages (stage s on rank s) and M micro-batches: F, B (input gradient), W (weights)."""
     check_positive(num_stages=num_stages, num_micro_batches=num_micro_batches)
     P, M = num_stages, num_micro_batches

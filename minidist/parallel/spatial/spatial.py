@@ -13,7 +13,7 @@ split of H and of W (rank = i·Pw + j). One layer, on each rank:
                dx_local = return_halo_gradient(d_window)  halo gradients go home and are added
 A conv's weight and bias gradients are then sums over this rank's block only: SpatialConv2d marks them
 partial over the grid (``Parameter.partial_over``), and the gradient sync (GradientSync, or
-minidist.parallel.tensor.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
+minidist.collectives.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
 
 FLOPs are charged to the simulated clock (backward 2× forward, minidist.sim.compute) between the layer's
 own messages. ``spatialize`` turns a single-process Sequential into its spatially parallel twin (same
@@ -222,6 +222,7 @@ def spatialize(model: Sequential, comm, grid: tuple[int, int], input_hw: tuple[i
     blocks as they are; a GridAllgather goes before the Flatten and the head runs replicated on every rank.
     forward takes this rank's block of the input, returns the full output.
     """
+    model.label_parameters()              # names for the optimizers' refusal of a partial gradient
     layers, hw = [], tuple(input_hw)
     for index, layer in enumerate(model.layers):
         if type(layer) in SPATIAL:

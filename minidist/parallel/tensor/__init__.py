@@ -4,8 +4,6 @@ conversions), attention.py (heads split), vocab_parallel.py (embedding, head, lo
 sequence.py (sequence parallelism), comm.py (Megatron's f and g, feature shards),
 cost.py (words moved per step, memory per device)."""
 
-from minidist.collectives import sum_partial_gradients  # the by-hand partial sums, named here too
-
 from .attention import TensorParallelAttention
 from .comm import (
     CopyToTensorParallel,
@@ -27,9 +25,9 @@ from .cost import (
     seed_t_comm_model,
 )
 from .layers import ColumnParallelLinear, RowParallelLinear
-from .mlp import MegatronMLP, TensorParallelMLP, column_parallel_mlp, megatron_parallel_mlp
+from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
 from .sequence import SequenceShard, sequence_shard
-from .transform import TensorParallelBlock, TensorParallelGPT, tensor_parallel
+from .transform import tensor_parallel
 from .transformer_cost import block_activation_bytes, block_bytes_sent, block_comm_seconds, korthikanti_bytes
 from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding, VocabParallelHead
 
@@ -42,9 +40,6 @@ __all__ = [
     "RowParallelLinear",
     "SequenceShard",
     "TensorParallelAttention",
-    "TensorParallelBlock",
-    "TensorParallelGPT",
-    "TensorParallelMLP",
     "VocabParallelCrossEntropy",
     "VocabParallelEmbedding",
     "VocabParallelHead",
@@ -67,6 +62,5 @@ __all__ = [
     "seed_t_comm_data",
     "seed_t_comm_model",
     "sequence_shard",
-    "sum_partial_gradients",
     "tensor_parallel",
 ]

@@ -19,11 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.checks import is_count
-from minidist.collectives import (
-    allgather,
-    pairwise_allreduce,
-    sum_partial_gradients,  # noqa: F401  (its first home; the grids import it here)
-)
+from minidist.collectives import allgather, pairwise_allreduce
 from minidist.nn import Module, Parameter
 from minidist.split import split_bounds, split_range
 
@@ -56,8 +52,9 @@ def _check_not_empty(n: int, parts: int) -> None:
 
 def shard_parameter(source: Parameter, index=...) -> Parameter:
     """A new Parameter holding a copy of ``source.data[index]`` (a rank's shard; ``...``: all of it),
-    partial over the same groups as ``source`` (a split made after another keeps the first one's sums)."""
-    shard = Parameter(source.data[index].copy())
+    partial over the same groups as ``source`` (a split made after another keeps the first one's sums), and
+    under its name."""
+    shard = Parameter(source.data[index].copy(), name=source.name)
     shard.partial_over = list(source.partial_over)
     return shard
 

@@ -7,11 +7,12 @@ forward (g) and one backward (f):
     forward:   z = Σ_p act(x·W1_pᵀ + b1_p)·W2_pᵀ + b2          one all-reduce of (N, d_out)
     backward:  dx = Σ_p (act'(dz·W2_p))·W1_p                   one all-reduce of (N, d)
 
-The "Distributed Deep Learning (Part II)" slides' own scheme instead all-gathers every
-layer's output forward and all-reduces every input gradient backward: ``column_parallel_mlp``. cost.py
-counts the words each pattern moves. ``TensorParallelMLP`` is the same split of a transformer block's
-``mlp`` (its bias added after the sum, as a separate Parameter), with f and g or, with sequence
-parallelism, their sequence-parallel forms (sequence.py).
+``MegatronMLP`` is that block, for two Linears and an activation (``megatron_parallel_mlp`` cuts a
+Sequential into such blocks) and for a transformer block's ``mlp`` (``MegatronMLP.from_mlp``: what
+``tensor_parallel`` and the split experts use), with f and g or, with sequence parallelism, their
+sequence-parallel forms (sequence.py). The "Distributed Deep Learning (Part II)" slides' own scheme
+instead all-gathers every layer's output forward and all-reduces every input gradient backward:
+``column_parallel_mlp``. cost.py counts the words each pattern moves.
 """
 
 from __future__ import annotations
@@ -25,26 +26,37 @@ from minidist.nn import Linear, Module, ReLU, Sequential
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.module import check_float_array
 
-from .attention import local_linear
-from .comm import feature_slice, shard_parameter
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .sequence import region_operators
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """a (..., n) as (N, n): one row per token (a view)."""
+    return a.reshape(-1, a.shape[-1])
 
 
 class MegatronMLP(Module):
     """The Megatron MLP block, Linear(d, h) → activation → Linear(h, d_out), split over ``comm``'s P ranks.
 
     Rank p holds the column slice of the first layer and the row slice of the second (n_p hidden units):
-        w1 (n_p, d), b1 (n_p,), w2 (d_out, n_p), b2 (d_out,) whole.
+        up.weight w1 (n_p, d), up.bias b1 (n_p,), down.weight w2 (d_out, n_p), down.bias b2 (d_out,) whole.
     Forward:   x → f → a_p = act(x·w1ᵀ + b1) → z_p = a_p·w2ᵀ → g → z = Σ_p z_p + b2
-    Backward:  dz → g' (identity) → dw2 = dzᵀ·a_p, db2 = Σ_n dz → da_p = dz·w2 → dh_p = act'(da_p)
+    Backward:  db2 = Σ_n dz → dz → g' (identity) → dw2 = dzᵀ·a_p → da_p = dz·w2 → dh_p = act'(da_p)
                → dw1 = dh_pᵀ·x, db1 = Σ_n dh_p → dx = f'(dh_p·w1) = Σ_p dh_p·w1_p
-    The hidden activations never leave their rank: one all-reduce of (N, d_out) forward, one of (N, d)
-    backward (skipped with input_grad=False). The activation must be element-wise (ReLU, GELU, Tanh...).
+    x is (N, d) or (B, T, d) (any leading dimensions), whole on every rank. The hidden activations never
+    leave their rank: one all-reduce of (N, d_out) forward, one of (N, d) backward (skipped with
+    input_grad=False). The activation must be element-wise (ReLU, GELU, Tanh...).
+
+    sequence_parallel: x and z are this rank's tokens (B, T/t, d); f becomes an all-gather along T and g a
+    reduce-scatter (sequence.py: the same bytes), so b2 sees only this rank's tokens and its gradient is a
+    partial sum over the group (``tensor_parallel`` marks it so).
+
+    ``flops`` prices the block as the modules it replaces: the two Linears and the activation (a Sequential
+    counts each layer), or, built by ``from_mlp``, the products only (as nn.TransformerBlock counts its mlp).
     """
 
     def __init__(self, comm, first: Linear, second: Linear, activation: Module | None = None, *,
-                 input_grad: bool = True):
+                 input_grad: bool = True, sequence_parallel: bool = False):
         if second.in_features != first.out_features:
             raise ValueError(f"MegatronMLP: the second layer's in_features ({second.in_features}) must equal "
                              f"the first's out_features ({first.out_features})")
@@ -52,17 +64,32 @@ class MegatronMLP(Module):
         self.up = ColumnParallelLinear.from_linear(comm, first, gather_output=False, input_grad=input_grad)
         self.activation = copy.deepcopy(activation) if activation is not None else ReLU()
         self.down = RowParallelLinear.from_linear(comm, second, input_is_parallel=True)
-        self.f, self.g = self.up.f, self.down.g
+        self.sequence_parallel = bool(sequence_parallel)
+        self.f, self.g = region_operators(comm, self.sequence_parallel)
         self.input_grad = input_grad
+        self.prices_activation = True
+
+    @classmethod
+    def from_mlp(cls, comm, mlp, *, sequence_parallel: bool = False) -> MegatronMLP:
+        """A transformer block's ``mlp`` or an MoE's expert (Sequential Linear(d, f), activation,
+        Linear(f, d)), split: input (..., d), or (B, T/t, d) with sequence parallelism; priced as
+        nn.TransformerBlock prices its mlp (the products only)."""
+        layers = list(mlp) if isinstance(mlp, Sequential) else []
+        if len(layers) != 3 or not (isinstance(layers[0], Linear) and isinstance(layers[2], Linear)):
+            raise TypeError(f"MegatronMLP.from_mlp expects Sequential(Linear, activation, Linear), got "
+                            f"{type(mlp).__name__}")
+        split = cls(comm, layers[0], layers[2], layers[1], sequence_parallel=sequence_parallel)
+        split.prices_activation = False
+        return split
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: input, shape (N, d), whole on every rank.
-        Returns z, shape (N, d_out), the same on every rank."""
+        """x: input, shape (..., d), whole on every rank (sequence parallel: this rank's tokens (B, T/t, d)).
+        Returns z, shape (..., d_out), the same on every rank (sequence parallel: this rank's tokens)."""
         w1, b1 = self.up.weight.data, self.up.bias
         w2, b2 = self.down.weight.data, self.down.bias
-        check_float_array(x, "MegatronMLP input", ndim=2)
-        if x.shape[1] != w1.shape[1]:
-            raise ValueError(f"MegatronMLP expects input (N, {w1.shape[1]}), got {x.shape}")
+        check_float_array(x, "MegatronMLP input", ndim=3 if self.sequence_parallel else None)
+        if x.ndim < 1 or x.shape[-1] != w1.shape[1]:
+            raise ValueError(f"MegatronMLP expects input (..., {w1.shape[1]}), got {x.shape}")
         # BEGIN SOLUTION megatron_mlp
         self._x = self.f.forward(x)  # identity: every rank holds the whole input
         h_part = self._x @ w1.T + (b1.data if b1 is not None else 0)
@@ -74,68 +101,33 @@ class MegatronMLP(Module):
         return z
 
     def backward(self, dz: np.ndarray) -> np.ndarray | None:
-        """dz: upstream gradient, shape (N, d_out). Adds into w1, b1, w2, b2's gradients; returns dx,
-        shape (N, d), the same on every rank (None with input_grad=False)."""
+        """dz: upstream gradient, x's shape with d_out features. Adds into w1, b1, w2, b2's gradients;
+        returns dx, x's shape, the same on every rank (None with input_grad=False). ``_rows`` views an
+        array (..., n) as (N, n), one row per token."""
         w1, b1 = self.up.weight, self.up.bias
         w2, b2 = self.down.weight, self.down.bias
         # BEGIN SOLUTION megatron_mlp
-        dz = self.g.backward(dz)  # identity: dz is whole on every rank
-        w2.grad += dz.T @ self._a
         if b2 is not None:
-            b2.grad += dz.sum(axis=0)
+            b2.grad += _rows(dz).sum(axis=0)  # before g': with sequence parallelism, this rank's tokens only
+        dz = self.g.backward(dz)  # identity: dz is whole on every rank
+        w2.grad += _rows(dz).T @ _rows(self._a)
         dh_part = self.activation.backward(dz @ w2.data)
-        w1.grad += dh_part.T @ self._x
+        w1.grad += _rows(dh_part).T @ _rows(self._x)
         if b1 is not None:
-            b1.grad += dh_part.sum(axis=0)
+            b1.grad += _rows(dh_part).sum(axis=0)
         dx = self.f.backward(dh_part @ w1.data) if self.input_grad else None  # all-reduce of Σ_p terms
         # END SOLUTION
         return dx
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
-        """This rank's forward FLOPs for x (N, d): its two Linear shares and its n_p activations."""
-        hidden = (*tuple(input_shape)[:-1], self.up.weight.shape[0])
-        return self.up.flops(input_shape) + forward_flops(self.activation, hidden) + self.down.flops(hidden)
-
-
-class TensorParallelMLP(Module):
-    """A transformer block's ``mlp`` (Sequential Linear(d, f), activation, Linear(f, d)) with its f hidden
-    units split over ``comm``.
-
-    Sub-layers: ``up`` Linear(d, f_p), ``activation``, ``down`` Linear(f_p, d) without bias, ``bias`` (d,).
-    forward: x (B, T, d) whole, or (B, T/t, d) with sequence parallelism -> x's shape;
-        y = g(act(f(x)·W1_pᵀ + b1_p)·W2_pᵀ) + b2.
-    """
-
-    def __init__(self, comm, mlp, *, sequence_parallel: bool = False):
-        first, activation, second = list(mlp)
-        if not (isinstance(first, Linear) and isinstance(second, Linear)):
-            raise TypeError("TensorParallelMLP expects Sequential(Linear, activation, Linear)")
-        self.hidden = feature_slice(first.out_features, comm.world_size, comm.rank)
-        self.up = local_linear(shard_parameter(first.weight, self.hidden),
-                               shard_parameter(first.bias, self.hidden))
-        self.activation = copy.deepcopy(activation)
-        self.down = local_linear(shard_parameter(second.weight, (slice(None), self.hidden)), None)
-        self.bias = shard_parameter(second.bias)
-        self.comm, self.sequence_parallel = comm, bool(sequence_parallel)
-        self.enter, self.leave = region_operators(comm, sequence_parallel)
-
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        h = self.activation.forward(self.up.forward(self.enter.forward(x)))
-        return self.leave.forward(self.down.forward(h)) + self.bias.data
-
-    def backward(self, dy: np.ndarray) -> np.ndarray:
-        """dy: gradient of the output (x's shape); adds the parameters' gradients; returns dx (x's shape)."""
-        self.bias.grad += dy.sum(axis=(0, 1))
-        dh = self.activation.backward(self.down.backward(self.leave.backward(dy)))
-        return self.enter.backward(self.up.backward(dh))
-
-    def flops(self, input_shape: tuple[int, ...]) -> int:
-        """This rank's forward matmul FLOPs for x (B, T, d) (sequence parallel: (B, T/t, d), gathered to T·t
-        tokens first): 2·N·d·f_p (up) + 2·N·f_p·d (down) = 4·N·d·f_p, N = B·T — its share of the whole
-        MLP's 4·N·d·f, which TransformerBlock counts (the products only, as it does: not the activation)."""
+        """This rank's forward FLOPs for x (..., d) (sequence parallel: (B, T/t, d), gathered to T·t tokens
+        first): 2·N·d·n_p (up) + 2·N·n_p·d_out (down), plus its N·n_p activations unless built by
+        ``from_mlp`` — its share of the whole block's count."""
         *lead, d = input_shape
         tokens = math.prod(lead) * (self.comm.world_size if self.sequence_parallel else 1)
-        return self.up.flops((tokens, d)) + self.down.flops((tokens, self.up.out_features))
+        hidden = (tokens, self.up.weight.shape[0])
+        products = self.up.flops((tokens, d)) + self.down.flops(hidden)
+        return products + (forward_flops(self.activation, hidden) if self.prices_activation else 0)
 
 
 def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:

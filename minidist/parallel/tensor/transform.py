@@ -6,7 +6,7 @@ forward and backward stay nn.GPT's and nn.TransformerBlock's:
 
     tok_emb      -> VocabParallelEmbedding   rows V_p of the table; g (all-reduce), SP: reduce-scatter along T
     blocks.attn  -> TensorParallelAttention  heads H_p: column-parallel qkv, row-parallel proj
-    blocks.mlp   -> TensorParallelMLP        hidden units F_p (an MoE: each expert a MegatronMLP)
+    blocks.mlp   -> MegatronMLP              hidden units F_p (an MoE: each expert a MegatronMLP)
     head         -> VocabParallelHead        logits of ids V_p, never gathered: the loss is
                                              VocabParallelCrossEntropy(group, V)
 
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import copy
 
-from minidist.nn import GELU, GPT, Module, TransformerBlock
+from minidist.nn import GPT, Module, TransformerBlock
 
 from .attention import TensorParallelAttention
-from .mlp import MegatronMLP, TensorParallelMLP
+from .mlp import MegatronMLP
 from .sequence import SequenceShard
 from .vocab_parallel import VocabParallelEmbedding, VocabParallelHead
 
@@ -35,6 +35,7 @@ def tensor_parallel(model: Module, group, *, sequence_parallel: bool = False) ->
     rank's (B, T/t, d) with sequence parallelism), the same on every rank; output: this rank's logits
     (B, T, |V_p|) (a block: x's shape)."""
     if isinstance(model, TransformerBlock):
+        model.label_parameters()               # the shards keep the names (error messages)
         _split_block(model, group, sequence_parallel)
         return model
     if not isinstance(model, GPT):
@@ -42,6 +43,7 @@ def tensor_parallel(model: Module, group, *, sequence_parallel: bool = False) ->
                         f"got {type(model).__name__}")
     if model.drop.p:
         raise ValueError(f"tensor_parallel supports dropout = 0 only, got {model.drop.p}")
+    model.label_parameters()
     model.tok_emb = VocabParallelEmbedding.from_embedding(group, model.tok_emb,
                                                           sequence_parallel=sequence_parallel)
     for block in model.blocks:
@@ -63,10 +65,10 @@ def _split_block(block: TransformerBlock, group, sequence_parallel: bool) -> Non
             raise ValueError("sequence parallelism with a mixture-of-experts mlp is not supported")
         block.mlp = _split_experts(group, block.mlp)
     else:
-        block.mlp = TensorParallelMLP(group, block.mlp, sequence_parallel=sequence_parallel)
+        block.mlp = MegatronMLP.from_mlp(group, block.mlp, sequence_parallel=sequence_parallel)
     if sequence_parallel:   # applied to this rank's T/t tokens only
         _mark_partial([block.ln1.weight, block.ln1.bias, block.attn.bias, block.ln2.weight, block.ln2.bias,
-                       block.mlp.bias], group)
+                       block.mlp.down.bias], group)
 
 
 def _split_experts(group, moe: Module) -> Module:
@@ -75,20 +77,10 @@ def _split_experts(group, moe: Module) -> Module:
     if group.world_size == 1:
         return moe
     split = copy.copy(moe)
-    split.experts = [MegatronMLP(group, ex.layers[0], ex.layers[2], GELU()) for ex in moe.experts]
+    split.experts = [MegatronMLP.from_mlp(group, ex) for ex in moe.experts]
     return split
 
 
 def _mark_partial(params, group) -> None:
     for p in params:
         p.partial_over.append(group)
-
-
-def TensorParallelBlock(comm, block: TransformerBlock, *, sequence_parallel: bool = False):  # noqa: N802
-    """A copy of ``block`` split over ``comm`` (the old name): ``tensor_parallel(deepcopy(block), comm)``."""
-    return tensor_parallel(copy.deepcopy(block), comm, sequence_parallel=sequence_parallel)
-
-
-def TensorParallelGPT(comm, gpt: GPT, *, sequence_parallel: bool = False):  # noqa: N802
-    """A copy of ``gpt`` split over ``comm`` (the old name): ``tensor_parallel(deepcopy(gpt), comm)``."""
-    return tensor_parallel(copy.deepcopy(gpt), comm, sequence_parallel=sequence_parallel)

@@ -33,7 +33,8 @@ from .comm import feature_slice
 
 def block_activation_bytes(batch: int, seq_len: int, d_model: int, n_heads: int, d_ff: int, parts: int,
                            rank: int, itemsize: int, sequence_parallel: bool) -> dict[str, int]:
-    """Activation bytes rank keeps after a TensorParallelBlock's forward: layernorm, attention, mlp, total."""
+    """Activation bytes rank keeps after a tensor_parallel block's forward: layernorm, attention, mlp,
+    total."""
     heads = feature_slice(n_heads, parts, rank)
     h_p = heads.stop - heads.start
     hidden = feature_slice(d_ff, parts, rank)

@@ -83,7 +83,9 @@ class VocabParallelEmbedding(Module):
         if dy.shape != (*self._local.shape, self.embedding_dim):
             raise ValueError(f"VocabParallelEmbedding.backward expects dy of shape "
                              f"{(*self._local.shape, self.embedding_dim)}, got {dy.shape}")
-        np.add.at(self.weight.grad, self._local[self._mine], dy[self._mine])
+        grad = self.weight.grad
+        np.add.at(grad, self._local[self._mine], dy[self._mine])
+        self.weight.grad = grad   # through the setter: a partial gradient is now pending (nn.Parameter)
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """0: a lookup of this rank's rows, no products (nn.GPTInput counts the whole embedding so too)."""
