@@ -245,7 +245,8 @@ class Pipeline:
                 raise ValueError(f"stage {k} is held by {len(others) + 1} ranks; only pairs are summed here")
             for p in self.stages[k].parameters() if others else []:
                 tag = 2 * self.M * self.S        # after every pipeline tag; the pair's order keeps them apart
-                p.grad += self.comm.sendrecv(p.grad, others[0], others[0], sendtag=tag, recvtag=tag)
+                theirs = self.comm.sendrecv(p.grad, others[0], others[0], sendtag=tag, recvtag=tag)
+                p.grad[...] += theirs      # in place: two summed gradients add to a summed one (not partial)
 
 
 def split_micro_batches(x: np.ndarray, target: np.ndarray, M: int):
