@@ -3,8 +3,7 @@
 "Distributed Deep Learning (Part II)" slides ("Pipeline parallelism", "GPipe: Reduce Bubble
 with Micro-Batching", "PipeDream"); "Scaling Up Training" slides (micro-batches, gradient checkpointing).
 
-    stage k holds layers[b[k]:b[k+1]] (split.py); rank r keeps the stages its tasks name (one per rank
-    for GPipe/1F1B; interleaved: r, r + P, ...; Chimera: r and P − 1 − r)
+    stage k holds layers[b[k]:b[k+1]] (split.py); rank r keeps the stages its tasks name
     F(m, k)  x_m = the data (k = 0) or stage k − 1's output;  y_m = stage k (x_m);  sent to stage k + 1
              (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m, kept for B)
     B(m, k)  dy_m from stage k + 1 (last stage: from F);  dx_m = backward of stage k;  sent to stage k − 1.
@@ -16,17 +15,13 @@ With micro-batches of n_m of the N samples (minidist.split's sizes) and a loss a
 micro-batch, loss = Σ_m (n_m / N)·loss_m: scaling each micro-batch's output gradient by n_m / N and
 letting backward *add* into Parameter.grad gives the full-batch gradient; the optimizer steps once.
 
-Each stage runs through its own step runner (minidist/nn/runner.py), whose per-unit events the stage's
-attachments see: ``stage_attachments(k, module)`` returns them (e.g. a data group's GradientSync); only
-the stage's last backward task of the step passes ``last=True``, so a gradient sync runs once per step,
-bucketed and overlapped with that backward (a table with W tasks: an empty pass after the stage's last
-W). ``attachments``: step-level ones, given one empty backward pass after the table. A stage held by two
-ranks (Chimera) sums its two gradients (one exchange) before the optimizer steps.
-
-Between F(m, k) and B(m, k) the rank keeps m's activations (``checkpoint``: only the stage's input, the
-rest recomputed in B). BatchNorm normalises per micro-batch (as in GPipe). Kept to the side: the runners'
-ComputeCharges (minidist.sim.compute) charges the simulated clock per layer (``busy_seconds``), ledger.py
-records ``timeline`` and ``memory``; comm.py carries the messages (1F1B's sendrecv pairing included).
+Each stage runs through its own step runner (minidist/nn/runner.py); only the stage's last backward task
+of the step passes ``last=True``, so a stage's gradient sync runs once per step, overlapped with that
+backward (a table with W tasks: an empty pass after the stage's last W). A stage held by two ranks
+(Chimera) sums its two gradients (one exchange) before the optimizer steps. Between F(m, k) and B(m, k)
+the rank keeps m's activations (``checkpoint``: only the stage's input, the rest recomputed in B).
+Kept to the side: the runners' ComputeCharges charge the simulated clock per layer, ledger.py records
+the timeline and memory; comm.py carries the messages.
 """
 
 from __future__ import annotations
@@ -46,10 +41,9 @@ from minidist.split import split_offsets
 from .comm import StageLinks
 from .ledger import StageLedger
 from .registry import make_schedule
-from .schedule import Schedule, Task, stage_ops
+from .schedule import Schedule, Task, check_tasks, stage_ops
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
 from .split_backward import DeferredWeightGrad
-from .tasks import check_tasks
 
 
 class Pipeline:
@@ -57,13 +51,14 @@ class Pipeline:
 
     comm: the communicator; P = comm.world_size ranks. model: the whole Sequential (the same on every rank).
     loss_fn: forward(prediction, target) -> mean loss, backward() -> dL/dprediction.
-    num_micro_batches: M. schedule: a name of registry.SCHEDULES ("naive", "gpipe", "1f1b", "interleaved",
-        "zb-h1", "chimera") or a table (ticks of Ops or Tasks). num_stages: S (default: the table's).
+    num_micro_batches: M. schedule: a name of registry.SCHEDULES or a table (ticks of Ops or Tasks).
+    num_stages: S (default: the table's).
     boundaries: "layers" (equal layer counts), "flops" (balanced by forward FLOPs of ``sample``), or a
         list [0, b_1, ..., L] of S + 1 increasing layer indices.
     checkpoint: recompute activations in backward, for every stage (bool) or per stage (S bools).
-    stage_attachments: a function (stage k, its Sequential) -> runner attachments for that stage.
-    attachments: step-level attachments (one empty backward pass after the table: their end_backward).
+    stage_attachments: a function (stage k, its Sequential) -> runner attachments for that stage (e.g.
+        a data group's GradientSync). ``attachments``: step-level ones (empty at first), given one empty
+        backward pass after the table (their end_backward).
 
     Batch norm is per micro-batch, by choice (as GPipe): a BatchNorm layer in training mode normalises
     each micro-batch with its own statistics and updates its running estimates M times per step (M = 1
@@ -72,14 +67,13 @@ class Pipeline:
 
     def __init__(self, comm, model: Sequential, *, loss_fn, num_micro_batches: int, schedule="gpipe",
                  num_stages: int | None = None, boundaries="layers", sample: np.ndarray | None = None,
-                 checkpoint=False, stage_attachments=None, attachments=()):
+                 checkpoint=False, stage_attachments=None):
         if not isinstance(model, Sequential):
             raise TypeError(f"a pipeline splits a Sequential, got {type(model).__name__}")
         self.comm, self.loss_fn, P = comm, loss_fn, comm.world_size
-        self.num_micro_batches = self.M = check_count(num_micro_batches, "number of micro-batches")
+        self.M = check_count(num_micro_batches, "number of micro-batches")
         table = make_schedule(schedule, P, self.M) if isinstance(schedule, str) else schedule
-        S = num_stages or max([t.stage + 1 for tick in table for t in tick], default=P)
-        self.num_stages = self.S = S
+        self.S = S = num_stages or max([t.stage + 1 for tick in table for t in tick], default=P)
         self.boundaries = self._boundaries(model, boundaries, sample)
         check_tasks(table, P, S, self.M)
         self.schedule: Schedule = table
@@ -107,13 +101,12 @@ class Pipeline:
             self.runners[k] = StepRunner(Sequential(*units), None, [*mine, self.charges], input_grad=True)
         self.stage = min(self.stages) if self.stages else None        # one stage per rank: its index
         self.module = self.stages.get(self.stage)
-        self.checkpointed = bool(self.stages) and flags[self.stage]
-        self.attachments = list(attachments)
+        self.attachments = []
         self.loss: float | None = None
         self.output: np.ndarray | None = None
 
     def _boundaries(self, model: Sequential, boundaries, sample) -> list[int]:
-        L, S = len(model), self.num_stages
+        L, S = len(model), self.S
         if isinstance(boundaries, str):
             if boundaries == "layers":
                 return split_by_layers(L, S)
@@ -123,14 +116,6 @@ class Pipeline:
                 return split_by_cost(layer_costs(model, sample), S)
             raise ValueError(f"boundaries must be 'layers', 'flops' or a list of indices, got {boundaries!r}")
         return check_boundaries(boundaries, L, S)
-
-    @property
-    def is_first(self) -> bool:
-        return 0 in self.stages
-
-    @property
-    def is_last(self) -> bool:
-        return self.num_stages - 1 in self.stages
 
     def parameters(self):
         """The parameters of this rank's stages (give them to this rank's optimizer)."""

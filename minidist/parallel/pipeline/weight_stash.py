@@ -2,29 +2,22 @@
 forward used) and an update of the stage after every backward (no flush).
 
 Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training" (SOSP 2019), §3.3
-("Weight Stashing", "Vertical Sync"); the "Distributed Deep Learning (Part II)" slides ("PipeDream: Use
-Async Updates to remove Bubble").
+("Weight Stashing", "Vertical Sync"). The versions used, the staleness and the versions held, as
+formulas: pipedream.py.
 
 ``WeightStash(stage, optimizer)`` is a step-runner attachment of one pipeline stage. Its versions are the
 stage's weights after t updates, w_0, w_1, ...; w_t is the *latest*. A stage runs its forwards and
-backwards in micro-batch order (1F1B over a stream: pipedream.py), so a queue pairs them:
+backwards in micro-batch order (1F1B over a stream), so a queue pairs them:
 
     forward of m    (the runner's begin ... end)  uses w_v with v = t (the latest; stashed), or with vertical
-                    sync v = max(0, t − lag), lag = s: the version stage 0 used for m (it is s updates
-                    behind stage s once the pipeline is full); then w_t is put back
+                    sync v = max(0, t − lag), lag = s: the version stage 0 used for m; then w_t is put back
     backward of m   (begin_backward ... end_backward)  the gradient g_m is computed at the stashed w_v,
                     then applied to the latest:  w_{t+1} = step(w_t, g_m)   (the optimizer's update)
-    staleness       t − v updates: P − 1 − s on stage s of P once the pipeline is full (vertical: P − 1)
-    versions held   every w_v a micro-batch in flight still needs, the latest, and (vertical sync) the
-                    versions later forwards will use: at most P − s on stage s (vertical sync: P)
 
 A version is never written after it is made: an update steps a *copy* of w_t, so the arrays a stashed
 micro-batch points at stay as its forward saw them (``p.data`` is rebound, never overwritten).
-
-``PipeDream(comm, model, ...)`` is pipeline.py's executor running the "pipedream" table with a WeightStash
-on every stage; ``train_on_stream`` trains a stream of micro-batches by PipeDream or by synchronous 1F1B
-(flushing every k), as pipedream.train_in_one_process does in one process. The clock charges the layers
-(F, B), not the optimizer's updates, for either.
+``PipeDream`` is pipeline.py's executor with a WeightStash on every stage; ``train_on_stream`` trains a
+stream by PipeDream or by synchronous 1F1B. The clock charges the layers (F, B), not the updates.
 """
 
 from __future__ import annotations

@@ -17,15 +17,15 @@ micro-batches, else the oldest W — W waits for a tick nothing else can use.
 
 from __future__ import annotations
 
-from .schedule import Schedule
-from .tasks import Task, check_positive, greedy_tasks
+from .schedule import Schedule, check_sizes
+from .tasks import Task, greedy_tasks
 
 _FIRST = {"B": 0, "F": 1, "W": 2}
 
 
 def zero_bubble_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     """ZB-H1 for P stages (stage s on rank s) and M micro-batches: F, B (input gradient), W (weights)."""
-    check_positive(num_stages=num_stages, num_micro_batches=num_micro_batches)
+    check_sizes(num_stages, num_micro_batches)
     P, M = num_stages, num_micro_batches
     tasks = [[Task(s, kind, m, s) for m in range(M) for kind in "FBW"] for s in range(P)]
     return greedy_tasks(tasks, P, prefer=lambda task: (_FIRST[task.kind], task.micro_batch),
