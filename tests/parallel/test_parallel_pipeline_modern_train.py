@@ -18,9 +18,8 @@ from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.split import split_by_layers
-from minidist.parallel.pipeline.split_backward import DeferredWeightGrad
 from minidist.parallel.pipeline.tasks import replay
-from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
+from minidist.parallel.pipeline.zero_bubble import DeferredWeightGrad, zero_bubble_schedule
 
 STEPS, N, WIDTH = 3, 12, 5
 

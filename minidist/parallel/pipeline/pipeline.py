@@ -7,7 +7,7 @@ with Micro-Batching", "PipeDream"); "Scaling Up Training" slides (micro-batches,
     F(m, k)  x_m = the data (k = 0) or stage k − 1's output;  y_m = stage k (x_m);  sent to stage k + 1
              (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m, kept for B)
     B(m, k)  dy_m from stage k + 1 (last stage: from F);  dx_m = backward of stage k;  sent to stage k − 1.
-             With W tasks in the table the Linears' backward gives dx only (split_backward.py) and
+             With W tasks in the table the Linears' backward gives dx only (zero_bubble.py) and
     W(m, k)  adds the weight gradients B left for it
     the order of the tasks on rank r is row r of the table (schedule.py; names: registry.py)
 
@@ -20,8 +20,11 @@ of the step passes ``last=True``, so a stage's gradient sync runs once per step,
 backward (a table with W tasks: an empty pass after the stage's last W). A stage held by two ranks
 (Chimera) sums its two gradients (one exchange) before the optimizer steps. Between F(m, k) and B(m, k)
 the rank keeps m's activations (``checkpoint``: only the stage's input, the rest recomputed in B).
-Kept to the side: the runners' ComputeCharges charge the simulated clock per layer, ledger.py records
-the timeline and memory; comm.py carries the messages.
+Kept to the side, without changing what is computed: the runners' ComputeCharges charge the simulated
+clock per layer (``busy_seconds``); ``timeline`` holds (task, start, end) per task, start taken after its
+input arrived, and ``memory`` (a MemoryLedger, minidist/sim/memory.py) the activation bytes held, so a
+lesson can draw the bubble and compare the memory of GPipe, 1F1B and checkpointing. comm.py carries the
+messages.
 """
 
 from __future__ import annotations
@@ -39,11 +42,10 @@ from minidist.sim.memory import MemoryLedger
 from minidist.split import split_offsets
 
 from .comm import StageLinks
-from .ledger import StageLedger
 from .registry import make_schedule
 from .schedule import Schedule, Task, check_tasks, stage_ops
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
-from .split_backward import DeferredWeightGrad
+from .zero_bubble import DeferredWeightGrad
 
 
 class Pipeline:
@@ -88,7 +90,10 @@ class Pipeline:
         self.last_of = {k: [t for t in self.my_tasks if t.stage == k and t.kind == done][-1]
                         for k in {t.stage for t in self.my_tasks}}
         self.several = len({(t.rank, t.stage) for tick in table for t in tick}) > P
-        self.ledger = StageLedger(comm)          # timeline, memory: kept to the side
+        self.timeline: list[tuple[Task, float, float]] = []
+        self.memory = MemoryLedger(comm.rank)
+        self.memory.record("start", {"activations": 0}, comm.clock)
+        self._start = comm.clock                 # when the running task started (its input had arrived)
         self.charges = ComputeCharges(comm, overlap=False, after=True, label="")   # the clock, busy seconds
         self.stages: dict[int, Sequential] = {}
         self.runners: dict[int, StepRunner] = {}
@@ -121,16 +126,7 @@ class Pipeline:
         """The parameters of this rank's stages (give them to this rank's optimizer)."""
         return [p for k in sorted(self.stages) for p in self.stages[k].parameters()]
 
-    # What running the table cost (ledger.py): the tasks' (Task, start, end), the activation bytes held (a
-    # MemoryLedger), seconds spent computing, and the peak of the activation memory.
-    @property
-    def timeline(self) -> list[tuple[Task, float, float]]:
-        return self.ledger.timeline
-
-    @property
-    def memory(self) -> MemoryLedger:
-        return self.ledger.memory
-
+    # What running the table cost: seconds spent computing, the peak of the activation memory.
     @property
     def busy_seconds(self) -> float:
         return self.charges.busy_seconds
@@ -145,6 +141,18 @@ class Pipeline:
         saved = [(entries.entries, dy) for entries, _, dy in self._saved.values()]
         waiting = [pending for units in self._deferred.values() for _, pending, _ in units]
         return nbytes_of(saved, waiting)
+
+    def _done(self, task: Task, held: int, held_after: int | None = None) -> None:
+        """Book a finished task: (task, start, end) on the timeline and the activation bytes held from its
+        start (F: kept for B; B, W: while running, with what a checkpointed segment recomputed), and for B
+        and W the bytes still held once what it needed was let go."""
+        name = f"{task.kind}{task.micro_batch}.{task.stage}"
+        self.timeline.append((task, self._start, self.comm.clock))
+        if held_after is None:
+            self.memory.record(f"{name} kept", {"activations": held}, self._start)
+        else:
+            self.memory.record(f"{name} running", {"activations": held}, self._start)
+            self.memory.record(f"{name} done", {"activations": held_after}, self.comm.clock)
 
     # -- one training step: run my row of the table --------------------------------------------------------
     def train_step(self, x: np.ndarray, target: np.ndarray, optimizer=None) -> float | None:
@@ -176,7 +184,7 @@ class Pipeline:
         """F(m, k): receive x_m, run the stage keeping its activations, send y_m on (last stage: the loss)."""
         m, k = task.micro_batch, task.stage
         x = self._x[m] if k == 0 else self.links.recv(task)
-        self.ledger.begin()
+        self._start = self.comm.clock
         y, saved = forward_saving(self.runners[k].model, x, self.runners[k].forward)
         dy = None
         if k == self.S - 1:   # the loss's gradient is known now; keep it (scaled by n_m / N) until B
@@ -186,7 +194,7 @@ class Pipeline:
             for a in reversed(self.runners[k].attachments):      # the runner's loss event (loss scaling)
                 dy = a.after_loss(dy)
         self._saved[m, k] = (saved, self.charges.flops, dy)
-        self.ledger.forward_done(task, held=self.held_activations())
+        self._done(task, self.held_activations())
         self.links.send(task, y)
 
     def _backward(self, task: Task) -> None:
@@ -195,7 +203,7 @@ class Pipeline:
         saved, flops, dy = self._saved[m, k]
         if k < self.S - 1:
             dy = self.links.recv(task)
-        self.ledger.begin()
+        self._start = self.comm.clock
         held = self.held_activations()
         saved.restore()
         # charged 2× forward per unit (1× for a split Linear), +1× to recompute a checkpointed segment;
@@ -208,19 +216,19 @@ class Pipeline:
         if self.split:   # what W will need: each split Linear's (x, dy), and the FLOPs to charge
             self._deferred[m, k] = [(unit, unit.pending, f) for unit, f in zip(runner.layers, flops)
                                     if isinstance(unit, DeferredWeightGrad)]
-        self.ledger.backward_done(task, held + self.charges.recomputed, self.held_activations())
+        self._done(task, held + self.charges.recomputed, self.held_activations())
         self.links.send(task, dx)
 
     def _weight_grad(self, task: Task) -> None:
         """W(m, k): the weight gradients B left; after the stage's last W, its gradient sync (empty pass)."""
-        self.ledger.begin()
+        self._start = self.comm.clock
         held = self.held_activations()
         for unit, pending, flops in self._deferred.pop((task.micro_batch, task.stage)):
             unit.weight_grad(pending)
             self.charges.charge(flops, label=self.charges.label)
         if self.last_of[task.stage] == task:
             backward_through([], None, self.runners[task.stage].attachments)
-        self.ledger.backward_done(task, held, self.held_activations())
+        self._done(task, held, self.held_activations())
 
     def _sum_replicas(self) -> None:
         """A stage on two ranks (Chimera): both add the other's gradients (a + b == b + a: bitwise alike)."""
