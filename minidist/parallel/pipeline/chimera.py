@@ -1,8 +1,7 @@
 """Chimera: two pipelines in opposite directions over the same ranks (bidirectional pipeline).
 
 Li and Hoefler 2021, "Chimera: Efficiently Training Large-Scale Neural Networks with Bidirectional
-Pipelines"; the "Distributed Deep Learning (Part II)" slides ("Chimera: Bidirectional Pipeline":
-replicate the model so that forward passes run in two directions, then synchronise the gradients).
+Pipelines"; the "Distributed Deep Learning (Part II)" slides ("Chimera: Bidirectional Pipeline").
 
     the down pipeline   stage k on rank k;          micro-batches m with (m mod P) <  P/2
     the up pipeline     stage k on rank P − 1 − k;  micro-batches m with (m mod P) >= P/2

@@ -62,9 +62,8 @@ class Pipeline:
         a data group's GradientSync). ``attachments``: step-level ones (empty at first), given one empty
         backward pass after the table (their end_backward).
 
-    Batch norm is per micro-batch, by choice (as GPipe): a BatchNorm layer in training mode normalises
-    each micro-batch with its own statistics and updates its running estimates M times per step (M = 1
-    is full-batch training; GroupNorm / LayerNorm do not depend on M: lessons/12_normalization.py).
+    BatchNorm is per micro-batch, as in GPipe: its statistics are each micro-batch's and its running
+    estimates are updated M times per step (GroupNorm / LayerNorm do not depend on M: lesson 12).
     """
 
     def __init__(self, comm, model: Sequential, *, loss_fn, num_micro_batches: int, schedule="gpipe",
@@ -105,7 +104,6 @@ class Pipeline:
             mine = list(stage_attachments(k, self.stages[k])) if stage_attachments else []
             self.runners[k] = StepRunner(Sequential(*units), None, [*mine, self.charges], input_grad=True)
         self.stage = min(self.stages) if self.stages else None        # one stage per rank: its index
-        self.module = self.stages.get(self.stage)
         self.attachments = []
         self.loss: float | None = None
         self.output: np.ndarray | None = None
@@ -143,9 +141,8 @@ class Pipeline:
         return nbytes_of(saved, waiting)
 
     def _done(self, task: Task, held: int, held_after: int | None = None) -> None:
-        """Book a finished task: (task, start, end) on the timeline and the activation bytes held from its
-        start (F: kept for B; B, W: while running, with what a checkpointed segment recomputed), and for B
-        and W the bytes still held once what it needed was let go."""
+        """Book a finished task: (task, start, end) on the timeline; the activation bytes held from its start
+        (F: kept for B; B, W: while running, recomputing included) and, for B and W, after it."""
         name = f"{task.kind}{task.micro_batch}.{task.stage}"
         self.timeline.append((task, self._start, self.comm.clock))
         if held_after is None:
@@ -156,11 +153,10 @@ class Pipeline:
 
     # -- one training step: run my row of the table --------------------------------------------------------
     def train_step(self, x: np.ndarray, target: np.ndarray, optimizer=None) -> float | None:
-        """Zero the gradients, run this rank's row of the table over the batch (x (N, ...), target
-        (N, ...); every rank is given both), sum replicated stages' gradients, step the optimizer once.
-        Returns Σ (n_m / N)·loss_m over the micro-batches whose last stage ran here (the batch's mean loss
-        on the last stage of a one-stage-per-rank table; also in .loss, its output (N, ...) in .output),
-        None if none did."""
+        """Zero the gradients, run this rank's row of the table over the batch (x (N, ...), target (N, ...),
+        given to every rank), sum replicated stages' gradients, step the optimizer once. Returns (and keeps
+        in .loss) Σ (n_m / N)·loss_m over the micro-batches whose last stage ran here, None if none did;
+        .output: the last stage's output (N, ...) when every micro-batch's ran here."""
         self._x, self._target, self._weight = split_micro_batches(x, target, self.M)
         self._saved, self._deferred, self._losses, self._outputs = {}, {}, {}, {}
         for stage in self.stages.values():

@@ -1,5 +1,5 @@
 """The schedule registry: a schedule's name -> the function that builds its table (one table format:
-ticks of Tasks, schedule.py). The executor (pipeline.py), the grids and the planner read the names here;
+ticks of Tasks, schedule.py). The executor (pipeline.py), parallelize and the planner read the names here;
 a new schedule is one function and one line below.
 
     make_schedule("1f1b", 4, 8)                 # P = 4 ranks, M = 8 micro-batches

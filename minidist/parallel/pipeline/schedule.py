@@ -51,9 +51,6 @@ class Op(Task):
     def __getnewargs__(self):
         return self.stage, self.kind, self.micro_batch
 
-    def __repr__(self) -> str:
-        return f"Op(stage={self.stage}, kind={self.kind!r}, micro_batch={self.micro_batch})"
-
 
 Schedule = list[list[Task]]
 

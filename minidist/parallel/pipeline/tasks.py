@@ -8,10 +8,8 @@ schedule.py's ``Task(rank, kind, micro_batch, stage)`` names the two things the 
     kind    "F" forward; "B" backward — the whole backward, or only the input gradient when the
             schedule also has "W" tasks (the weight gradient, zero-bubble schedules)
 
-At most one task per rank and tick; W(m, k) after B(m, k), besides schedule.py's rules; the tasks of (m, k)
-run on one rank, which holds m's activations from F until its last backward task (B, or W when split).
-schedule.py places (``place_in_ticks``), checks (``check_tasks``) and measures a table of tasks as one of
-Ops;
+The tasks of (m, k) run on one rank, which holds m's activations from F until its last backward task (B,
+or W when split). schedule.py places, checks and measures a table of tasks as one of Ops; here
 ``greedy_tasks`` lets each rank pick, tick by tick, the ready task it prefers.
 """
 
@@ -19,14 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .schedule import (
-    Schedule,
-    Task,
-    dependencies,
-    format_rows,
-    key_of,
-    to_ticks,
-)
+from .schedule import Schedule, Task, dependencies, format_rows, key_of, to_ticks
 
 
 def greedy_tasks(tasks_by_rank: list[list[Task]], num_stages: int,

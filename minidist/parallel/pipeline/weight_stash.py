@@ -15,9 +15,8 @@ backwards in micro-batch order (1F1B over a stream), so a queue pairs them:
                     then applied to the latest:  w_{t+1} = step(w_t, g_m)   (the optimizer's update)
 
 A version is never written after it is made: an update steps a *copy* of w_t, so the arrays a stashed
-micro-batch points at stay as its forward saw them (``p.data`` is rebound, never overwritten).
-``PipeDream`` is pipeline.py's executor with a WeightStash on every stage; ``train_on_stream`` trains a
-stream by PipeDream or by synchronous 1F1B. The clock charges the layers (F, B), not the updates.
+micro-batch points at stay as its forward saw them (``p.data`` is rebound, never overwritten). The clock
+charges the layers (F, B), not the updates.
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ class WeightStash(Attachment):
     """Weight stashing and the per-micro-batch optimizer step of one pipeline stage.
 
     stage: the stage's Module; optimizer: an optimizer over exactly ``stage.parameters()`` (its state,
-    e.g. momentum, follows the latest weights); lag: 0 (weight stashing) or the stage index s (vertical
-    sync: every stage uses the version stage 0 used). Records, per micro-batch in forward order,
+    e.g. momentum, follows the latest weights); lag: 0, or s (vertical sync). Records, in forward order,
     ``used[m]`` (the version its forward and backward used) and ``applied[m]`` (the version its update
     was applied to: staleness = applied[m] − used[m]); ``peak_versions``: the most versions held at once.
     """
@@ -121,14 +119,14 @@ class PipeDream(Pipeline):
     """PipeDream on the cluster: the "pipedream" table (1F1B over a stream of M micro-batches, no flush)
     with a WeightStash on every stage, which steps ``make_optimizer(stage parameters)`` after each backward.
 
-    Arguments as Pipeline's (boundaries, sample, checkpoint), and vertical_sync: every stage uses the
-    version stage 0 used for the micro-batch. ``train_step(x, target)`` trains on the stream: x and target
-    hold M·b samples, micro-batch m the m-th b of them; returns their mean loss. ``losses``: each
-    micro-batch's loss (last stage), ``stashes[k]``: stage k's WeightStash (versions, staleness).
+    checkpoint as Pipeline's; vertical_sync: every stage uses the version stage 0 used for the micro-batch.
+    ``train_step(x, target)`` trains on the stream: x and target hold M·b samples, micro-batch m the m-th b
+    of them; returns their mean loss. ``losses``: each micro-batch's loss (last stage), ``stashes[k]``:
+    stage k's WeightStash (versions, staleness).
     """
 
     def __init__(self, comm, model: Sequential, *, loss_fn, make_optimizer, num_micro_batches: int,
-                 vertical_sync: bool = False, boundaries="layers", sample=None, checkpoint=False):
+                 vertical_sync: bool = False, checkpoint=False):
         if not callable(make_optimizer):
             raise TypeError(f"make_optimizer must be a function params -> optimizer, got {make_optimizer!r}")
         if not isinstance(vertical_sync, bool):
@@ -141,8 +139,8 @@ class PipeDream(Pipeline):
             return [self.stashes[k]]
 
         super().__init__(comm, model, loss_fn=StreamLoss(loss_fn, num_micro_batches),
-                         num_micro_batches=num_micro_batches, schedule="pipedream", boundaries=boundaries,
-                         sample=sample, checkpoint=checkpoint, stage_attachments=stash)
+                         num_micro_batches=num_micro_batches, schedule="pipedream", checkpoint=checkpoint,
+                         stage_attachments=stash)
 
     @property
     def losses(self) -> list[float]:
