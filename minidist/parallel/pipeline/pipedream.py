@@ -23,7 +23,7 @@ for float64 models and M a power of two).
 
 from __future__ import annotations
 
-from minidist.checks import check_count, is_count
+from minidist.checks import check_count, check_rank
 from minidist.nn.module import Sequential
 
 from .schedule import Schedule, one_f_one_b_schedule
@@ -37,16 +37,10 @@ def pipedream_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     return one_f_one_b_schedule(num_stages, num_micro_batches)
 
 
-def _check(num_stages: int, stage: int) -> tuple[int, int]:
-    P = check_count(num_stages, "number of stages P")
-    if not (is_count(stage, 0) and stage < P):
-        raise ValueError(f"stage must be an integer in [0, {P}), got {stage!r}")
-    return P, int(stage)
-
-
 def version_used(num_stages: int, stage: int, micro_batch: int, vertical_sync: bool = False) -> int:
     """v_s(m): how many updates stage s had applied to the weights micro-batch m's F and B use."""
-    P, s = _check(num_stages, stage)
+    P = check_count(num_stages, "number of stages P")
+    s = check_rank(stage, P, "stage")
     return max(0, check_count(micro_batch, "micro_batch", 0) - (P - 1 - (0 if vertical_sync else s)))
 
 

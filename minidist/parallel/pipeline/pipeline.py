@@ -20,11 +20,10 @@ of the step passes ``last=True``, so a stage's gradient sync runs once per step,
 backward (a table with W tasks: an empty pass after the stage's last W). A stage held by two ranks
 (Chimera) sums its two gradients (one exchange) before the optimizer steps. Between F(m, k) and B(m, k)
 the rank keeps m's activations (``checkpoint``: only the stage's input, the rest recomputed in B).
-Kept to the side, without changing what is computed: the runners' ComputeCharges charge the simulated
-clock per layer (``busy_seconds``); ``timeline`` holds (task, start, end) per task, start taken after its
-input arrived, and ``memory`` (a MemoryLedger, minidist/sim/memory.py) the activation bytes held, so a
-lesson can draw the bubble and compare the memory of GPipe, 1F1B and checkpointing. comm.py carries the
-messages.
+Kept to the side, without changing what is computed: the runners' ComputeCharges charge the clock per
+layer (``busy_seconds``), ``timeline`` holds (task, start after its input arrived, end) per task and
+``memory`` (a MemoryLedger) the activation bytes held, so a lesson can draw the bubble and compare the
+memory of GPipe, 1F1B and checkpointing. comm.py carries the messages.
 """
 
 from __future__ import annotations
@@ -53,8 +52,7 @@ class Pipeline:
 
     comm: the communicator; P = comm.world_size ranks. model: the whole Sequential (the same on every rank).
     loss_fn: forward(prediction, target) -> mean loss, backward() -> dL/dprediction.
-    num_micro_batches: M. schedule: a name of registry.SCHEDULES or a table (ticks of Ops or Tasks).
-    num_stages: S (default: the table's).
+    num_micro_batches: M. schedule: a registry.SCHEDULES name or a table; num_stages: S (default: the table's)
     boundaries: "layers" (equal layer counts), "flops" (balanced by forward FLOPs of ``sample``), or a
         list [0, b_1, ..., L] of S + 1 increasing layer indices.
     checkpoint: recompute activations in backward, for every stage (bool) or per stage (S bools).
@@ -82,7 +80,6 @@ class Pipeline:
         if len(flags) != S or not all(isinstance(f, bool) for f in flags):
             raise ValueError(f"checkpoint must be a bool or {S} bools (one per stage), got {checkpoint!r}")
         self.rank_of = {(t.micro_batch, t.stage): t.rank for tick in table for t in tick}
-        self.holders = {k: sorted({r for (_, s), r in self.rank_of.items() if s == k}) for k in range(S)}
         self.split = any(t.kind == "W" for tick in table for t in tick)
         self.my_tasks = stage_ops(table, comm.rank)
         done = "W" if self.split else "B"        # the task after which a stage's gradients are complete
@@ -229,7 +226,7 @@ class Pipeline:
     def _sum_replicas(self) -> None:
         """A stage on two ranks (Chimera): both add the other's gradients (a + b == b + a: bitwise alike)."""
         for k in sorted(self.stages):
-            others = [r for r in self.holders[k] if r != self.comm.rank]
+            others = sorted({r for (_, s), r in self.rank_of.items() if s == k and r != self.comm.rank})
             if len(others) > 1:
                 raise ValueError(f"stage {k} is held by {len(others) + 1} ranks; only pairs are summed here")
             for p in self.stages[k].parameters() if others else []:

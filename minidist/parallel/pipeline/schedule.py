@@ -2,9 +2,8 @@
 
 A schedule for P stages and M micro-batches is a list of clock ticks; tick t lists ``Op(stage, kind,
 micro_batch)``, at most one per stage (one tick = one F or one B, the textbook picture). Being data, it
-can be printed (``format_schedule``), checked (``check_tasks``: F(s, m) after F(s−1, m); B(s, m)
-after B(s+1, m) and F(s, m)) and measured (``bubble_fraction``, ``max_in_flight``) without running
-anything; pipeline.py runs row s on stage s.
+can be printed (``format_schedule``), checked (``check_tasks``: each op after its ``dependencies``) and
+measured (``bubble_fraction``, ``max_in_flight``) without running anything; pipeline.py runs it.
 
 The three schedules ("Distributed Deep Learning (Part II)" slides, "GPipe: Reduce Bubble
 with Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
@@ -56,7 +55,6 @@ Schedule = list[list[Task]]
 
 
 def check_sizes(num_stages: int, num_micro_batches: int) -> None:
-    """Raise ValueError unless P and M are integers >= 1 (the message names which)."""
     check_count(num_stages, "number of stages P")
     check_count(num_micro_batches, "number of micro-batches M")
 

@@ -158,10 +158,9 @@ class PipeDream(Pipeline):
 
 def train_on_stream(comm, model: Sequential, loss_fn, make_optimizer, x: np.ndarray, target: np.ndarray,
                     num_micro_batches: int, *, flush_every: int | None = None):
-    """Train on a stream of M equal micro-batches (x, target: their samples, in order) on the cluster,
-    by PipeDream (flush_every=None) or by synchronous 1F1B with a flush, one optimizer step, every
-    ``flush_every`` micro-batches. Returns (the executor: .timeline, .busy_seconds, .stashes; the losses of
-    the micro-batches, on the last stage)."""
+    """Train on a stream of M equal micro-batches (x, target: their samples, in order) on the cluster, by
+    PipeDream (flush_every=None) or by synchronous 1F1B with a flush (one optimizer step) every flush_every
+    micro-batches. Returns (the executor, the micro-batches' losses on the last stage)."""
     if flush_every is None:
         pipe = PipeDream(comm, model, loss_fn=loss_fn, make_optimizer=make_optimizer,
                          num_micro_batches=num_micro_batches)

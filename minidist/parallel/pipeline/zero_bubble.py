@@ -51,9 +51,8 @@ def zero_bubble_bubble(num_stages: int, num_micro_batches: int) -> float:
 
 
 class DeferredWeightGrad(Module):
-    """Wraps a Linear (sharing its Parameters): forward as the Linear; backward(dy) returns dx only and
-    leaves (x, dy) in ``pending`` for ``weight_grad(pending)``, which adds dW and db. Its backward (B) costs
-    one forward's FLOPs, not two (``backward_factor``, minidist.sim.compute); W costs the other."""
+    """Wraps a Linear (sharing its Parameters): backward(dy) returns dx only, leaving (x, dy) in ``pending``
+    for ``weight_grad(pending)`` (dW, db); B is charged one forward's FLOPs (``backward_factor``)."""
 
     backward_factor = 1
 
