@@ -76,10 +76,16 @@ def _build(options):
     return gpt(**options)
 
 
-def _refusals(comm):
+# A case whose check builds a table with an exercise region (interleaved_orders) runs on its own cluster, so
+# the one run of the others reaches no exercise: in a student copy only this case's test fails.
+ON_ITS_OWN = {"interleaved stages past the units"}
+
+
+def _refusals(comm, cases):
     """Per case: (type name, message, model unchanged bitwise) of what parallelize raised on this rank."""
     out = {}
-    for case, (sizes, options, keywords, _, _) in CASES.items():
+    for case in cases:
+        sizes, options, keywords, _, _ = CASES[case]
         model = _build(options)
         before = {name: value.copy() for name, value in model.state_dict().items()}
         kinds = [type(m) for m in model.modules()]
@@ -99,13 +105,15 @@ def _refusals(comm):
 
 @pytest.fixture(scope="module")
 def refusals():
-    return run(_refusals, 4, timeout=120)
+    return run(_refusals, 4, [case for case in CASES if case not in ON_ITS_OWN], timeout=120)
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_parallel_parallelize_refuses_before_it_touches_the_model(case, refusals):
+def test_parallel_parallelize_refuses_before_it_touches_the_model(case, request):
     *_, kind, message = CASES[case]
-    for per_rank in refusals:
+    alone = case in ON_ITS_OWN
+    ranks = run(_refusals, 4, [case], timeout=120) if alone else request.getfixturevalue("refusals")
+    for per_rank in ranks:
         name, text, unchanged = per_rank[case]
         assert name == kind.__name__, text
         assert re.search(message, text), text
