@@ -59,6 +59,7 @@ class ZeroSync(GradientReadiness):
         if isinstance(stage, bool) or stage not in (1, 2, 3):
             raise ValueError(f"stage must be a ZeRO stage 1, 2 or 3, got {stage!r}")
         self.data, self.stage, self.mixed, self.precision = data, stage, mixed, check_mixed(mixed)
+        self.precision.bind(model, self.params)                 # mixed: float32 parameters, once
         holding = [i for i, u in enumerate(self.units) if u.parameters()]
         if stage == 3:                                           # FSDP's unit: one unit's parameters
             buckets = [Bucket(k, self.units[i].parameters()) for k, i in enumerate(holding)]
