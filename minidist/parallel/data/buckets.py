@@ -93,15 +93,6 @@ def ready_layers(layers: list, buckets: list[Bucket]) -> list[int]:
     return [min(layer_of[id(p)] for p in b.params) for b in buckets]
 
 
-def check_communicator(name: str, comm, *, optional: bool = True) -> None:
-    """TypeError unless comm is a Communicator (has rank and world_size), or None where optional."""
-    if comm is None and optional:
-        return
-    if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
-        raise TypeError(f"{name} must be a Communicator{' or None' if optional else ''}, got "
-                        f"{type(comm).__name__}")
-
-
 class GradientReadiness(Attachment):
     """The readiness of ``model``'s parameters' gradients (see the module docstring); a subclass says what
     its buckets are (``watch``) and what to do with a ready one (``bucket_complete``, ``backward_complete``).

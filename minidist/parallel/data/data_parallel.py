@@ -1,25 +1,22 @@
 """Data parallelism: every rank holds the whole model and trains on its own slice of each global batch.
 
-"Distributed Deep Learning (Part II)" slides, "Synchronous Data Parallelism": compute the
-entire model on each processor, distribute the batch, allreduce the gradients, apply the same update:
-
-    slide:  w¹ = w⁰ − α/B · Σ_{i=1..B} ∂J_i(w⁰)/∂w
-    code:   rank r holds n_r of the B examples and backpropagates (n_r/B)·mean_r(ℓ) = Σ_{i∈r} ℓ_i / B,
-            so the allreduce *sum* Σ_r g_r is exactly the full-batch gradient, also when P does not
-            divide B (shards differ by one example; P ≤ B).
+The update of naive.py ("Distributed Deep Learning (Part II)" slides, "Synchronous Data Parallelism"):
+rank r holds n_r of the B examples and backpropagates (n_r/B)·mean_r(ℓ), so the allreduce *sum* Σ_r g_r
+is the full-batch gradient, also when P does not divide B (shards differ by one example; P ≤ B). Here the
+runner's gradient sync (sync.GradientSync) sends the gradients in buckets (buckets.py), each allreduced as
+soon as backward has produced it; on the simulated clock that allreduce overlaps the rest of backward
+(overlap.py: the two streams), as PyTorch's DistributedDataParallel.
 
     dp = DataParallel(comm, model, optimizer, CrossEntropyLoss(), algorithm="ring")
     for x, y in global_batches:          # the same global batch on every rank
         loss = dp.train_step(x, y)       # this rank's shard: forward, backward + bucket allreduces, step
 
 Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True`` (replicas.py
-checks). The runner's gradient sync (sync.GradientSync) sends the gradients in buckets (buckets.py), each
-allreduced as soon as backward has produced it; on the simulated clock that allreduce overlaps the rest of
-backward (overlap.py: the two streams).
-``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their number.
-``mixed=MixedPrecisionTrainer(...)``: the scaled gradients are allreduced, the sum rounded to grad_fmt
-(as an allreduce in that format delivers it), found_inf reduced with max so every rank skips or applies
-the same step. Not synchronised: BatchNorm's batch statistics and buffers (DDP without SyncBatchNorm).
+checks). ``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their
+number. ``mixed=MixedPrecisionTrainer(...)``: the scaled gradients are allreduced, the sum rounded to
+grad_fmt (as an allreduce in that format delivers it), found_inf reduced with max so every rank skips or
+applies the same step. Not synchronised: BatchNorm's batch statistics and buffers (DDP without
+SyncBatchNorm).
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from minidist.cluster import Span
 from minidist.collectives import ALGORITHMS, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
 from minidist.nn.module import Module
-from minidist.nn.runner import StepRunner, units
+from minidist.nn.runner import StepRunner
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryRecorder, held_bytes
@@ -85,15 +82,14 @@ class DataParallel:
                                       and mixed.optimizer is optimizer):
             raise ValueError("mixed must be a MixedPrecisionTrainer built on the same model and optimizer")
         self.comm, self.model, self.optimizer, self.loss_fn = comm, model, optimizer, loss_fn
-        self.algorithm, self.overlap, self.mixed = algorithm, bool(overlap), mixed
-        self.check_every_step, self.memory = check_every_step, memory
+        self.check_every_step = check_every_step
         self.precision = mixed if mixed is not None else FullPrecision(optimizer)
         self.clock = ComputeCharges(comm)               # the compute stream on the simulated clock
         self.sync = GradientSync(model, comm, algorithm=algorithm, bucket_bytes=bucket_bytes, overlap=overlap,
                                  mixed=self.precision, clock=self.clock,
                                  gradient_as_bucket_view=gradient_as_bucket_view)
-        self.buckets, self.gradient_as_bucket_view = self.sync.buckets, self.sync.gradient_as_bucket_view
-        completes = ready_layers(units(model), self.buckets)    # the layers whose backward ends a bucket
+        self.buckets = self.sync.buckets
+        completes = ready_layers(self.sync.units, self.buckets)    # the layers whose backward ends a bucket
         self.recorder = MemoryRecorder(memory, self.held, comm, backward_points={   # records after the sync
             i: f"backward layer {i}" for i in sorted(set(completes))})
         self.runner = StepRunner(model, loss_fn, [self.recorder, self.sync, self.clock, self.precision])
@@ -114,12 +110,6 @@ class DataParallel:
         check_same_values(self.comm, self.params, what)
 
     # -- one global batch ------------------------------------------------------------------------------------
-    def shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns this rank's contiguous
-        slice x_r (n_r, ...), y_r (n_r, ...) and its weight n_r / B."""
-        lo, hi = shard_range(self.comm, x, y)
-        return x[lo:hi], y[lo:hi], (hi - lo) / len(x)
-
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch; gradients are *added*.
 
@@ -130,10 +120,10 @@ class DataParallel:
         if self._synced:
             raise RuntimeError("the gradients were already averaged: call step() (or zero_grad()) before "
                                "the next forward_backward")
-        x_r, y_r, weight = self.shard(x, y)
-        self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, weight)
+        lo, hi = shard_range(self.comm, x, y)                # this rank's slice, its loss weighted n_r / B
+        self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
         self._micro_steps += 1
-        loss = self.runner.forward_backward(x_r, y_r, last=self._syncing)
+        loss = self.runner.forward_backward(x[lo:hi], y[lo:hi], last=self._syncing)
         self._synced = self._syncing
         return loss
 

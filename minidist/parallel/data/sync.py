@@ -21,12 +21,12 @@ from minidist.collectives import allreduce, shared_empty
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
 
+from ..shards import check_communicator
 from .buckets import (
     DEFAULT_BUCKET_BYTES,
     GradientReadiness,
     allreduce_bucket,
     assign_buckets,
-    check_communicator,
     ready_layers,
 )
 

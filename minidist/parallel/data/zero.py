@@ -15,18 +15,14 @@ parameter or gradient):
                                             (backward: its parameters and full gradient)
 
 with Ψ_r = Σ over groups of the rank's piece (Ψ/P when P divides every group). Bytes sent per rank and
-step: stages 1-2 data parallelism's; stage 3 two allgathers and one reduce-scatter of every layer,
-3(P − 1)/P · bΨ (1.5x). Stage 3's schedule (zero_sync.py):
+step: stages 1-2 data parallelism's; stage 3 two allgathers (forward and backward gather each layer) and
+one reduce-scatter of every layer, 3(P − 1)/P · bΨ (1.5x). Between stage-3 steps the model's Parameters
+hold no data (None); ``full_parameters()`` gathers them.
 
-    forward, layer l:   allgather W_l, y = layer(x), free W_l
-    backward, layer l:  allgather W_l again, dx, dW_l = layer.backward(dy), free W_l,
-                        reduce-scatter dW_l -> this rank's piece of the summed gradient, free dW_l
-    step:               the optimizer updates the shards only (no allgather: the next forward gathers)
-
-Between stage-3 steps the model's Parameters hold no data (None); ``full_parameters()`` gathers them.
-The class is a composition: the ZeRO attachment (zero_sync.ZeroSync of the stage) on a step runner with
-the memory recorder (it sees a layer's gathered parameters or full gradient before the sync frees them),
-the compute clock (no overlap) and the precision (zero_mixed.py).
+The class is a composition: the ZeRO attachment (zero_sync.ZeroSync: when each stage reduce-scatters,
+steps and gathers) on a step runner with the memory recorder (it sees a layer's gathered parameters or
+full gradient before the sync frees them), the compute clock (no overlap) and the precision
+(zero_mixed.py).
 
     zero = ZeRO(comm, model, lambda shards: Adam(shards, lr=1e-3), CrossEntropyLoss(), stage=2)
     loss = zero.train_step(x, y)      # x, y: the global batch, the same on every rank

@@ -16,7 +16,7 @@ parameter order for stages 1-2, buckets.py; one unit's parameters for stage 3); 
 
 ``mixed`` (a ShardedMixedPrecision, zero_mixed.py): fp32 master shards, the low-precision parameters
 follow them; the ranks of ``data`` agree on found_inf at step(). Every rank ends with bitwise the same
-parameters. The wrappers around it: ZeRO (zero.py, stages 1-2) and FSDP (fsdp.py, stage 3).
+parameters. The trainer around it: ZeRO (zero.py).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ import numpy as np
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn.module import Module, Parameter
 
+from ..shards import check_communicator
 from . import flat
 from .buckets import (
     DEFAULT_BUCKET_BYTES,
     Bucket,
     GradientReadiness,
     assign_buckets,
-    check_communicator,
     ready_layers,
 )
 from .zero_mixed import check_mixed
@@ -145,14 +145,15 @@ class ZeroSync(GradientReadiness):
 
     # -- the sharded step ------------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Update this rank's shards from its piece of the summed gradient (stage 1: reduce-scatter first,
-        the exercise zero1_shard_update), then the parameters follow. False if skipped (Inf/NaN)."""
-        if self.stage == 1:
-            return self.precision.zero1_step(self)
-        return self.step_shards()
-
-    def step_shards(self) -> bool:
-        """The optimizer on the shards (mixed: unless a rank found Inf/NaN), then ``share_masters``."""
+        """Update this rank's shards from its piece of the summed gradient (mixed: unless a rank found
+        Inf/NaN), then the parameters follow (``share_masters``). Stage 1 reduce-scatters first: in plain
+        precision the exercise flat.zero1_shard_update does all three. False if skipped (Inf/NaN)."""
+        if self.stage == 1 and not self.precision.keeps_masters:
+            flat.zero1_shard_update(self.data, self.groups, self.optimizer)
+            return True
+        if self.stage == 1:                                  # mixed: into the fp32 master shards' .grad
+            for g in self.groups:
+                g.shard.grad[...] = reduce_scatter(self.data, g.grad)
         self.applied = self.precision.step(self.data, [g.shard for g in self.groups], self.optimizer)
         if self.applied:
             self.share_masters()
