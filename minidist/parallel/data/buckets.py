@@ -197,16 +197,3 @@ def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring",
         g[...] = flat[offset:offset + g.size].reshape(g.shape)
         offset += g.size
     # END SOLUTION
-
-
-def allreduce_gradients(comm, params: list[Parameter], algorithm: str = "ring") -> None:
-    """Sum every parameter's gradient over ``comm``, in place, all of them as ONE bucket (one allreduce):
-    the hybrids' data-parallel step (hybrid.py, grid3d.py, grid_spatial.py). The same bytes as one
-    allreduce per parameter, 2(D−1)/D·|W| per rank on the ring, in far fewer messages."""
-    if comm.world_size == 1 or not params:
-        return
-    dtypes = {p.grad.dtype for p in params}
-    if len(dtypes) > 1:
-        raise TypeError("allreduce_gradients: the parameters must share one dtype, got "
-                        f"{sorted(map(str, dtypes))}")
-    allreduce_bucket(comm, [p.grad for p in params], algorithm)

@@ -48,18 +48,10 @@ class DataParallel:
     Args:
         comm: the Communicator (every rank builds its own DataParallel over its own replica).
         model, optimizer, loss_fn: a minidist Module, an optimizer over model.parameters(), a loss.
-        algorithm: the allreduce algorithm ("ring", "tree", ..., "hierarchical" or "torus" under
-            ``run(..., link=Topology(...))``, "shared_memory" (the buckets live in the cluster's shared
-            memory where it has room, and the peers reduce straight out of them), or "auto", which
-            chooses by topology and size).
-        bucket_bytes: bucket capacity in bytes (DDP's default 25 MiB); None = one allreduce per parameter.
-        overlap: issue each bucket as soon as it is ready (True) or after the whole backward (False).
+        algorithm, bucket_bytes, overlap, gradient_as_bucket_view: the gradient sync's (sync.GradientSync).
         mixed: a MixedPrecisionTrainer over the same model and optimizer (None: plain precision).
         broadcast_parameters: copy rank 0's parameters to every rank first.
         check_every_step: check after every step that the replicas are bitwise identical.
-        gradient_as_bucket_view: make every Parameter.grad a view into its bucket's flat buffer (as
-            PyTorch's DDP option of that name), so no flatten and copy-back is needed (layers must *add*
-            into .grad in place, as every minidist layer does; a replaced .grad is detected).
         memory: a minidist.sim.memory.MemoryLedger: held bytes recorded after forward, after each layer that
             completes a bucket, after backward and after step (None: nothing recorded, no cost).
     """

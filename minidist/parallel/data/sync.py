@@ -37,13 +37,18 @@ class GradientSync(GradientReadiness):
     Args:
         model: the Module whose parameters this rank trains (a whole model or a pipeline stage's module).
         data: the Communicator over the data-parallel replicas (None: the partial sums only).
-        algorithm: the allreduce algorithm ("ring", "tree", ..., "shared_memory").
-        bucket_bytes: bucket capacity (DDP's 25 MiB); None: one bucket per parameter.
+        algorithm: the allreduce algorithm ("ring", "tree", ..., "hierarchical" or "torus" under
+            ``run(..., link=Topology(...))``, "shared_memory" (the buckets live in the cluster's shared
+            memory where it has room, and the peers reduce straight out of them), or "auto", which
+            chooses by topology and size).
+        bucket_bytes: bucket capacity in bytes (DDP's default 25 MiB); None: one allreduce per parameter.
         overlap: allreduce each bucket as soon as it is complete (else all at end_backward).
         mixed: the MixedPrecisionTrainer (or FullPrecision) in the same runner: found_inf is agreed.
         inf_group: where ranks agree on a mixed-precision overflow (default: data).
         clock: a minidist.sim.compute.ComputeCharges: each allreduce first waits for the compute stream.
-        gradient_as_bucket_view: every .grad becomes a view of its bucket's buffer (as DDP's option).
+        gradient_as_bucket_view: make every Parameter.grad a view into its bucket's flat buffer (as
+            PyTorch's DDP option of that name), so no flatten and copy-back is needed (layers must *add*
+            into .grad in place, as every minidist layer does; a replaced .grad is detected).
     """
 
     def __init__(self, model: Module, data=None, *, algorithm: str = "ring",

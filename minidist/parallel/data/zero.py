@@ -50,18 +50,11 @@ class ZeRO:
 
     Args:
         comm: the Communicator; model: a minidist Module (the same values on every rank, each parameter in
-            exactly one layer).
-        make_optimizer: a function [Parameter] -> optimizer, called once with this rank's shards
-            (e.g. ``lambda shards: SGD(shards, lr=0.1, momentum=0.9)``); element-wise optimizers only.
-        loss_fn: e.g. CrossEntropyLoss().
-        stage: 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too: FSDP).
-        bucket_bytes: stages 1-2: gradients travel in buckets of about this many bytes (buckets.py), each
-            bucket one group cut in P pieces; stage 3: one group per layer with parameters.
+            exactly one layer); loss_fn: e.g. CrossEntropyLoss().
+        stage, make_optimizer, bucket_bytes, mixed: the ZeRO attachment's (zero_sync.ZeroSync), e.g.
+            ``make_optimizer=lambda shards: SGD(shards, lr=0.1, momentum=0.9)``.
         algorithm: "ring" only (the shards follow its chunking).
         memory: a MemoryLedger to record held bytes at each point of a step (None: no recording).
-        mixed: a ShardedMixedPrecision (zero_mixed.py): low-precision parameters and gradients, fp32
-            master shards (stage 3: each rank keeps a low-precision shard ``g.low``, gathered before use);
-            float32 models only. None: plain precision.
 
     Everything is checked before anything changes: TypeError for a wrong comm / model / make_optimizer /
     loss_fn / mixed, ValueError for a model without parameters, a parameter shared by two layers, replicas

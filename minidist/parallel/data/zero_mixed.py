@@ -169,10 +169,8 @@ class ShardedFullPrecision(Attachment):
 def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
     """The precision attachment of a sharded wrapper: ``mixed`` itself, or ShardedFullPrecision() for None
     (a MixedPrecisionTrainer is built on a whole optimizer: refused)."""
-    if mixed is None:                      # the wrappers' default argument: plain precision
+    if mixed is None:                      # the default argument: plain precision
         return ShardedFullPrecision()
-    if isinstance(mixed, ShardedFullPrecision):
-        return mixed
     if not isinstance(mixed, ShardedMixedPrecision):
         raise TypeError("mixed must be a ShardedMixedPrecision(fmt, grad_fmt=..., scaler=...) (the sharded "
                         f"wrappers build the optimizer on fp32 master shards), got {type(mixed).__name__}")

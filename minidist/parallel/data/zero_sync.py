@@ -46,10 +46,13 @@ class ZeroSync(GradientReadiness):
     Args:
         model: the Module whose parameters this rank trains (a whole model or a pipeline stage's module).
         data: the Communicator over the data-parallel replicas (the ring's reduce-scatter and allgather).
-        stage: 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too).
-        make_optimizer: a function [Parameter] -> optimizer, called once with this rank's shards.
+        stage: 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too: FSDP).
+        make_optimizer: a function [Parameter] -> optimizer, called once with this rank's shards;
+            element-wise optimizers only (flat.build_optimizer checks).
         bucket_bytes: stages 1-2: the groups are buckets of about this many bytes (stage 3: one per unit).
-        mixed: a ShardedMixedPrecision (None: plain precision).
+        mixed: a ShardedMixedPrecision (zero_mixed.py: low-precision parameters and gradients, fp32 master
+            shards; stage 3 keeps a low-precision shard ``g.low``, gathered before use; float32 models
+            only). None: plain precision.
     """
 
     def __init__(self, model: Module, data, *, stage: int, make_optimizer,
