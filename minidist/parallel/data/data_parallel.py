@@ -39,7 +39,7 @@ from .buckets import DEFAULT_BUCKET_BYTES, ready_layers
 from .replicas import check_same_layout, check_same_values
 from .sync import GradientSync
 
-__all__ = ["DataParallel", "ShardWeightedLoss"]
+__all__ = ["DataParallel"]
 
 
 class DataParallel:
@@ -86,17 +86,14 @@ class DataParallel:
             i: f"backward layer {i}" for i in sorted(set(completes))})
         self.runner = StepRunner(model, loss_fn, [self.recorder, self.sync, self.clock, self.precision])
         self._syncing, self._synced, self._micro_steps = True, False, 0
-        self._check_start(broadcast_parameters)
-
-    # -- replicas -------------------------------------------------------------------------------------------
-    def _check_start(self, broadcast_parameters: bool) -> None:
-        check_same_layout(self.comm, self.params)
+        check_same_layout(comm, self.params)
         if broadcast_parameters:
             for p in self.params:
-                p.data[...] = broadcast(self.comm, p.data, root=0)
+                p.data[...] = broadcast(comm, p.data, root=0)
         self.check_replicas("replicas start different: build the model from the same seed on every rank "
                             "or pass broadcast_parameters=True")
 
+    # -- replicas -------------------------------------------------------------------------------------------
     def check_replicas(self, what: str = "replicas are not bitwise identical") -> None:
         """Raise ValueError unless every rank's parameters are bitwise equal to rank 0's (collective)."""
         check_same_values(self.comm, self.params, what)
@@ -120,8 +117,7 @@ class DataParallel:
         return loss
 
     def step(self) -> bool:
-        """Apply the averaged gradients (divided by the number of micro-steps);
-        False if skipped (overflow)."""
+        """Apply the summed gradients divided by the number of micro-steps; False if skipped (overflow)."""
         if not self._synced:
             raise RuntimeError("step() needs averaged gradients: the last forward_backward must run outside "
                                "no_sync()")

@@ -32,8 +32,7 @@ class ShardGroup:
     def __init__(self, params: list[Parameter], rank: int, world_size: int):
         self.params = list(params)
         self.shapes = [p.shape for p in self.params]
-        self.sizes = [p.size for p in self.params]
-        self.n = sum(self.sizes)
+        self.n = sum(p.size for p in self.params)
         self.dtype = self.params[0].data.dtype
         self.lo, self.hi = split_range(self.n, world_size, rank)
         self.data = flatten([p.data for p in self.params])

@@ -1,7 +1,6 @@
 """GradientSync: the step-runner attachment of data parallelism (DDP) — each bucket allreduced when ready.
 
-On GradientReadiness (buckets.py: a parameter is ready when its last unit of the step's last backward is
-done, its partial sums taken), as PyTorch's DistributedDataParallel:
+On GradientReadiness (buckets.py: when a gradient is ready, its partial sums taken), as PyTorch's DDP:
 
     buckets         the parameters in reverse order, ~bucket_bytes each (buckets.py)
     bucket ready    overlap=True: g_b = Σ_r g_b,r now, one allreduce of its flat buffer (the simulated
@@ -10,9 +9,9 @@ done, its partial sums taken), as PyTorch's DistributedDataParallel:
                     found_inf (allreduce max) over ``inf_group`` (default: data; a wider group, every stage
                     of a pipeline: at step())
 
-The reduction is a SUM: each replica backpropagates (n_r / B)·mean_r(ℓ) (shards.ShardWeightedLoss), so
-Σ_r g_r is the full-batch gradient (data_parallel.py); every rank ends with bitwise the same sums. With
-data=None only the partial sums run (a split model without replicas). ZeRO's sharded sync: zero_sync.py.
+The reduction is a SUM of gradients weighted n_r / B (shards.ShardWeightedLoss: naive.py says why); every
+rank ends with bitwise the same sums. With data=None only the partial sums run (a split model without
+replicas). ZeRO's sharded sync: zero_sync.py.
 """
 
 from __future__ import annotations

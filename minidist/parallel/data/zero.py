@@ -111,11 +111,6 @@ class ZeRO:
         self.recorder.record("after step")
         return loss
 
-    @property
-    def compute_spans(self) -> list:
-        """The compute stream's spans on the simulated clock (forward and backward of each layer)."""
-        return self.clock.spans
-
     # -- what a rank holds -----------------------------------------------------------------------------------
     def held(self) -> dict[str, int]:
         """Bytes this rank holds now, by category (sim.memory.held_bytes; fp32 masters: optimizer)."""

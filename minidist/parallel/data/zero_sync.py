@@ -1,10 +1,9 @@
 """ZeroSync: the step-runner attachment of ZeRO stages 1-3 — reduce-scatter, the sharded step, the gathers.
 
 Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models". On
-GradientReadiness (buckets.py: a parameter is ready when its last unit of the step's last backward is
-done, its partial sums taken). The parameters are cut into flat groups (flat.py: a bucket of reverse
-parameter order for stages 1-2, buckets.py; one unit's parameters for stage 3); rank r owns the piece
-[lo, hi) of each, its *shard*, and the optimizer is built on the shards only:
+GradientReadiness (buckets.py: when a gradient is ready, its partial sums taken). The parameters are cut
+into flat groups (flat.py: a bucket for stages 1-2, one unit's parameters for stage 3); rank r owns the
+piece [lo, hi) of each, its *shard*, and the optimizer is built on the shards only:
 
     stage 1   step():              shard.grad = piece r of reduce_scatter(g), step the shards, allgather
                                    them into the parameters (flat.zero1_shard_update)
