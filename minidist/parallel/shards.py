@@ -1,7 +1,6 @@
 """What every data-parallel trainer shares: the checks of its arguments, the slice of the global batch a
 rank takes (minidist.split's rule: split_range(B, P, rank)) and the loss weight that makes the shards'
-gradients add up to the full-batch gradient (see data_parallel.py). The layers backward runs one by one
-are the step runner's units (minidist.nn.runner.units)."""
+gradients add up to the full-batch gradient (see data/naive.py)."""
 
 from __future__ import annotations
 

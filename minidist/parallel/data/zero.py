@@ -19,10 +19,8 @@ step: stages 1-2 data parallelism's; stage 3 two allgathers (forward and backwar
 one reduce-scatter of every layer, 3(P − 1)/P · bΨ (1.5x). Between stage-3 steps the model's Parameters
 hold no data (None); ``full_parameters()`` gathers them.
 
-The class is a composition: the ZeRO attachment (zero_sync.ZeroSync: when each stage reduce-scatters,
-steps and gathers) on a step runner with the memory recorder (it sees a layer's gathered parameters or
-full gradient before the sync frees them), the compute clock (no overlap) and the precision
-(zero_mixed.py).
+The class composes, on one step runner, the ZeRO attachment (zero_sync.ZeroSync: when each stage
+reduce-scatters, steps and gathers), the memory recorder, the compute clock (no overlap), the precision.
 
     zero = ZeRO(comm, model, lambda shards: Adam(shards, lr=1e-3), CrossEntropyLoss(), stage=2)
     loss = zero.train_step(x, y)      # x, y: the global batch, the same on every rank
