@@ -30,8 +30,7 @@ last backward pass (``begin_backward(last=True)``; the passes before it only acc
                             made them), then backward_complete(the buckets that did not complete)
 
 Keyed by parameter, so one attachment serves a whole model's runner and a pipeline stage's (whose units are
-another model's). On it, one job each: GradientSync (sync.py: each bucket allreduced when ready,
-``allreduce_bucket`` below) and ZeroSync (zero_sync.py: ZeRO 1-3, reduce-scatter and the sharded step).
+another model's). On it: GradientSync (sync.py, with ``allreduce_bucket`` below) and ZeroSync (zero_sync.py).
 """
 
 from __future__ import annotations

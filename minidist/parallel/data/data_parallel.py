@@ -136,10 +136,8 @@ class DataParallel:
         self._synced, self._micro_steps = False, 0
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
-        """zero_grad, forward_backward on the shard (with the allreduces), step.
-
-        x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns the shard's mean loss.
-        """
+        """zero_grad, forward_backward on the global batch (x, y) with the allreduces, step; returns the
+        shard's mean loss."""
         self.zero_grad()
         loss = self.forward_backward(x, y)
         self.step()

@@ -77,7 +77,7 @@ class ZeRO:
         if algorithm != "ring":
             raise ValueError("sharded data parallelism uses ring reduce_scatter/allgather; got algorithm "
                              f"{algorithm!r}")
-        self.comm, self.model, self.loss_fn, self.memory = comm, model, loss_fn, memory
+        self.comm, self.model, self.loss_fn = comm, model, loss_fn
         # the sync checks stage, mixed and make_optimizer, shards the parameters, builds the optimizer
         self.sync = ZeroSync(model, comm, stage=stage, make_optimizer=make_optimizer,
                              bucket_bytes=bucket_bytes, mixed=mixed)
@@ -114,25 +114,20 @@ class ZeRO:
         """Bytes this rank holds now, by category (sim.memory.held_bytes; fp32 masters: optimizer)."""
         return held_bytes(self.model, self.optimizer, **self.precision.held(self.groups))
 
-    def _gather_full(self, piece) -> list[np.ndarray]:
-        """Copies of the full parameters in model.parameters() order, allgathered from every group's
-        ``piece(g)`` (a collective: every rank calls it; its bytes count in comm.stats)."""
-        found = {}
-        for g in self.groups:
-            full = np.concatenate(allgather(self.comm, piece(g)))
-            found.update({id(p): view.copy() for p, view in zip(g.params, g.views(full))})
-        return [found[id(p)] for p in self.model.parameters()]
-
     def full_parameters(self) -> list[np.ndarray]:
         """Copies of the full parameters, in model.parameters() order: stages 1-2 hold them; stage 3 gathers
-        them (a collective), the model's Parameters stay freed."""
-        if self.stage == 3:
-            return self._gather_full(lambda g: g.low)
-        return [p.data.copy() for p in self.model.parameters()]
+        them (a collective: every rank calls it), the model's Parameters stay freed."""
+        with self.sync.gathered():
+            return [p.data.copy() for p in self.model.parameters()]
 
     def master_parameters(self) -> list[np.ndarray]:
-        """Mixed precision: the full fp32 masters in model.parameters() order (a collective)."""
-        return self._gather_full(lambda g: g.shard.data)
+        """Mixed precision: the full fp32 masters in model.parameters() order, allgathered from every
+        group's master shard (a collective: every rank calls it; its bytes count in comm.stats)."""
+        found = {}
+        for g in self.groups:
+            full = np.concatenate(allgather(self.comm, g.shard.data))
+            found.update({id(p): view.copy() for p, view in zip(g.params, g.views(full))})
+        return [found[id(p)] for p in self.model.parameters()]
 
     def largest_layer(self) -> int:
         """max_l Ψ_l: elements of the largest group (stage 3: a layer, gathered whole while it runs)."""

@@ -15,8 +15,8 @@ Emulation: a low-precision value is stored in a float32 array (as everywhere in 
 counts it at 4 bytes, not 2. Measured model states per rank (b = 4 here, Ψ_r = this rank's shard):
 
     ZeRO-1  bΨ + bΨ + (4 + K')Ψ_r    ZeRO-2  bΨ + (b + 4 + K')Ψ_r    ZeRO-3  (b + b + 4 + K')Ψ_r
-with K' the optimizer's own state (Adam 8): K = 4 + K' = 12 — the paper's with 2 replaced by b = 4.
-The master shards count as "optimizer" state (the paper's K includes them).
+with K' the optimizer's own state (Adam 8): K = 4 + K' = 12 (the master shards count as "optimizer"
+state) — the paper's with 2 replaced by b = 4.
 
     zero = ZeRO(comm, model, make_adam, loss_fn, stage=2, mixed=ShardedMixedPrecision(FP16))
 """
