@@ -21,13 +21,7 @@ from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
 
 from ..shards import check_communicator
-from .buckets import (
-    DEFAULT_BUCKET_BYTES,
-    GradientReadiness,
-    allreduce_bucket,
-    assign_buckets,
-    ready_layers,
-)
+from .buckets import DEFAULT_BUCKET_BYTES, GradientReadiness, allreduce_bucket, assign_buckets, ready_layers
 
 
 class GradientSync(GradientReadiness):

@@ -29,13 +29,7 @@ from minidist.nn.module import Module, Parameter
 
 from ..shards import check_communicator
 from . import flat
-from .buckets import (
-    DEFAULT_BUCKET_BYTES,
-    Bucket,
-    GradientReadiness,
-    assign_buckets,
-    ready_layers,
-)
+from .buckets import DEFAULT_BUCKET_BYTES, Bucket, GradientReadiness, assign_buckets, ready_layers
 from .zero_mixed import check_mixed
 
 
