@@ -39,7 +39,7 @@ from minidist.parallel.pipeline.interleaved import (
     interleaved_schedule,
 )
 from minidist.parallel.pipeline.schedule import bubble_fraction, max_in_flight, one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import format_tasks, from_ops, replay
+from minidist.parallel.pipeline.tasks import format_tasks, replay
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 from minidist.plan import Layout, ModelSpec, format_plan, hardware, plan, predict_memory
 from minidist.plan.published import MEGATRON_MFU, RUNS
@@ -62,7 +62,7 @@ from minidist.plots import figures_dir, plot_timeline, save_figure
 # %%
 P, M, V = 4, 8, 2
 tables = {
-    "1F1B": from_ops(one_f_one_b_schedule(P, M)),
+    "1F1B": one_f_one_b_schedule(P, M),
     f"interleaved (v = {V})": interleaved_schedule(P, M, V),
     "ZB-H1": zero_bubble_schedule(P, M),
     "Chimera": chimera_schedule(P, M),
@@ -153,7 +153,7 @@ def train(comm, table, stages, micro_batches):
     return {i: p.data for i, p in enumerate(model.parameters()) if id(p) in mine}, clocks
 
 
-runs = {"1F1B": (from_ops(one_f_one_b_schedule(4, 4)), 4),
+runs = {"1F1B": (one_f_one_b_schedule(4, 4), 4),
         "interleaved (v = 2)": (interleaved_schedule(2, 4, 2), 4),
         "ZB-H1": (zero_bubble_schedule(4, 4), 4), "Chimera": (chimera_schedule(4, 4), 4)}
 for name, (table, stages) in runs.items():

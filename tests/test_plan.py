@@ -12,7 +12,6 @@ from minidist.nn import GPT
 from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import bubble_fraction, one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import from_ops
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
 from minidist.parallel.tensor.transformer_cost import korthikanti_bytes
 from minidist.plan import Layout, ModelSpec, check_layout, enumerate_layouts, hardware, plan, predict_memory
@@ -73,7 +72,7 @@ def test_plan_memory_of_pipeline_tensor_and_experts():
 
 def test_plan_bubbles_equal_the_schedule_tables():
     model = ModelSpec(layers=8, d_model=16, heads=2, seq=8, batch=8)      # M = 8 micro-batches of 1
-    for schedule, table in (("1f1b", from_ops(one_f_one_b_schedule(4, 8))),
+    for schedule, table in (("1f1b", one_f_one_b_schedule(4, 8)),
                             ("interleaved", interleaved_schedule(4, 8, 2)),
                             ("zb-h1", zero_bubble_schedule(4, 8)), ("chimera", chimera_schedule(4, 8))):
         assert Layout(pp=4, schedule=schedule).bubble(model) == pytest.approx(bubble_fraction(table, 4))

@@ -13,9 +13,9 @@ data/       data parallelism: naive.py (NaiveDataParallel: read first), data_par
             replicas.py, sync.py (GradientSync: DDP's buckets), overlap.py (communication overlapping
             backward on the simulated clock), ZeRO: zero_sync.py (ZeroSync), zero.py (stages 1-3, 3 = FSDP),
             zero_mixed.py, flat.py
-pipeline/   pipeline parallelism: pipeline.py (stages, executor), schedule.py (naive, GPipe, 1F1B as
-            tables), split.py (cutting a Sequential into stages), comm.py (point-to-point, StageLinks),
-            ledger.py (the stage's clock, timeline and memory books)
+pipeline/   pipeline parallelism: pipeline.py (stages, executor, its clock, timeline and memory books),
+            schedule.py (naive, GPipe, 1F1B as tables), split.py (cutting a Sequential into stages),
+            comm.py (point-to-point, StageLinks)
 spatial/    spatial parallelism: spatial.py (convolutions over H / H×W blocks), partition.py, comm.py
             (halo exchange), cost.py
 tensor/     intralayer model parallelism: layers.py (column/row-parallel Linear), mlp.py (the Megatron

@@ -45,7 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from minidist.checks import check_count, check_real
-from minidist.nn.nbytes import distinct_nbytes, module_arrays
+from minidist.nn.checkpoint import assigned_since
+from minidist.nn.nbytes import distinct_nbytes, module_arrays, nbytes_of
 from minidist.nn.runner import Attachment
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers")
@@ -192,3 +193,26 @@ class MemoryRecorder(Attachment):
     def end(self) -> None:
         if self._backward_done:
             self.record("after backward")
+
+
+class ActivationPeak(Attachment):
+    """The runner's peak of activation bytes, counted as a pipeline stage's ledger counts them: after each
+    forward, the attributes the units assigned since the pass began (nn.checkpoint's rule) and the loss
+    gradient; released after the backward, as the executor releases a micro-batch's. ``peak``: the most
+    bytes held (parallelize's Trainer with one pipeline rank reads it)."""
+
+    def __init__(self, model):
+        self.modules, self.peak, self.saved = model.modules(), 0, None
+
+    def begin(self, runner) -> None:
+        self.before = [(m, dict(vars(m))) for m in self.modules]
+
+    def after_loss(self, dy):
+        self.saved = assigned_since(self.before)
+        self.peak = max(self.peak, nbytes_of([(self.saved.entries, dy)]))
+        return dy
+
+    def end_backward(self) -> None:
+        if self.saved is not None:
+            self.saved.release()
+            self.saved = None

@@ -1,5 +1,5 @@
 """parallelize refuses what it cannot train like one process before it touches the model
-(minidist/parallel/compose/refusals.py), and train_step what a step cannot use (compose/batch.py).
+(minidist/parallel/compose/refusals.py), and train_step what a step cannot use (compose/trainer.py).
 
 Every refused parallelize leaves the model bitwise as it was (its state_dict, and no sub-module swapped):
 the checks all run before the model is labelled and split. Each case runs on every rank of one 4-rank
@@ -50,6 +50,9 @@ CASES = {
                                       ValueError, r"mixed takes MixedPrecisionTrainer's keywords"),
     "mixed over a pipeline": (dict(pipeline=2, data=2), {}, dict(mixed=dict(fmt=BF16)), ValueError,
                               "mixed precision runs with zero=0, without a pipeline axis"),
+    "mixed on float64 weights": (dict(data=4), {}, dict(mixed=dict(fmt=BF16)), TypeError,
+                                 r"float32 master weights: build the model with dtype=np.float32, "
+                                 r"got \['float64'\]"),
     "an optimizer that is not a function": (dict(data=4), {}, dict(optimizer="adamw"), TypeError,
                                             "optimizer must be a function of a list of Parameters"),
     "an optimizer factory returning None": (dict(data=4), {}, dict(optimizer=lambda params: None), TypeError,

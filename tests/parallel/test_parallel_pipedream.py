@@ -23,11 +23,9 @@ from minidist.parallel.pipeline import Pipeline, bubble_fraction, one_f_one_b_sc
 from minidist.parallel.pipeline.pipedream import (
     pipedream_schedule,
     replay,
-    staleness,
     synchronous,
     train_in_one_process,
     version_used,
-    versions_held,
 )
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
 from minidist.parallel.pipeline.split import split_by_layers
@@ -93,9 +91,9 @@ def test_pipedream_on_the_cluster_is_the_replay_with_stashed_weights_and_per_sta
         assert any(np.abs(a - b).max() > 1e-6 for a, b in zip(cluster, other, strict=True))
     for s, (_, _, used, stale, peak) in enumerate(results):
         assert used == [version_used(P, s, m, vertical_sync) for m in range(M)]
-        lag = staleness(P, s, vertical_sync)
-        assert stale == [min(m, lag) for m in range(M)] and lag == (P - 1 if vertical_sync else P - 1 - s)
-        assert peak == versions_held(P, s, vertical_sync) == (P if vertical_sync else P - s)
+        lag = P - 1 if vertical_sync else P - 1 - s          # the staleness once the pipeline is full
+        assert stale == [min(m, lag) for m in range(M)]
+        assert peak == (P if vertical_sync else P - s)       # the versions held
 
 
 def on_stream(comm, M, flush_every):
@@ -162,7 +160,7 @@ def test_pipedream_has_no_idle_slot_in_its_steady_state_and_1f1b_flushes_every_s
 def test_pipedream_table_formulas(P, M):
     """The table is 1F1B's over the stream; the formulas are what its order implies: micro-batch m's
     forward on stage s follows max(0, m − (P − 1 − s)) of the stage's backwards (stage 0's count: vertical
-    sync), and the versions still needed after each task number at most versions_held (M ≥ P: exactly)."""
+    sync), and the versions needed after each task number at most P − s (vertical: P; M ≥ P: exactly)."""
     table = make_schedule("pipedream", P, M)
     assert table == pipedream_schedule(P, M) == one_f_one_b_schedule(P, M)
     assert bubble_fraction(table, P) == pytest.approx((P - 1) / (M + P - 1))
@@ -190,7 +188,7 @@ def test_pipedream_table_formulas(P, M):
                     latest += 1
                 kept = range(min([*in_flight, max(0, latest - lag)]), latest + 1)
                 peak = max(peak, len(kept))
-            expected = versions_held(P, s, vertical)
+            expected = P if vertical else P - s             # the versions held
             assert peak == expected if M >= P else peak <= expected
 
 
@@ -202,16 +200,16 @@ def refusals(comm):
     """Bad input, each refused with a ValueError (TypeError for a non-function make_optimizer)."""
     x, target = stream(4)
     pipe = PipeDream(comm, model(1), loss_fn=MSELoss(), make_optimizer=momentum_sgd, num_micro_batches=4)
-    messages = []
+    stage, messages = pipe.stages[pipe.stage], []
     for bad in (lambda: pipe.train_step(x[:-1], target[:-1]),
                 lambda: pipe.train_step(x, target, momentum_sgd(pipe.parameters())),
                 lambda: PipeDream(comm, model(1), loss_fn=MSELoss(), make_optimizer=momentum_sgd,
                                   num_micro_batches=4, vertical_sync="yes"),
-                lambda: WeightStash(pipe.module, momentum_sgd(model(1).parameters())),
-                lambda: WeightStash(pipe.module, momentum_sgd(pipe.parameters()), lag=-1),
-                lambda: WeightStash(pipe.module, momentum_sgd(pipe.parameters())).begin_backward(True),
+                lambda: WeightStash(stage, momentum_sgd(model(1).parameters())),
+                lambda: WeightStash(stage, momentum_sgd(pipe.parameters()), lag=-1),
+                lambda: WeightStash(stage, momentum_sgd(pipe.parameters())).begin_backward(True),
                 lambda: version_used(3, 3, 0),
-                lambda: staleness(0, 0)):
+                lambda: version_used(0, 0, 0)):
         with pytest.raises(ValueError) as error:
             bad()
         messages.append(str(error.value))

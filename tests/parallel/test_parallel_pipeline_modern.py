@@ -24,12 +24,13 @@ from minidist.parallel.pipeline.interleaved import (
 )
 from minidist.parallel.pipeline.schedule import (
     bubble_fraction,
+    check_tasks,
     max_in_flight,
     one_f_one_b_schedule,
     place_in_ticks,
     stage_ops,
 )
-from minidist.parallel.pipeline.tasks import Task, check_tasks, format_tasks, from_ops
+from minidist.parallel.pipeline.tasks import Task, format_tasks
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 
 
@@ -59,7 +60,7 @@ def test_parallel_pipeline_interleaved_orders_follow_megatron():
 @pytest.mark.exercise("interleaved_orders")
 def test_parallel_pipeline_interleaved_with_one_chunk_has_1f1bs_ticks():
     for P, M in ((1, 3), (2, 4), (4, 8)):   # v = 1 warms up with more forwards than 1F1B, same length
-        one_f_one_b = from_ops(one_f_one_b_schedule(P, M))
+        one_f_one_b = one_f_one_b_schedule(P, M)
         assert len(interleaved_schedule(P, M, 1)) == len(one_f_one_b)
         assert bubble_fraction(interleaved_schedule(P, M, 1), P) == bubble_fraction(one_f_one_b, P)
 

@@ -18,9 +18,8 @@ from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
 from minidist.parallel.pipeline.split import split_by_layers
-from minidist.parallel.pipeline.split_backward import DeferredWeightGrad
-from minidist.parallel.pipeline.tasks import from_ops, replay
-from minidist.parallel.pipeline.zero_bubble import zero_bubble_schedule
+from minidist.parallel.pipeline.tasks import replay
+from minidist.parallel.pipeline.zero_bubble import DeferredWeightGrad, zero_bubble_schedule
 
 STEPS, N, WIDTH = 3, 12, 5
 
@@ -61,7 +60,7 @@ def _train(comm, schedule, num_stages, num_micro_batches):
 
 
 CASES = {
-    "1f1b P=2": (2, lambda: from_ops(one_f_one_b_schedule(2, 3)), 2, 3),
+    "1f1b P=2": (2, lambda: one_f_one_b_schedule(2, 3), 2, 3),
     "interleaved P=2 v=2": (2, lambda: interleaved_schedule(2, 4, 2), 4, 4),
     "interleaved P=1 v=2": (1, lambda: interleaved_schedule(1, 2, 2), 2, 2),
     "zb-h1 P=2": (2, lambda: zero_bubble_schedule(2, 4), 2, 4),

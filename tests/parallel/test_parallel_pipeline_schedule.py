@@ -14,7 +14,7 @@ from minidist.parallel.pipeline.schedule import (
     SCHEDULES,
     Op,
     bubble_fraction,
-    check_schedule,
+    check_tasks,
     format_schedule,
     gpipe_schedule,
     max_in_flight,
@@ -36,7 +36,7 @@ def _tick_of(schedule):
 def test_parallel_pipeline_gpipe_schedule_is_the_textbook_wave(num_stages, num_micro_batches):
     P, M = num_stages, num_micro_batches
     schedule = gpipe_schedule(P, M)
-    check_schedule(schedule, P, M)
+    check_tasks(schedule, P, P, M)
     assert len(schedule) == 2 * (M + P - 1)
     tick_of = _tick_of(schedule)
     for s in range(P):
@@ -61,7 +61,7 @@ def test_parallel_pipeline_gpipe_schedule_small_case_by_hand():
 def test_parallel_pipeline_1f1b_schedule_properties(num_stages, num_micro_batches):
     P, M = num_stages, num_micro_batches
     schedule = one_f_one_b_schedule(P, M)
-    check_schedule(schedule, P, M)
+    check_tasks(schedule, P, P, M)
     assert len(schedule) == 2 * (M + P - 1)  # the same length, hence the same bubble, as GPipe
     assert bubble_fraction(schedule, P) == pytest.approx((P - 1) / (M + P - 1), abs=1e-12)
     in_flight = max_in_flight(schedule, P)
@@ -77,7 +77,7 @@ def test_parallel_pipeline_1f1b_schedule_properties(num_stages, num_micro_batche
 def test_parallel_pipeline_naive_schedule_properties(num_stages, num_micro_batches):
     P, M = num_stages, num_micro_batches
     schedule = naive_schedule(P, M)
-    check_schedule(schedule, P, M)
+    check_tasks(schedule, P, P, M)
     assert all(len(tick) == 1 for tick in schedule)  # one stage busy at a time
     assert bubble_fraction(schedule, P) == pytest.approx((P - 1) / P, abs=1e-12)
     assert max_in_flight(schedule, P) == [1] * P
@@ -102,24 +102,24 @@ def schedule_names():
 @pytest.mark.parametrize("name", schedule_names())
 def test_parallel_pipeline_schedule_checker_rejects_broken_schedules(name):
     good = make_schedule(name, 3, 2)
-    check_schedule(good, 3, 2)
+    check_tasks(good, 3, 3, 2)
     dropped = [[op for op in tick if op != Op(1, "B", 1)] for tick in good]
     with pytest.raises(ValueError, match="never runs"):
-        check_schedule(dropped, 3, 2)
+        check_tasks(dropped, 3, 3, 2)
     doubled = good + [[Op(0, "F", 0)]]
     with pytest.raises(ValueError, match="runs twice"):
-        check_schedule(doubled, 3, 2)
+        check_tasks(doubled, 3, 3, 2)
     swapped = [list(tick) for tick in good]  # move the last stage's F0 before the first stage's F0
     swapped[0].append(Op(2, "F", 0))
     swapped = [[op for op in tick if op != Op(2, "F", 0) or t == 0] for t, tick in enumerate(swapped)]
     with pytest.raises(ValueError, match="does not come after"):
-        check_schedule(swapped, 3, 2)
-    with pytest.raises(ValueError, match="two ops"):
-        check_schedule([[Op(0, "F", 0), Op(0, "F", 1)]] + good, 3, 2)
-    with pytest.raises(ValueError, match="not an Op"):
-        check_schedule([[Op(5, "F", 0)]], 3, 2)
-    with pytest.raises(ValueError, match="not an Op"):
-        check_schedule([[Op(0, "X", 0)]], 3, 2)
+        check_tasks(swapped, 3, 3, 2)
+    with pytest.raises(ValueError, match="two tasks"):
+        check_tasks([[Op(0, "F", 0), Op(0, "F", 1)]] + good, 3, 3, 2)
+    with pytest.raises(ValueError, match="not a Task"):
+        check_tasks([[Op(5, "F", 0)]], 3, 3, 2)
+    with pytest.raises(ValueError, match="not a Task"):
+        check_tasks([[Op(0, "X", 0)]], 3, 3, 2)
 
 
 def test_parallel_pipeline_schedule_bad_sizes():

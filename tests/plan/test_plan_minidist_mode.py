@@ -18,7 +18,7 @@ from minidist.cluster import Device, LinkModel, run
 from minidist.nn import GPT, Sequential
 from minidist.parallel import Mesh, split_for_mesh
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.tasks import Task, from_ops
+from minidist.parallel.pipeline.tasks import Task
 from minidist.plan.check import GridLayout, build_gpt, measure, predict, runnable_layouts
 from minidist.plan.minidist_clock import replica_sum_seconds
 from minidist.plan.minidist_mode import predict_grid, predict_states, predict_step_seconds, unit_params
@@ -99,7 +99,7 @@ def test_plan_unit_params_match_the_gpt(tensor):
 
 def test_plan_minidist_mode_states_by_category():
     gpt = build()
-    full = predict_states(SPEC, from_ops(one_f_one_b_schedule(1, 1)), 1, 0)
+    full = predict_states(SPEC, one_f_one_b_schedule(1, 1), 1, 0)
     psi = sum(p.data.size for p in gpt.parameters())
     assert (full["parameters"], full["gradients"], full["optimizer"]) == (8 * psi, 8 * psi, 16 * psi)
 
@@ -112,7 +112,7 @@ def test_plan_minidist_clock_replica_sum_is_one_message_per_parameter():
 def test_plan_minidist_mode_refuses_bad_units():
     with pytest.raises(ValueError, match="units must be the 5 units of a 2-block GPT"):
         predict_grid(SPEC, Sequential(*GPT(11, 8, 1, 8, 2, rng=np.random.default_rng(0)).units()),
-                     from_ops(one_f_one_b_schedule(1, 1)), 1, 1)
+                     one_f_one_b_schedule(1, 1), 1, 1)
     with pytest.raises(ValueError, match="d_ff = 4"):
         build_gpt(ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11, d_ff=16))
 

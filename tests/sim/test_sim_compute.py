@@ -13,7 +13,7 @@ from minidist.cluster import Device, LinkModel, run
 from minidist.collectives import allreduce
 from minidist.nn import Checkpoint, Linear, MSELoss, ReLU, Sequential
 from minidist.nn.runner import Attachment, StepRunner
-from minidist.parallel.pipeline.split_backward import DeferredWeightGrad
+from minidist.parallel.pipeline.zero_bubble import DeferredWeightGrad
 from minidist.sim.compute import ComputeCharges, backward_factor, charge_flops, charge_seconds, wait_until
 
 ONE_FLOP = Device(flops=1.0)

@@ -3,8 +3,9 @@
 
     refusals.py     every check made before the model is touched
     split_model.py  split_for_mesh: the transforms for a mesh, the model as its units
-    trainer.py      the Trainer: one StepRunner (one pipeline rank) or the Pipeline executor, the loss share
-    batch.py        a rank's rows and positions of the batch; the same-batch check
+    trainer.py      the Trainer's step: the batch cut in one place, the engine run, the loss share gathered
+    build.py        what the first step builds: the split, one StepRunner (one pipeline rank) or the
+                    Pipeline executor, and their attachments
     state.py        which elements each rank holds; the full state dict
 """
 

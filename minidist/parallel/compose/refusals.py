@@ -63,6 +63,9 @@ def check_parallelize(model, mesh, *, loss_fn, optimizer, micro_batches, schedul
                          "and freed as that unit's, and the token table is the embedding's and the head's; "
                          "use zero <= 2 or untie them")
     check_mixed(mixed, zero, pipelined, micro_batches)
+    if mixed is not None and any(p.data.dtype != np.float32 for p in model.parameters()):
+        raise TypeError(f"mixed precision keeps float32 master weights: build the model with "
+                        f"dtype=np.float32, got {sorted({str(p.data.dtype) for p in model.parameters()})}")
     if not isinstance(sequence_parallel, bool):
         raise TypeError(f"sequence_parallel must be a bool, got {sequence_parallel!r}")
     if sequence_parallel and (sizes["tensor"] == 1 or isinstance(model, SwitchTransformer)):

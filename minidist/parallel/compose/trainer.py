@@ -1,41 +1,33 @@
-"""The Trainer parallelize returns: one engine per pipeline size, over the units split_for_mesh made.
+"""The Trainer parallelize returns: each step on the engine its first step built (build.py).
 
-    pipeline = 1   one StepRunner steps the units through the rank's micro-batches (gradient
-                   accumulation: only the last pass is ``last``), with its attachments: the data
-                   attachment (the partial sums, then over the data group DDP's buckets, GradientSync, or
-                   ZeRO-1/2/3, ZeroSync), mixed precision (MixedPrecisionTrainer), the clock
-                   (ComputeCharges: forward charged after each unit, backward 2× at once, as a pipeline
-                   stage is charged) and the activation peak (ActivationPeak: what the stage's ledger
-                   would count)
-    pipeline > 1   the Pipeline executor (pipeline/pipeline.py) runs the task table over the same units,
-                   each stage through its own StepRunner; its data attachment per stage (sent while the
-                   stage's last backward runs) or once after the table (overlap=False, ZeRO-1)
+    train_step(x, y) = gather_loss(local_step(x, y))
+    local_step       check the batch (check_batch, the same on every rank: check_same_batch), build on the
+                     first step, take this rank's part (my_part), run the engine — one StepRunner through
+                     the rank's M micro-batches (gradient accumulation: only the last pass is ``last``), or
+                     the Pipeline executor's task table —, step the optimizer (ZeRO: the shards; mixed:
+                     after the agreed overflow); returns this rank's share of the objective
+    gather_loss      Σ of the shares over the mesh (tensor rank 0's: the tensor ranks hold the same numbers)
 
-With overlap=False (and ZeRO-1) the data attachment runs after the step's backward passes, in one empty
-pass: every partial sum and the data group's reduction once the compute is done, the step the planner's
-minidist mode prices (plan/minidist_mode.py). The batch is cut in batch.py, the objective shared out in
-``take_share``, the loss gathered in ``gather_loss``: one place each.
+One place each: the batch is cut in ``my_part``, the objective shared out in ``take_share``, the loss
+gathered in ``gather_loss``.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from minidist.collectives.primitives import pairwise_allreduce
-from minidist.nn import MoE, Sequential
-from minidist.nn.checkpoint import assigned_since
-from minidist.nn.nbytes import nbytes_of
-from minidist.nn.runner import Attachment, StepRunner, backward_through
-from minidist.precision.mixed import MixedPrecisionTrainer
-from minidist.sim.compute import ComputeCharges
+from minidist.nn import MoE
+from minidist.nn.runner import backward_through
 
+from ..context.layout import positions
 from ..data import GradientSync, ZeroSync
 from ..expert import ExpertParallelMoE
-from ..pipeline.pipeline import Pipeline
 from ..shards import ShardWeightedLoss
-from .batch import check_batch, check_same_batch, my_part
-from .split_model import split_for_mesh
-from .state import full_state, label_elements, owners, restore_values
+from .build import build
+from .state import full_state
 
 
 class Trainer:
@@ -101,73 +93,27 @@ class Trainer:
             backward_through([], None, self.after_passes)      # the data attachment, after the compute
         return loss
 
-    # -- the build --------------------------------------------------------------------------------------
+    # -- the build (build.py), on the first step -------------------------------------------------------
     def prepare(self, seq_len: int) -> None:
         """Split the model for sequences of seq_len and build the engine (once; collective)."""
-        if self.units is not None:
-            if self.mesh.sizes["context"] > 1 and seq_len != self.seq_len:
-                raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {seq_len}")
-            return
-        self.seq_len, self.named = seq_len, label_elements(self.model)
-        self.units = split_for_mesh(self.model, self.mesh, seq_len, sequence_parallel=self.sequence_parallel)
-        per_pass = 1.0 if self.table is not None else 1 / self.micro_batches   # the executor weights by 1/M
-        self.loss = take_share(self.units, self.loss_fn, self.mesh, self.micro_batches, per_pass,
-                               self.router_losses)
-        if self.table is None:
-            self._build_one_stage()
-        else:
-            self._build_pipeline()
+        if self.units is None:
+            build(self, seq_len)
+        elif self.mesh.sizes["context"] > 1 and seq_len != self.seq_len:
+            raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {seq_len}")
 
-    def _restore(self, params) -> None:
-        self.held = list({id(p): p for p in params}.values())
-        self.labels = restore_values(self.named, self.held)
-        self.owner = owners(self.mesh.comm, self.labels, sum(v.size for _, _, v in self.named))
-
-    def _build_one_stage(self) -> None:
-        self._restore(self.units.parameters())
-        in_runner = self.zero >= 2 or self.mixed is not None or (self.zero == 0 and self.overlap)
-        if self.zero:
-            sync = self.data_attachment(self.units, zero=self.zero)
-            self.optimizer = sync.optimizer
-        else:
-            self.optimizer = self.make_optimizer(self.held)
-            if self.mixed is not None:
-                whole = Sequential(self.units)       # casts at the model's input and output, as on the GPT
-                self.recipe = MixedPrecisionTrainer(whole, self.optimizer, self.loss, **self.mixed)
-            sync = self.data_attachment(self.units, mixed=self.recipe, overlap=self.overlap)
-        self.activations = ActivationPeak(self.units)
-        clock = ComputeCharges(self.mesh.comm, overlap=False, after=True, label="")
-        attachments = ([sync] if in_runner else []) + ([self.recipe] if self.recipe else [])
-        self.runner = StepRunner(self.units, self.loss, [*attachments, clock, self.activations])
-        self.after_passes = [] if in_runner else [sync]
-
-    def _build_pipeline(self) -> None:
-        stage_sync = None
-        if self.zero == 0 and self.overlap:         # each stage's buckets sent while its last backward runs
-            def stage_sync(k, stage):
-                return [self.data_attachment(stage)]
-        self.pipeline = Pipeline(self.mesh.group("pipeline"), self.units, loss_fn=self.loss,
-                                 schedule=self.table, num_micro_batches=self.micro_batches,
-                                 stage_attachments=stage_sync)
-        self._restore(self.pipeline.parameters())
-        mine = Sequential(*(self.pipeline.stages[k] for k in sorted(self.pipeline.stages)))
-        if self.zero or not self.overlap:           # once after the table (ZeRO-1: reduce-scatter at step)
-            self.pipeline.attachments.append(self.data_attachment(mine, zero=self.zero, overlap=False))
-        self.optimizer = self.syncs[-1].optimizer if self.zero else self.make_optimizer(self.held)
-
-    def data_attachment(self, module, *, zero: int = 0, mixed=None,
-                        overlap: bool = True) -> GradientSync | ZeroSync:
-        """The data axis's attachment on ``module``'s parameters (the one place it is built): partial sums,
-        then DDP's buckets (zero=0) or the ZeRO stage over the data group."""
-        data = self.mesh.group("data")
-        if zero:
-            sync = ZeroSync(module, data, stage=zero, make_optimizer=self.make_optimizer,
-                            bucket_bytes=self.bucket_bytes)
-        else:
-            sync = GradientSync(module, data, bucket_bytes=self.bucket_bytes, overlap=overlap, mixed=mixed,
-                                inf_group=self.mesh.comm)
-        self.syncs.append(sync)
-        return sync
+    def take_share(self, per_pass: float) -> ShardWeightedLoss:
+        """This rank's share of the global objective, the one place it is scaled: its token set's 1/S of
+        the rows (S = data × expert) and its 1/C of the positions, per_pass of it per forward-backward pass;
+        each MoE layer's router-loss coefficients by 1/(S·C·M) (each micro-batch routes one group), its
+        scaled loss appended to ``router_losses`` at every forward. Sums over the ranks give one process's
+        objective."""
+        s = self.mesh.sizes
+        parts = s["data"] * s["expert"] * s["context"]
+        for moe in (m for m in self.units.modules() if isinstance(m, (MoE, ExpertParallelMoE))):
+            moe.aux_loss_coef /= self.micro_batches * parts
+            moe.z_loss_coef /= self.micro_batches * parts
+            tally_router_loss(moe, self.router_losses)
+        return ShardWeightedLoss(self.loss_fn, per_pass / parts, scale_forward=True)
 
     # -- what the step left -------------------------------------------------------------------------------
     @property
@@ -190,20 +136,6 @@ class Trainer:
         return full_state(comm, self.named, self.held, self.labels, self.owner, buffers)
 
 
-def take_share(units, loss_fn, mesh, micro_batches: int, per_pass: float, tally: list) -> ShardWeightedLoss:
-    """This rank's share of the global objective, the one place it is scaled: its token set's 1/S of the
-    rows (S = data × expert) and its 1/C of the positions, per_pass of it per forward-backward pass; each
-    MoE layer's router-loss coefficients by 1/(S·C·M) (each micro-batch routes one group), its scaled
-    loss appended to ``tally`` at every forward. Sums over the ranks give one process's objective."""
-    s = mesh.sizes
-    parts = s["data"] * s["expert"] * s["context"]
-    for moe in (m for m in units.modules() if isinstance(m, (MoE, ExpertParallelMoE))):
-        moe.aux_loss_coef /= micro_batches * parts
-        moe.z_loss_coef /= micro_batches * parts
-        tally_router_loss(moe, tally)
-    return ShardWeightedLoss(loss_fn, per_pass / parts, scale_forward=True)
-
-
 def tally_router_loss(moe, losses: list) -> None:
     """Make moe's forward also append its router loss (already scaled by its share) to ``losses``."""
     forward = moe.forward
@@ -216,23 +148,55 @@ def tally_router_loss(moe, losses: list) -> None:
     moe.forward = forward_and_tally
 
 
-class ActivationPeak(Attachment):
-    """The runner's peak of activation bytes, counted as a pipeline stage's ledger counts them: after each
-    forward, the attributes the units assigned since the pass began (nn.checkpoint's rule) and the loss
-    gradient; released after the backward, as the executor releases a micro-batch's."""
 
-    def __init__(self, model):
-        self.modules, self.peak, self.saved = model.modules(), 0, None
 
-    def begin(self, runner) -> None:
-        self.before = [(m, dict(vars(m))) for m in self.modules]
+# -- the batch: cut in one place -------------------------------------------------------------------
+def check_batch(x, y, mesh, micro_batches: int, block_size: int, vocab_size: int, sequence_parallel: bool):
+    """x, y as arrays after the checks every rank makes alike; ValueError naming what does not fit."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.ndim != 2 or y.shape != x.shape:
+        raise ValueError(f"expected tokens and targets of one shape (N, T), got {x.shape}, {y.shape}")
+    if x.shape[1] > block_size:
+        raise ValueError(f"a sequence of {x.shape[1]} tokens is longer than the model's block_size = "
+                         f"{block_size}")
+    for name, ids in (("tokens", x), ("targets", y)):
+        integer = np.issubdtype(ids.dtype, np.integer)
+        if not integer or ids.size and not 0 <= ids.min() <= ids.max() < vocab_size:
+            raise ValueError(f"{name} must be integer ids in [0, vocab_size = {vocab_size})")
+    s = mesh.sizes
+    parts = s["data"] * s["expert"] * micro_batches
+    if len(x) % parts:
+        raise ValueError(f"a batch of {len(x)} does not split into data × expert × micro_batches = "
+                         f"{parts} equal parts")
+    if s["context"] > 1 and x.shape[1] % (2 * s["context"]):
+        raise ValueError(f"a sequence of {x.shape[1]} does not split into 2·context = "
+                         f"{2 * s['context']} zigzag chunks")
+    if sequence_parallel and x.shape[1] // s["context"] % s["tensor"]:
+        raise ValueError(f"sequence parallelism cuts a rank's {x.shape[1] // s['context']} positions into "
+                         f"tensor = {s['tensor']} equal pieces: they do not divide")
+    return x, y
 
-    def after_loss(self, dy):
-        self.saved = assigned_since(self.before)
-        self.peak = max(self.peak, nbytes_of([(self.saved.entries, dy)]))
-        return dy
 
-    def end_backward(self) -> None:
-        if self.saved is not None:
-            self.saved.release()
-            self.saved = None
+def check_same_batch(comm, x: np.ndarray, y: np.ndarray) -> None:
+    """ValueError on every rank unless every rank of comm was given the same x and y: a 63-bit digest
+    (blake2b) compared by ``comm.all_equal`` — the communicator's own check, not counted in its stats and
+    free on the simulated clock (so the planner's prediction of a step is unchanged)."""
+    digest = hashlib.blake2b(digest_size=8)
+    for a in (x, y):
+        digest.update(repr((a.shape, a.dtype.str)).encode())
+        digest.update(np.ascontiguousarray(a).tobytes())
+    if not comm.all_equal(int.from_bytes(digest.digest(), "little") >> 1):
+        raise ValueError("the ranks were given different batches: every rank must be given the whole "
+                         "global batch (x, y), the same on all of them (parallelize slices it)")
+
+
+def my_part(x: np.ndarray, y: np.ndarray, mesh) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of the batch (its token set's) and, with a context axis, its zigzag positions."""
+    s, at = mesh.sizes, mesh.coords
+    sets, n = s["data"] * s["expert"], len(x)
+    k = at["data"] * s["expert"] + at["expert"]
+    x, y = x[k * n // sets:(k + 1) * n // sets], y[k * n // sets:(k + 1) * n // sets]
+    if s["context"] > 1:
+        where = positions(x.shape[1], s["context"], at["context"])
+        x, y = x[:, where], y[:, where]
+    return x, y

@@ -1,8 +1,7 @@
 """Chimera: two pipelines in opposite directions over the same ranks (bidirectional pipeline).
 
 Li and Hoefler 2021, "Chimera: Efficiently Training Large-Scale Neural Networks with Bidirectional
-Pipelines"; the "Distributed Deep Learning (Part II)" slides ("Chimera: Bidirectional Pipeline":
-replicate the model so that forward passes run in two directions, then synchronise the gradients).
+Pipelines"; the "Distributed Deep Learning (Part II)" slides ("Chimera: Bidirectional Pipeline").
 
     the down pipeline   stage k on rank k;          micro-batches m with (m mod P) <  P/2
     the up pipeline     stage k on rank P − 1 − k;  micro-batches m with (m mod P) >= P/2
@@ -23,8 +22,8 @@ micro-batch nearest its turn back), ties by micro-batch. P even, M a multiple of
 
 from __future__ import annotations
 
-from .schedule import Schedule
-from .tasks import Task, check_positive, greedy_tasks
+from .schedule import Schedule, check_sizes
+from .tasks import Task, greedy_tasks
 
 
 def chimera_rank(num_stages: int, micro_batch: int, stage: int) -> int:
@@ -35,7 +34,7 @@ def chimera_rank(num_stages: int, micro_batch: int, stage: int) -> int:
 
 def chimera_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     """Chimera for P stages (P even) on P ranks and M micro-batches (a multiple of P)."""
-    check_positive(num_stages=num_stages, num_micro_batches=num_micro_batches)
+    check_sizes(num_stages, num_micro_batches)
     P, M = num_stages, num_micro_batches
     if P % 2 or M % P:
         raise ValueError(f"Chimera pairs stage k with stage P − 1 − k and sends half of each P micro-batches "

@@ -5,13 +5,12 @@ Activations flow forward (stage k → k+1), their gradients backward (k+1 → k)
 a boundary with activations of shape (n, *feature): one activation forward and one gradient of the same
 shape backward, n · prod(feature) · itemsize bytes each way.
 
-Tags: F(m, k) sends its output with tag 2·(m·S + k + 1) (the stage that receives it), B(m, k) its input
-gradient with 2·(m·S + k − 1) + 1: unique within a step, so a message read for the wrong task fails loudly
-(the cluster names both tags). A channel between two ranks is FIFO: the receiver knows the sender's row
-of the table, so it reads messages in the order they were sent and keeps one that arrives before its task
-needs it. Pairing (1F1B's steady state): when a task sends to the rank its next task receives from, both
-travel in one sendrecv — two plain sends toward each other could both wait for room in a full mailbox;
-sendrecv progresses both directions together, so this never deadlocks, whatever the size.
+Tags: F(m, k) sends its output with tag 2·(m·S + k + 1), B(m, k) its input gradient with
+2·(m·S + k − 1) + 1: unique within a step, so a message read for the wrong task fails loudly. A channel
+between two ranks is FIFO: the receiver knows the sender's row of the table, so it reads messages in the
+order they were sent and keeps one that arrives before its task needs it. Pairing (1F1B's steady state):
+when a task sends to the rank its next task receives from, both travel in one sendrecv — two plain sends
+toward each other could both wait for room in a full mailbox; sendrecv never deadlocks.
 """
 
 from __future__ import annotations

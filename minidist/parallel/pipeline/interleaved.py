@@ -16,8 +16,10 @@ so the fill and drain of P − 1 ticks each cost 1/v as much:
 
 from __future__ import annotations
 
+from minidist.checks import check_count
+
 from .schedule import Schedule, place_in_ticks
-from .tasks import Task, check_positive
+from .tasks import Task
 
 
 def interleaved_orders(num_ranks: int, num_micro_batches: int, num_chunks: int) -> list[list[Task]]:
@@ -49,7 +51,9 @@ def interleaved_orders(num_ranks: int, num_micro_batches: int, num_chunks: int) 
 
 def interleaved_schedule(num_ranks: int, num_micro_batches: int, num_chunks: int) -> Schedule:
     """Interleaved 1F1B as ticks: P ranks, M micro-batches (a multiple of P), v chunks per rank."""
-    check_positive(num_ranks=num_ranks, num_micro_batches=num_micro_batches, num_chunks=num_chunks)
+    check_count(num_ranks, "number of ranks P")
+    check_count(num_micro_batches, "number of micro-batches M")
+    check_count(num_chunks, "num_chunks")
     if num_micro_batches % num_ranks:
         raise ValueError(f"the interleaved schedule takes micro-batches in groups of P = {num_ranks}: "
                          f"M = {num_micro_batches} is not a multiple of it")

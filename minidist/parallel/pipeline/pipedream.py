@@ -5,11 +5,10 @@ Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training"
 "Distributed Deep Learning (Part II)" slides ("PipeDream: Use Async Updates to remove Bubble";
 "Removing bubbles leads to stale weights").
 
-Synchronous 1F1B (schedule.py) flushes after every M micro-batches: the stages drain, the optimizer
-steps once, and (P − 1)/(M + P − 1) of every step is idle. PipeDream runs the same 1F1B order over the
-whole stream of micro-batches and lets every backward update its stage (weight_stash.py): the fill and
-the drain are paid once per run, so the steady state has no idle slot — and the weights are stale.
-Stage s (0-based, of P) runs F(m) after max(0, m − (P − 1 − s)) of its backwards, so
+PipeDream runs 1F1B's order (schedule.py) over the whole stream, without a flush, and lets every backward
+update its stage (weight_stash.py): the fill and the drain are paid once per run, so the steady state has
+no idle slot — and the weights are stale. Stage s (of P) runs F(m) after max(0, m − (P − 1 − s)) of its
+backwards, so
 
     version used by m on stage s    v_s(m) = max(0, m − (P − 1 − s))   (weight stashing: F and B alike)
                                     v(m)   = max(0, m − (P − 1))       (vertical sync: stage 0's, everywhere)
@@ -18,14 +17,13 @@ Stage s (0-based, of P) runs F(m) after max(0, m − (P − 1 − s)) of its bac
 
     w_s(m + 1) = w_s(m) − η · ∇_s loss_m(w_0(v_0(m)), ..., w_{P−1}(v_{P−1}(m)))     (SGD; any optimizer)
 
-``replay`` is this training in one process (the cluster's, weight_stash.PipeDream, equals it bitwise for
-float64 models and M a power of two); ``synchronous`` trains the same stream with a flush every M
-micro-batches (1F1B, GPipe).
+``replay`` is this training in one process (weight_stash.PipeDream, on the cluster, equals it bitwise
+for float64 models and M a power of two).
 """
 
 from __future__ import annotations
 
-from minidist.checks import check_count, is_count
+from minidist.checks import check_count, check_rank
 from minidist.nn.module import Sequential
 
 from .schedule import Schedule, one_f_one_b_schedule
@@ -33,36 +31,17 @@ from .split import split_by_layers
 
 
 def pipedream_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
-    """PipeDream's table for P stages and a stream of M micro-batches: 1F1B's order (P − 1 − s warm-up
-    forwards on stage s, then one forward, one backward, then the drain), so 1F1B's ticks. What makes it
-    asynchronous is not the order but what follows each backward — its stage's update (WeightStash) —
-    and that M is the whole run's micro-batches: 2(P − 1) idle ticks per stage, however long the run."""
+    """PipeDream's table for P stages and a stream of M micro-batches: 1F1B's. What makes it asynchronous
+    is what follows each backward — its stage's update (WeightStash) — and that M is the whole run's
+    micro-batches: 2(P − 1) idle ticks per stage, however long the run."""
     return one_f_one_b_schedule(num_stages, num_micro_batches)
-
-
-def _check(num_stages: int, stage: int) -> tuple[int, int]:
-    P = check_count(num_stages, "number of stages P")
-    if not (is_count(stage, 0) and stage < P):
-        raise ValueError(f"stage must be an integer in [0, {P}), got {stage!r}")
-    return P, int(stage)
 
 
 def version_used(num_stages: int, stage: int, micro_batch: int, vertical_sync: bool = False) -> int:
     """v_s(m): how many updates stage s had applied to the weights micro-batch m's F and B use."""
-    P, s = _check(num_stages, stage)
+    P = check_count(num_stages, "number of stages P")
+    s = check_rank(stage, P, "stage")
     return max(0, check_count(micro_batch, "micro_batch", 0) - (P - 1 - (0 if vertical_sync else s)))
-
-
-def staleness(num_stages: int, stage: int, vertical_sync: bool = False) -> int:
-    """Once the pipeline is full: how many updates old the weights of stage s's gradients are."""
-    P, s = _check(num_stages, stage)
-    return P - 1 if vertical_sync else P - 1 - s
-
-
-def versions_held(num_stages: int, stage: int, vertical_sync: bool = False) -> int:
-    """The most weight versions stage s holds (for M ≥ P micro-batches): P − s (vertical sync: P)."""
-    P, s = _check(num_stages, stage)
-    return P if vertical_sync else P - s
 
 
 def replay(model: Sequential, loss_fn, xs, targets, make_optimizer, boundaries,

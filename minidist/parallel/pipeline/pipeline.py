@@ -3,12 +3,11 @@
 "Distributed Deep Learning (Part II)" slides ("Pipeline parallelism", "GPipe: Reduce Bubble
 with Micro-Batching", "PipeDream"); "Scaling Up Training" slides (micro-batches, gradient checkpointing).
 
-    stage k holds layers[b[k]:b[k+1]] (split.py); rank r keeps the stages its tasks name (one per rank
-    for GPipe/1F1B; interleaved: r, r + P, ...; Chimera: r and P − 1 − r)
+    stage k holds layers[b[k]:b[k+1]] (split.py); rank r keeps the stages its tasks name
     F(m, k)  x_m = the data (k = 0) or stage k − 1's output;  y_m = stage k (x_m);  sent to stage k + 1
              (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m, kept for B)
     B(m, k)  dy_m from stage k + 1 (last stage: from F);  dx_m = backward of stage k;  sent to stage k − 1.
-             With W tasks in the table the Linears' backward gives dx only (split_backward.py) and
+             With W tasks in the table the Linears' backward gives dx only (zero_bubble.py) and
     W(m, k)  adds the weight gradients B left for it
     the order of the tasks on rank r is row r of the table (schedule.py; names: registry.py)
 
@@ -16,17 +15,15 @@ With micro-batches of n_m of the N samples (minidist.split's sizes) and a loss a
 micro-batch, loss = Σ_m (n_m / N)·loss_m: scaling each micro-batch's output gradient by n_m / N and
 letting backward *add* into Parameter.grad gives the full-batch gradient; the optimizer steps once.
 
-Each stage runs through its own step runner (minidist/nn/runner.py), whose per-unit events the stage's
-attachments see: ``stage_attachments(k, module)`` returns them (e.g. a data group's GradientSync); only
-the stage's last backward task of the step passes ``last=True``, so a gradient sync runs once per step,
-bucketed and overlapped with that backward (a table with W tasks: an empty pass after the stage's last
-W). ``attachments``: step-level ones, given one empty backward pass after the table. A stage held by two
-ranks (Chimera) sums its two gradients (one exchange) before the optimizer steps.
-
-Between F(m, k) and B(m, k) the rank keeps m's activations (``checkpoint``: only the stage's input, the
-rest recomputed in B). BatchNorm normalises per micro-batch (as in GPipe). Kept to the side: the runners'
-ComputeCharges (minidist.sim.compute) charges the simulated clock per layer (``busy_seconds``), ledger.py
-records ``timeline`` and ``memory``; comm.py carries the messages (1F1B's sendrecv pairing included).
+Each stage runs through its own step runner (minidist/nn/runner.py); only the stage's last backward task
+of the step passes ``last=True``, so a stage's gradient sync runs once per step, overlapped with that
+backward (a table with W tasks: an empty pass after the stage's last W). A stage held by two ranks
+(Chimera) sums its two gradients (one exchange) before the optimizer steps. Between F(m, k) and B(m, k)
+the rank keeps m's activations (``checkpoint``: only the stage's input, the rest recomputed in B).
+Kept to the side, without changing what is computed: the runners' ComputeCharges charge the clock per
+layer (``busy_seconds``), ``timeline`` holds (task, start after its input arrived, end) per task and
+``memory`` (a MemoryLedger) the activation bytes held, so a lesson can draw the bubble and compare the
+memory of GPipe, 1F1B and checkpointing. comm.py carries the messages.
 """
 
 from __future__ import annotations
@@ -44,12 +41,10 @@ from minidist.sim.memory import MemoryLedger
 from minidist.split import split_offsets
 
 from .comm import StageLinks
-from .ledger import StageLedger
 from .registry import make_schedule
-from .schedule import Schedule, Task, stage_ops
+from .schedule import Schedule, Task, check_tasks, stage_ops
 from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
-from .split_backward import DeferredWeightGrad
-from .tasks import check_tasks
+from .zero_bubble import DeferredWeightGrad
 
 
 class Pipeline:
@@ -57,29 +52,27 @@ class Pipeline:
 
     comm: the communicator; P = comm.world_size ranks. model: the whole Sequential (the same on every rank).
     loss_fn: forward(prediction, target) -> mean loss, backward() -> dL/dprediction.
-    num_micro_batches: M. schedule: a name of registry.SCHEDULES ("naive", "gpipe", "1f1b", "interleaved",
-        "zb-h1", "chimera") or a table (ticks of Ops or Tasks). num_stages: S (default: the table's).
+    num_micro_batches: M. schedule: a registry.SCHEDULES name or a table; num_stages: S (default: the table's)
     boundaries: "layers" (equal layer counts), "flops" (balanced by forward FLOPs of ``sample``), or a
         list [0, b_1, ..., L] of S + 1 increasing layer indices.
     checkpoint: recompute activations in backward, for every stage (bool) or per stage (S bools).
-    stage_attachments: a function (stage k, its Sequential) -> runner attachments for that stage.
-    attachments: step-level attachments (one empty backward pass after the table: their end_backward).
+    stage_attachments: a function (stage k, its Sequential) -> runner attachments for that stage (e.g.
+        a data group's GradientSync). ``attachments``: step-level ones (empty at first), given one empty
+        backward pass after the table (their end_backward).
 
-    Batch norm is per micro-batch, by choice (as GPipe): a BatchNorm layer in training mode normalises
-    each micro-batch with its own statistics and updates its running estimates M times per step (M = 1
-    is full-batch training; GroupNorm / LayerNorm do not depend on M: lessons/12_normalization.py).
+    BatchNorm is per micro-batch, as in GPipe: its statistics are each micro-batch's and its running
+    estimates are updated M times per step (GroupNorm / LayerNorm do not depend on M: lesson 12).
     """
 
     def __init__(self, comm, model: Sequential, *, loss_fn, num_micro_batches: int, schedule="gpipe",
                  num_stages: int | None = None, boundaries="layers", sample: np.ndarray | None = None,
-                 checkpoint=False, stage_attachments=None, attachments=()):
+                 checkpoint=False, stage_attachments=None):
         if not isinstance(model, Sequential):
             raise TypeError(f"a pipeline splits a Sequential, got {type(model).__name__}")
         self.comm, self.loss_fn, P = comm, loss_fn, comm.world_size
-        self.num_micro_batches = self.M = check_count(num_micro_batches, "number of micro-batches")
+        self.M = check_count(num_micro_batches, "number of micro-batches")
         table = make_schedule(schedule, P, self.M) if isinstance(schedule, str) else schedule
-        S = num_stages or max([t.stage + 1 for tick in table for t in tick], default=P)
-        self.num_stages = self.S = S
+        self.S = S = num_stages or max([t.stage + 1 for tick in table for t in tick], default=P)
         self.boundaries = self._boundaries(model, boundaries, sample)
         check_tasks(table, P, S, self.M)
         self.schedule: Schedule = table
@@ -87,14 +80,16 @@ class Pipeline:
         if len(flags) != S or not all(isinstance(f, bool) for f in flags):
             raise ValueError(f"checkpoint must be a bool or {S} bools (one per stage), got {checkpoint!r}")
         self.rank_of = {(t.micro_batch, t.stage): t.rank for tick in table for t in tick}
-        self.holders = {k: sorted({r for (_, s), r in self.rank_of.items() if s == k}) for k in range(S)}
         self.split = any(t.kind == "W" for tick in table for t in tick)
         self.my_tasks = stage_ops(table, comm.rank)
         done = "W" if self.split else "B"        # the task after which a stage's gradients are complete
         self.last_of = {k: [t for t in self.my_tasks if t.stage == k and t.kind == done][-1]
                         for k in {t.stage for t in self.my_tasks}}
         self.several = len({(t.rank, t.stage) for tick in table for t in tick}) > P
-        self.ledger = StageLedger(comm)          # timeline, memory: kept to the side
+        self.timeline: list[tuple[Task, float, float]] = []
+        self.memory = MemoryLedger(comm.rank)
+        self.memory.record("start", {"activations": 0}, comm.clock)
+        self._start = comm.clock                 # when the running task started (its input had arrived)
         self.charges = ComputeCharges(comm, overlap=False, after=True, label="")   # the clock, busy seconds
         self.stages: dict[int, Sequential] = {}
         self.runners: dict[int, StepRunner] = {}
@@ -106,14 +101,12 @@ class Pipeline:
             mine = list(stage_attachments(k, self.stages[k])) if stage_attachments else []
             self.runners[k] = StepRunner(Sequential(*units), None, [*mine, self.charges], input_grad=True)
         self.stage = min(self.stages) if self.stages else None        # one stage per rank: its index
-        self.module = self.stages.get(self.stage)
-        self.checkpointed = bool(self.stages) and flags[self.stage]
-        self.attachments = list(attachments)
+        self.attachments = []
         self.loss: float | None = None
         self.output: np.ndarray | None = None
 
     def _boundaries(self, model: Sequential, boundaries, sample) -> list[int]:
-        L, S = len(model), self.num_stages
+        L, S = len(model), self.S
         if isinstance(boundaries, str):
             if boundaries == "layers":
                 return split_by_layers(L, S)
@@ -124,28 +117,11 @@ class Pipeline:
             raise ValueError(f"boundaries must be 'layers', 'flops' or a list of indices, got {boundaries!r}")
         return check_boundaries(boundaries, L, S)
 
-    @property
-    def is_first(self) -> bool:
-        return 0 in self.stages
-
-    @property
-    def is_last(self) -> bool:
-        return self.num_stages - 1 in self.stages
-
     def parameters(self):
         """The parameters of this rank's stages (give them to this rank's optimizer)."""
         return [p for k in sorted(self.stages) for p in self.stages[k].parameters()]
 
-    # What running the table cost (ledger.py): the tasks' (Task, start, end), the activation bytes held (a
-    # MemoryLedger), seconds spent computing, and the peak of the activation memory.
-    @property
-    def timeline(self) -> list[tuple[Task, float, float]]:
-        return self.ledger.timeline
-
-    @property
-    def memory(self) -> MemoryLedger:
-        return self.ledger.memory
-
+    # What running the table cost: seconds spent computing, the peak of the activation memory.
     @property
     def busy_seconds(self) -> float:
         return self.charges.busy_seconds
@@ -161,13 +137,23 @@ class Pipeline:
         waiting = [pending for units in self._deferred.values() for _, pending, _ in units]
         return nbytes_of(saved, waiting)
 
+    def _done(self, task: Task, held: int, held_after: int | None = None) -> None:
+        """Book a finished task: (task, start, end) on the timeline; the activation bytes held from its start
+        (F: kept for B; B, W: while running, recomputing included) and, for B and W, after it."""
+        name = f"{task.kind}{task.micro_batch}.{task.stage}"
+        self.timeline.append((task, self._start, self.comm.clock))
+        if held_after is None:
+            self.memory.record(f"{name} kept", {"activations": held}, self._start)
+        else:
+            self.memory.record(f"{name} running", {"activations": held}, self._start)
+            self.memory.record(f"{name} done", {"activations": held_after}, self.comm.clock)
+
     # -- one training step: run my row of the table --------------------------------------------------------
     def train_step(self, x: np.ndarray, target: np.ndarray, optimizer=None) -> float | None:
-        """Zero the gradients, run this rank's row of the table over the batch (x (N, ...), target
-        (N, ...); every rank is given both), sum replicated stages' gradients, step the optimizer once.
-        Returns Σ (n_m / N)·loss_m over the micro-batches whose last stage ran here (the batch's mean loss
-        on the last stage of a one-stage-per-rank table; also in .loss, its output (N, ...) in .output),
-        None if none did."""
+        """Zero the gradients, run this rank's row of the table over the batch (x (N, ...), target (N, ...),
+        given to every rank), sum replicated stages' gradients, step the optimizer once. Returns (and keeps
+        in .loss) Σ (n_m / N)·loss_m over the micro-batches whose last stage ran here, None if none did;
+        .output: the last stage's output (N, ...) when every micro-batch's ran here."""
         self._x, self._target, self._weight = split_micro_batches(x, target, self.M)
         self._saved, self._deferred, self._losses, self._outputs = {}, {}, {}, {}
         for stage in self.stages.values():
@@ -191,7 +177,7 @@ class Pipeline:
         """F(m, k): receive x_m, run the stage keeping its activations, send y_m on (last stage: the loss)."""
         m, k = task.micro_batch, task.stage
         x = self._x[m] if k == 0 else self.links.recv(task)
-        self.ledger.begin()
+        self._start = self.comm.clock
         y, saved = forward_saving(self.runners[k].model, x, self.runners[k].forward)
         dy = None
         if k == self.S - 1:   # the loss's gradient is known now; keep it (scaled by n_m / N) until B
@@ -201,7 +187,7 @@ class Pipeline:
             for a in reversed(self.runners[k].attachments):      # the runner's loss event (loss scaling)
                 dy = a.after_loss(dy)
         self._saved[m, k] = (saved, self.charges.flops, dy)
-        self.ledger.forward_done(task, held=self.held_activations())
+        self._done(task, self.held_activations())
         self.links.send(task, y)
 
     def _backward(self, task: Task) -> None:
@@ -210,7 +196,7 @@ class Pipeline:
         saved, flops, dy = self._saved[m, k]
         if k < self.S - 1:
             dy = self.links.recv(task)
-        self.ledger.begin()
+        self._start = self.comm.clock
         held = self.held_activations()
         saved.restore()
         # charged 2× forward per unit (1× for a split Linear), +1× to recompute a checkpointed segment;
@@ -223,29 +209,30 @@ class Pipeline:
         if self.split:   # what W will need: each split Linear's (x, dy), and the FLOPs to charge
             self._deferred[m, k] = [(unit, unit.pending, f) for unit, f in zip(runner.layers, flops)
                                     if isinstance(unit, DeferredWeightGrad)]
-        self.ledger.backward_done(task, held + self.charges.recomputed, self.held_activations())
+        self._done(task, held + self.charges.recomputed, self.held_activations())
         self.links.send(task, dx)
 
     def _weight_grad(self, task: Task) -> None:
         """W(m, k): the weight gradients B left; after the stage's last W, its gradient sync (empty pass)."""
-        self.ledger.begin()
+        self._start = self.comm.clock
         held = self.held_activations()
         for unit, pending, flops in self._deferred.pop((task.micro_batch, task.stage)):
             unit.weight_grad(pending)
             self.charges.charge(flops, label=self.charges.label)
         if self.last_of[task.stage] == task:
             backward_through([], None, self.runners[task.stage].attachments)
-        self.ledger.backward_done(task, held, self.held_activations())
+        self._done(task, held, self.held_activations())
 
     def _sum_replicas(self) -> None:
         """A stage on two ranks (Chimera): both add the other's gradients (a + b == b + a: bitwise alike)."""
         for k in sorted(self.stages):
-            others = [r for r in self.holders[k] if r != self.comm.rank]
+            others = sorted({r for (_, s), r in self.rank_of.items() if s == k and r != self.comm.rank})
             if len(others) > 1:
                 raise ValueError(f"stage {k} is held by {len(others) + 1} ranks; only pairs are summed here")
             for p in self.stages[k].parameters() if others else []:
                 tag = 2 * self.M * self.S        # after every pipeline tag; the pair's order keeps them apart
-                p.grad += self.comm.sendrecv(p.grad, others[0], others[0], sendtag=tag, recvtag=tag)
+                theirs = self.comm.sendrecv(p.grad, others[0], others[0], sendtag=tag, recvtag=tag)
+                p.grad[...] += theirs      # in place: two summed gradients add to a summed one (not partial)
 
 
 def split_micro_batches(x: np.ndarray, target: np.ndarray, M: int):

@@ -1,5 +1,5 @@
 """The schedule registry: a schedule's name -> the function that builds its table (one table format:
-ticks of Tasks, schedule.py). The executor (pipeline.py), the grids and the planner read the names here;
+ticks of Tasks, schedule.py). The executor (pipeline.py), parallelize and the planner read the names here;
 a new schedule is one function and one line below.
 
     make_schedule("1f1b", 4, 8)                 # P = 4 ranks, M = 8 micro-batches
@@ -26,8 +26,7 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {     # (P ranks, M micro-batche
     "pipedream": lambda P, M, chunks=1: pipedream_schedule(P, M),   # executor: weight_stash.py
 }
 
-# The schedules that train synchronously, one step per table (PipeDream updates after every backward:
-# it runs on weight_stash.PipeDream, not on a step's table).
+# One optimizer step per table (PipeDream updates after every backward: weight_stash.PipeDream).
 SYNCHRONOUS = tuple(name for name in SCHEDULES if name != "pipedream")
 # The schedules the planner prices: the synchronous ones that hold at most P micro-batches (not naive, GPipe).
 PLANNED = tuple(name for name in SYNCHRONOUS if name not in ("naive", "gpipe"))

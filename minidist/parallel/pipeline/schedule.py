@@ -2,9 +2,8 @@
 
 A schedule for P stages and M micro-batches is a list of clock ticks; tick t lists ``Op(stage, kind,
 micro_batch)``, at most one per stage (one tick = one F or one B, the textbook picture). Being data, it
-can be printed (``format_schedule``), checked (``check_schedule``: F(s, m) after F(s−1, m); B(s, m)
-after B(s+1, m) and F(s, m)) and measured (``bubble_fraction``, ``max_in_flight``) without running
-anything; pipeline.py runs row s on stage s.
+can be printed (``format_schedule``), checked (``check_tasks``: each op after its ``dependencies``) and
+measured (``bubble_fraction``, ``max_in_flight``) without running anything; pipeline.py runs it.
 
 The three schedules ("Distributed Deep Learning (Part II)" slides, "GPipe: Reduce Bubble
 with Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
@@ -17,10 +16,8 @@ with Micro-Batching", "PipeDream: Use Async Updates to remove Bubble"):
 
 Bubble fraction = idle stage-ticks / all stage-ticks = (P·T − 2·P·M) / (P·T) for T ticks.
 
-An ``Op`` *is* a ``Task`` (rank, kind, micro_batch, stage) whose rank is its stage: tasks.py's tables
-(several stages per rank, a split backward) are the same format, placed, checked and measured by the same
-functions (``place_in_ticks``, ``check_order``, ``max_in_flight``, ``bubble_fraction``), and run by the
-one executor (pipeline.py). Names -> tables: registry.py.
+An ``Op`` *is* a ``Task`` (rank, kind, micro_batch, stage) whose rank is its stage, so tasks.py's tables
+(several stages per rank, a split backward) are placed, checked and measured by the same functions.
 """
 
 from __future__ import annotations
@@ -53,21 +50,18 @@ class Op(Task):
     def __getnewargs__(self):
         return self.stage, self.kind, self.micro_batch
 
-    def __repr__(self) -> str:
-        return f"Op(stage={self.stage}, kind={self.kind!r}, micro_batch={self.micro_batch})"
-
 
 Schedule = list[list[Task]]
 
 
-def _check_sizes(num_stages: int, num_micro_batches: int) -> None:
+def check_sizes(num_stages: int, num_micro_batches: int) -> None:
     check_count(num_stages, "number of stages P")
     check_count(num_micro_batches, "number of micro-batches M")
 
 
 def naive_schedule(num_stages: int, num_micro_batches: int = 1) -> Schedule:
     """One micro-batch at a time: F on stages 0..P−1, then B on P−1..0, then the next micro-batch."""
-    _check_sizes(num_stages, num_micro_batches)
+    check_sizes(num_stages, num_micro_batches)
     P, M = num_stages, num_micro_batches
     ticks: Schedule = [[] for _ in range(2 * P * M)]
     for m in range(M):
@@ -83,7 +77,7 @@ def gpipe_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     F(s, m) at tick s + m;  B(s, m) at tick (M + P − 1) + (P − 1 − s) + m;  2(M + P − 1) ticks in all.
     Ops within a tick are listed by stage.
     """
-    _check_sizes(num_stages, num_micro_batches)
+    check_sizes(num_stages, num_micro_batches)
     P, M = num_stages, num_micro_batches
     # BEGIN SOLUTION gpipe_schedule
     ticks: Schedule = [[] for _ in range(2 * (M + P - 1))]
@@ -168,7 +162,7 @@ def to_ticks(placed: list[tuple[Op, int]]) -> Schedule:
 
 def one_f_one_b_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
     """1F1B (PipeDream-flush): GPipe's ticks and bubble, at most P − s micro-batches held at stage s."""
-    _check_sizes(num_stages, num_micro_batches)
+    check_sizes(num_stages, num_micro_batches)
     return place_in_ticks(one_f_one_b_orders(num_stages, num_micro_batches))
 
 
@@ -178,35 +172,30 @@ def stage_ops(schedule: Schedule, stage: int) -> list[Op]:
     return [op for tick in schedule for op in tick if op.rank == stage]
 
 
-def check_schedule(schedule: Schedule, num_stages: int, num_micro_batches: int) -> None:
-    """Raise ValueError unless every (stage, micro-batch) runs F once and B once, at most one op per stage
-    and tick, each op strictly after the ops it depends on."""
-    _check_sizes(num_stages, num_micro_batches)
-    for t, tick in enumerate(schedule):
-        stages = [op.stage for op in tick]
-        if len(stages) != len(set(stages)):
-            raise ValueError(f"tick {t} gives one stage two ops: {tick}")
-        for op in tick:
-            if not isinstance(op, Op) or op.kind not in ("F", "B") or not 0 <= op.stage < num_stages \
-                    or not 0 <= op.micro_batch < num_micro_batches:
-                raise ValueError(f"tick {t}: {op!r} is not an Op(stage < {num_stages}, 'F'|'B', "
-                                 f"micro_batch < {num_micro_batches})")
-    check_order(schedule, num_stages, num_micro_batches)
-
-
-def check_order(schedule: Schedule, num_stages: int, num_micro_batches: int) -> None:
-    """Of a table of well-formed Ops or Tasks: raise ValueError unless every (micro-batch, stage) runs F
-    and B once (and W, if any op is a W), all on one rank, each after the ops it depends on."""
+def check_tasks(schedule: Schedule, num_ranks: int, num_stages: int, num_micro_batches: int) -> None:
+    """Raise ValueError unless every (micro-batch, stage) runs F and B once (and W once, if any task is a
+    W), all on one rank, at most one task per rank and tick, each after the tasks it depends on. A table of
+    Ops (stage s on rank s) is checked with num_ranks = num_stages = P."""
+    check_count(num_ranks, "number of ranks")
+    check_sizes(num_stages, num_micro_batches)
     tick_of: dict[tuple[str, int, int], int] = {}
     rank_of: dict[tuple[int, int], int] = {}
     for t, tick in enumerate(schedule):
-        for op in tick:
-            if key_of(op) in tick_of:
-                raise ValueError(f"{op} runs twice (ticks {tick_of[key_of(op)]} and {t})")
-            if rank_of.setdefault((op.micro_batch, op.stage), op.rank) != op.rank:
-                raise ValueError(f"{op}: micro-batch {op.micro_batch}'s stage {op.stage} also runs on "
-                                 f"rank {rank_of[op.micro_batch, op.stage]}")
-            tick_of[key_of(op)] = t
+        ranks = [task.rank for task in tick]
+        if len(ranks) != len(set(ranks)):
+            raise ValueError(f"tick {t} gives one rank two tasks: {tick}")
+        for task in tick:
+            if not isinstance(task, Task) or task.kind not in ("F", "B", "W") \
+                    or not 0 <= task.rank < num_ranks \
+                    or not 0 <= task.stage < num_stages or not 0 <= task.micro_batch < num_micro_batches:
+                raise ValueError(f"tick {t}: {task!r} is not a Task(rank < {num_ranks}, 'F'|'B'|'W', "
+                                 f"micro_batch < {num_micro_batches}, stage < {num_stages})")
+            if key_of(task) in tick_of:
+                raise ValueError(f"{task} runs twice (ticks {tick_of[key_of(task)]} and {t})")
+            if rank_of.setdefault((task.micro_batch, task.stage), task.rank) != task.rank:
+                raise ValueError(f"{task}: micro-batch {task.micro_batch}'s stage {task.stage} also runs on "
+                                 f"rank {rank_of[task.micro_batch, task.stage]}")
+            tick_of[key_of(task)] = t
     kinds = "FBW" if any(kind == "W" for kind, _, _ in tick_of) else "FB"
     every = [(kind, m, s) for m in range(num_micro_batches) for s in range(num_stages) for kind in kinds]
     for key in every:

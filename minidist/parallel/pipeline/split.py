@@ -13,7 +13,7 @@ import copy
 
 import numpy as np
 
-from minidist.checks import is_count
+from minidist.checks import check_count, is_count
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.module import Sequential
 from minidist.split import split_offsets
@@ -31,8 +31,7 @@ def check_boundaries(boundaries, num_layers: int, num_stages: int) -> list[int]:
 
 
 def _check_count(num_layers: int, num_stages: int) -> None:
-    if not is_count(num_stages):
-        raise ValueError(f"number of stages must be an integer >= 1, got {num_stages!r}")
+    check_count(num_stages, "number of stages")
     if num_stages > num_layers:
         raise ValueError(f"cannot split {num_layers} layers into {num_stages} stages: "
                          "every stage needs a layer")

@@ -2,29 +2,21 @@
 forward used) and an update of the stage after every backward (no flush).
 
 Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training" (SOSP 2019), §3.3
-("Weight Stashing", "Vertical Sync"); the "Distributed Deep Learning (Part II)" slides ("PipeDream: Use
-Async Updates to remove Bubble").
+("Weight Stashing", "Vertical Sync"). The versions used, the staleness and the versions held, as
+formulas: pipedream.py.
 
 ``WeightStash(stage, optimizer)`` is a step-runner attachment of one pipeline stage. Its versions are the
 stage's weights after t updates, w_0, w_1, ...; w_t is the *latest*. A stage runs its forwards and
-backwards in micro-batch order (1F1B over a stream: pipedream.py), so a queue pairs them:
+backwards in micro-batch order (1F1B over a stream), so a queue pairs them:
 
     forward of m    (the runner's begin ... end)  uses w_v with v = t (the latest; stashed), or with vertical
-                    sync v = max(0, t − lag), lag = s: the version stage 0 used for m (it is s updates
-                    behind stage s once the pipeline is full); then w_t is put back
+                    sync v = max(0, t − lag), lag = s: the version stage 0 used for m; then w_t is put back
     backward of m   (begin_backward ... end_backward)  the gradient g_m is computed at the stashed w_v,
                     then applied to the latest:  w_{t+1} = step(w_t, g_m)   (the optimizer's update)
-    staleness       t − v updates: P − 1 − s on stage s of P once the pipeline is full (vertical: P − 1)
-    versions held   every w_v a micro-batch in flight still needs, the latest, and (vertical sync) the
-                    versions later forwards will use: at most P − s on stage s (vertical sync: P)
 
 A version is never written after it is made: an update steps a *copy* of w_t, so the arrays a stashed
-micro-batch points at stay as its forward saw them (``p.data`` is rebound, never overwritten).
-
-``PipeDream(comm, model, ...)`` is pipeline.py's executor running the "pipedream" table with a WeightStash
-on every stage; ``train_on_stream`` trains a stream of micro-batches by PipeDream or by synchronous 1F1B
-(flushing every k), as pipedream.train_in_one_process does in one process. The clock charges the layers
-(F, B), not the optimizer's updates, for either.
+micro-batch points at stay as its forward saw them (``p.data`` is rebound, never overwritten). The clock
+charges the layers (F, B), not the updates.
 """
 
 from __future__ import annotations
@@ -44,8 +36,7 @@ class WeightStash(Attachment):
     """Weight stashing and the per-micro-batch optimizer step of one pipeline stage.
 
     stage: the stage's Module; optimizer: an optimizer over exactly ``stage.parameters()`` (its state,
-    e.g. momentum, follows the latest weights); lag: 0 (weight stashing) or the stage index s (vertical
-    sync: every stage uses the version stage 0 used). Records, per micro-batch in forward order,
+    e.g. momentum, follows the latest weights); lag: 0, or s (vertical sync). Records, in forward order,
     ``used[m]`` (the version its forward and backward used) and ``applied[m]`` (the version its update
     was applied to: staleness = applied[m] − used[m]); ``peak_versions``: the most versions held at once.
     """
@@ -128,14 +119,14 @@ class PipeDream(Pipeline):
     """PipeDream on the cluster: the "pipedream" table (1F1B over a stream of M micro-batches, no flush)
     with a WeightStash on every stage, which steps ``make_optimizer(stage parameters)`` after each backward.
 
-    Arguments as Pipeline's (boundaries, sample, checkpoint), and vertical_sync: every stage uses the
-    version stage 0 used for the micro-batch. ``train_step(x, target)`` trains on the stream: x and target
-    hold M·b samples, micro-batch m the m-th b of them; returns their mean loss. ``losses``: each
-    micro-batch's loss (last stage), ``stashes[k]``: stage k's WeightStash (versions, staleness).
+    checkpoint as Pipeline's; vertical_sync: every stage uses the version stage 0 used for the micro-batch.
+    ``train_step(x, target)`` trains on the stream: x and target hold M·b samples, micro-batch m the m-th b
+    of them; returns their mean loss. ``losses``: each micro-batch's loss (last stage), ``stashes[k]``:
+    stage k's WeightStash (versions, staleness).
     """
 
     def __init__(self, comm, model: Sequential, *, loss_fn, make_optimizer, num_micro_batches: int,
-                 vertical_sync: bool = False, boundaries="layers", sample=None, checkpoint=False):
+                 vertical_sync: bool = False, checkpoint=False):
         if not callable(make_optimizer):
             raise TypeError(f"make_optimizer must be a function params -> optimizer, got {make_optimizer!r}")
         if not isinstance(vertical_sync, bool):
@@ -148,8 +139,8 @@ class PipeDream(Pipeline):
             return [self.stashes[k]]
 
         super().__init__(comm, model, loss_fn=StreamLoss(loss_fn, num_micro_batches),
-                         num_micro_batches=num_micro_batches, schedule="pipedream", boundaries=boundaries,
-                         sample=sample, checkpoint=checkpoint, stage_attachments=stash)
+                         num_micro_batches=num_micro_batches, schedule="pipedream", checkpoint=checkpoint,
+                         stage_attachments=stash)
 
     @property
     def losses(self) -> list[float]:
@@ -167,10 +158,9 @@ class PipeDream(Pipeline):
 
 def train_on_stream(comm, model: Sequential, loss_fn, make_optimizer, x: np.ndarray, target: np.ndarray,
                     num_micro_batches: int, *, flush_every: int | None = None):
-    """Train on a stream of M equal micro-batches (x, target: their samples, in order) on the cluster,
-    by PipeDream (flush_every=None) or by synchronous 1F1B with a flush, one optimizer step, every
-    ``flush_every`` micro-batches. Returns (the executor: .timeline, .busy_seconds, .stashes; the losses of
-    the micro-batches, on the last stage)."""
+    """Train on a stream of M equal micro-batches (x, target: their samples, in order) on the cluster, by
+    PipeDream (flush_every=None) or by synchronous 1F1B with a flush (one optimizer step) every flush_every
+    micro-batches. Returns (the executor, the micro-batches' losses on the last stage)."""
     if flush_every is None:
         pipe = PipeDream(comm, model, loss_fn=loss_fn, make_optimizer=make_optimizer,
                          num_micro_batches=num_micro_batches)
