@@ -17,7 +17,7 @@ from minidist.cluster import LinkModel, run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import Adam
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.zero import zero_data_parallel
+from minidist.parallel.data.zero import ZeRO
 
 WIDTHS = [512, 1024, 1024, 10]
 
@@ -37,7 +37,7 @@ def bench(comm, strategy, steps):
     if strategy == "DP":
         wrapper = DataParallel(comm, model, Adam(model.parameters()), CrossEntropyLoss(), overlap=False)
     else:
-        wrapper = zero_data_parallel(
+        wrapper = ZeRO(
             comm, model, lambda ps: Adam(ps), CrossEntropyLoss(), stage=int(strategy[-1])
         )
     wrapper.train_step(*batches[0])                            # warm-up: buffers, optimizer state

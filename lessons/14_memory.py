@@ -28,7 +28,7 @@ from minidist.cluster import Device, run
 from minidist.nn import Checkpoint, CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.zero import zero_data_parallel
+from minidist.parallel.data.zero import ZeRO
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
 from minidist.plots import figures_dir, save_figure
 from minidist.precision import FP16
@@ -173,7 +173,7 @@ def one_step_each(comm):
                                    gradient_as_bucket_view=True, memory=ledger)
         else:
             mixed = {"mixed": ShardedMixedPrecision(FP16)} if "mixed" in name else {}
-            wrapper = zero_data_parallel(comm, model, lambda ps: Adam(ps), CrossEntropyLoss(),
+            wrapper = ZeRO(comm, model, lambda ps: Adam(ps), CrossEntropyLoss(),
                                          stage=int(name[5]), memory=ledger, **mixed)
         before = comm.stats.bytes_sent
         wrapper.train_step(xb, yb)

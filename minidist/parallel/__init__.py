@@ -11,8 +11,8 @@ lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid.
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
             bucketed), buckets.py (gradient buckets, GradientReadiness: which gradients are ready),
             replicas.py, sync.py (GradientSync: DDP's buckets), overlap.py (communication overlapping
-            backward on the simulated clock), ZeRO: zero_sync.py (ZeroSync), zero.py (stages 1-2), fsdp.py
-            (stage 3), zero_mixed.py, flat.py
+            backward on the simulated clock), ZeRO: zero_sync.py (ZeroSync), zero.py (stages 1-3, 3 = FSDP),
+            zero_mixed.py, flat.py
 pipeline/   pipeline parallelism: pipeline.py (stages, executor, its clock, timeline and memory books),
             schedule.py (naive, GPipe, 1F1B as tables), split.py (cutting a Sequential into stages),
             comm.py (point-to-point, StageLinks)
@@ -38,7 +38,7 @@ rnn/        the distributed persistent RNN: hidden units split over ranks, one e
 from .asynchronous import train_elastic, train_elastic_async, train_local_sgd, train_parameter_server
 from .compose import Trainer, parallelize, split_for_mesh
 from .compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
-from .data import FSDP, DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm, zero_data_parallel
+from .data import DataParallel, SyncBatchNorm, ZeRO, convert_sync_batchnorm
 from .mesh import Mesh, MeshShape
 
 # isort: split
@@ -72,7 +72,6 @@ __all__ = [
     "CompressedDataParallel",
     "DGC",
     "DataParallel",
-    "FSDP",
     "ErrorFeedback",
     "ExpertParallelMoE",
     "GridSpatial",
@@ -109,5 +108,4 @@ __all__ = [
     "train_elastic_async",
     "train_local_sgd",
     "train_parameter_server",
-    "zero_data_parallel",
 ]

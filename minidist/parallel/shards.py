@@ -1,7 +1,6 @@
 """What every data-parallel trainer shares: the checks of its arguments, the slice of the global batch a
 rank takes (minidist.split's rule: split_range(B, P, rank)) and the loss weight that makes the shards'
-gradients add up to the full-batch gradient (see data_parallel.py). The layers backward runs one by one
-are the step runner's units (minidist.nn.runner.units)."""
+gradients add up to the full-batch gradient (see data/naive.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +9,22 @@ import numpy as np
 from minidist.nn.module import Module, Parameter
 from minidist.split import split_range
 
-__all__ = ["ShardWeightedLoss", "check_trainer", "shard_range"]
+__all__ = ["ShardWeightedLoss", "check_communicator", "check_trainer", "shard_range"]
+
+
+def check_communicator(name: str, comm, *, optional: bool = True) -> None:
+    """TypeError unless comm is a Communicator (has rank and world_size), or None where optional."""
+    if comm is None and optional:
+        return
+    if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
+        raise TypeError(f"{name} must be a Communicator{' or None' if optional else ''}, got "
+                        f"{type(comm).__name__}")
 
 
 def check_trainer(comm, model, loss_fn) -> list[Parameter]:
     """The checks every data-parallel trainer makes before it changes anything: a Communicator, a minidist
     Module with parameters, all of one dtype, and a loss with forward and backward. Returns the parameters."""
-    if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
-        raise TypeError(f"comm must be a Communicator, got {type(comm).__name__}")
+    check_communicator("comm", comm, optional=False)
     if not isinstance(model, Module):
         raise TypeError(f"model must be a minidist Module, got {type(model).__name__}")
     if not (callable(getattr(loss_fn, "forward", None)) and callable(getattr(loss_fn, "backward", None))):

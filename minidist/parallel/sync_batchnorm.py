@@ -28,6 +28,8 @@ from minidist.collectives import ALGORITHMS, allreduce
 from minidist.nn.module import Module, Sequential
 from minidist.nn.norm import BatchNorm1d, BatchNorm2d, _BatchNorm
 
+from .shards import check_communicator
+
 __all__ = ["SyncBatchNorm", "convert_sync_batchnorm"]
 
 
@@ -46,8 +48,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  *, comm, algorithm: str = "ring", dtype=np.float32):
-        if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
-            raise TypeError(f"SyncBatchNorm needs comm=<a Communicator>, got {type(comm).__name__}")
+        check_communicator("comm", comm, optional=False)
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)} or 'auto', got {algorithm!r}")
         super().__init__(num_features, eps, momentum, affine, dtype=dtype)

@@ -9,7 +9,7 @@ import pytest
 from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential, Tanh
 from minidist.optim import SGD, Adam
-from minidist.parallel.data import ShardedMixedPrecision, ZeRO, zero_data_parallel
+from minidist.parallel.data import ShardedMixedPrecision, ZeRO
 from minidist.parallel.mesh import Mesh
 from minidist.parallel.tensor import megatron_parallel_mlp
 from minidist.precision import BF16
@@ -44,7 +44,7 @@ def _one_process(make_optimizer) -> dict:
 def _grid_train(comm, stage):
     mesh = Mesh(comm, data=2, tensor=2)                            # 2 data groups × 2 tensor ranks
     model = megatron_parallel_mlp(mesh.group("tensor"), _model())
-    zero = zero_data_parallel(mesh.group("data"), model, lambda shards: Adam(shards, lr=0.05),
+    zero = ZeRO(mesh.group("data"), model, lambda shards: Adam(shards, lr=0.05),
                               CrossEntropyLoss(), stage=stage)
     for x, y in _batches():
         zero.train_step(x, y)

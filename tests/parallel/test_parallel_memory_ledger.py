@@ -20,7 +20,7 @@ from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import Adam
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.zero import zero_data_parallel
+from minidist.parallel.data.zero import ZeRO
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
 from minidist.precision import FP16
 from minidist.sim.memory import MODEL_STATES, MemoryLedger
@@ -44,7 +44,7 @@ def _ledger(comm, stage, mixed=False):
                                memory=ledger)
     else:
         options = {"mixed": ShardedMixedPrecision(FP16)} if mixed else {}
-        wrapper = zero_data_parallel(
+        wrapper = ZeRO(
             comm,
             model,
             lambda ps: Adam(ps),

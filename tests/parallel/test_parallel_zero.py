@@ -14,7 +14,7 @@ from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adam
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.zero import zero_data_parallel
+from minidist.parallel.data.zero import ZeRO
 from minidist.sim.memory import MemoryLedger
 from minidist.split import split_sizes
 from tests.parallel.data_parallel_helpers import MODELS, make_data, make_model, make_optimizer
@@ -28,7 +28,7 @@ def _both(comm, case, batches):
                       bucket_bytes=case["bucket_bytes"])
     sharded_model = make_model(case["model"], case["seed"])
     options = {} if case["stage"] == 3 else {"bucket_bytes": case["bucket_bytes"]}
-    zero = zero_data_parallel(comm, sharded_model, lambda shards: make_optimizer(case["optimizer"], shards),
+    zero = ZeRO(comm, sharded_model, lambda shards: make_optimizer(case["optimizer"], shards),
                               CrossEntropyLoss(), stage=case["stage"], **options)
     history, sent = [], []
     for x, y in batches:
@@ -79,7 +79,7 @@ def _memory(comm, stage, optimizer, widths, bucket_bytes):
         from minidist.sim.memory import held_bytes
         held = held_bytes(model, dp.optimizer)
         return held, comm.stats.bytes_sent - before, None, None, None
-    zero = zero_data_parallel(comm, model, make, CrossEntropyLoss(), stage=stage, memory=ledger,
+    zero = ZeRO(comm, model, make, CrossEntropyLoss(), stage=stage, memory=ledger,
                               **({} if stage == 3 else {"bucket_bytes": bucket_bytes}))
     before = comm.stats.bytes_sent
     zero.train_step(x, y)
@@ -128,13 +128,13 @@ def _errors(comm):
     tied = Sequential(shared, ReLU(), shared)
     messages = []
     for call in (
-        lambda: zero_data_parallel(comm, tied, make, CrossEntropyLoss(), stage=1),
-        lambda: zero_data_parallel(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=4),
-        lambda: zero_data_parallel(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=0),
-        lambda: zero_data_parallel(
+        lambda: ZeRO(comm, tied, make, CrossEntropyLoss(), stage=1),
+        lambda: ZeRO(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=4),
+        lambda: ZeRO(comm, make_model("mlp", 0), make, CrossEntropyLoss(), stage=0),
+        lambda: ZeRO(
             comm, make_model("mlp", 0), lambda ps: make_optimizer("lars", ps), CrossEntropyLoss(), stage=2
         ),
-        lambda: zero_data_parallel(
+        lambda: ZeRO(
             comm,
             make_model("mlp", 0),
             SGD(make_model("mlp", 0).parameters(), lr=1),
@@ -148,7 +148,7 @@ def _errors(comm):
     model = make_model("mlp", 0)
     for stage in (1, 2, 3):                       # a refused optimizer leaves the model as it was
         with pytest.raises(TypeError, match="LARS"):
-            zero_data_parallel(
+            ZeRO(
                 comm, model, lambda ps: make_optimizer("lars", ps), CrossEntropyLoss(), stage=stage
             )
         assert all(p.data is not None and p.data.base is None for p in model.parameters())
@@ -165,7 +165,7 @@ def test_parallel_zero_bad_input_gives_clear_errors():
 
 def _state(comm, stage, saved):
     model = make_model("mlp", 1)
-    zero = zero_data_parallel(comm, model, lambda ps: Adam(ps, lr=0.01), CrossEntropyLoss(), stage=stage)
+    zero = ZeRO(comm, model, lambda ps: Adam(ps, lr=0.01), CrossEntropyLoss(), stage=stage)
     x, y = make_data("mlp", 1, [8])[0]
     if saved is None:
         zero.train_step(x, y)

@@ -14,7 +14,7 @@ import pytest
 from minidist.cluster import run
 from minidist.nn import CrossEntropyLoss
 from minidist.parallel.data import DataParallel
-from minidist.parallel.data.zero import zero_data_parallel
+from minidist.parallel.data.zero import ZeRO
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
 from minidist.precision import BF16, FP16, quantize
 from minidist.precision.mixed import MixedPrecisionTrainer
@@ -39,7 +39,7 @@ def _both(comm, case, batches):
         model, opt, CrossEntropyLoss(), fmt, grad_fmt=grad_fmt, scaler=scaler(grad_fmt)
     )
     dp = DataParallel(comm, model, opt, CrossEntropyLoss(), mixed=mixed, bucket_bytes=200)
-    zero = zero_data_parallel(comm, make_model(case["model"], case["seed"], dtype=np.float32),
+    zero = ZeRO(comm, make_model(case["model"], case["seed"], dtype=np.float32),
                               lambda shards: make_optimizer(case["optimizer"], shards), CrossEntropyLoss(),
                               stage=case["stage"],
                               mixed=ShardedMixedPrecision(fmt, grad_fmt=grad_fmt, scaler=scaler(grad_fmt)),
@@ -89,7 +89,7 @@ def test_parallel_zero_mixed_equals_data_parallel_mixed_per_parameter(world_size
 def _overflow_on_one_rank(comm, stage):
     """Only rank 1's data overflows: every rank must skip the step (the flag is allreduced)."""
     model = make_model("mlp", 1, dtype=np.float32)
-    zero = zero_data_parallel(
+    zero = ZeRO(
         comm,
         model,
         lambda ps: make_optimizer("sgd", ps),
@@ -115,7 +115,7 @@ def _errors(comm):
     messages = []
     make = lambda ps: make_optimizer("sgd", ps)  # noqa: E731
     calls = (
-        lambda: zero_data_parallel(
+        lambda: ZeRO(
             comm,
             make_model("mlp", 0),
             make,
@@ -124,7 +124,7 @@ def _errors(comm):
             # float64 model
             mixed=ShardedMixedPrecision(FP16),
         ),
-        lambda: zero_data_parallel(
+        lambda: ZeRO(
             comm,
             make_model("mlp", 0, np.float32),
             make,
@@ -144,15 +144,15 @@ def _errors(comm):
             call()
         messages.append(str(info.value))
     shared = ShardedMixedPrecision(FP16)
-    zero_data_parallel(
+    ZeRO(
         comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=3, mixed=shared
     )
     with pytest.raises(ValueError, match="one per wrapper"):
-        zero_data_parallel(
+        ZeRO(
             comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=1, mixed=shared
         )
-    plain = zero_data_parallel(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=2)
-    mixed = zero_data_parallel(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=2,
+    plain = ZeRO(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=2)
+    mixed = ZeRO(comm, make_model("mlp", 0, np.float32), make, CrossEntropyLoss(), stage=2,
                                mixed=ShardedMixedPrecision(FP16))
     with pytest.raises(ValueError, match="mixed precision"):
         plain.load_state_dict(mixed.state_dict())

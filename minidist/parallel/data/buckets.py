@@ -30,8 +30,7 @@ last backward pass (``begin_backward(last=True)``; the passes before it only acc
                             made them), then backward_complete(the buckets that did not complete)
 
 Keyed by parameter, so one attachment serves a whole model's runner and a pipeline stage's (whose units are
-another model's). On it, one job each: GradientSync (sync.py: each bucket allreduced when ready,
-``allreduce_bucket`` below) and ZeroSync (zero_sync.py: ZeRO 1-3, reduce-scatter and the sharded step).
+another model's). On it: GradientSync (sync.py, with ``allreduce_bucket`` below) and ZeroSync (zero_sync.py).
 """
 
 from __future__ import annotations
@@ -91,15 +90,6 @@ def ready_layers(layers: list, buckets: list[Bucket]) -> list[int]:
     if missing:
         raise ValueError(f"{len(missing)} parameter(s) belong to none of the layers")
     return [min(layer_of[id(p)] for p in b.params) for b in buckets]
-
-
-def check_communicator(name: str, comm, *, optional: bool = True) -> None:
-    """TypeError unless comm is a Communicator (has rank and world_size), or None where optional."""
-    if comm is None and optional:
-        return
-    if not (hasattr(comm, "rank") and hasattr(comm, "world_size")):
-        raise TypeError(f"{name} must be a Communicator{' or None' if optional else ''}, got "
-                        f"{type(comm).__name__}")
 
 
 class GradientReadiness(Attachment):
@@ -206,16 +196,3 @@ def allreduce_bucket(comm, grads: list[np.ndarray], algorithm: str = "ring",
         g[...] = flat[offset:offset + g.size].reshape(g.shape)
         offset += g.size
     # END SOLUTION
-
-
-def allreduce_gradients(comm, params: list[Parameter], algorithm: str = "ring") -> None:
-    """Sum every parameter's gradient over ``comm``, in place, all of them as ONE bucket (one allreduce):
-    the hybrids' data-parallel step (hybrid.py, grid3d.py, grid_spatial.py). The same bytes as one
-    allreduce per parameter, 2(D−1)/D·|W| per rank on the ring, in far fewer messages."""
-    if comm.world_size == 1 or not params:
-        return
-    dtypes = {p.grad.dtype for p in params}
-    if len(dtypes) > 1:
-        raise TypeError("allreduce_gradients: the parameters must share one dtype, got "
-                        f"{sorted(map(str, dtypes))}")
-    allreduce_bucket(comm, [p.grad for p in params], algorithm)

@@ -1,25 +1,22 @@
 """Data parallelism: every rank holds the whole model and trains on its own slice of each global batch.
 
-"Distributed Deep Learning (Part II)" slides, "Synchronous Data Parallelism": compute the
-entire model on each processor, distribute the batch, allreduce the gradients, apply the same update:
-
-    slide:  w¹ = w⁰ − α/B · Σ_{i=1..B} ∂J_i(w⁰)/∂w
-    code:   rank r holds n_r of the B examples and backpropagates (n_r/B)·mean_r(ℓ) = Σ_{i∈r} ℓ_i / B,
-            so the allreduce *sum* Σ_r g_r is exactly the full-batch gradient, also when P does not
-            divide B (shards differ by one example; P ≤ B).
+The update of naive.py ("Distributed Deep Learning (Part II)" slides, "Synchronous Data Parallelism"):
+rank r holds n_r of the B examples and backpropagates (n_r/B)·mean_r(ℓ), so the allreduce *sum* Σ_r g_r
+is the full-batch gradient, also when P does not divide B (shards differ by one example; P ≤ B). Here the
+runner's gradient sync (sync.GradientSync) sends the gradients in buckets (buckets.py), each allreduced as
+soon as backward has produced it; on the simulated clock that allreduce overlaps the rest of backward
+(overlap.py: the two streams), as PyTorch's DistributedDataParallel.
 
     dp = DataParallel(comm, model, optimizer, CrossEntropyLoss(), algorithm="ring")
     for x, y in global_batches:          # the same global batch on every rank
         loss = dp.train_step(x, y)       # this rank's shard: forward, backward + bucket allreduces, step
 
 Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True`` (replicas.py
-checks). The runner's gradient sync (sync.GradientSync) sends the gradients in buckets (buckets.py), each
-allreduced as soon as backward has produced it; on the simulated clock that allreduce overlaps the rest of
-backward (overlap.py: the two streams).
-``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their number.
-``mixed=MixedPrecisionTrainer(...)``: the scaled gradients are allreduced, the sum rounded to grad_fmt
-(as an allreduce in that format delivers it), found_inf reduced with max so every rank skips or applies
-the same step. Not synchronised: BatchNorm's batch statistics and buffers (DDP without SyncBatchNorm).
+checks). ``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their
+number. ``mixed=MixedPrecisionTrainer(...)``: the scaled gradients are allreduced, the sum rounded to
+grad_fmt (as an allreduce in that format delivers it), found_inf reduced with max so every rank skips or
+applies the same step. Not synchronised: BatchNorm's batch statistics and buffers (DDP without
+SyncBatchNorm).
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from minidist.cluster import Span
 from minidist.collectives import ALGORITHMS, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
 from minidist.nn.module import Module
-from minidist.nn.runner import StepRunner, units
+from minidist.nn.runner import StepRunner
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryRecorder, held_bytes
@@ -42,7 +39,7 @@ from .buckets import DEFAULT_BUCKET_BYTES, ready_layers
 from .replicas import check_same_layout, check_same_values
 from .sync import GradientSync
 
-__all__ = ["DataParallel", "ShardWeightedLoss"]
+__all__ = ["DataParallel"]
 
 
 class DataParallel:
@@ -51,18 +48,10 @@ class DataParallel:
     Args:
         comm: the Communicator (every rank builds its own DataParallel over its own replica).
         model, optimizer, loss_fn: a minidist Module, an optimizer over model.parameters(), a loss.
-        algorithm: the allreduce algorithm ("ring", "tree", ..., "hierarchical" or "torus" under
-            ``run(..., link=Topology(...))``, "shared_memory" (the buckets live in the cluster's shared
-            memory where it has room, and the peers reduce straight out of them), or "auto", which
-            chooses by topology and size).
-        bucket_bytes: bucket capacity in bytes (DDP's default 25 MiB); None = one allreduce per parameter.
-        overlap: issue each bucket as soon as it is ready (True) or after the whole backward (False).
+        algorithm, bucket_bytes, overlap, gradient_as_bucket_view: the gradient sync's (sync.GradientSync).
         mixed: a MixedPrecisionTrainer over the same model and optimizer (None: plain precision).
         broadcast_parameters: copy rank 0's parameters to every rank first.
         check_every_step: check after every step that the replicas are bitwise identical.
-        gradient_as_bucket_view: make every Parameter.grad a view into its bucket's flat buffer (as
-            PyTorch's DDP option of that name), so no flatten and copy-back is needed (layers must *add*
-            into .grad in place, as every minidist layer does; a replaced .grad is detected).
         memory: a minidist.sim.memory.MemoryLedger: held bytes recorded after forward, after each layer that
             completes a bucket, after backward and after step (None: nothing recorded, no cost).
     """
@@ -85,41 +74,31 @@ class DataParallel:
                                       and mixed.optimizer is optimizer):
             raise ValueError("mixed must be a MixedPrecisionTrainer built on the same model and optimizer")
         self.comm, self.model, self.optimizer, self.loss_fn = comm, model, optimizer, loss_fn
-        self.algorithm, self.overlap, self.mixed = algorithm, bool(overlap), mixed
-        self.check_every_step, self.memory = check_every_step, memory
+        self.check_every_step = check_every_step
         self.precision = mixed if mixed is not None else FullPrecision(optimizer)
         self.clock = ComputeCharges(comm)               # the compute stream on the simulated clock
         self.sync = GradientSync(model, comm, algorithm=algorithm, bucket_bytes=bucket_bytes, overlap=overlap,
                                  mixed=self.precision, clock=self.clock,
                                  gradient_as_bucket_view=gradient_as_bucket_view)
-        self.buckets, self.gradient_as_bucket_view = self.sync.buckets, self.sync.gradient_as_bucket_view
-        completes = ready_layers(units(model), self.buckets)    # the layers whose backward ends a bucket
+        self.buckets = self.sync.buckets
+        completes = ready_layers(self.sync.units, self.buckets)    # the layers whose backward ends a bucket
         self.recorder = MemoryRecorder(memory, self.held, comm, backward_points={   # records after the sync
             i: f"backward layer {i}" for i in sorted(set(completes))})
         self.runner = StepRunner(model, loss_fn, [self.recorder, self.sync, self.clock, self.precision])
         self._syncing, self._synced, self._micro_steps = True, False, 0
-        self._check_start(broadcast_parameters)
-
-    # -- replicas -------------------------------------------------------------------------------------------
-    def _check_start(self, broadcast_parameters: bool) -> None:
-        check_same_layout(self.comm, self.params)
+        check_same_layout(comm, self.params)
         if broadcast_parameters:
             for p in self.params:
-                p.data[...] = broadcast(self.comm, p.data, root=0)
+                p.data[...] = broadcast(comm, p.data, root=0)
         self.check_replicas("replicas start different: build the model from the same seed on every rank "
                             "or pass broadcast_parameters=True")
 
+    # -- replicas -------------------------------------------------------------------------------------------
     def check_replicas(self, what: str = "replicas are not bitwise identical") -> None:
         """Raise ValueError unless every rank's parameters are bitwise equal to rank 0's (collective)."""
         check_same_values(self.comm, self.params, what)
 
     # -- one global batch ------------------------------------------------------------------------------------
-    def shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns this rank's contiguous
-        slice x_r (n_r, ...), y_r (n_r, ...) and its weight n_r / B."""
-        lo, hi = shard_range(self.comm, x, y)
-        return x[lo:hi], y[lo:hi], (hi - lo) / len(x)
-
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch; gradients are *added*.
 
@@ -130,16 +109,15 @@ class DataParallel:
         if self._synced:
             raise RuntimeError("the gradients were already averaged: call step() (or zero_grad()) before "
                                "the next forward_backward")
-        x_r, y_r, weight = self.shard(x, y)
-        self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, weight)
+        lo, hi = shard_range(self.comm, x, y)                # this rank's slice, its loss weighted n_r / B
+        self.runner.loss_fn = ShardWeightedLoss(self.loss_fn, (hi - lo) / len(x))
         self._micro_steps += 1
-        loss = self.runner.forward_backward(x_r, y_r, last=self._syncing)
+        loss = self.runner.forward_backward(x[lo:hi], y[lo:hi], last=self._syncing)
         self._synced = self._syncing
         return loss
 
     def step(self) -> bool:
-        """Apply the averaged gradients (divided by the number of micro-steps);
-        False if skipped (overflow)."""
+        """Apply the summed gradients divided by the number of micro-steps; False if skipped (overflow)."""
         if not self._synced:
             raise RuntimeError("step() needs averaged gradients: the last forward_backward must run outside "
                                "no_sync()")
@@ -158,10 +136,8 @@ class DataParallel:
         self._synced, self._micro_steps = False, 0
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
-        """zero_grad, forward_backward on the shard (with the allreduces), step.
-
-        x: the global batch, shape (B, ...); y: its targets, (B, ...). Returns the shard's mean loss.
-        """
+        """zero_grad, forward_backward on the global batch (x, y) with the allreduces, step; returns the
+        shard's mean loss."""
         self.zero_grad()
         loss = self.forward_backward(x, y)
         self.step()

@@ -1,4 +1,4 @@
-"""Flat shard groups: the unit ZeRO (zero.py) and FSDP (fsdp.py) cut into P pieces.
+"""Flat shard groups: the unit ZeRO (zero.py, zero_sync.py) cuts into P pieces.
 
 A group is a list of Parameters seen as one flat vector of n = Σ sizes elements (a bucket for ZeRO-1/2,
 a layer for ZeRO-3). Rank r owns the piece [lo, hi) = split_range(n, P, r) — the piece reduce_scatter
@@ -11,8 +11,7 @@ exchanges; n_r = split_sizes(n, P)[r]):
     reduce_scatter   b·(n − n_r)            every piece but its own, each to its owner
     allgather        b·(P − 1)·n_r          its own piece, to each of the P − 1 others
 so with P | n each costs (P − 1)/P · b·n, as on the slides. ZeRO-1's step on the groups,
-``zero1_shard_update`` (reduce-scatter, update the shards, allgather), is at the end: ZeRO, ZeroSync
-and the mixed-precision recipes all call it.
+``zero1_shard_update`` (reduce-scatter, update the shards, allgather), is at the end (ZeroSync.step).
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ class ShardGroup:
     def __init__(self, params: list[Parameter], rank: int, world_size: int):
         self.params = list(params)
         self.shapes = [p.shape for p in self.params]
-        self.sizes = [p.size for p in self.params]
-        self.n = sum(self.sizes)
+        self.n = sum(p.size for p in self.params)
         self.dtype = self.params[0].data.dtype
         self.lo, self.hi = split_range(self.n, world_size, rank)
         self.data = flatten([p.data for p in self.params])

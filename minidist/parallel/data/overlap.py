@@ -44,18 +44,14 @@ def step_time(forward_seconds: list[float], bucket_ready_layer: list[int], bucke
     return max(t, free)
 
 
-def comm_spans(trace: Trace, rank: int) -> list[Span]:
-    """The communication stream of ``rank``: its send and recv spans."""
-    return [s for s in trace.rank_spans(rank) if s.kind in ("send", "recv")]
-
-
 def save_overlap_chrome(trace: Trace, compute_spans: list[list[Span]], path: str | Path) -> Path:
     """Chrome trace (Perfetto): per rank one track for compute, one for communication; times in us."""
     events = []
     for rank in range(len(compute_spans)):
         for tid, name in ((2 * rank, f"rank {rank} compute"), (2 * rank + 1, f"rank {rank} comm")):
             events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
-        for tid, spans in ((2 * rank, compute_spans[rank]), (2 * rank + 1, comm_spans(trace, rank))):
+        comm = [s for s in trace.rank_spans(rank) if s.kind in ("send", "recv")]    # its sends and recvs
+        for tid, spans in ((2 * rank, compute_spans[rank]), (2 * rank + 1, comm)):
             for s in spans:
                 events.append({"name": s.label, "cat": s.kind, "ph": "X", "pid": 0, "tid": tid,
                                "ts": s.start * 1e6, "dur": (s.end - s.start) * 1e6,

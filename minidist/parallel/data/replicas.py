@@ -15,24 +15,12 @@ from minidist.collectives import allgather
 from minidist.nn.module import Parameter
 
 
-def parameter_signature(params: list[Parameter]) -> np.ndarray:
-    """Fixed-size int64 summary of the parameters' count, shapes and dtypes (equal iff the layouts match)."""
-    layout = ";".join(f"{p.shape}:{p.data.dtype}" for p in params).encode()
-    digest = np.frombuffer(hashlib.sha256(layout).digest()[:8], dtype=np.int64)[0]
-    return np.array([len(params), sum(p.size for p in params), digest], dtype=np.int64)
-
-
-def parameter_digest(params: list[Parameter]) -> np.ndarray:
-    """SHA-256 of every parameter's bytes, as 32 uint8 (equal iff the values are bitwise equal)."""
-    h = hashlib.sha256()
-    for p in params:
-        h.update(np.ascontiguousarray(p.data).tobytes())
-    return np.frombuffer(h.digest(), dtype=np.uint8).copy()
-
-
 def check_same_layout(comm, params: list[Parameter]) -> None:
     """Raise ValueError (on every rank) unless every rank's parameters have rank 0's shapes and dtypes."""
-    signatures = allgather(comm, parameter_signature(params))
+    layout = ";".join(f"{p.shape}:{p.data.dtype}" for p in params).encode()
+    digest = np.frombuffer(hashlib.sha256(layout).digest()[:8], dtype=np.int64)[0]
+    signature = np.array([len(params), sum(p.size for p in params), digest], dtype=np.int64)   # fixed size
+    signatures = allgather(comm, signature)
     differ = [r for r, s in enumerate(signatures) if not np.array_equal(s, signatures[0])]
     if differ:
         described = ", ".join(f"rank {r}: {s[0]} parameters, {s[1]} elements"
@@ -44,7 +32,10 @@ def check_same_layout(comm, params: list[Parameter]) -> None:
 def check_same_values(comm, params: list[Parameter],
                       what: str = "replicas are not bitwise identical") -> None:
     """Raise ValueError (on every rank) unless every rank's parameters are bitwise equal to rank 0's."""
-    digests = allgather(comm, parameter_digest(params))
+    h = hashlib.sha256()                                     # of every parameter's bytes: 32 uint8
+    for p in params:
+        h.update(np.ascontiguousarray(p.data).tobytes())
+    digests = allgather(comm, np.frombuffer(h.digest(), dtype=np.uint8).copy())
     differ = [r for r, d in enumerate(digests) if not np.array_equal(d, digests[0])]
     if differ:
         raise ValueError(f"{what}: the parameters of rank(s) {differ} differ from rank 0's")

@@ -1,7 +1,6 @@
 """GradientSync: the step-runner attachment of data parallelism (DDP) — each bucket allreduced when ready.
 
-On GradientReadiness (buckets.py: a parameter is ready when its last unit of the step's last backward is
-done, its partial sums taken), as PyTorch's DistributedDataParallel:
+On GradientReadiness (buckets.py: when a gradient is ready, its partial sums taken), as PyTorch's DDP:
 
     buckets         the parameters in reverse order, ~bucket_bytes each (buckets.py)
     bucket ready    overlap=True: g_b = Σ_r g_b,r now, one allreduce of its flat buffer (the simulated
@@ -10,9 +9,9 @@ done, its partial sums taken), as PyTorch's DistributedDataParallel:
                     found_inf (allreduce max) over ``inf_group`` (default: data; a wider group, every stage
                     of a pipeline: at step())
 
-The reduction is a SUM: each replica backpropagates (n_r / B)·mean_r(ℓ) (shards.ShardWeightedLoss), so
-Σ_r g_r is the full-batch gradient (data_parallel.py); every rank ends with bitwise the same sums. With
-data=None only the partial sums run (a split model without replicas). ZeRO's sharded sync: zero_sync.py.
+The reduction is a SUM of gradients weighted n_r / B (shards.ShardWeightedLoss: naive.py says why); every
+rank ends with bitwise the same sums. With data=None only the partial sums run (a split model without
+replicas). ZeRO's sharded sync: zero_sync.py.
 """
 
 from __future__ import annotations
@@ -21,14 +20,8 @@ from minidist.collectives import allreduce, shared_empty
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
 
-from .buckets import (
-    DEFAULT_BUCKET_BYTES,
-    GradientReadiness,
-    allreduce_bucket,
-    assign_buckets,
-    check_communicator,
-    ready_layers,
-)
+from ..shards import check_communicator
+from .buckets import DEFAULT_BUCKET_BYTES, GradientReadiness, allreduce_bucket, assign_buckets, ready_layers
 
 
 class GradientSync(GradientReadiness):
@@ -37,13 +30,18 @@ class GradientSync(GradientReadiness):
     Args:
         model: the Module whose parameters this rank trains (a whole model or a pipeline stage's module).
         data: the Communicator over the data-parallel replicas (None: the partial sums only).
-        algorithm: the allreduce algorithm ("ring", "tree", ..., "shared_memory").
-        bucket_bytes: bucket capacity (DDP's 25 MiB); None: one bucket per parameter.
+        algorithm: the allreduce algorithm ("ring", "tree", ..., "hierarchical" or "torus" under
+            ``run(..., link=Topology(...))``, "shared_memory" (the buckets live in the cluster's shared
+            memory where it has room, and the peers reduce straight out of them), or "auto", which
+            chooses by topology and size).
+        bucket_bytes: bucket capacity in bytes (DDP's default 25 MiB); None: one allreduce per parameter.
         overlap: allreduce each bucket as soon as it is complete (else all at end_backward).
         mixed: the MixedPrecisionTrainer (or FullPrecision) in the same runner: found_inf is agreed.
         inf_group: where ranks agree on a mixed-precision overflow (default: data).
         clock: a minidist.sim.compute.ComputeCharges: each allreduce first waits for the compute stream.
-        gradient_as_bucket_view: every .grad becomes a view of its bucket's buffer (as DDP's option).
+        gradient_as_bucket_view: make every Parameter.grad a view into its bucket's flat buffer (as
+            PyTorch's DDP option of that name), so no flatten and copy-back is needed (layers must *add*
+            into .grad in place, as every minidist layer does; a replaced .grad is detected).
     """
 
     def __init__(self, model: Module, data=None, *, algorithm: str = "ring",

@@ -15,8 +15,8 @@ Emulation: a low-precision value is stored in a float32 array (as everywhere in 
 counts it at 4 bytes, not 2. Measured model states per rank (b = 4 here, Ψ_r = this rank's shard):
 
     ZeRO-1  bΨ + bΨ + (4 + K')Ψ_r    ZeRO-2  bΨ + (b + 4 + K')Ψ_r    ZeRO-3  (b + b + 4 + K')Ψ_r
-with K' the optimizer's own state (Adam 8): K = 4 + K' = 12 — the paper's with 2 replaced by b = 4.
-The master shards count as "optimizer" state (the paper's K includes them).
+with K' the optimizer's own state (Adam 8): K = 4 + K' = 12 (the master shards count as "optimizer"
+state) — the paper's with 2 replaced by b = 4.
 
     zero = ZeRO(comm, model, make_adam, loss_fn, stage=2, mixed=ShardedMixedPrecision(FP16))
 """
@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.collectives import allreduce, reduce_scatter
+from minidist.collectives import allreduce
 from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
 from minidist.precision.mixed import Recipe, boundaries
 from minidist.split import split_sizes
 
-from .flat import zero1_shard_update
-
 
 class ShardedMixedPrecision(Recipe):
-    """The mixed-precision recipe of a sharded wrapper (ZeRO stages 1-2, FSDP).
+    """The mixed-precision recipe of a sharded wrapper (ZeRO stages 1-3).
 
     Args:
         fmt: format of parameters and activations in forward/backward (FP16, BF16, ...).
@@ -100,13 +98,6 @@ class ShardedMixedPrecision(Recipe):
                                     lambda flag: allreduce(comm, flag, op="max", algorithm="ring"))
         return self._apply(found_inf, optimizer, [m.data for m in masters])
 
-    def zero1_step(self, sync) -> bool:
-        """ZeRO-1's update (sync: the ZeroSync): reduce-scatter every bucket's gradient into its master shard,
-        then ``sync.step_shards`` (``step``; if applied, the updated masters shared). True if applied."""
-        for g in sync.groups:
-            g.shard.grad[...] = reduce_scatter(sync.data, g.grad)
-        return sync.step_shards()
-
     def flag_bytes(self, world_size: int, rank: int) -> int:
         """Bytes rank sends in the ring allreduce of the one-element float64 found_inf flag: its
         reduce-scatter sends every chunk but its own, its allgather every chunk but its right neighbour's."""
@@ -115,7 +106,7 @@ class ShardedMixedPrecision(Recipe):
 
     def held(self, groups) -> dict:
         """held_bytes keywords: the fp32 master shards are optimizer state (the paper's K), their .grad
-        gradients, FSDP's low-precision shards (``g.low``) parameters."""
+        gradients, stage 3's low-precision shards (``g.low``) parameters."""
         shards = [g.shard for g in groups]
         return {"extra": {"parameters": [getattr(g, "low", None) for g in groups],
                           "gradients": [s.grad for s in shards], "optimizer": [s.data for s in shards]}}
@@ -159,12 +150,6 @@ class ShardedFullPrecision(Attachment):
         optimizer.step()
         return True
 
-    def zero1_step(self, sync) -> bool:
-        """ZeRO-1's update (sync: the ZeroSync): the exercise ``zero1_shard_update`` (reduce-scatter, step,
-        allgather)."""
-        zero1_shard_update(sync.data, sync.groups, sync.optimizer)
-        return True
-
     def flag_bytes(self, world_size: int, rank: int) -> int:
         """No found_inf flag: 0 bytes."""
         return 0
@@ -184,10 +169,8 @@ class ShardedFullPrecision(Attachment):
 def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
     """The precision attachment of a sharded wrapper: ``mixed`` itself, or ShardedFullPrecision() for None
     (a MixedPrecisionTrainer is built on a whole optimizer: refused)."""
-    if mixed is None:                      # the wrappers' default argument: plain precision
+    if mixed is None:                      # the default argument: plain precision
         return ShardedFullPrecision()
-    if isinstance(mixed, ShardedFullPrecision):
-        return mixed
     if not isinstance(mixed, ShardedMixedPrecision):
         raise TypeError("mixed must be a ShardedMixedPrecision(fmt, grad_fmt=..., scaler=...) (the sharded "
                         f"wrappers build the optimizer on fp32 master shards), got {type(mixed).__name__}")

@@ -1,10 +1,9 @@
 """ZeroSync: the step-runner attachment of ZeRO stages 1-3 — reduce-scatter, the sharded step, the gathers.
 
 Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models". On
-GradientReadiness (buckets.py: a parameter is ready when its last unit of the step's last backward is
-done, its partial sums taken). The parameters are cut into flat groups (flat.py: a bucket of reverse
-parameter order for stages 1-2, buckets.py; one unit's parameters for stage 3); rank r owns the piece
-[lo, hi) of each, its *shard*, and the optimizer is built on the shards only:
+GradientReadiness (buckets.py: when a gradient is ready, its partial sums taken). The parameters are cut
+into flat groups (flat.py: a bucket for stages 1-2, one unit's parameters for stage 3); rank r owns the
+piece [lo, hi) of each, its *shard*, and the optimizer is built on the shards only:
 
     stage 1   step():              shard.grad = piece r of reduce_scatter(g), step the shards, allgather
                                    them into the parameters (flat.zero1_shard_update)
@@ -16,7 +15,7 @@ parameter order for stages 1-2, buckets.py; one unit's parameters for stage 3); 
 
 ``mixed`` (a ShardedMixedPrecision, zero_mixed.py): fp32 master shards, the low-precision parameters
 follow them; the ranks of ``data`` agree on found_inf at step(). Every rank ends with bitwise the same
-parameters. The wrappers around it: ZeRO (zero.py, stages 1-2) and FSDP (fsdp.py, stage 3).
+parameters. The trainer around it: ZeRO (zero.py).
 """
 
 from __future__ import annotations
@@ -28,15 +27,9 @@ import numpy as np
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn.module import Module, Parameter
 
+from ..shards import check_communicator
 from . import flat
-from .buckets import (
-    DEFAULT_BUCKET_BYTES,
-    Bucket,
-    GradientReadiness,
-    assign_buckets,
-    check_communicator,
-    ready_layers,
-)
+from .buckets import DEFAULT_BUCKET_BYTES, Bucket, GradientReadiness, assign_buckets, ready_layers
 from .zero_mixed import check_mixed
 
 
@@ -46,10 +39,13 @@ class ZeroSync(GradientReadiness):
     Args:
         model: the Module whose parameters this rank trains (a whole model or a pipeline stage's module).
         data: the Communicator over the data-parallel replicas (the ring's reduce-scatter and allgather).
-        stage: 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too).
-        make_optimizer: a function [Parameter] -> optimizer, called once with this rank's shards.
+        stage: 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too: FSDP).
+        make_optimizer: a function [Parameter] -> optimizer, called once with this rank's shards;
+            element-wise optimizers only (flat.build_optimizer checks).
         bucket_bytes: stages 1-2: the groups are buckets of about this many bytes (stage 3: one per unit).
-        mixed: a ShardedMixedPrecision (None: plain precision).
+        mixed: a ShardedMixedPrecision (zero_mixed.py: low-precision parameters and gradients, fp32 master
+            shards; stage 3 keeps a low-precision shard ``g.low``, gathered before use; float32 models
+            only). None: plain precision.
     """
 
     def __init__(self, model: Module, data, *, stage: int, make_optimizer,
@@ -59,6 +55,7 @@ class ZeroSync(GradientReadiness):
         if isinstance(stage, bool) or stage not in (1, 2, 3):
             raise ValueError(f"stage must be a ZeRO stage 1, 2 or 3, got {stage!r}")
         self.data, self.stage, self.mixed, self.precision = data, stage, mixed, check_mixed(mixed)
+        self.precision.bind(model, self.params)                 # mixed: float32 parameters, once
         holding = [i for i, u in enumerate(self.units) if u.parameters()]
         if stage == 3:                                           # FSDP's unit: one unit's parameters
             buckets = [Bucket(k, self.units[i].parameters()) for k, i in enumerate(holding)]
@@ -144,14 +141,15 @@ class ZeroSync(GradientReadiness):
 
     # -- the sharded step ------------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Update this rank's shards from its piece of the summed gradient (stage 1: reduce-scatter first,
-        the exercise zero1_shard_update), then the parameters follow. False if skipped (Inf/NaN)."""
-        if self.stage == 1:
-            return self.precision.zero1_step(self)
-        return self.step_shards()
-
-    def step_shards(self) -> bool:
-        """The optimizer on the shards (mixed: unless a rank found Inf/NaN), then ``share_masters``."""
+        """Update this rank's shards from its piece of the summed gradient (mixed: unless a rank found
+        Inf/NaN), then the parameters follow (``share_masters``). Stage 1 reduce-scatters first: in plain
+        precision the exercise flat.zero1_shard_update does all three. False if skipped (Inf/NaN)."""
+        if self.stage == 1 and not self.precision.keeps_masters:
+            flat.zero1_shard_update(self.data, self.groups, self.optimizer)
+            return True
+        if self.stage == 1:                                  # mixed: into the fp32 master shards' .grad
+            for g in self.groups:
+                g.shard.grad[...] = reduce_scatter(self.data, g.grad)
         self.applied = self.precision.step(self.data, [g.shard for g in self.groups], self.optimizer)
         if self.applied:
             self.share_masters()
