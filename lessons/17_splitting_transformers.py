@@ -31,10 +31,10 @@ from matplotlib.colors import ListedColormap
 from minidist.cluster import Device, LinkModel, run
 from minidist.collectives import sum_partial_gradients
 from minidist.nn import TransformerBlock
+from minidist.nn.blockwise_attention import block_attention
 from minidist.optim import AdamW
 from minidist.parallel.context import (
     RingAttention,
-    block_attention,
     causal_work,
     context_parallel,
     crossover_seq_len,

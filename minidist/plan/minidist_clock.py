@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster import LinkModel
-from minidist.parallel.context.blocks import causal_mask
+from minidist.nn.blockwise_attention import causal_mask
 from minidist.parallel.context.layout import positions
 from minidist.sim.collective_cost import price
 from minidist.sim.collective_rounds import Schedule, Transfer

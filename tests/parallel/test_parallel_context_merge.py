@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.parallel.context import block_attention, merge
+from minidist.nn.blockwise_attention import block_attention
+from minidist.parallel.context import merge
 
 
 def direct(q, k, v, mask):

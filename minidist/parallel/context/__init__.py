@@ -5,23 +5,14 @@ rank's tokens), ring.py (RingAttention on a communicator), blocks.py (the online
 key/value blocks themselves are nn.blockwise_attention's), layout.py (which tokens a rank holds: naive or
 zigzag split), cost.py (bytes, messages and time in closed form)."""
 
-from .attention import ContextParallelAttention
-from .blocks import block_attention, block_attention_backward, block_flops, causal_mask, merge
+from .blocks import merge
 from .cost import causal_work, crossover_seq_len, ring_traffic, step_seconds
-from .layout import LAYOUTS, causal_pairs, positions, shard, unshard
+from .layout import positions, shard, unshard
 from .ring import RingAttention
-from .transform import ContextPositions, context_parallel
+from .transform import context_parallel
 
 __all__ = [
-    "LAYOUTS",
-    "ContextParallelAttention",
-    "ContextPositions",
     "RingAttention",
-    "block_attention",
-    "block_attention_backward",
-    "block_flops",
-    "causal_mask",
-    "causal_pairs",
     "causal_work",
     "context_parallel",
     "crossover_seq_len",

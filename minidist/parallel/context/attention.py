@@ -6,8 +6,7 @@ attention ``core`` is RingAttention (ring.py), which passes the key/value blocks
 
     x_r (B, T_r, d) → qkv → split heads → RingAttention → merge heads → proj → y_r (B, T_r, d)
 
-The ring's traffic is in ring.py; the weights' gradients are sums over this rank's tokens only, so
-context_parallel marks every parameter partial over the group. Dropout is not supported (p must be 0).
+Dropout is not supported (p must be 0).
 """
 
 from __future__ import annotations
@@ -35,10 +34,6 @@ class ContextParallelAttention(Module):
         self.qkv = attn.qkv
         self.core = RingAttention(comm, seq_len, causal=attn.causal, layout=layout, overlap=overlap)
         self.proj = attn.proj
-
-    @property
-    def ring(self) -> RingAttention:
-        return self.core
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """x: this rank's tokens (B, T_r, d). Returns y (B, T_r, d)."""

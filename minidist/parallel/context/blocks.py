@@ -6,21 +6,11 @@ exactly (the online softmax of Milakov & Gimelshein, "Online normalizer calculat
 FlashAttention and by ring attention, Liu et al., "Ring Attention with Blockwise Transformers"):
 
     lse = log(exp(lse₁) + exp(lse₂)),     O = exp(lse₁ − lse)·O₁ + exp(lse₂ − lse)·O₂
-
-The blocks themselves (forward, backward from the final lse, FLOPs, the causal mask by global positions)
-are nn's, re-exported here.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from minidist.nn.blockwise_attention import (  # noqa: F401  (re-exported: the context package's names)
-    block_attention,
-    block_attention_backward,
-    block_flops,
-    causal_mask,
-)
 
 
 def merge(out1: np.ndarray, lse1: np.ndarray, out2: np.ndarray,

@@ -5,8 +5,6 @@ Per rank r of c, with n_j = B·h·T_j·d_k·itemsize the bytes of rank j's K (or
     forward   sends the blocks of ranks r, r−1, …, r−c+2 (K and V):      c − 1 messages, 2·Σ n_j
     backward  the same K, V blocks, plus dK, dV of every block once:   2c − 1 messages, 2·Σ n_j + 2·Σ_all n_j
 
-When c divides T every n_j = n and these are 2(c−1)·n and (4c−2)·n (ring.py's docstring).
-
 Time of one forward on the α-β link, a device of R FLOP/s, F(s) the FLOPs of a block at step s:
 
     overlapped    Σ_s max(F(s)/R, α + β·2n)    (the ring moves in lock step, so with the causal mask
@@ -22,7 +20,7 @@ from __future__ import annotations
 
 from minidist.cluster import Device, LinkModel
 
-from .layout import causal_pairs, positions
+from .layout import positions
 
 
 def ring_traffic(seq_len: int, parts: int, rank: int, batch: int, heads: int, d_k: int, itemsize: int,
@@ -39,8 +37,9 @@ def ring_traffic(seq_len: int, parts: int, rank: int, batch: int, heads: int, d_
 
 
 def causal_work(seq_len: int, parts: int, layout: str) -> list[int]:
-    """Unmasked query–key pairs per rank under the causal mask (the forward's FLOPs are 4·B·h·d_k times)."""
-    return [causal_pairs(seq_len, parts, r, layout) for r in range(parts)]
+    """Unmasked query–key pairs per rank under the causal mask: Σ over its positions p of (p + 1) (the
+    forward's FLOPs are 4·B·h·d_k times)."""
+    return [int((positions(seq_len, parts, r, layout) + 1).sum()) for r in range(parts)]
 
 
 def step_seconds(seq_len: int, parts: int, batch: int, heads: int, d_k: int, itemsize: int,

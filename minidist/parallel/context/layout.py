@@ -48,8 +48,3 @@ def unshard(pieces: list[np.ndarray], layout: str = "zigzag", axis: int = -2) ->
     order = np.concatenate([positions(seq_len, parts, r, layout) for r in range(parts)])
     whole = np.concatenate(pieces, axis=axis)
     return np.take(whole, np.argsort(order), axis=axis)
-
-
-def causal_pairs(seq_len: int, parts: int, rank: int, layout: str = "zigzag") -> int:
-    """Unmasked (query, key) pairs of rank's queries under the causal mask: Σ over its positions of (p+1)."""
-    return int((positions(seq_len, parts, rank, layout) + 1).sum())

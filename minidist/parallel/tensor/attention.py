@@ -10,11 +10,10 @@ np.array_split rule: t need not divide h, every rank needs one head) and runs th
     forward   x → f → qkv → attention → proj → g → + b        one all-reduce of B·T·d words (g)
     backward  the same in reverse                              one all-reduce of B·T·d words (f)
 
-Each all-reduce sends 2(t−1)/t·B·T·d·itemsize bytes per rank. With sequence parallelism (sequence.py)
-f and g become an all-gather and a reduce-scatter along T: the same bytes.
-The ``core`` keeps (q, k, v, O, lse) and recomputes the probabilities in backward, as FlashAttention does
-(nn.BlockwiseAttention). Context parallelism replaces the core by ring attention over the context group
-(minidist.parallel.context.context_parallel); the rest is unchanged. Dropout is not supported (p must be 0).
+Each all-reduce sends 2(t−1)/t·B·T·d·itemsize bytes per rank (with sequence parallelism an all-gather and
+a reduce-scatter along T: the same bytes). The ``core`` keeps (q, k, v, O, lse) and recomputes the
+probabilities in backward, as FlashAttention does (nn.BlockwiseAttention); context parallelism replaces it
+by ring attention. Dropout is not supported (p must be 0).
 """
 
 from __future__ import annotations
@@ -96,10 +95,8 @@ class TensorParallelAttention(Module):
 
             qkv 6·B·T·d·d_p  +  q·kᵀ and P·v 4·B·T²·d_p  +  proj 2·B·T·d_p·d  =  8·B·T·d·d_p + 4·B·T²·d_p
 
-        with d_p = |H_p|·d_k; the t shares add up to the whole count (exactly 1/t of it when t divides the
-        heads). The T² term is that of the T tokens given here, whatever the core: a RingAttention core
-        (context parallelism) charges its key/value blocks to the clock itself besides (ring.py) — the
-        rule the planner's minidist mode predicts (plan/minidist_mode.py)."""
+        with d_p = |H_p|·d_k (the t shares add up to the whole count). The T² term is that of the T tokens
+        given here, whatever the core: a RingAttention core charges its key/value blocks itself besides."""
         b, seq, d = input_shape
         if d != self.d_model:
             raise ValueError(f"TensorParallelAttention.flops expects (B, T, {self.d_model}), "

@@ -127,18 +127,3 @@ class ReduceFromTensorParallel(Module):
         """dz: upstream gradient, shape (..., out), whole on every rank. Returns dz itself."""
         return dz
 
-
-class GatherFromTensorParallel(Module):
-    """Forward all-gathers the column slices into the full output; backward keeps this rank's slice."""
-
-    def __init__(self, comm, columns: slice):
-        self.comm, self.columns = comm, columns
-
-    def forward(self, y_part: np.ndarray) -> np.ndarray:
-        """y_part: this rank's output columns, shape (..., n_p). Returns y, shape (..., Σ_p n_p)."""
-        return allgather_features(self.comm, y_part)
-
-    def backward(self, dy: np.ndarray) -> np.ndarray:
-        """dy: upstream gradient, shape (..., out). Returns this rank's columns, shape (..., n_p)."""
-        return dy[..., self.columns]
-

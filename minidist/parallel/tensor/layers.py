@@ -25,18 +25,12 @@ from minidist.nn.module import check_float_array
 
 from .comm import (
     CopyToTensorParallel,
-    GatherFromTensorParallel,
     ReduceFromTensorParallel,
     allgather_features,
     check_same_on_all_ranks,
     feature_slice,
     shard_parameter,
 )
-
-
-def _full_layer(in_features, out_features, bias, rng, dtype) -> Linear:
-    # Every rank draws the same full layer from the same seed, then keeps its slice.
-    return Linear(in_features, out_features, bias, rng=rng, dtype=dtype)
 
 
 def _products(input_shape: tuple[int, ...], expected: int, inner: int, outer: int) -> int:
@@ -60,7 +54,7 @@ class ColumnParallelLinear(Module):
     def __init__(self, comm, in_features: int, out_features: int, bias: bool = True, *,
                  gather_output: bool = True, input_grad: bool = True,
                  rng: np.random.Generator | None = None, dtype=np.float32):
-        full = _full_layer(in_features, out_features, bias, rng, dtype)
+        full = Linear(in_features, out_features, bias, rng=rng, dtype=dtype)   # the same on every rank
         self._take_slice(comm, full, gather_output, input_grad)
 
     @classmethod
@@ -79,8 +73,7 @@ class ColumnParallelLinear(Module):
         self.weight = shard_parameter(full.weight, self.rows)
         self.bias = shard_parameter(full.bias, self.rows) if full.bias is not None else None
         self.f = CopyToTensorParallel(comm)
-        self.gather = GatherFromTensorParallel(comm, self.rows) if gather_output else None
-        self.input_grad = input_grad
+        self.gather_output, self.input_grad = gather_output, input_grad
         self._x2d: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -94,14 +87,14 @@ class ColumnParallelLinear(Module):
         if self.bias is not None:
             y_part += self.bias.data
         y_part = y_part.reshape(*x.shape[:-1], -1)
-        return self.gather.forward(y_part) if self.gather is not None else y_part
+        return allgather_features(self.comm, y_part) if self.gather_output else y_part
 
     def backward(self, dy: np.ndarray) -> np.ndarray | None:
         """dy: upstream gradient, shape (..., out) with gather_output, else (..., n_p). Adds into the
         weight and bias gradients; returns dx (..., in), the same on every rank (None if not input_grad)."""
         if self._x2d is None:
             raise RuntimeError("ColumnParallelLinear.backward called before forward")
-        dy_part = self.gather.backward(dy) if self.gather is not None else dy
+        dy_part = dy[..., self.rows] if self.gather_output else dy              # this rank's columns
         dy2d = dy_part.reshape(-1, self.weight.shape[0])
         self.weight.grad += dy2d.T @ self._x2d
         if self.bias is not None:
@@ -118,7 +111,7 @@ class ColumnParallelLinear(Module):
 
     def __repr__(self) -> str:
         return (f"ColumnParallelLinear({self.in_features}, {self.out_features}, rows={self.rows.start}:"
-                f"{self.rows.stop}, gather_output={self.gather is not None})")
+                f"{self.rows.stop}, gather_output={self.gather_output})")
 
 
 class RowParallelLinear(Module):
@@ -133,7 +126,7 @@ class RowParallelLinear(Module):
 
     def __init__(self, comm, in_features: int, out_features: int, bias: bool = True, *,
                  input_is_parallel: bool = True, rng: np.random.Generator | None = None, dtype=np.float32):
-        full = _full_layer(in_features, out_features, bias, rng, dtype)
+        full = Linear(in_features, out_features, bias, rng=rng, dtype=dtype)   # the same on every rank
         self._take_slice(comm, full, input_is_parallel)
 
     @classmethod

@@ -1,17 +1,10 @@
 """The Megatron MLP block and two ways to split a whole MLP over the ranks of a tensor-parallel group.
 
 Megatron-LM (Shoeybi et al. 2019): a column-parallel Linear, an element-wise activation, then a
-row-parallel Linear. The hidden activations never leave their rank, so the block needs one all-reduce
-forward (g) and one backward (f):
-
-    forward:   z = Σ_p act(x·W1_pᵀ + b1_p)·W2_pᵀ + b2          one all-reduce of (N, d_out)
-    backward:  dx = Σ_p (act'(dz·W2_p))·W1_p                   one all-reduce of (N, d)
-
-``MegatronMLP`` is that block, for two Linears and an activation (``megatron_parallel_mlp`` cuts a
-Sequential into such blocks) and for a transformer block's ``mlp`` (``MegatronMLP.from_mlp``: what
-``tensor_parallel`` and the split experts use), with f and g or, with sequence parallelism, their
-sequence-parallel forms (sequence.py). The "Distributed Deep Learning (Part II)" slides' own scheme
-instead all-gathers every layer's output forward and all-reduces every input gradient backward:
+row-parallel Linear, ``MegatronMLP`` — for two Linears and an activation (``megatron_parallel_mlp`` cuts a
+Sequential into such blocks) or for a transformer block's ``mlp`` (``MegatronMLP.from_mlp``: what
+``tensor_parallel`` and the split experts use). The "Distributed Deep Learning (Part II)" slides' own
+scheme instead all-gathers every layer's output forward and all-reduces every input gradient backward:
 ``column_parallel_mlp``. cost.py counts the words each pattern moves.
 """
 
@@ -43,9 +36,9 @@ class MegatronMLP(Module):
     Forward:   x → f → a_p = act(x·w1ᵀ + b1) → z_p = a_p·w2ᵀ → g → z = Σ_p z_p + b2
     Backward:  db2 = Σ_n dz → dz → g' (identity) → dw2 = dzᵀ·a_p → da_p = dz·w2 → dh_p = act'(da_p)
                → dw1 = dh_pᵀ·x, db1 = Σ_n dh_p → dx = f'(dh_p·w1) = Σ_p dh_p·w1_p
-    x is (N, d) or (B, T, d) (any leading dimensions), whole on every rank. The hidden activations never
-    leave their rank: one all-reduce of (N, d_out) forward, one of (N, d) backward (skipped with
-    input_grad=False). The activation must be element-wise (ReLU, GELU, Tanh...).
+    x is (..., d), whole on every rank. The hidden activations never leave their rank: one all-reduce of
+    (N, d_out) forward, one of (N, d) backward (skipped with input_grad=False). The activation must be
+    element-wise (ReLU, GELU, Tanh...).
 
     sequence_parallel: x and z are this rank's tokens (B, T/t, d); f becomes an all-gather along T and g a
     reduce-scatter (sequence.py: the same bytes), so b2 sees only this rank's tokens and its gradient is a
@@ -83,8 +76,7 @@ class MegatronMLP(Module):
         return split
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: input, shape (..., d), whole on every rank (sequence parallel: this rank's tokens (B, T/t, d)).
-        Returns z, shape (..., d_out), the same on every rank (sequence parallel: this rank's tokens)."""
+        """x: input (..., d) (sequence parallel: this rank's tokens (B, T/t, d)). Returns z (..., d_out)."""
         w1, b1 = self.up.weight.data, self.up.bias
         w2, b2 = self.down.weight.data, self.down.bias
         check_float_array(x, "MegatronMLP input", ndim=3 if self.sequence_parallel else None)
@@ -102,8 +94,7 @@ class MegatronMLP(Module):
 
     def backward(self, dz: np.ndarray) -> np.ndarray | None:
         """dz: upstream gradient, x's shape with d_out features. Adds into w1, b1, w2, b2's gradients;
-        returns dx, x's shape, the same on every rank (None with input_grad=False). ``_rows`` views an
-        array (..., n) as (N, n), one row per token."""
+        returns dx, x's shape, the same on every rank (None with input_grad=False)."""
         w1, b1 = self.up.weight, self.up.bias
         w2, b2 = self.down.weight, self.down.bias
         # BEGIN SOLUTION megatron_mlp

@@ -1,8 +1,7 @@
 """Vocabulary parallelism: the embedding table and the softmax cross-entropy split by token id over t ranks.
 
-Megatron-LM (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter Language Models Using
-Model Parallelism", section 3): rank p holds rows V_p of the (V, d) table (minidist.split's rule, so t
-need not divide V; every rank needs at least one row).
+Megatron-LM (Shoeybi et al. 2019), section 3: rank p holds rows V_p of the (V, d) table (minidist.split's
+rule, so t need not divide V; every rank needs at least one row).
 
 Embedding     y = Σ_p [t ∈ V_p]·W_p[t]             one all-reduce of N·d words (operator g); backward local
               (with sequence parallelism a reduce-scatter along T instead, and an all-gather backward)
@@ -127,8 +126,7 @@ class VocabParallelHead(Module):
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """This rank's forward FLOPs for x (B, T, d) (sequence parallel: (B, T/t, d), gathered to T·t tokens):
-        2·N·d·|V_p|, N = B·T, its share of the whole head's Linear(d, V) count 2·N·d·V (the t shares add up
-        to it; exactly 1/t of it when t divides V)."""
+        2·N·d·|V_p|, N = B·T, its share of the whole head's 2·N·d·V."""
         *lead, d = input_shape
         if d != self.in_features:
             raise ValueError(f"VocabParallelHead.flops expects (..., {self.in_features}), got {input_shape}")
