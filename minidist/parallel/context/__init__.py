@@ -1,9 +1,9 @@
 """Context parallelism: the sequence split over c ranks inside attention (ring attention).
 
-transform.py (``context_parallel``: split a GPT or a block in place), attention.py (attention on this
-rank's tokens), ring.py (RingAttention on a communicator), blocks.py (the online-softmax merge; the
-key/value blocks themselves are nn.blockwise_attention's), layout.py (which tokens a rank holds: naive or
-zigzag split), cost.py (bytes, messages and time in closed form)."""
+transform.py (``context_parallel``: split a GPT or a block in place, attention on this rank's tokens),
+ring.py (RingAttention on a communicator), blocks.py (the online-softmax merge; the key/value blocks
+themselves are nn.blockwise_attention's), layout.py (which tokens a rank holds: naive or zigzag split),
+cost.py (bytes, messages and time in closed form)."""
 
 from .blocks import merge
 from .cost import causal_work, crossover_seq_len, ring_traffic, step_seconds

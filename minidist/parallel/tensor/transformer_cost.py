@@ -3,10 +3,6 @@
 Notation: B batch, T sequence, d model width, h heads (d_k = d/h), f = d_ff; rank p of t holds h_p heads
 (d_p = h_p·d_k channels) and f_p hidden units; b bytes per element; N = B·T tokens.
 
-Communication per block and step (block.py): 4 all-reduces (or all-gather + reduce-scatter pairs) of N·d
-words, 8(t−1)/t·N·d·b bytes per rank; sequence parallelism adds 2(t−1)/t·6d·b for the token-wise
-parameters' gradients.
-
 Activation memory after forward — what minidist's layers keep for backward, counted from the code (and
 measured by minidist.sim.memory in the tests). With N' = N (tensor parallelism) or N/t (sequence parallelism):
 
@@ -33,8 +29,7 @@ from .comm import feature_slice
 
 def block_activation_bytes(batch: int, seq_len: int, d_model: int, n_heads: int, d_ff: int, parts: int,
                            rank: int, itemsize: int, sequence_parallel: bool) -> dict[str, int]:
-    """Activation bytes rank keeps after a tensor_parallel block's forward: layernorm, attention, mlp,
-    total."""
+    """Activation bytes rank keeps after a split block's forward: layernorm, attention, mlp, total."""
     heads = feature_slice(n_heads, parts, rank)
     h_p = heads.stop - heads.start
     hidden = feature_slice(d_ff, parts, rank)
@@ -51,7 +46,9 @@ def block_activation_bytes(batch: int, seq_len: int, d_model: int, n_heads: int,
 
 def block_bytes_sent(batch: int, seq_len: int, d_model: int, parts: int, itemsize: int,
                      sequence_parallel: bool) -> int:
-    """Bytes rank sends in one forward + backward of a block (t dividing the counts: exact)."""
+    """Bytes rank sends in one forward + backward of a block: 4 all-reduces (or all-gather + reduce-scatter
+    pairs) of N·d words, 8(t−1)/t·N·d·b; sequence parallelism adds 2(t−1)/t·6d·b for the token-wise
+    parameters' gradients (t dividing the counts: exact)."""
     words = 8 * (parts - 1) * batch * seq_len * d_model // parts
     if sequence_parallel:
         words += 2 * (parts - 1) * 6 * d_model // parts
