@@ -85,7 +85,7 @@ def test_split_mlp_and_head_count_their_local_weights_and_the_shares_add_up(case
             split_head = VocabParallelHead(RankOf(q, t), head)
             assert mlp.flops((b, seq, d)) == 2 * b * seq * (mlp.up.weight.size + mlp.down.weight.size)
             assert split_head.flops((b, seq, d)) == 2 * b * seq * split_head.weight.size
-            assert VocabParallelEmbedding.from_embedding(RankOf(q, t), table).flops((b, seq)) == 0
+            assert VocabParallelEmbedding(RankOf(q, t), table).flops((b, seq)) == 0
             for sequence_parallel in (MegatronMLP.from_mlp(RankOf(q, t), whole.mlp, sequence_parallel=True),
                                       VocabParallelHead(RankOf(q, t), head, sequence_parallel=True)):
                 unsplit = mlp if isinstance(sequence_parallel, MegatronMLP) else split_head

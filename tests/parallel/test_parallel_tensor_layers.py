@@ -67,18 +67,18 @@ def _linear_shards(comm, case_list):
     for c in case_list:
         x, dy = _data(c)
         res = {}
-        col = ColumnParallelLinear(comm, c["d_in"], c["d_out"], c["bias"], rng=_full_rng(c), dtype=np.float64)
-        res["column_gather"] = (col(x), col.backward(dy), *_grads(col), col.rows)
         full = Linear(c["d_in"], c["d_out"], c["bias"], rng=_full_rng(c), dtype=np.float64)
-        col = ColumnParallelLinear.from_linear(comm, full, gather_output=False)
+        col = ColumnParallelLinear(comm, full)
+        res["column_gather"] = (col(x), col.backward(dy), *_grads(col), col.rows)
+        col = ColumnParallelLinear(comm, full, gather_output=False)
         res["column_sharded"] = (col(x), col.backward(dy[:, col.rows]), *_grads(col), col.rows)
-        row = RowParallelLinear(comm, c["d_in"], c["d_out"], c["bias"], rng=_full_rng(c), dtype=np.float64)
+        row = RowParallelLinear(comm, full)
         res["row_parallel"] = (row(x[:, row.cols]), row.backward(dy), *_grads(row), row.cols)
-        row = RowParallelLinear.from_linear(comm, full, input_is_parallel=False)
+        row = RowParallelLinear(comm, full, input_is_parallel=False)
         res["row_whole"] = (row(x), row.backward(dy), *_grads(row), row.cols)
         first, second = _mlp_layers(c)  # kept sharded: a column layer feeding a row layer, as Modules
-        pair = Sequential(ColumnParallelLinear.from_linear(comm, first, gather_output=False), ReLU(),
-                          RowParallelLinear.from_linear(comm, second, input_is_parallel=True))
+        pair = Sequential(ColumnParallelLinear(comm, first, gather_output=False), ReLU(),
+                          RowParallelLinear(comm, second, input_is_parallel=True))
         res["column_then_row"] = (
             pair(x),
             pair.backward(dy),
@@ -182,13 +182,13 @@ def test_parallel_tensor_megatron_block_equals_single_process(parts, data):
 
 def _bad_layer(comm, kind):
     if kind == "too_many_shards":
-        ColumnParallelLinear(comm, 4, 2, rng=np.random.default_rng(0))
+        ColumnParallelLinear(comm, Linear(4, 2, rng=np.random.default_rng(0)))
     elif kind == "row_too_many_shards":
-        RowParallelLinear(comm, 2, 4, rng=np.random.default_rng(0))
+        RowParallelLinear(comm, Linear(2, 4, rng=np.random.default_rng(0)))
     elif kind == "mismatched_column":
-        ColumnParallelLinear(comm, 4, 6 + comm.rank % 2, rng=np.random.default_rng(0))
+        ColumnParallelLinear(comm, Linear(4, 6 + comm.rank % 2, rng=np.random.default_rng(0)))
     elif kind == "mismatched_row":
-        RowParallelLinear(comm, 5, 3, bias=comm.rank == 0, rng=np.random.default_rng(0))
+        RowParallelLinear(comm, Linear(5, 3, bias=comm.rank == 0, rng=np.random.default_rng(0)))
     return "no error"
 
 
@@ -222,9 +222,9 @@ def _mismatched_batch(comm, kind):
     rng = np.random.default_rng(0)
     x = np.ones((3 + comm.rank, 5))  # each rank a different batch: a bug in the caller
     if kind == "gather":
-        ColumnParallelLinear(comm, 5, 4, rng=rng, dtype=np.float64)(x)
+        ColumnParallelLinear(comm, Linear(5, 4, rng=rng, dtype=np.float64))(x)
     else:
-        RowParallelLinear(comm, 5, 4, input_is_parallel=False, rng=rng, dtype=np.float64)(x)
+        RowParallelLinear(comm, Linear(5, 4, rng=rng, dtype=np.float64), input_is_parallel=False)(x)
     return "no error"
 
 
@@ -255,8 +255,9 @@ def test_parallel_tensor_one_rank_layers_pass_gradcheck(rng):
     from minidist.gradcheck import gradcheck
 
     x = rng.standard_normal((3, 4))
-    for layer in (ColumnParallelLinear(OneRank(), 4, 5, rng=rng, dtype=np.float64),
-                  RowParallelLinear(OneRank(), 4, 5, input_is_parallel=False, rng=rng, dtype=np.float64)):
+    for layer in (ColumnParallelLinear(OneRank(), Linear(4, 5, rng=rng, dtype=np.float64)),
+                  RowParallelLinear(OneRank(), Linear(4, 5, rng=rng, dtype=np.float64),
+                                    input_is_parallel=False)):
         errors = gradcheck(layer, x, rng)
         assert max(errors.values()) < 1e-6, (layer, errors)
 
@@ -275,8 +276,8 @@ def test_parallel_tensor_one_rank_megatron_passes_gradcheck(rng):
 def _flops_of_shards(comm, shape):
     rng = np.random.default_rng(3)
     first, second = Linear(7, 5, rng=rng), Linear(5, 4, rng=rng)
-    column = ColumnParallelLinear.from_linear(comm, first, gather_output=False)
-    row = RowParallelLinear.from_linear(comm, second, input_is_parallel=False)
+    column = ColumnParallelLinear(comm, first, gather_output=False)
+    row = RowParallelLinear(comm, second, input_is_parallel=False)
     block = MegatronMLP(comm, first, second, ReLU())
     return column.flops(shape), row.flops((*shape[:-1], 5)), block.flops(shape)
 
@@ -291,4 +292,4 @@ def test_parallel_tensor_flops_are_each_ranks_share_of_the_whole_layers(parts):
     assert column == first.flops(shape) and row == second.flops((2, 3, 5))
     assert block == first.flops(shape) + ReLU().flops((2, 3, 5)) + second.flops((2, 3, 5))
     with pytest.raises(ValueError, match=r"input shape \(\.\.\., 7\)"):
-        ColumnParallelLinear(OneRank(), 7, 5).flops((2, 6))
+        ColumnParallelLinear(OneRank(), Linear(7, 5)).flops((2, 6))

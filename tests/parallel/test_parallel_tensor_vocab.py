@@ -70,7 +70,8 @@ def test_vocab_parallel_cross_entropy_equals_one_process(t, extra, n, seq, scale
 
 
 def _embedding_on_ranks(comm, vocab, dim, seed, tokens, dy):
-    layer = VocabParallelEmbedding(comm, vocab, dim, rng=np.random.default_rng(seed), dtype=np.float64)
+    table = Embedding(vocab, dim, rng=np.random.default_rng(seed), dtype=np.float64)
+    layer = VocabParallelEmbedding(comm, table)
     before = comm.stats.bytes_sent                          # building checked the shapes agree (16 bytes)
     y = layer.forward(tokens)
     layer.backward(dy)
@@ -96,9 +97,10 @@ def test_vocab_parallel_embedding_equals_one_process(t, extra, seed):
 def _language_model(comm, vocab, dim, seed, batches, steps):
     """Embedding → vocabulary-parallel head → vocabulary-parallel loss; AdamW. Returns each step's loss
     and the final parameters of this rank (its embedding rows, its head rows)."""
-    emb = VocabParallelEmbedding(comm, vocab, dim, rng=np.random.default_rng(seed), dtype=np.float64)
-    head = ColumnParallelLinear(comm, dim, vocab, gather_output=False, rng=np.random.default_rng(seed + 1),
-                                dtype=np.float64)
+    table = Embedding(vocab, dim, rng=np.random.default_rng(seed), dtype=np.float64)
+    emb = VocabParallelEmbedding(comm, table)
+    full_head = Linear(dim, vocab, rng=np.random.default_rng(seed + 1), dtype=np.float64)
+    head = ColumnParallelLinear(comm, full_head, gather_output=False)
     loss_fn = VocabParallelCrossEntropy(comm, vocab)
     params = [emb.weight, *head.parameters()]
     optimizer = AdamW(params, lr=0.05, weight_decay=0.1)

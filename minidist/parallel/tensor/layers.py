@@ -42,7 +42,8 @@ def _products(input_shape: tuple[int, ...], expected: int, inner: int, outer: in
 
 
 class ColumnParallelLinear(Module):
-    """Linear(in, out) with W's rows (output features) split over the ranks of ``comm``.
+    """``full`` (an nn.Linear(in, out), the same on every rank) with W's rows (output features) split over
+    the ranks of ``comm``.
 
     Shapes on rank p of P (n_p = len(rows_p), np.array_split sizes): weight (n_p, in), bias (n_p,).
     x (N, in) whole on every rank → y_p = x·W_pᵀ + b_p (N, n_p) → gather_output: y (N, out).
@@ -51,20 +52,7 @@ class ColumnParallelLinear(Module):
     gradient (the slides' sums over layers start at i = 2 for this reason).
     """
 
-    def __init__(self, comm, in_features: int, out_features: int, bias: bool = True, *,
-                 gather_output: bool = True, input_grad: bool = True,
-                 rng: np.random.Generator | None = None, dtype=np.float32):
-        full = Linear(in_features, out_features, bias, rng=rng, dtype=dtype)   # the same on every rank
-        self._take_slice(comm, full, gather_output, input_grad)
-
-    @classmethod
-    def from_linear(cls, comm, full: Linear, *, gather_output: bool = True,
-                    input_grad: bool = True) -> ColumnParallelLinear:
-        layer = cls.__new__(cls)
-        layer._take_slice(comm, full, gather_output, input_grad)
-        return layer
-
-    def _take_slice(self, comm, full: Linear, gather_output: bool, input_grad: bool) -> None:
+    def __init__(self, comm, full: Linear, *, gather_output: bool = True, input_grad: bool = True):
         self.comm = comm
         self.in_features, self.out_features = full.in_features, full.out_features
         check_same_on_all_ranks(comm, "ColumnParallelLinear (in_features, out_features, bias)",
@@ -115,7 +103,8 @@ class ColumnParallelLinear(Module):
 
 
 class RowParallelLinear(Module):
-    """Linear(in, out) with W's columns (input features) split over the ranks of ``comm``.
+    """``full`` (an nn.Linear(in, out), the same on every rank) with W's columns (input features) split over
+    the ranks of ``comm``.
 
     Shapes on rank p: weight (out, n_p); the bias (out,) is whole on every rank, added once after the sum.
     input_is_parallel: x_p (N, n_p) is this rank's slice already (from a column layer); otherwise x (N, in)
@@ -124,18 +113,7 @@ class RowParallelLinear(Module):
     Backward: dW_p = dzᵀ·x_p, db = Σ_n dz, dx_p = dz·W_p        (local; gathered when x was whole)
     """
 
-    def __init__(self, comm, in_features: int, out_features: int, bias: bool = True, *,
-                 input_is_parallel: bool = True, rng: np.random.Generator | None = None, dtype=np.float32):
-        full = Linear(in_features, out_features, bias, rng=rng, dtype=dtype)   # the same on every rank
-        self._take_slice(comm, full, input_is_parallel)
-
-    @classmethod
-    def from_linear(cls, comm, full: Linear, *, input_is_parallel: bool = True) -> RowParallelLinear:
-        layer = cls.__new__(cls)
-        layer._take_slice(comm, full, input_is_parallel)
-        return layer
-
-    def _take_slice(self, comm, full: Linear, input_is_parallel: bool) -> None:
+    def __init__(self, comm, full: Linear, *, input_is_parallel: bool = True):
         self.comm = comm
         self.in_features, self.out_features = full.in_features, full.out_features
         check_same_on_all_ranks(comm, "RowParallelLinear (in_features, out_features, bias)",

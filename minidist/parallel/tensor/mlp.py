@@ -54,9 +54,9 @@ class MegatronMLP(Module):
             raise ValueError(f"MegatronMLP: the second layer's in_features ({second.in_features}) must equal "
                              f"the first's out_features ({first.out_features})")
         self.comm = comm
-        self.up = ColumnParallelLinear.from_linear(comm, first, gather_output=False, input_grad=input_grad)
+        self.up = ColumnParallelLinear(comm, first, gather_output=False, input_grad=input_grad)
         self.activation = copy.deepcopy(activation) if activation is not None else ReLU()
-        self.down = RowParallelLinear.from_linear(comm, second, input_is_parallel=True)
+        self.down = RowParallelLinear(comm, second, input_is_parallel=True)
         self.sequence_parallel = bool(sequence_parallel)
         self.f, self.g = region_operators(comm, self.sequence_parallel)
         self.input_grad = input_grad
@@ -130,8 +130,8 @@ def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) ->
     layers = []
     for layer in model:
         if isinstance(layer, Linear):  # the model's input needs no gradient; every later input does
-            layers.append(ColumnParallelLinear.from_linear(comm, layer, gather_output=True,
-                                                           input_grad=input_grad or bool(layers)))
+            layers.append(ColumnParallelLinear(comm, layer, gather_output=True,
+                                               input_grad=input_grad or bool(layers)))
         else:
             layers.append(copy.deepcopy(layer))
     return Sequential(*layers)

@@ -44,8 +44,7 @@ def tensor_parallel(model: Module, group, *, sequence_parallel: bool = False) ->
     if model.drop.p:
         raise ValueError(f"tensor_parallel supports dropout = 0 only, got {model.drop.p}")
     model.label_parameters()
-    model.tok_emb = VocabParallelEmbedding.from_embedding(group, model.tok_emb,
-                                                          sequence_parallel=sequence_parallel)
+    model.tok_emb = VocabParallelEmbedding(group, model.tok_emb, sequence_parallel=sequence_parallel)
     for block in model.blocks:
         _split_block(block, group, sequence_parallel)
     tied = model.tok_emb.weight if model.tie_weights else None   # the same rows V_p: one Parameter

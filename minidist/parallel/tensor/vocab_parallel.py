@@ -35,25 +35,13 @@ from .sequence import region_operators
 
 
 class VocabParallelEmbedding(Module):
-    """Embedding(V, d) with its rows (token ids) split over the ranks of ``comm``: weight (|V_p|, d).
+    """``full`` (an nn.Embedding(V, d), the same table on every rank) with its rows (token ids) split over
+    the ranks of ``comm``: weight (|V_p|, d).
 
     sequence_parallel: forward returns this rank's T/t tokens (B, T/t, d) of the (B, T) tokens it is given.
     """
 
-    def __init__(self, comm, num_embeddings: int, embedding_dim: int, *,
-                 rng: np.random.Generator | None = None, dtype=np.float32, sequence_parallel: bool = False):
-        self._take_rows(comm, Embedding(num_embeddings, embedding_dim, rng=rng, dtype=dtype),
-                        sequence_parallel)
-
-    @classmethod
-    def from_embedding(cls, comm, full: Embedding, *,
-                       sequence_parallel: bool = False) -> VocabParallelEmbedding:
-        """This rank's rows of ``full`` (the same full table on every rank)."""
-        layer = cls.__new__(cls)
-        layer._take_rows(comm, full, sequence_parallel)
-        return layer
-
-    def _take_rows(self, comm, full: Embedding, sequence_parallel: bool) -> None:
+    def __init__(self, comm, full: Embedding, *, sequence_parallel: bool = False):
         self.comm = comm
         self.leave = region_operators(comm, sequence_parallel)[1]        # g, or r̄ (reduce-scatter along T)
         self.num_embeddings, self.embedding_dim = full.num_embeddings, full.embedding_dim
