@@ -22,6 +22,8 @@ skipped, so the naive split leaves early ranks idle while the last works (lesson
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from minidist.cluster import Device
@@ -40,22 +42,14 @@ from .layout import positions
 TAG = 133
 
 
-class Charged:
-    """What a RingAttention charged to the clock so far: FLOPs and seconds of its compute stream."""
-
-    def __init__(self):
-        self.flops, self.seconds = 0, 0.0
-
-
 class RingAttention(Module):
     """Attention of this rank's queries to the whole sequence, on the c ranks of ``comm``: an attention
     ``core`` (the interface of nn.BlockwiseAttention) that a context-split attention holds.
 
-    seq_len: T, the whole sequence; this rank holds the tokens ``layout.positions(T, c, rank, layout)``;
-    None: T = c·T_r, read from each forward's q (every rank the same number of tokens).
-    causal: mask keys after the query (by global position). overlap: transfers beside compute on the clock.
-    device: the simulated accelerator (default ``comm.device``, the run's): it turns a block's
-    FLOPs into seconds of the compute stream. ``flops`` and ``compute_seconds`` add up what was charged.
+    seq_len: T; this rank holds the tokens ``layout.positions(T, c, rank, layout)``; None: T = c·T_r, read
+    from each forward's q. causal: mask keys after the query (by global position). overlap: transfers
+    beside compute on the clock. device: turns a block's FLOPs into seconds of the compute stream (default
+    ``comm.device``, the run's). ``flops`` and ``compute_seconds`` add up what was charged.
     """
 
     def __init__(self, comm, seq_len: int | None, *, causal: bool = True, layout: str = "zigzag",
@@ -66,7 +60,9 @@ class RingAttention(Module):
         positions(int(seq_len or 2 * c), c, rank, layout)    # refuse a bad layout or length now
         self.seq_len, self.infer_seq_len = seq_len, seq_len is None
         self.left, self.right = (rank - 1) % c, (rank + 1) % c
-        self.charged = Charged()   # updated in place: a pipeline saves what forward *assigns* per micro-batch
+        # FLOPs and seconds of the compute stream so far, updated in place (a pipeline saves what forward
+        # *assigns* per micro-batch)
+        self.charged = SimpleNamespace(flops=0, seconds=0.0)
         self._saved: tuple | None = None
 
     @property

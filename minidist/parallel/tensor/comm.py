@@ -6,12 +6,9 @@ operators on the P ranks of the tensor-parallel group:
     f: forward identity,   backward all-reduce      (in front of a column-parallel layer)
     g: forward all-reduce, backward identity        (behind a row-parallel layer)
 
-Costs per rank for n words: all-reduce 2(P−1)/P·n (``minidist.collectives.pairwise_allreduce``: reduce-
-scatter then all-gather, the ring's bytes without the ring, which is lesson 05's exercise — these layers
-keep working in a student's copy), all-gather of the output slices (P−1)/P·n.
-
-Features are cut into P contiguous shards by ``minidist.split`` (np.array_split's rule: the first n mod P
-shards hold one feature more); here every shard must hold at least one feature.
+Costs per rank for n words: all-reduce 2(P−1)/P·n (``group_allreduce``), all-gather of the output slices
+(P−1)/P·n. Features are cut into P contiguous shards by ``minidist.split`` (np.array_split's rule: the first
+n mod P shards hold one feature more); here every shard must hold at least one feature.
 """
 
 from __future__ import annotations
@@ -25,11 +22,8 @@ from minidist.split import split_bounds, split_range
 
 
 def feature_bounds(n: int, parts: int) -> list[tuple[int, int]]:
-    """[(lo, hi), ...] of the ``parts`` feature shards of range(n); minidist.split's rule, none empty.
-
-    Example: feature_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)].
-    A layer of 3 features cannot be split 4 ways: ValueError.
-    """
+    """[(lo, hi), ...] of the ``parts`` feature shards of range(n), none empty (3 features cannot be split 4
+    ways: ValueError). Example: feature_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]."""
     _check_not_empty(n, parts)
     return split_bounds(int(n), int(parts))
 
@@ -61,15 +55,14 @@ def shard_parameter(source: Parameter, index=...) -> Parameter:
 
 def group_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """x reduced elementwise over the group's ranks, bitwise the same on every rank: reduce-scatter then
-    all-gather, 2(P−1)/P·n words per rank. A group of one rank gets a copy (and needs no messages)."""
+    all-gather (collectives.pairwise_allreduce: the ring's bytes without the ring, lesson 05's exercise, so
+    these layers keep working in a student's copy), 2(P−1)/P·n words per rank. One rank: a copy."""
     return pairwise_allreduce(comm, x, op=op) if comm.world_size > 1 else x.copy()
 
 
 def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:
     """Concatenate every rank's (..., n_p) piece along the last axis, in rank order: (..., Σ n_p).
-
-    Each rank sends its piece to the others: (P−1)/P·n words per rank when the pieces are equal.
-    """
+    Each rank sends its piece to the others: (P−1)/P·n words per rank when the pieces are equal."""
     if comm.world_size == 1:
         return y_part.copy()
     parts = allgather(comm, y_part)
@@ -82,11 +75,9 @@ def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:
 
 
 def check_same_on_all_ranks(comm, what: str, values: tuple[int, ...]) -> None:
-    """Raise ValueError on every rank unless every rank passes the same ``values``.
-
-    Every rank takes part in the same all-gather and sees the same table, so all ranks raise
-    together: no rank is left waiting in a collective the others have abandoned.
-    """
+    """Raise ValueError on every rank unless every rank passes the same ``values``. Every rank takes part
+    in the same all-gather and sees the same table, so all ranks raise together: no rank is left waiting
+    in a collective the others have abandoned."""
     if comm.world_size == 1:
         return
     table = allgather(comm, np.asarray(values, dtype=np.int64))
@@ -119,8 +110,7 @@ class ReduceFromTensorParallel(Module):
         self.comm = comm
 
     def forward(self, z_partial: np.ndarray) -> np.ndarray:
-        """z_partial: this rank's partial product, shape (..., out).
-        Returns z = Σ_p z_partial_p, (..., out)."""
+        """z_partial: this rank's partial product (..., out). Returns z = Σ_p z_partial_p, (..., out)."""
         return group_allreduce(self.comm, z_partial)
 
     def backward(self, dz: np.ndarray) -> np.ndarray:

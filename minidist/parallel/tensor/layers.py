@@ -10,8 +10,7 @@ Megatron-LM, Shoeybi et al. 2019):
   z = Σ_p x_p·W_pᵀ + b needs an all-reduce (g). Backward: dx_p = dz·W_p is local.
 
 The operators f and g are in comm.py; the Megatron MLP block (column then row) is in mlp.py. Every shard
-is cut from a full layer built with the same seed on every rank, so a test can compare each shard with
-the single-process layer's slice.
+is cut from a full layer, the same on every rank, so a test can compare it with that layer's slice.
 """
 
 from __future__ import annotations

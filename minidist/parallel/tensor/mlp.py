@@ -43,9 +43,6 @@ class MegatronMLP(Module):
     sequence_parallel: x and z are this rank's tokens (B, T/t, d); f becomes an all-gather along T and g a
     reduce-scatter (sequence.py: the same bytes), so b2 sees only this rank's tokens and its gradient is a
     partial sum over the group (``tensor_parallel`` marks it so).
-
-    ``flops`` prices the block as the modules it replaces: the two Linears and the activation (a Sequential
-    counts each layer), or, built by ``from_mlp``, the products only (as nn.TransformerBlock counts its mlp).
     """
 
     def __init__(self, comm, first: Linear, second: Linear, activation: Module | None = None, *,
@@ -112,8 +109,8 @@ class MegatronMLP(Module):
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """This rank's forward FLOPs for x (..., d) (sequence parallel: (B, T/t, d), gathered to T·t tokens
-        first): 2·N·d·n_p (up) + 2·N·n_p·d_out (down), plus its N·n_p activations unless built by
-        ``from_mlp`` — its share of the whole block's count."""
+        first): 2·N·d·n_p (up) + 2·N·n_p·d_out (down), plus its N·n_p activations as a Sequential counts
+        them — unless built by ``from_mlp``: the products only, as nn.TransformerBlock counts its mlp."""
         *lead, d = input_shape
         tokens = math.prod(lead) * (self.comm.world_size if self.sequence_parallel else 1)
         hidden = (tokens, self.up.weight.shape[0])
@@ -123,10 +120,7 @@ class MegatronMLP(Module):
 
 def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:
     """The slides' scheme: every Linear column-parallel with its output all-gathered, other layers copied.
-
-    Forward: one all-gather per Linear; backward: one all-reduce of the input gradient per Linear except
-    a first layer's (unless input_grad=True).
-    """
+    Backward: one all-reduce of the input gradient per Linear except a first layer's (unless input_grad)."""
     layers = []
     for layer in model:
         if isinstance(layer, Linear):  # the model's input needs no gradient; every later input does
@@ -138,11 +132,9 @@ def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) ->
 
 
 def megatron_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:
-    """Megatron's scheme: each (Linear, activation, Linear) of ``model`` becomes one MegatronMLP block.
-
-    Layers between blocks (e.g. the ReLU after a block) are copied and run whole on every rank.
-    The first block skips the input-gradient all-reduce unless input_grad=True.
-    """
+    """Megatron's scheme: each (Linear, activation, Linear) of ``model`` becomes one MegatronMLP block; layers
+    between blocks are copied and run whole on every rank. The first block skips the input-gradient
+    all-reduce unless input_grad=True."""
     items, layers, i = list(model), [], 0
     while i < len(items):
         block = items[i:i + 3]

@@ -61,33 +61,30 @@ def reduce_scatter_sequence(comm, x: np.ndarray) -> np.ndarray:
 
 
 class GatherFromSequenceParallel(Module):
-    """ḡ: forward all-gathers the tokens along T; backward reduce-scatters the gradient."""
+    """ḡ: forward all-gathers this rank's tokens (B, T/t, d) into (B, T, d); backward reduce-scatters the
+    gradient's partial sums (B, T, d) into this rank's tokens of Σ_p (B, T/t, d)."""
 
     def __init__(self, comm):
         self.comm = comm
 
     def forward(self, x_part: np.ndarray) -> np.ndarray:
-        """x_part: this rank's tokens (B, T/t, d). Returns the whole sequence (B, T, d)."""
         return gather_sequence(self.comm, x_part)
 
     def backward(self, dx_partial: np.ndarray) -> np.ndarray:
-        """dx_partial: this rank's term of dx (B, T, d). Returns this rank's tokens of Σ_p, (B, T/t, d)."""
         return reduce_scatter_sequence(self.comm, dx_partial)
 
 
 class ReduceScatterToSequenceParallel(Module):
-    """r̄: forward reduce-scatters the partial outputs along T; backward all-gathers the gradient."""
+    """r̄: forward reduce-scatters the partial outputs (B, T, d) into this rank's tokens of Σ_p (B, T/t, d);
+    backward all-gathers the gradient of this rank's tokens into (B, T, d)."""
 
     def __init__(self, comm):
         self.comm = comm
 
     def forward(self, z_partial: np.ndarray) -> np.ndarray:
-        """z_partial: this rank's partial product (B, T, d).
-        Returns this rank's tokens of Σ_p, (B, T/t, d)."""
         return reduce_scatter_sequence(self.comm, z_partial)
 
     def backward(self, dz_part: np.ndarray) -> np.ndarray:
-        """dz_part: the gradient of this rank's tokens (B, T/t, d). Returns the whole (B, T, d)."""
         return gather_sequence(self.comm, dz_part)
 
 

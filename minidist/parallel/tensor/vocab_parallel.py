@@ -14,10 +14,9 @@ Cross-entropy with rank p holding the logits z[:, V_p] (a column-parallel head, 
     z_t = Σ_p [t ∈ V_p]·z_t             all-reduce (sum) of N words
     loss = mean_n (log S + m − z_t),    dz_p = (exp(z_p − m)/S − onehot_p(t)) / N     (no communication)
 
-so the (N, V) logits are never gathered: 3 all-reduces of N words instead of an all-gather of N·V.
-Each all-reduce is a reduce-scatter then all-gather (comm.group_allreduce), 2(t−1)/t·N words per rank
-when t divides N (all ranks together 2(t−1)·N for any N): the loss sends 6(t−1)/t·N·itemsize bytes per
-rank, 6(t−1) messages.
+so the (N, V) logits are never gathered: 3 all-reduces of N words (comm.group_allreduce) instead of an
+all-gather of N·V. The loss sends 6(t−1)/t·N·itemsize bytes per rank when t divides N (all ranks together
+6(t−1)·N·itemsize for any N), 6(t−1) messages.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ class VocabParallelHead(Module):
 
     ``weight`` (|V_p|, d): this rank's rows of ``head``'s, or ``tied`` (the vocabulary-parallel embedding's
     Parameter, the same rows) when the GPT ties them. forward x (B, T, d) (sequence parallel: (B, T/t, d))
-    -> z_p (B, T, |V_p|); backward -> dx of x's shape, summed over the group by ``enter``'s backward.
-    """
+    -> z_p (B, T, |V_p|); backward -> dx of x's shape."""
 
     def __init__(self, comm, head: Linear, *, sequence_parallel: bool = False, tied: Parameter | None = None):
         if head.bias is not None:
