@@ -393,7 +393,7 @@ plt.close(fig)
 #
 # ## Exercises
 #
-# * `online_softmax_merge` — `minidist/parallel/context/blocks.py: merge`. Check:
+# * `online_softmax_merge` — `minidist/parallel/context/ring.py: merge`. Check:
 #   `python -m pytest --exercise online_softmax_merge`.
 # * `vocab_parallel_cross_entropy` — the forward of `VocabParallelCrossEntropy` in
 #   `minidist/parallel/tensor/vocab_parallel.py`. Check:

@@ -8,7 +8,7 @@ Attention of queries q against keys k and values v (per batch and head, d_k feat
 
 One block of keys gives a *partial* result — its own softmax-weighted output and the log of its softmax
 denominator, lse = log Σ_j exp(S_ij) over that block's keys (partial results merge by the online softmax:
-minidist.parallel.context.blocks.merge). Backward needs only the final lse and D = rowsum(dO ∘ O)
+minidist.parallel.context.ring.merge). Backward needs only the final lse and D = rowsum(dO ∘ O)
 (FlashAttention-2, Dao), block by block:
 
     P = exp(S − lse),  dv = Pᵀ·dO,  dP = dO·vᵀ,  dS = P ∘ (dP − D),  dq = dS·k/√d_k,  dk = dSᵀ·q/√d_k

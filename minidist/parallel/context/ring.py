@@ -3,7 +3,7 @@
 Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for Near-Infinite Context". Rank r
 holds the queries, keys and values of its own tokens (layout.py: naive or zigzag). In c steps every
 rank sees every key/value block: at step s it attends its queries to the block of rank (r − s) mod c,
-merges the partial result with the online softmax (blocks.py), and meanwhile passes the block it holds
+merges the partial result with the online softmax (``merge``), and meanwhile passes the block it holds
 to rank r+1 and receives the next from rank r−1. Backward runs the same ring; the gradients dk, dv of
 a block travel with it (one step behind) and arrive home complete after the last step.
 
@@ -36,10 +36,30 @@ from minidist.nn.blockwise_attention import (
 from minidist.nn.module import Module, check_float_array
 from minidist.sim.compute import charge_seconds, wait_until
 
-from .blocks import merge
 from .layout import positions
 
 TAG = 133
+
+
+def merge(out1: np.ndarray, lse1: np.ndarray, out2: np.ndarray,
+          lse2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge two partial attention results over disjoint key sets into the result over their union.
+
+    One key block gives a partial result (O, lse) (nn.blockwise_attention.block_attention); two of them
+    merge exactly by the online softmax (Milakov & Gimelshein, "Online normalizer calculation for
+    softmax"; used by FlashAttention and by ring attention):
+
+        lse = log(exp(lse₁) + exp(lse₂)),     O = exp(lse₁ − lse)·O₁ + exp(lse₂ − lse)·O₂
+
+    out1, out2: (..., T_q, d_k); lse1, lse2: (..., T_q). Returns (out, lse) of the same shapes. Rows that
+    saw no key on either side stay (0, −∞).
+    """
+    # BEGIN SOLUTION online_softmax_merge
+    lse = np.logaddexp(lse1, lse2)
+    safe = np.where(np.isneginf(lse), 0.0, lse)          # both sides empty: weights exp(−∞) = 0
+    out = np.exp(lse1 - safe)[..., None] * out1 + np.exp(lse2 - safe)[..., None] * out2
+    return out, lse
+    # END SOLUTION
 
 
 class RingAttention(Module):
