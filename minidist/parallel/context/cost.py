@@ -25,9 +25,8 @@ from .layout import positions
 
 def ring_traffic(seq_len: int, parts: int, rank: int, batch: int, heads: int, d_k: int, itemsize: int,
                  layout: str = "zigzag") -> dict[str, int]:
-    """Bytes and messages rank sends in one forward and one backward (= what it receives, by symmetry
-    of the ring up to block sizes).
-    Keys: forward_bytes, forward_messages, backward_bytes, backward_messages."""
+    """Bytes and messages rank sends in one forward and one backward (= what it receives, by symmetry of
+    the ring up to block sizes): forward_bytes, forward_messages, backward_bytes, backward_messages."""
     if parts == 1:
         return {"forward_bytes": 0, "forward_messages": 0, "backward_bytes": 0, "backward_messages": 0}
     block = [batch * heads * d_k * itemsize * len(positions(seq_len, parts, j, layout)) for j in range(parts)]

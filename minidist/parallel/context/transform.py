@@ -79,10 +79,8 @@ class ContextPositions:
 def context_parallel(model: Module, group, *, layout: str = "zigzag", seq_len: int | None = None) -> Module:
     """Split ``model`` (an nn.GPT / SwitchTransformer or an nn.TransformerBlock, dropout 0, the same on every
     rank; possibly tensor-parallel already) over ``group`` along the sequence, in place; returns it.
-
     Input: this rank's tokens (B, T_r) (a block: x (B, T_r, d)); output: their logits (B, T_r, V).
-    seq_len: T of the whole sequence (None: c·T_r, every rank the same number of tokens).
-    """
+    seq_len: T of the whole sequence (None: c·T_r, every rank the same number of tokens)."""
     if seq_len is not None:
         check_count(seq_len, "context_parallel seq_len")          # 7.5 or True are not lengths
     if isinstance(model, GPT):

@@ -70,8 +70,7 @@ class TensorParallelAttention(Module):
         self.enter, self.leave = region_operators(comm, self.sequence_parallel)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: (B, T, d) whole on every rank, or (B, T/t, d) this rank's tokens with sequence parallelism.
-        Returns y of x's shape."""
+        """x: (B, T, d), whole on every rank (sequence parallel: this rank's (B, T/t, d)). Returns y (x's)."""
         check_float_array(x, "TensorParallelAttention input", ndim=3)
         x_all = self.enter.forward(x)                                      # f (identity) or all-gather
         q, k, v = (split_heads(a, self.heads.stop - self.heads.start)
@@ -81,8 +80,7 @@ class TensorParallelAttention(Module):
         return y + self.bias.data
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        """dy: gradient of the output (x's shape). Adds into qkv's, proj's and bias's gradients;
-        returns dx."""
+        """dy: the output's gradient (x's shape). Adds into qkv's, proj's and bias's gradients; returns dx."""
         self.bias.grad += dy.sum(axis=(0, 1))
         d_out = split_heads(self.proj.backward(self.leave.backward(dy)), self.heads.stop - self.heads.start)
         dq, dk, dv = self.core.backward(d_out)

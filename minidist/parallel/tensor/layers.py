@@ -64,8 +64,7 @@ class ColumnParallelLinear(Module):
         self._x2d: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: input, shape (..., in), whole on every rank. Returns y (..., out) with gather_output,
-        else this rank's slice y_p (..., n_p)."""
+        """x (..., in), whole on every rank. Returns y (..., out) with gather_output, else y_p (..., n_p)."""
         check_float_array(x, "ColumnParallelLinear input")
         if x.ndim < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"ColumnParallelLinear expects input (..., {self.in_features}), got {x.shape}")
@@ -77,8 +76,7 @@ class ColumnParallelLinear(Module):
         return allgather_features(self.comm, y_part) if self.gather_output else y_part
 
     def backward(self, dy: np.ndarray) -> np.ndarray | None:
-        """dy: upstream gradient, shape (..., out) with gather_output, else (..., n_p). Adds into the
-        weight and bias gradients; returns dx (..., in), the same on every rank (None if not input_grad)."""
+        """dy (..., out) with gather_output, else (..., n_p). Returns dx (..., in), None if not input_grad."""
         if self._x2d is None:
             raise RuntimeError("ColumnParallelLinear.backward called before forward")
         dy_part = dy[..., self.rows] if self.gather_output else dy              # this rank's columns
@@ -92,8 +90,7 @@ class ColumnParallelLinear(Module):
         return self.f.backward(dx_partial)
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
-        """This rank's forward FLOPs for x (..., in): 2·N·in·n_p, its 1/P share of Linear's (the bias and
-        the communication not counted). Backward costs twice that, as for Linear."""
+        """This rank's forward FLOPs for x (..., in): 2·N·in·n_p, its share of Linear's (as Linear counts)."""
         return _products(input_shape, self.in_features, self.in_features, self.weight.shape[0])
 
     def __repr__(self) -> str:
@@ -125,8 +122,7 @@ class RowParallelLinear(Module):
         self._x2d: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """x: this rank's slice x_p (..., n_p) if input_is_parallel, else the whole x (..., in).
-        Returns z (..., out), the same on every rank."""
+        """x: x_p (..., n_p) if input_is_parallel, else the whole x (..., in). Returns z (..., out)."""
         check_float_array(x, "RowParallelLinear input")
         n_local = self.weight.shape[1]
         expected = n_local if self.input_is_parallel else self.in_features
@@ -141,8 +137,7 @@ class RowParallelLinear(Module):
         return z.reshape(*x.shape[:-1], self.out_features)
 
     def backward(self, dz: np.ndarray) -> np.ndarray:
-        """dz: upstream gradient, shape (..., out), whole on every rank. Adds into the weight and bias
-        gradients; returns dx_p (..., n_p) if input_is_parallel, else the gathered dx (..., in)."""
+        """dz (..., out), whole on every rank. Returns dx_p (..., n_p), or the gathered dx (..., in)."""
         if self._x2d is None:
             raise RuntimeError("RowParallelLinear.backward called before forward")
         dz2d = self.g.backward(dz).reshape(-1, self.out_features)

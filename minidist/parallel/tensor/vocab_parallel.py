@@ -35,10 +35,8 @@ from .sequence import region_operators
 
 class VocabParallelEmbedding(Module):
     """``full`` (an nn.Embedding(V, d), the same table on every rank) with its rows (token ids) split over
-    the ranks of ``comm``: weight (|V_p|, d).
-
-    sequence_parallel: forward returns this rank's T/t tokens (B, T/t, d) of the (B, T) tokens it is given.
-    """
+    the ranks of ``comm``: weight (|V_p|, d). sequence_parallel: forward returns this rank's T/t tokens
+    (B, T/t, d) of the (B, T) tokens it is given."""
 
     def __init__(self, comm, full: Embedding, *, sequence_parallel: bool = False):
         self.comm = comm
@@ -61,8 +59,7 @@ class VocabParallelEmbedding(Module):
         return self.leave.forward(y)                    # every row comes from exactly one rank
 
     def backward(self, dy: np.ndarray) -> None:
-        """dy: upstream gradient (*S, d), whole on every rank (sequence parallel: this rank's tokens, gathered
-        here); scatter-adds this rank's rows. Returns None."""
+        """dy (*S, d) (sequence parallel: this rank's tokens, gathered here); scatter-adds into its rows."""
         if self._local is None:
             raise RuntimeError("VocabParallelEmbedding.backward called before forward")
         dy = self.leave.backward(dy)
@@ -125,10 +122,8 @@ class VocabParallelHead(Module):
 
 
 class VocabParallelCrossEntropy:
-    """Softmax cross-entropy (mean over N tokens) from logits split by vocabulary over ``comm``'s ranks.
-
-    num_classes: V (the whole vocabulary); rank p holds the logits of ids ``feature_slice(V, t, p)``.
-    """
+    """Softmax cross-entropy (mean over N tokens) from logits split by vocabulary over ``comm``'s ranks:
+    num_classes is V (the whole vocabulary); rank p holds the logits of ids ``feature_slice(V, t, p)``."""
 
     def __init__(self, comm, num_classes: int):
         self.comm, self.num_classes = comm, int(num_classes)
