@@ -40,10 +40,9 @@ def local_linear(weight: Parameter, bias: Parameter | None) -> Linear:
 class TensorParallelAttention(Module):
     """``attn`` (an nn.CausalSelfAttention, the same on every rank) with its heads split over ``comm``.
 
-    Sub-layers: ``qkv`` Linear(d, 3·d_p), ``core`` (attention on this rank's heads: nn.BlockwiseAttention,
-    or the attention core ``attn`` already has if it is not an nn.CausalSelfAttention — a context-split
-    attention's ring), ``proj`` Linear(d_p, d) without bias, ``bias`` (d,) whole.
-    sequence_parallel: the input and output are this rank's tokens (B, T/t, d) (sequence.py).
+    Sub-layers: ``qkv`` Linear(d, 3·d_p), ``core`` (nn.BlockwiseAttention on this rank's heads, or the
+    core ``attn`` already has — a context-split attention's ring), ``proj`` Linear(d_p, d) without bias,
+    ``bias`` (d,) whole. sequence_parallel: input and output are this rank's tokens (B, T/t, d).
     """
 
     def __init__(self, comm, attn, *, sequence_parallel: bool = False):

@@ -61,8 +61,7 @@ def reduce_scatter_sequence(comm, x: np.ndarray) -> np.ndarray:
 
 
 class GatherFromSequenceParallel(Module):
-    """ḡ: forward all-gathers this rank's tokens (B, T/t, d) into (B, T, d); backward reduce-scatters the
-    gradient's partial sums (B, T, d) into this rank's tokens of Σ_p (B, T/t, d)."""
+    """ḡ: forward all-gathers the tokens (B, T/t, d) → (B, T, d); backward reduce-scatters the gradient."""
 
     def __init__(self, comm):
         self.comm = comm
@@ -75,8 +74,7 @@ class GatherFromSequenceParallel(Module):
 
 
 class ReduceScatterToSequenceParallel(Module):
-    """r̄: forward reduce-scatters the partial outputs (B, T, d) into this rank's tokens of Σ_p (B, T/t, d);
-    backward all-gathers the gradient of this rank's tokens into (B, T, d)."""
+    """r̄: forward reduce-scatters the partial outputs (B, T, d) → (B, T/t, d); backward all-gathers."""
 
     def __init__(self, comm):
         self.comm = comm

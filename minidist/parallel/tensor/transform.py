@@ -34,16 +34,15 @@ def tensor_parallel(model: Module, group, *, sequence_parallel: bool = False) ->
     every rank) over ``group`` in place; returns it. Input: tokens (B, T) (a block: x (B, T, d), or this
     rank's (B, T/t, d) with sequence parallelism), the same on every rank; output: this rank's logits
     (B, T, |V_p|) (a block: x's shape)."""
-    if isinstance(model, TransformerBlock):
-        model.label_parameters()               # the shards keep the names (error messages)
-        _split_block(model, group, sequence_parallel)
-        return model
-    if not isinstance(model, GPT):
+    if not isinstance(model, (GPT, TransformerBlock)):
         raise TypeError(f"tensor_parallel splits an nn.GPT or an nn.TransformerBlock, "
                         f"got {type(model).__name__}")
-    if model.drop.p:
+    if isinstance(model, GPT) and model.drop.p:
         raise ValueError(f"tensor_parallel supports dropout = 0 only, got {model.drop.p}")
-    model.label_parameters()
+    model.label_parameters()                   # the shards keep the names (error messages)
+    if isinstance(model, TransformerBlock):
+        _split_block(model, group, sequence_parallel)
+        return model
     model.tok_emb = VocabParallelEmbedding(group, model.tok_emb, sequence_parallel=sequence_parallel)
     for block in model.blocks:
         _split_block(block, group, sequence_parallel)
