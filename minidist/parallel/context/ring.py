@@ -80,8 +80,7 @@ class RingAttention(Module):
         positions(int(seq_len or 2 * c), c, rank, layout)    # refuse a bad layout or length now
         self.seq_len, self.infer_seq_len = seq_len, seq_len is None
         self.left, self.right = (rank - 1) % c, (rank + 1) % c
-        # FLOPs and seconds of the compute stream so far, updated in place (a pipeline saves what forward
-        # *assigns* per micro-batch)
+        # the compute stream's FLOPs and seconds, updated in place (a pipeline saves what forward *assigns*)
         self.charged = SimpleNamespace(flops=0, seconds=0.0)
         self._saved: tuple | None = None
 

@@ -4,23 +4,20 @@ conversions), attention.py (heads split), vocab_parallel.py (embedding, head, lo
 sequence.py (sequence parallelism), comm.py (Megatron's f and g, feature shards),
 cost.py (words moved per step, memory per device), transformer_cost.py (a block's bytes and memory)."""
 
-from .attention import TensorParallelAttention
 from .comm import feature_slice
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mlp import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
 from .sequence import sequence_shard
 from .transform import tensor_parallel
 from .transformer_cost import block_activation_bytes, block_bytes_sent, block_comm_seconds
-from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding, VocabParallelHead
+from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 __all__ = [
     "ColumnParallelLinear",
     "MegatronMLP",
     "RowParallelLinear",
-    "TensorParallelAttention",
     "VocabParallelCrossEntropy",
     "VocabParallelEmbedding",
-    "VocabParallelHead",
     "block_activation_bytes",
     "block_bytes_sent",
     "block_comm_seconds",

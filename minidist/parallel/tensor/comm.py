@@ -75,9 +75,8 @@ def allgather_features(comm, y_part: np.ndarray) -> np.ndarray:
 
 
 def check_same_on_all_ranks(comm, what: str, values: tuple[int, ...]) -> None:
-    """Raise ValueError on every rank unless every rank passes the same ``values``. Every rank takes part
-    in the same all-gather and sees the same table, so all ranks raise together: no rank is left waiting
-    in a collective the others have abandoned."""
+    """Raise ValueError on every rank unless every rank passes the same ``values``: all take part in one
+    all-gather and see the same table, so they raise together (none is left waiting in a collective)."""
     if comm.world_size == 1:
         return
     table = allgather(comm, np.asarray(values, dtype=np.int64))

@@ -48,10 +48,9 @@ def seed_t_comm_data(widths: Sequence[int], parts: int, beta: float = 1.0) -> fl
 
 
 def column_parallel_words(widths: Sequence[int], batch: int, parts: int, input_grad: bool = False) -> int:
-    """Words sent per step, summed over ranks, by ``column_parallel_mlp`` (the slides' scheme).
-
-    Forward: all-gather of each layer's output, (P−1)·B·d_i. Backward: ring all-reduce of each layer's
-    input gradient, 2(P−1)·B·d_{i−1}, for layers 2..L (and layer 1 too when input_grad).
+    """Words sent per step, summed over ranks, by ``column_parallel_mlp`` (the slides' scheme). Forward:
+    all-gather of each layer's output, (P−1)·B·d_i. Backward: ring all-reduce of each layer's input
+    gradient, 2(P−1)·B·d_{i−1}, for layers 2..L (and layer 1 too when input_grad).
     """
     d = _check(widths, batch, parts)
     gather = sum((parts - 1) * batch * di for di in d[1:])
@@ -61,11 +60,9 @@ def column_parallel_words(widths: Sequence[int], batch: int, parts: int, input_g
 
 
 def megatron_words(widths: Sequence[int], batch: int, parts: int, input_grad: bool = False) -> int:
-    """Words sent per step, summed over ranks, by ``megatron_parallel_mlp``.
-
-    The layers pair into blocks (d_{2k} → d_{2k+1} → d_{2k+2}). Per block: forward all-reduce of its
-    output, 2(P−1)·B·d_{2k+2}; backward all-reduce of its input gradient, 2(P−1)·B·d_{2k}, except the
-    first block's (unless input_grad).
+    """Words sent per step, summed over ranks, by ``megatron_parallel_mlp``: the layers pair into blocks
+    (d_{2k} → d_{2k+1} → d_{2k+2}); per block a forward all-reduce of its output, 2(P−1)·B·d_{2k+2}, and a
+    backward all-reduce of its input gradient, 2(P−1)·B·d_{2k}, except the first block's (unless input_grad).
     """
     d = _check(widths, batch, parts)
     if (len(d) - 1) % 2:

@@ -95,9 +95,8 @@ def region_operators(comm, sequence_parallel: bool) -> tuple[Module, Module]:
 
 
 class SequenceShard:
-    """A split GPT's ``position_ids`` under sequence parallelism: of the positions ``inner(T)`` of the T
-    tokens the rank is given, the contiguous T/t that reach its first block (the embedding's
-    reduce-scatter keeps chunk ``rank``)."""
+    """A split GPT's ``position_ids`` under sequence parallelism: of the positions ``inner(T)`` of its T
+    tokens, the T/t that reach its first block (the embedding's reduce-scatter keeps chunk ``rank``)."""
 
     def __init__(self, comm, inner):
         self.comm, self.inner = comm, inner

@@ -31,8 +31,8 @@ from .vocab_parallel import VocabParallelEmbedding, VocabParallelHead
 
 def tensor_parallel(model: Module, group, *, sequence_parallel: bool = False) -> Module:
     """Split ``model`` (an nn.GPT or SwitchTransformer, or an nn.TransformerBlock; dropout 0; the same on
-    every rank) over ``group`` in place; returns it. Input: tokens (B, T) (a block: x (B, T, d), or this
-    rank's (B, T/t, d) with sequence parallelism), the same on every rank; output: this rank's logits
+    every rank) over ``group`` in place; returns it. Input: tokens (B, T) the same on every rank (a block:
+    x (B, T, d), or this rank's (B, T/t, d) with sequence parallelism); output: this rank's logits
     (B, T, |V_p|) (a block: x's shape)."""
     if not isinstance(model, (GPT, TransformerBlock)):
         raise TypeError(f"tensor_parallel splits an nn.GPT or an nn.TransformerBlock, "
@@ -57,10 +57,11 @@ def tensor_parallel(model: Module, group, *, sequence_parallel: bool = False) ->
 def _split_block(block: TransformerBlock, group, sequence_parallel: bool) -> None:
     if block.mlp_drop.p:
         raise ValueError(f"tensor_parallel supports dropout = 0 only, got {block.mlp_drop.p}")
+    moe = hasattr(block.mlp, "experts")   # an nn.MoE, or an expert-parallel one (its experts are this rank's)
+    if moe and sequence_parallel:
+        raise ValueError("sequence parallelism with a mixture-of-experts mlp is not supported")
     block.attn = TensorParallelAttention(group, block.attn, sequence_parallel=sequence_parallel)
-    if hasattr(block.mlp, "experts"):     # an nn.MoE, or an expert-parallel one (its experts are this rank's)
-        if sequence_parallel:
-            raise ValueError("sequence parallelism with a mixture-of-experts mlp is not supported")
+    if moe:
         block.mlp = _split_experts(group, block.mlp)
     else:
         block.mlp = MegatronMLP.from_mlp(group, block.mlp, sequence_parallel=sequence_parallel)
