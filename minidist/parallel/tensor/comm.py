@@ -45,9 +45,8 @@ def _check_not_empty(n: int, parts: int) -> None:
 
 
 def shard_parameter(source: Parameter, index=...) -> Parameter:
-    """A new Parameter holding a copy of ``source.data[index]`` (a rank's shard; ``...``: all of it),
-    partial over the same groups as ``source`` (a split made after another keeps the first one's sums), and
-    under its name."""
+    """A new Parameter, a copy of ``source.data[index]`` (a rank's shard; ``...``: all of it), under its name
+    and partial over the same groups (a split made after another keeps the first one's sums)."""
     shard = Parameter(source.data[index].copy(), name=source.name)
     shard.partial_over = list(source.partial_over)
     return shard

@@ -61,9 +61,8 @@ class MegatronMLP(Module):
 
     @classmethod
     def from_mlp(cls, comm, mlp, *, sequence_parallel: bool = False) -> MegatronMLP:
-        """A transformer block's ``mlp`` or an MoE's expert (Sequential Linear(d, f), activation,
-        Linear(f, d)), split: input (..., d), or (B, T/t, d) with sequence parallelism; priced as
-        nn.TransformerBlock prices its mlp (the products only)."""
+        """A block's ``mlp`` or an MoE's expert (Sequential Linear(d, f), activation, Linear(f, d)) split,
+        priced as nn.TransformerBlock prices its mlp (the products only)."""
         layers = list(mlp) if isinstance(mlp, Sequential) else []
         if len(layers) != 3 or not (isinstance(layers[0], Linear) and isinstance(layers[2], Linear)):
             raise TypeError(f"MegatronMLP.from_mlp expects Sequential(Linear, activation, Linear), got "
@@ -112,10 +111,12 @@ class MegatronMLP(Module):
         first): 2·N·d·n_p (up) + 2·N·n_p·d_out (down), plus its N·n_p activations as a Sequential counts
         them — unless built by ``from_mlp``: the products only, as nn.TransformerBlock counts its mlp."""
         *lead, d = input_shape
+        if d != self.up.in_features:
+            raise ValueError(f"MegatronMLP.flops expects (..., {self.up.in_features}), got {input_shape}")
         tokens = math.prod(lead) * (self.comm.world_size if self.sequence_parallel else 1)
-        hidden = (tokens, self.up.weight.shape[0])
-        products = self.up.flops((tokens, d)) + self.down.flops(hidden)
-        return products + (forward_flops(self.activation, hidden) if self.prices_activation else 0)
+        n_p = self.up.weight.shape[0]
+        products = 2 * tokens * d * n_p + 2 * tokens * n_p * self.down.out_features
+        return products + (forward_flops(self.activation, (tokens, n_p)) if self.prices_activation else 0)
 
 
 def column_parallel_mlp(comm, model: Sequential, *, input_grad: bool = False) -> Sequential:
