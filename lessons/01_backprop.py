@@ -27,7 +27,6 @@ import numpy as np
 from threadpoolctl import threadpool_limits  # comes with scikit-learn
 
 from minidist.data import iterate_batches, load_digits
-from minidist.gradcheck import gradcheck
 from minidist.nn import (
     BatchNorm2d,
     Conv2d,
@@ -39,8 +38,9 @@ from minidist.nn import (
     ReLU,
     Sequential,
 )
+from minidist.nn.gradcheck import gradcheck
 from minidist.optim import SGD
-from minidist.plots import figures_dir, save_figure
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 START = time.perf_counter()
@@ -216,7 +216,7 @@ plt.close(fig)
 # A backward pass can be checked without trusting it: for a random upstream gradient g the scalar
 # L = Σ g ⊙ f(x) has ∂L/∂v = what backward computes, and central differences (L(v + h) − L(v − h)) / 2h
 # estimate the same derivative element by element. In float64 they agree to ~1e-9; a wrong backward is
-# off by O(1). `minidist.gradcheck.gradcheck` does this for the input and every parameter.
+# off by O(1). `minidist.nn.gradcheck.gradcheck` does this for the input and every parameter.
 
 
 # %%
@@ -316,4 +316,4 @@ print(f"lesson 01 done in {elapsed:.1f} s; figures: 01_activation_memory.png, 01
 #   dx = (γ/σ)·(dy − mean(dy) − x̂·mean(dy·x̂)), means over every axis but the channel axis.
 # * `cross_entropy_backward` — `CrossEntropyLoss.backward`: (softmax(z) − onehot(t)) / N from `self._probs`.
 #
-# Hint: `minidist.gradcheck.gradcheck(layer, x, rng)` tells you which gradient is wrong.
+# Hint: `minidist.nn.gradcheck.gradcheck(layer, x, rng)` tells you which gradient is wrong.

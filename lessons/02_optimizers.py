@@ -34,7 +34,7 @@ from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, Parameter, ReLU, Sequential
 from minidist.optim import SAG, SGD, Adam, RMSprop
 from minidist.optim.schedule import Cosine, LinearScalingRule, LinearWarmup
-from minidist.plots import figures_dir, save_figure
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 

@@ -27,11 +27,11 @@ import matplotlib.pyplot as plt
 from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
-from minidist.plots import figures_dir, save_figure
 from minidist.precision import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, encode, lowp_dot, quantize
 from minidist.precision.fp8_training import EnhancedLossScaler, fp8_trainer, train_batches
 from minidist.precision.mixed import MixedPrecisionTrainer
 from minidist.precision.scaling import DynamicLossScaler, StaticLossScaler
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 FORMATS = [FP32, FP16, BF16, FP8_E5M2, FP8_E4M3]

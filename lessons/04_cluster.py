@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.cluster import ClusterError, Device, LinkModel, run, run_traced
-from minidist.plots import figures_dir, plot_timeline, save_figure
+from minidist.sim.plots import figures_dir, plot_timeline, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 

@@ -38,9 +38,9 @@ from minidist import collectives
 from minidist.cluster import LinkModel, run
 from minidist.collectives import ALGORITHMS, allreduce, choose_algorithm
 from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES
-from minidist.plots import figures_dir, save_figure
 from minidist.sim.collective_cost import allreduce_cost, price
 from minidist.sim.collective_rounds import schedule
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 LINK = LinkModel()  # the cluster's default link: alpha = 5 us, beta = 1 / (25 GB/s)
@@ -389,5 +389,5 @@ print("done: figures in", FIGURES)
 #
 # Hint: `comm.sendrecv(x, dst, src, out=chunk, op="sum")` sends and receives in one step (no deadlock,
 # whatever the size) and adds the incoming chunk into `out` on receipt; `comm.recv(src, out=, op=)` does
-# the same for a plain receive. Chunk bounds follow `np.array_split` (minidist/split.py); the schedule
+# the same for a plain receive. Chunk bounds follow `np.array_split` (collectives/pieces.py); the schedule
 # figures above show every message.

@@ -35,9 +35,9 @@ from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.buckets import assign_buckets, ready_layers
 from minidist.parallel.data.overlap import step_time
-from minidist.plots import figures_dir, plot_overlap, save_figure
 from minidist.sim.collective_cost import collective_seconds, price
 from minidist.sim.collective_rounds import schedule
+from minidist.sim.plots import figures_dir, plot_overlap, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()

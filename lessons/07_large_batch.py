@@ -27,11 +27,11 @@ import numpy as np
 
 from minidist.cluster import run
 from minidist.data import iterate_batches, load_digits
-from minidist.demo import accuracy, digits_mlp
 from minidist.nn import CrossEntropyLoss
 from minidist.optim import LARS, SGD, Constant, LinearScalingRule
 from minidist.parallel.data import DataParallel
-from minidist.plots import figures_dir, save_figure
+from minidist.recipes.demo import accuracy, digits_mlp
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()

@@ -38,10 +38,10 @@ from minidist.nn import Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.nn.checkpoint import Checkpoint, forward_saving
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline, format_schedule, make_schedule, max_in_flight
+from minidist.parallel.pipeline.boundaries import layer_costs, split_by_layers, stage_costs
 from minidist.parallel.pipeline.pipedream import train_in_one_process
-from minidist.parallel.pipeline.split import layer_costs, split_by_layers, stage_costs
 from minidist.parallel.pipeline.weight_stash import train_on_stream
-from minidist.plots import figures_dir, save_figure
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 START = time.perf_counter()

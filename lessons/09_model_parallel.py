@@ -45,7 +45,7 @@ from minidist.parallel.tensor.cost import (
     seed_t_comm_data,
     seed_t_comm_model,
 )
-from minidist.plots import figures_dir, save_figure
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 

@@ -29,7 +29,7 @@ from minidist.optim import SGD
 from minidist.parallel.spatial import SpatialConv2d, grid_blocks
 from minidist.parallel.spatial.cost import forward_time_1d, rehearse_conv_step
 from minidist.parallel.spatial.partition import AxisPartition, HaloPlan, length
-from minidist.plots import figures_dir, plot_timeline, save_figure
+from minidist.sim.plots import figures_dir, plot_timeline, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 started = time.perf_counter()

@@ -47,7 +47,7 @@ from minidist.parallel.asynchronous import (
     train_parameter_server,
 )
 from minidist.parallel.compression import DGC, CompressedDataParallel, ErrorFeedback, OneBit, TopK
-from minidist.plots import save_figure
+from minidist.sim.plots import save_figure
 
 DATA = load_digits()
 

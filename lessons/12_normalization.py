@@ -40,7 +40,7 @@ from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.sync_batchnorm import convert_sync_batchnorm
-from minidist.plots import save_figure
+from minidist.sim.plots import save_figure
 
 START = time.perf_counter()
 DATA = load_digits(dtype=np.float64)

@@ -37,7 +37,7 @@ from minidist.nn.sparse_evolution import set_rewire
 from minidist.nn.sparse_storage import CSR, BlockCSR, dense_nbytes
 from minidist.nn.sparsity import forward_with_activation_sparsity, weight_sparsity
 from minidist.optim import SGD, MaskedOptimizer
-from minidist.plots import save_figure
+from minidist.sim.plots import save_figure
 
 data = load_digits(images=True)
 BATCH = 32
@@ -311,10 +311,10 @@ assert mean["SET's mask"] > mean["SET"]         # at this budget SET's structure
 # The tutorial's "Common benchmark cheats": *cherry picking results* and, unique to ML, picking the
 # *initialization seeds*. Time-to-accuracy (93 % on the held-out digits, checked every 5 steps) over 20
 # seeds, on the simulated clock: each step costs the roofline's time of its forward and backward on a
-# V100 (`minidist.roofline`), so the only variation is the seed.
+# V100 (`minidist.hardware.roofline`), so the only variation is the seed.
 
 # %%
-from minidist.roofline import Machine, model_costs, step_bound
+from minidist.hardware.roofline import Machine, model_costs, step_bound
 
 step_flops, step_bytes = step_bound(model_costs(digits_mlp(0), (32, 64)), Machine())[1:]
 step_time = Machine().time(step_flops, step_bytes)

@@ -25,15 +25,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.cluster import Device, run
+from minidist.collectives.pieces import split_sizes
 from minidist.nn import Checkpoint, CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.zero import ZeRO
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
-from minidist.plots import figures_dir, save_figure
 from minidist.precision import FP16
 from minidist.sim.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes
-from minidist.split import split_sizes
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()
 GiB = 2**30

@@ -25,6 +25,7 @@ import numpy as np
 from minidist.cluster import LinkModel, Topology, run, run_traced
 from minidist.collectives import allreduce
 from minidist.collectives.topology_cost import flat_time, hierarchical_cost, hierarchical_speedup, torus_cost
+from minidist.hardware.roofline import Machine, communication_intensity, model_costs, step_bound
 from minidist.nn import (
     GPT,
     BatchNorm2d,
@@ -39,8 +40,7 @@ from minidist.nn import (
 from minidist.optim import SGD
 from minidist.parallel import Mesh, MeshShape, parallelize
 from minidist.parallel.grids import GridSpatial
-from minidist.plots import save_figure
-from minidist.roofline import Machine, communication_intensity, model_costs, step_bound
+from minidist.sim.plots import save_figure
 
 # %% [markdown]
 # ## 1. A two-level cluster

@@ -26,12 +26,12 @@ from threadpoolctl import threadpool_limits  # comes with scikit-learn
 
 from minidist import nn
 from minidist.data import load_text
-from minidist.gradcheck import gradcheck
+from minidist.nn.gradcheck import gradcheck
 from minidist.optim import AdamW
-from minidist.plots import save_figure
 from minidist.precision import FP16
 from minidist.precision.transformer import mixed_cross_entropy, mixed_forward
 from minidist.sim.memory import MemoryLedger, record
+from minidist.sim.plots import save_figure
 
 threadpool_limits(limits=1, user_api="blas")  # small products: one BLAS thread is faster on a busy machine
 START = time.perf_counter()

@@ -52,9 +52,9 @@ from minidist.parallel.tensor import (
     sequence_shard,
     tensor_parallel,
 )
-from minidist.plots import figures_dir, save_figure
 from minidist.sim.collective_cost import collective_seconds
 from minidist.sim.memory import held_bytes
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()
 B, T, D, HEADS = 2, 8, 12, 4

@@ -33,7 +33,7 @@ from minidist.parallel.expert.cost import (
     imbalance,
     uniform_alltoall_bytes,
 )
-from minidist.plots import save_figure
+from minidist.sim.plots import save_figure
 
 # %% [markdown]
 # ## 1. More parameters at constant compute

@@ -43,7 +43,7 @@ from minidist.parallel.pipeline.tasks import format_tasks, replay
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
 from minidist.plan import Layout, ModelSpec, format_plan, hardware, plan, predict_memory
 from minidist.plan.published import MEGATRON_MFU, RUNS
-from minidist.plots import figures_dir, plot_timeline, save_figure
+from minidist.sim.plots import figures_dir, plot_timeline, save_figure
 
 # %% [markdown]
 # ## 1. Four schedules as tables

@@ -25,7 +25,7 @@ import numpy as np
 
 from minidist.data import DistributedSampler, Loader, batched, load_digits
 from minidist.data.input_clock import simulate_input_pipeline
-from minidist.plots import figures_dir, save_figure
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()

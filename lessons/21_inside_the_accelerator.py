@@ -24,8 +24,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits  # comes with scikit-learn
 
 from minidist.cluster import run
+from minidist.collectives.pieces import split_range
 from minidist.data import load_digits
-from minidist.demo import train_digits_mlp
 from minidist.hardware import systolic
 from minidist.hardware.devices import (
     DEVICES,
@@ -34,14 +34,14 @@ from minidist.hardware.devices import (
     linear_crossing_batch,
     rnn_step_cost,
 )
+from minidist.hardware.roofline import layer_cost
 from minidist.hardware.tensor_core import mma, tensor_core_matmul
 from minidist.nn import LSTM, RNN, Conv2d, Linear
 from minidist.parallel.rnn import PersistentRNN
-from minidist.plots import save_figure
 from minidist.precision import FP16, FP32
 from minidist.precision.int8 import Int8Layer, quantize_model, weight_bytes
-from minidist.roofline import layer_cost
-from minidist.split import split_range
+from minidist.recipes.demo import train_digits_mlp
+from minidist.sim.plots import save_figure
 
 threadpool_limits(limits=1, user_api="blas")   # small matrices: one BLAS thread is faster
 

@@ -23,10 +23,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minidist.data import iterate_batches, load_digits
-from minidist.demo import accuracy, digits_mlp
 from minidist.nn import CrossEntropyLoss
 from minidist.optim import LAMB, SGD, Adam
-from minidist.plots import figures_dir, save_figure
+from minidist.recipes.demo import accuracy, digits_mlp
+from minidist.sim.plots import figures_dir, save_figure
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()

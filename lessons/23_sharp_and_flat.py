@@ -25,12 +25,12 @@ import matplotlib.pyplot as plt
 from threadpoolctl import threadpool_limits  # comes with scikit-learn
 
 from minidist.data import iterate_batches, load_digits
-from minidist.demo import accuracy, digits_mlp
 from minidist.nn import CrossEntropyLoss, Linear, Sequential, Tanh
 from minidist.nn.hessian import flatten, hessian_vector_product, sharpness
 from minidist.nn.hessian_exact import exact_hessian_vector_product
 from minidist.optim import LARS, SGD
-from minidist.plots import save_figure
+from minidist.recipes.demo import accuracy, digits_mlp
+from minidist.sim.plots import save_figure
 
 threadpool_limits(limits=1, user_api="blas")  # small products: one BLAS thread is faster on a busy machine
 DATA, LOSS = load_digits(), CrossEntropyLoss()

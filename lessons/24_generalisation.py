@@ -21,10 +21,10 @@ import matplotlib.pyplot as plt
 from threadpoolctl import threadpool_limits  # comes with scikit-learn
 
 from minidist.data import iterate_batches, load_digits
-from minidist.demo import accuracy, digits_mlp
 from minidist.nn import CrossEntropyLoss
 from minidist.optim import Adam
-from minidist.plots import save_figure
+from minidist.recipes.demo import accuracy, digits_mlp
+from minidist.sim.plots import save_figure
 
 threadpool_limits(limits=1, user_api="blas")  # small products: one BLAS thread is faster on a busy machine
 

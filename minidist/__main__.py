@@ -20,7 +20,7 @@ import os
 import runpy
 import sys
 
-from minidist.checks import count_option
+from minidist.nn.checks import count_option
 
 LESSONS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lessons")
 
@@ -59,7 +59,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_demo(_args) -> int:
-    from minidist.demo import main as demo_main
+    from minidist.recipes.demo import main as demo_main
 
     return _stop_kindly_if_unsolved("The demo", "the demo", demo_main)
 

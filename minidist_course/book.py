@@ -8,7 +8,7 @@ and exercises. The site needs no network: maths is typeset into MathML when the 
 (``minidist_course.book_maths``), and the pages load no script. A lesson is a script, so its page shows what
 running it prints: the value of a cell's last expression (``Out[]``) is not shown, and the temporary
 folder the figures went to is printed as ``figures``, where a reader's own run puts them. Figures reach
-the page because ``minidist.plots`` shows every figure it writes inline when it runs in a kernel; each lesson
+the page because ``sim.plots`` shows every figure it writes inline when it runs in a kernel; each lesson
 writes its PNGs to a folder of its own (MINIDIST_FIGURES), never to the committed figures/, and the book
 checks that its page holds at least as many images as the lesson wrote. Needs the ``[notebook]`` extra.
 """

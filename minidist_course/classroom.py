@@ -17,7 +17,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from minidist.checks import check_count, check_real
+from minidist.nn.checks import check_count, check_real
 
 from .exercise_map import own_exercise
 from .grade import (

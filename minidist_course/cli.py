@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from minidist.checks import count_option, seconds_option
+from minidist.nn.checks import count_option, seconds_option
 
 from .catalog import locations, render_markdown
 from .classroom import grade_class

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from minidist.checks import check_count, check_real
+from minidist.nn.checks import check_count, check_real
 
 from .exercise_map import STANDINS_PATH, load_map, own_exercise
 from .markers import all_regions

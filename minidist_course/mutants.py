@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .grade import Job, Reference, run_job
 from .results import ExerciseResult, score_exercises

@@ -64,7 +64,7 @@ EXERCISES = (
              "result must be bitwise the same on every rank. Reducing on receipt is allowed, so is a "
              "temporary buffer.",
              "comm.sendrecv(send, dst=right, src=left, out=chunk, op=op) receives and reduces in one call; "
-             "minidist.split.split_offsets(n, P) gives the chunks.",
+             "minidist.collectives.pieces.split_offsets(n, P) gives the chunks.",
              promises=(("values", 0.5), ("traffic", 0.5))),
     Exercise("parameter_server_allreduce", "lessons/05_collectives.py",
              "Rank 0 gathers, sums and sends back.",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.checks import check_count, check_real
+from minidist.nn.checks import check_count, check_real
 
 from .exercise_map import STANDINS_PATH
 from .grade import Job, Reference, run_job

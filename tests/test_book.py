@@ -11,8 +11,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from minidist import plots
 from minidist.__main__ import main
+from minidist.sim import plots
 from minidist_course import book_maths
 from minidist_course.book import (
     EMBEDDED_PNG,

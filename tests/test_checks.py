@@ -1,5 +1,5 @@
 """A size or count is an integer, never a bool (True == 1 in Python) and never a fraction that int() would
-truncate: every size argument refuses True and 2.5 through minidist.checks, with a ValueError that says
+truncate: every size argument refuses True and 2.5 through minidist.nn.checks, with a ValueError that says
 what was expected. Arrays of numbers refuse strings, objects and complex values, and NaN where it matters."""
 
 from types import SimpleNamespace
@@ -8,19 +8,19 @@ import numpy as np
 import pytest
 
 from minidist import nn
-from minidist.checks import check_count, check_rank, check_real, check_real_array, is_count
+from minidist.hardware.roofline import communication_intensity, layer_cost
 from minidist.hardware.systolic import cycles
+from minidist.nn.checks import check_count, check_rank, check_real, check_real_array, is_count
 from minidist.parallel.asynchronous.momentum import least_squares
 from minidist.parallel.compression import OneBit
 from minidist.parallel.context import context_parallel
 from minidist.parallel.context.layout import positions
 from minidist.parallel.data.buckets import assign_buckets
 from minidist.parallel.mesh import Mesh
-from minidist.parallel.pipeline.split import check_boundaries, split_by_layers
+from minidist.parallel.pipeline.boundaries import check_boundaries, split_by_layers
 from minidist.parallel.tensor.comm import feature_bounds
 from minidist.parallel.tensor.cost import megatron_words
 from minidist.parallel.tensor.sequence import sequence_shard
-from minidist.roofline import communication_intensity, layer_cost
 from minidist.sim.collective_rounds import schedule
 
 RNG = np.random.default_rng(0)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import minidist.__main__ as cli
-from minidist.checks import count_option, seconds_option
+from minidist.nn.checks import count_option, seconds_option
 from minidist_course import grade_class
 from minidist_course.isolation import check_each_alone
 from minidist_course.standins import grade_standins

@@ -36,7 +36,7 @@ def test_lesson_runs(lesson, tmp_path):
     written = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert all(name.startswith(lesson.name[:2]) for name in written), written
     assert committed == {p: p.stat().st_mtime_ns for p in (ROOT / "figures").glob("*.png")}, \
-        "the lesson rewrote figures/: it must save through minidist.plots.save_figure"
+        "the lesson rewrote figures/: it must save through minidist.sim.plots.save_figure"
 
 
 @pytest.mark.slow
@@ -59,7 +59,7 @@ def test_save_figure_writes_the_same_bytes_twice_and_honours_the_environment(tmp
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from minidist.plots import figures_dir, save_figure
+    from minidist.sim.plots import figures_dir, save_figure
 
     monkeypatch.setenv("MINIDIST_FIGURES", str(tmp_path / "out"))
     assert figures_dir() == tmp_path / "out" and figures_dir().is_dir()

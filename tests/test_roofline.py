@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from minidist.hardware.roofline import Machine, communication_intensity, layer_cost, model_costs, step_bound
 from minidist.nn import BatchNorm2d, Conv2d, Flatten, LayerNorm, Linear, MaxPool2d, ReLU, Sequential, Sigmoid
-from minidist.roofline import Machine, communication_intensity, layer_cost, model_costs, step_bound
 
 
 def rng():

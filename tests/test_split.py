@@ -1,11 +1,11 @@
-"""The one splitting rule (minidist/split.py) against np.array_split, which it must equal."""
+"""The one splitting rule (minidist/collectives/pieces.py) against np.array_split, which it must equal."""
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.split import split_bounds, split_offsets, split_range, split_sizes
+from minidist.collectives.pieces import split_bounds, split_offsets, split_range, split_sizes
 
 
 @given(n=st.integers(0, 300), parts=st.integers(1, 40))

@@ -21,7 +21,6 @@ Under ``mpiexec`` the same ``run`` uses MPI processes instead (backend.py, mpi_b
 README "Run on a real cluster").
 """
 
-from minidist.plots import plot_timeline  # drawing lives in minidist.plots; kept here by its old name
 
 from .backend import run, run_traced  # launcher.py's, or MPI's under mpiexec (mpi_backend.py)
 from .comm import Communicator, MessageMismatchError
@@ -31,4 +30,4 @@ from .mailbox import DeadlockError, PeerReturnedError
 from .topology import Topology
 
 __all__ = ["ClusterError", "Communicator", "DeadlockError", "Device", "LinkModel", "MessageMismatchError",
-           "PeerReturnedError", "Span", "Stats", "Topology", "Trace", "plot_timeline", "run", "run_traced"]
+           "PeerReturnedError", "Span", "Stats", "Topology", "Trace", "run", "run_traced"]

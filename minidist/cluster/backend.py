@@ -3,7 +3,7 @@ memory) or, under ``mpiexec`` or with MINIDIST_BACKEND=mpi, the MPI processes (m
 
 ``run`` and ``run_traced`` here take the same arguments as launcher.py's and return the same things;
 ``minidist.cluster`` exports these. mpi4py is imported only when MPI is chosen. Under ``mpiexec`` this
-module also sets the process up when it is imported (minidist/mpi_rank.py: only rank 0 prints; a job
+module also sets the process up when it is imported (minidist/cluster/mpi_rank.py: only rank 0 prints; a job
 started by ``python -m minidist run --mpi`` is watched); elsewhere that reads the environment and does
 nothing.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from minidist.mpi_rank import setup as _mpi_process_setup
+from minidist.cluster.mpi_rank import setup as _mpi_process_setup
 
 from . import launcher
 from .ledger import Trace

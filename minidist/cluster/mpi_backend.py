@@ -17,7 +17,7 @@ traceback (once: the lowest failed rank reports) and calls MPI_Abort. A watchdog
 when ``timeout`` runs out, listing what every rank was doing as the simulated cluster does; an
 exception nobody catches ends the job too (printed once, by the lowest process that raised it). A
 process that dies without Python (a signal, os._exit) is named by ``python -m minidist run --mpi``
-(mpi_watch.py); a bare mpiexec names no rank. Only rank 0 prints to stdout (minidist/mpi_rank.py).
+(mpi_watch.py); a bare mpiexec names no rank. Only rank 0 prints to stdout (minidist/cluster/mpi_rank.py).
 mpi4py is imported only here, only when this backend is chosen (importing it starts MPI; no process may
 fork after that).
 """
@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 
-from minidist.mpi_rank import python_ends
+from minidist.cluster.mpi_rank import python_ends
 
 from .ledger import Device, Ledger, LinkModel, Trace
 from .mailbox import timeout_report

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from minidist.mpi_rank import WATCH
+from minidist.cluster.mpi_rank import WATCH
 
 from .mpi_watch import RankWatch
 

@@ -3,7 +3,7 @@
 Such a death prints nothing, and MPICH's mpiexec names no rank (for a signal it prints a PID). So
 ``launch`` (mpi_launch.py) listens on a Unix socket whose path it passes as MINIDIST_MPI_WATCH; every
 process of the job connects when it imports minidist.cluster and sends "<rank> <pid>", and before Python
-ends it, "exit" or "reported" (minidist/mpi_rank.py). The first connection that closes without either is the
+ends it, "exit" or "reported" (cluster/mpi_rank.py). The first connection that closes without either is the
 process that died silently — unless some process had already reported a failure: then the others were
 ended by MPI_Abort, and the printed report says what happened.
 """

@@ -1,6 +1,6 @@
 """What every collective shares: input checks, reduction ops, message tags and call agreement.
 
-Chunks of an array follow ``minidist.split`` (np.array_split's rule): ``split_offsets(n, P)``.
+Chunks of an array follow ``minidist.collectives.pieces`` (np.array_split's rule): ``split_offsets(n, P)``.
 
 Agreement: every rank must call the same collective with the same arguments (algorithm, root, op,
 length, dtype). Ranks that disagree would run different message patterns and could wait for each other

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives.common import TAGS, UFUNCS, largest_power_of_two
-from minidist.split import split_offsets
+from minidist.collectives.pieces import split_offsets
 
 
 def fold_in(comm, flat: np.ndarray, op: str, tag: int) -> int:

@@ -38,7 +38,7 @@ from minidist.collectives.common import (
     finish,
     flat_copy,
 )
-from minidist.split import split_offsets
+from minidist.collectives.pieces import split_offsets
 
 
 def broadcast(comm, x: np.ndarray | None, root: int = 0) -> np.ndarray:

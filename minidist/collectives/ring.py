@@ -1,7 +1,7 @@
 """Ring allreduce: a reduce-scatter around the ring, then an allgather around the ring.
 
 The P ranks sit on a ring; rank r only ever sends to r + 1 and receives from r − 1 (mod P). The array
-(n elements) is cut into P chunks (np.array_split's rule, minidist.split).
+(n elements) is cut into P chunks (np.array_split's rule, minidist.collectives.pieces).
 
 1. Reduce-scatter, P − 1 steps. At step s rank r sends chunk (r − s − 1) mod P to its right neighbour and
    receives chunk (r − s − 2) mod P from its left neighbour, adding it into its own copy. A chunk picks up
@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives.common import TAGS
-from minidist.split import split_offsets
+from minidist.collectives.pieces import split_offsets
 
 
 def ring_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
@@ -44,7 +44,7 @@ def ring_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
 
 
 def ring_chunk(flat: np.ndarray, p: int, i: int) -> np.ndarray:
-    """Chunk i mod P of flat (a view): np.array_split's rule, minidist.split.split_offsets."""
+    """Chunk i mod P of flat (a view): np.array_split's rule, minidist.collectives.pieces.split_offsets."""
     bounds = split_offsets(flat.size, p)
     i %= p
     return flat[bounds[i]:bounds[i + 1]]

@@ -42,8 +42,8 @@ import numpy as np
 
 from minidist.cluster.topology import topology_of
 from minidist.collectives.common import UFUNCS
+from minidist.collectives.pieces import split_sizes
 from minidist.collectives.ring import ring_allreduce
-from minidist.split import split_sizes
 
 # Measured on a 2-core VM, P = 2, ranks on their own cores (benchmarks/allreduce.md, issue 43's section)
 MEETING_SECONDS = 2e-6        # one meeting (1.0-1.4 us when both ranks spin)
@@ -155,7 +155,7 @@ def window_allreduce(area, p: int, r: int, flat: np.ndarray, exposed: np.ndarray
 
 
 def split_pieces(flat: np.ndarray, p: int) -> tuple[list[slice], list[int]]:
-    """The P pieces of flat (np.array_split's rule, minidist.split) as slices, and their sizes in bytes."""
+    """The P pieces of flat (np.array_split's rule, pieces.py) as slices, and their sizes in bytes."""
     sizes = split_sizes(flat.size, p)
     bounds = [0, *accumulate(sizes)]
     return [slice(bounds[q], bounds[q + 1]) for q in range(p)], [size * flat.itemsize for size in sizes]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.checks import check_count, check_real
+from minidist.nn.checks import check_count, check_real
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from typing import Any
 import multiprocess
 from multiprocess.connection import wait
 
-from minidist.checks import check_count, check_real
 from minidist.cluster.process_setup import check_picklable, die_with_parent, one_blas_thread, signals_deferred
+from minidist.nn.checks import check_count, check_real
 
 GRACE = 1.0      # seconds a worker gets to leave on its own before it is terminated (then killed)
 

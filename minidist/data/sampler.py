@@ -26,8 +26,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from minidist.checks import check_count, check_rank
-from minidist.split import split_range
+from minidist.collectives.pieces import split_range
+from minidist.nn.checks import check_count, check_rank
 
 
 class DistributedSampler:
@@ -112,7 +112,7 @@ def iterate_batches(n: int, batch_size: int, rng: np.random.Generator | None, sh
 
 
 def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """Rank ``rank``'s contiguous piece of ``indices`` (shape (n, ...)): minidist.split's rule, as
+    """Rank ``rank``'s contiguous piece of ``indices`` (shape (n, ...)): collectives.pieces's rule, as
     np.array_split cuts it into world_size pieces.
 
     Pieces differ in length by at most one; when world_size > len(indices) some pieces are empty.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count, check_real
+from minidist.nn.checks import check_count, check_real
 
 
 class TextCorpus:

@@ -1,4 +1,4 @@
-"""The seeds' accelerators as rooflines (``minidist.roofline.Machine``), each peak derived from its parts.
+"""The seeds' accelerators as rooflines (``hardware.roofline.Machine``), each peak derived from its parts.
 
 From "Hardware Accelerators for Training DNNs" and Catanzaro's "Scaling Deep Learning" slides:
 
@@ -25,8 +25,8 @@ import math
 
 import numpy as np
 
-from minidist.checks import check_count
-from minidist.roofline import Machine
+from minidist.hardware.roofline import Machine
+from minidist.nn.checks import check_count
 
 MHZ, GB, TERA = 1e6, 1e9, 1e12
 

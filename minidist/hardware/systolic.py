@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from minidist.checks import check_count, check_real_array
+from minidist.nn.checks import check_count, check_real_array
 
 
 def tile_cycles(n: int, k: int) -> int:

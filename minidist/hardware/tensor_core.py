@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_real_array
+from minidist.nn.checks import check_real_array
 from minidist.precision import FP16, FP32, FloatFormat, quantize
 
 TILE = 4

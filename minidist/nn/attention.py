@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .activation import Dropout
 from .linear import Linear

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .module import Module, Parameter, check_float_array
 from .norm import _normalize_backward

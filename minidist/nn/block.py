@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .activation import GELU, Dropout
 from .attention import CausalSelfAttention

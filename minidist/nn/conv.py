@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from minidist.checks import is_count
+from minidist.nn.checks import is_count
 
 from .module import Module, Parameter, check_float_array, resolve_rng
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count, check_real, check_real_array
+from minidist.nn.checks import check_count, check_real, check_real_array
 
 from .activation import Dropout
 from .block import TransformerBlock

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from minidist.checks import is_count
+from minidist.nn.checks import is_count
 
 from .module import Module, Parameter, check_float_array, resolve_rng
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count, check_real
+from minidist.nn.checks import check_count, check_real
 
 from .activation import GELU
 from .linear import Linear

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.checks import check_count, check_real, is_count
+from minidist.nn.checks import check_count, check_real, is_count
 
 from .module import check_float_array
 

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from minidist.checks import check_count, is_count
+from minidist.nn.checks import check_count, is_count
 
 from .module import Module, Parameter, check_float_array
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .module import Module, Parameter, check_float_array, resolve_rng
 

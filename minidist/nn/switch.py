@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .gpt import GPT
 from .module import resolve_rng

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from minidist.checks import is_count
+from minidist.nn.checks import is_count
 
 AXES = ("data", "pipeline", "context", "expert", "tensor")      # rank order: slowest first
 

@@ -1,13 +1,13 @@
 """What every data-parallel trainer shares: the checks of its arguments, the slice of the global batch a
-rank takes (minidist.split's rule: split_range(B, P, rank)) and the loss weight that makes the shards'
+rank takes (collectives.pieces's rule: split_range(B, P, rank)) and the loss weight that makes the shards'
 gradients add up to the full-batch gradient (see data/naive.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from minidist.collectives.pieces import split_range
 from minidist.nn.module import Module, Parameter
-from minidist.split import split_range
 
 __all__ = ["ShardWeightedLoss", "check_communicator", "check_trainer", "shard_range"]
 

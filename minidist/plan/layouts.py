@@ -24,7 +24,6 @@ from .model import RECOMPUTE, ModelSpec
 
 AXES = ("dp", "ep", "pp", "tp", "cp")            # outermost-but-one ... as printed; placement order below
 PLACEMENT = ("tp", "cp", "ep", "dp", "pp")        # innermost first
-SCHEDULES = PLANNED                               # the pipeline's schedule registry (registry.py)
 
 
 @dataclass(frozen=True)
@@ -108,8 +107,8 @@ def enumerate_layouts(model: ModelSpec, devices: int, *, zero=(0, 1), recompute=
                       schedule: str = "1f1b", chunks: int = 2, micro_batch: int = 1) -> list[Layout]:
     """Every layout with dp · ep · pp · tp · cp = devices (ep > 1 only for an MoE model), for each ZeRO
     stage and recomputation given; ZeRO > 0 only with a data group."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule not in PLANNED:
+        raise ValueError(f"schedule must be one of {PLANNED}, got {schedule!r}")
     for r in recompute:
         if r not in RECOMPUTE:
             raise ValueError(f"recompute must be among {RECOMPUTE}, got {r!r}")

@@ -50,14 +50,14 @@ group, b sequences per micro-batch.
 from __future__ import annotations
 
 from minidist.cluster import Device, LinkModel
+from minidist.collectives.pieces import split_sizes
 from minidist.nn.checkpoint import forward_flops
 from minidist.nn.linear import Linear
 from minidist.parallel.data.buckets import DEFAULT_BUCKET_BYTES
+from minidist.parallel.pipeline.boundaries import split_by_layers
 from minidist.parallel.pipeline.schedule import Schedule, stage_ops
-from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.tensor.transformer_cost import block_activation_bytes
 from minidist.sim.collective_cost import collective_seconds
-from minidist.split import split_sizes
 
 from .minidist_clock import replica_sum_seconds, ring_attention_seconds
 from .minidist_switch import (

@@ -14,7 +14,7 @@ shapes: M micro-batches of its L/pp blocks (widths / tp, tokens / cp), the head 
 slowest), the optimizer on its (ZeRO-sharded) parameters; full recomputation runs each block's forward
 again, selective its attention's forward; ``fused`` (torch.compile, default) or eager elementwise kernels.
 Without a GPU (a Hardware built by hand, or FP32) compute = FLOPs per step / (devices · peak)
-(minidist.roofline's Machine; ×8/6 on the 6N part with full recomputation, + a third of the attention
+(minidist.hardware.roofline's Machine; ×8/6 on the 6N part with full recomputation, + a third of the attention
 term with selective). Either is stretched by the schedule's bubble b: compute / (1 − b).
 Communication by the α-β model on the link each group crosses (inside a node or between nodes,
 placement tensor innermost): per layer and micro-batch tensor 4 ring all-reduces of the activations,
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from minidist.cluster import LinkModel
 from minidist.cluster.topology import Topology
-from minidist.roofline import Machine
+from minidist.hardware.roofline import Machine
 from minidist.sim.collective_cost import allreduce_cost
 
 from .gpus import GPU

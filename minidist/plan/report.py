@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minidist.checks import count_option
 from minidist.cluster import Device, LinkModel
 from minidist.cluster.topology import Topology
-from minidist.roofline import Machine
+from minidist.hardware.roofline import Machine
+from minidist.nn.checks import count_option
+from minidist.parallel.pipeline.registry import PLANNED
 
 from .explain import format_explain
 from .gpus import GPUS
-from .layouts import SCHEDULES, check_layout, enumerate_layouts
+from .layouts import check_layout, enumerate_layouts
 from .model import RECOMPUTE, ModelSpec
 from .options import memory_option, recompute_option, size_option, zero_option
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
@@ -142,7 +143,7 @@ def add_parser(sub) -> None:
     p.add_argument("--hardware", default="h100", choices=tuple(PRESETS), help="the device (default h100)")
     p.add_argument("--precision", default="mixed", choices=tuple(PRECISIONS),
                    help="mixed (16-bit compute, FP32 master weights and Adam) or fp32 (default mixed)")
-    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
+    p.add_argument("--schedule", default="1f1b", choices=PLANNED, help="pipeline schedule (default 1f1b)")
     p.add_argument("--zero", type=zero_option, default=(0, 1), help="ZeRO stages to consider, e.g. 0,1,2,3")
     p.add_argument("--recompute", type=recompute_option, default=("none", "full"),
                    help=f"recomputation to consider, among {','.join(RECOMPUTE)} (default none,full)")

@@ -21,8 +21,8 @@ import copy
 
 import numpy as np
 
-from minidist.checks import check_real, check_real_array
 from minidist.nn import Conv2d, Linear, Module, Sequential
+from minidist.nn.checks import check_real, check_real_array
 from minidist.nn.module import check_float_array
 
 QMAX = 127

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.checks import count_option
 from minidist.cluster import run
 from minidist.data import load_text
+from minidist.nn.checks import count_option
 
 from .train_files import load_checkpoint, plot_losses, save_checkpoint
 from .train_loop import AXES, build_model, one_process, train_on_rank, validation_batches, validation_loss

@@ -6,7 +6,7 @@
                       kept: a resumed AdamW starts afresh)
     loss.png          training and validation loss against the step
 
-Under mpiexec only rank 0 writes (minidist.mpi_rank).
+Under mpiexec only rank 0 writes (minidist.cluster.mpi_rank).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.mpi_rank import is_quiet_rank
-from minidist.plots import write_png
+from minidist.cluster.mpi_rank import is_quiet_rank
+from minidist.sim.plots import write_png
 
 WEIGHTS, META, FIGURE = "checkpoint.npz", "checkpoint.json", "loss.png"
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minidist.cluster import LinkModel
-from minidist.split import split_offsets
+from minidist.collectives.pieces import split_offsets
 
 from .collective_rounds import Schedule, schedule
 

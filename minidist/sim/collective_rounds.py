@@ -24,9 +24,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from minidist.checks import check_count
 from minidist.collectives.common import largest_power_of_two
-from minidist.split import split_sizes
+from minidist.collectives.pieces import split_sizes
+from minidist.nn.checks import check_count
 
 
 @dataclass(frozen=True)

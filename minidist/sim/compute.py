@@ -17,7 +17,7 @@ A GPU runs kernels and collectives on two streams at once; one rank here is one 
     overlap=False  backward's m · F FLOPs are charged to comm.clock at once: collectives run after them.
 
 ``ComputeCharges`` is the step runner's attachment that applies the rule to every unit; every charge is
-also a ``Span`` in ``spans`` (minidist.plots.plot_overlap draws them) and counts in ``busy_seconds``.
+also a ``Span`` in ``spans`` (minidist.sim.plots.plot_overlap draws them) and counts in ``busy_seconds``.
 Work that is not a runner unit (a layer charging between its own messages, a worker's step of given
 duration, ring attention's block beside its message) is charged with the functions ``charge_flops``,
 ``charge_seconds`` and ``wait_until``. No strategy calls the communicator's compute/elapse itself.

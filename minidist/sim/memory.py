@@ -44,8 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.checks import check_count, check_real
 from minidist.nn.checkpoint import assigned_since
+from minidist.nn.checks import check_count, check_real
 from minidist.nn.nbytes import distinct_nbytes, module_arrays, nbytes_of
 from minidist.nn.runner import Attachment
 

@@ -6,7 +6,8 @@ import matplotlib
 import numpy as np
 import pytest
 
-from minidist.cluster import Device, LinkModel, Span, plot_timeline, run, run_traced
+from minidist.cluster import Device, LinkModel, Span, run, run_traced
+from minidist.sim.plots import plot_timeline
 
 # Powers of two: every time below is exact in floating point, so we can compare with ==.
 ALPHA, BETA, FLOPS = 2.0**-10, 2.0**-20, 2.0**30

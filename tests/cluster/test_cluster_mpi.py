@@ -152,7 +152,7 @@ def test_only_rank_0_prints_and_writes_figures_unless_asked(tmp_path, monkeypatc
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from mpi4py import MPI
-        from minidist.plots import save_figure
+        from minidist.sim.plots import save_figure
         print("hello from a lesson")
         save_figure(plt.figure(), f"rank{MPI.COMM_WORLD.Get_rank()}.png")
         """

@@ -3,7 +3,7 @@ which chunk of the ring (np.array_split's rule), expected vs got — never raw b
 
 import numpy as np
 
-from minidist.split import split_offsets
+from minidist.collectives.pieces import split_offsets
 
 
 def mismatch(got, want, rank: int, chunks: int = 1, what: str = "") -> str | None:

@@ -16,8 +16,8 @@ from minidist.hardware.devices import (
     linear_crossing_batch,
     rnn_step_cost,
 )
+from minidist.hardware.roofline import Machine, layer_cost
 from minidist.nn import Linear
-from minidist.roofline import Machine, layer_cost
 
 
 def test_the_seeds_numbers():

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.gradcheck import gradcheck
 from minidist.nn import GELU, Dropout, ReLU, Sigmoid, Tanh
+from minidist.nn.gradcheck import gradcheck
 
 from .nn_helpers import compare_with_torch
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist import nn
-from minidist.gradcheck import gradcheck
+from minidist.nn.gradcheck import gradcheck
 
 seeds = st.integers(0, 2**32 - 1)
 

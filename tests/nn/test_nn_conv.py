@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.gradcheck import gradcheck
 from minidist.nn import AvgPool2d, Conv2d, Flatten, MaxPool2d
+from minidist.nn.gradcheck import gradcheck
 
 from .nn_helpers import compare_with_torch
 

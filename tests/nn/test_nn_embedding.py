@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist import nn
-from minidist.gradcheck import numerical_gradient, relative_error
+from minidist.nn.gradcheck import numerical_gradient, relative_error
 
 seeds = st.integers(0, 2**32 - 1)
 

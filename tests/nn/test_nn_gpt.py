@@ -7,7 +7,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from minidist import nn
-from minidist.gradcheck import numerical_gradient, relative_error
+from minidist.nn.gradcheck import numerical_gradient, relative_error
 from minidist.nn.runner import StepRunner
 from minidist.optim import AdamW
 

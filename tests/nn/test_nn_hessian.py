@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minidist import nn
-from minidist.gradcheck import relative_error
+from minidist.nn.gradcheck import relative_error
 from minidist.nn.hessian import (
     flatten,
     hessian_vector_product,

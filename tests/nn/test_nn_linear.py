@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.gradcheck import gradcheck
 from minidist.nn import BatchNorm1d, Dropout, Linear, Module, Parameter, ReLU, Sequential
+from minidist.nn.gradcheck import gradcheck
 
 from .nn_helpers import compare_with_torch
 

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.gradcheck import gradcheck_loss
 from minidist.nn import CrossEntropyLoss, MSELoss
+from minidist.nn.gradcheck import gradcheck_loss
 
 seeds = st.integers(0, 2**32 - 1)
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist import nn
-from minidist.gradcheck import numerical_gradient, relative_error
+from minidist.nn.gradcheck import numerical_gradient, relative_error
 from minidist.nn.moe import expert_mlp
 from minidist.nn.moe_router import route
 

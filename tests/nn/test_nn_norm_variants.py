@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidist.gradcheck import gradcheck
 from minidist.nn import BatchNorm2d, BatchRenorm2d, Conv2d, InstanceNorm2d, Linear, WeightNorm
+from minidist.nn.gradcheck import gradcheck
 from tests.nn.nn_helpers import TOL
 
 shapes = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(2, 4), st.integers(1, 4))

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from minidist.data import iterate_batches, load_digits
-from minidist.gradcheck import gradcheck, numerical_gradient, relative_error
 from minidist.nn import BatchNorm1d, CrossEntropyLoss, Linear, OnlineNorm, ReLU, Sequential
+from minidist.nn.gradcheck import gradcheck, numerical_gradient, relative_error
 from minidist.optim import SGD
 
 BUFFERS = ("running_mean", "running_var", "u_ctrl", "v_ctrl")

@@ -7,8 +7,8 @@ property each backward pass must have.
 import numpy as np
 import pytest
 
-from minidist.gradcheck import gradcheck, gradcheck_loss
 from minidist.nn import BatchNorm1d, BatchNorm2d, Conv2d, CrossEntropyLoss, Linear
+from minidist.nn.gradcheck import gradcheck, gradcheck_loss
 
 # -- linear ---------------------------------------------------------------------------------------------
 

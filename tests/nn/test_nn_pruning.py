@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.gradcheck import gradcheck
 from minidist.nn import (
     Conv2d,
     CrossEntropyLoss,
@@ -22,6 +21,7 @@ from minidist.nn import (
     prune,
     unwrap,
 )
+from minidist.nn.gradcheck import gradcheck
 from minidist.nn.prune_train import (
     group_lasso_prox,
     group_norms,

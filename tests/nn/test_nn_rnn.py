@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist import nn
-from minidist.gradcheck import numerical_gradient, relative_error
+from minidist.nn.gradcheck import numerical_gradient, relative_error
 from minidist.nn.gru import gru_cell_backward, gru_cell_forward
 from minidist.nn.rnn import lstm_cell_backward, lstm_cell_forward
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist import nn
-from minidist.gradcheck import gradcheck, numerical_gradient, relative_error
+from minidist.nn.gradcheck import gradcheck, numerical_gradient, relative_error
 
 seeds = st.integers(0, 2**32 - 1)
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist import nn
-from minidist.gradcheck import gradcheck
+from minidist.nn.gradcheck import gradcheck
 
 softmax_exercise = pytest.mark.exercise("softmax_backward")
 

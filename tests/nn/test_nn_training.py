@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from minidist.data import iterate_batches, load_digits
-from minidist.demo import main as demo_main
-from minidist.demo import train_digits_mlp
 from minidist.nn import BatchNorm2d, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, ReLU, Sequential
 from minidist.optim import SGD
+from minidist.recipes.demo import main as demo_main
+from minidist.recipes.demo import train_digits_mlp
 
 
 @pytest.mark.exercise("linear")
@@ -52,9 +52,9 @@ def test_small_cnn_learns_the_digits():
 @pytest.mark.exercise("cross_entropy_backward")
 @pytest.mark.exercise("sgd_momentum")  # SGD with momentum (minidist/optim/sgd.py)
 def test_demo_prints_a_table_and_saves_the_figure(capsys, monkeypatch, tmp_path):
-    import minidist.demo
+    import minidist.recipes.demo
 
-    monkeypatch.setattr(minidist.demo, "FIGURES", tmp_path)
+    monkeypatch.setattr(minidist.recipes.demo, "FIGURES", tmp_path)
     assert demo_main() == 0
     out = capsys.readouterr().out
     assert "epoch  train loss  test accuracy" in out and "test accuracy 9" in out

@@ -12,7 +12,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import Device, LinkModel, run
-from minidist.gradcheck import numerical_gradient, relative_error
+from minidist.nn.gradcheck import numerical_gradient, relative_error
 from minidist.parallel.context import (
     RingAttention,
     causal_work,

@@ -16,13 +16,13 @@ import pytest
 
 from minidist.cluster import run
 from minidist.collectives import allgather, partial
+from minidist.collectives.pieces import split_range
 from minidist.nn import Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import Attachment, StepRunner, backward_through
 from minidist.optim import SGD, AdamW
 from minidist.parallel.data import GradientReadiness, GradientSync, ShardWeightedLoss, ZeroSync, buckets
 from minidist.parallel.data.buckets import assign_buckets
-from minidist.split import split_range
 
 B, STEPS = 12, 3
 

@@ -116,7 +116,7 @@ def _timeline(comm):
 @pytest.mark.exercise("dp_bucketed_allreduce")
 def test_parallel_data_timeline_files(tmp_path):
     from minidist.parallel.data.overlap import save_overlap_chrome
-    from minidist.plots import plot_overlap
+    from minidist.sim.plots import plot_overlap
 
     spans, trace = run_traced(_timeline, 2, link=SLOW_LINK, device=DEVICE, timeout=60)
     assert [s.label for s in spans[0]] == ["forward Linear"] * 2 + ["backward Linear"] * 2

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from minidist.cluster import run
 from minidist.collectives import ALGORITHMS
+from minidist.collectives.pieces import split_range
 from minidist.nn import CrossEntropyLoss
 from minidist.parallel.data import DataParallel
-from minidist.split import split_range
 from tests.parallel.data_parallel_helpers import (
     MODELS,
     OPTIMIZERS,

@@ -14,6 +14,7 @@ import pytest
 
 from minidist.cluster import run
 from minidist.collectives import allgather
+from minidist.collectives.pieces import split_range
 from minidist.nn import Linear, MSELoss, ReLU, Sequential, Tanh
 from minidist.nn.runner import Attachment, StepRunner
 from minidist.optim import AdamW
@@ -21,7 +22,6 @@ from minidist.parallel.data import DataParallel, GradientSync, ShardWeightedLoss
 from minidist.parallel.pipeline import Pipeline
 from minidist.precision import FP16, DynamicLossScaler, MixedPrecisionTrainer
 from minidist.sim.compute import ComputeCharges
-from minidist.split import split_range
 
 B, STEPS = 12, 3
 

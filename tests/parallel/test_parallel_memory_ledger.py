@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run
+from minidist.collectives.pieces import split_sizes
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import Adam
 from minidist.parallel.data import DataParallel
@@ -24,7 +25,6 @@ from minidist.parallel.data.zero import ZeRO
 from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
 from minidist.precision import FP16
 from minidist.sim.memory import MODEL_STATES, MemoryLedger
-from minidist.split import split_sizes
 
 SIZES, LAYERS, BATCH = [35, 7, 21, 3], [42, 24], 8
 

@@ -20,6 +20,7 @@ from minidist.cluster import LinkModel, run
 from minidist.nn import Linear, MSELoss, Sequential, Tanh
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline, bubble_fraction, one_f_one_b_schedule, stage_ops
+from minidist.parallel.pipeline.boundaries import split_by_layers
 from minidist.parallel.pipeline.pipedream import (
     pipedream_schedule,
     replay,
@@ -28,7 +29,6 @@ from minidist.parallel.pipeline.pipedream import (
     version_used,
 )
 from minidist.parallel.pipeline.registry import PLANNED, make_schedule
-from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.weight_stash import PipeDream, WeightStash, train_on_stream
 
 D, B = 3, 4          # width, samples per micro-batch

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidist.gradcheck import gradcheck
 from minidist.nn import GELU, BatchNorm1d, Dropout, LayerNorm, Linear, Module, ReLU, Sequential, Tanh
 from minidist.nn.checkpoint import Checkpoint, forward_flops, forward_saving
+from minidist.nn.gradcheck import gradcheck
 from minidist.nn.nbytes import nbytes_of
 
 

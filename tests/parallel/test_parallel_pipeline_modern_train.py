@@ -14,10 +14,10 @@ from minidist.cluster.ledger import Device
 from minidist.nn import Linear, MSELoss, Sequential, Tanh
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline
+from minidist.parallel.pipeline.boundaries import split_by_layers
 from minidist.parallel.pipeline.chimera import chimera_schedule
 from minidist.parallel.pipeline.interleaved import interleaved_schedule
 from minidist.parallel.pipeline.schedule import one_f_one_b_schedule
-from minidist.parallel.pipeline.split import split_by_layers
 from minidist.parallel.pipeline.tasks import replay
 from minidist.parallel.pipeline.zero_bubble import DeferredWeightGrad, zero_bubble_schedule
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from minidist.nn import Linear, MSELoss, ReLU, Sequential
 from minidist.parallel.pipeline import Pipeline
-from minidist.parallel.pipeline.split import (
+from minidist.parallel.pipeline.boundaries import (
     check_boundaries,
     layer_costs,
     split_by_cost,

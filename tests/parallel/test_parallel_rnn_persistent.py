@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run
+from minidist.collectives.pieces import split_range
 from minidist.nn import RNN, Linear
 from minidist.optim import SGD
 from minidist.parallel.rnn import PersistentRNN
-from minidist.split import split_range
 
 T, N, INPUT, HIDDEN, STEPS = 5, 3, 4, 7, 3          # HIDDEN = 7: uneven splits for P = 2 … 5
 

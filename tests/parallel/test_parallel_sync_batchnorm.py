@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from minidist.cluster import ClusterError, run
 from minidist.collectives import ALGORITHMS, allreduce
+from minidist.collectives.pieces import split_range
 from minidist.nn import (
     BatchNorm1d,
     BatchNorm2d,
@@ -26,7 +27,6 @@ from minidist.nn import (
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 from minidist.parallel.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
-from minidist.split import split_range
 
 RTOL = 1e-9
 STEPS = 3

@@ -252,7 +252,7 @@ def test_parallel_tensor_mismatched_batches_raise_not_hang(kind, message):
 
 def test_parallel_tensor_one_rank_layers_pass_gradcheck(rng):
     """With P = 1 no message is sent: the shards are the whole layers, checked by finite differences."""
-    from minidist.gradcheck import gradcheck
+    from minidist.nn.gradcheck import gradcheck
 
     x = rng.standard_normal((3, 4))
     for layer in (ColumnParallelLinear(OneRank(), Linear(4, 5, rng=rng, dtype=np.float64)),
@@ -264,7 +264,7 @@ def test_parallel_tensor_one_rank_layers_pass_gradcheck(rng):
 
 @pytest.mark.exercise("megatron_mlp")
 def test_parallel_tensor_one_rank_megatron_passes_gradcheck(rng):
-    from minidist.gradcheck import gradcheck
+    from minidist.nn.gradcheck import gradcheck
 
     block = MegatronMLP(
         OneRank(), Linear(4, 6, rng=rng, dtype=np.float64), Linear(6, 3, rng=rng, dtype=np.float64)

@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.cluster import run
+from minidist.collectives.pieces import split_sizes
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD, Adam
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.zero import ZeRO
 from minidist.sim.memory import MemoryLedger
-from minidist.split import split_sizes
 from tests.parallel.data_parallel_helpers import MODELS, make_data, make_model, make_optimizer
 
 ELEMENTWISE = ("sgd", "sgd_nesterov", "adam", "adamw", "rmsprop", "adagrad")

@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.data import iterate_batches, load_digits
-from minidist.demo import train_digits_mlp
 from minidist.nn import Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.precision.int8 import (
@@ -19,6 +18,7 @@ from minidist.precision.int8 import (
     quantize_symmetric,
     weight_bytes,
 )
+from minidist.recipes.demo import train_digits_mlp
 
 
 def _accuracy(model, x, y) -> float:

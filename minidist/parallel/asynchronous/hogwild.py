@@ -25,8 +25,8 @@ from typing import NamedTuple
 import multiprocess
 import numpy as np
 
-from minidist.checks import check_count
-from minidist.split import split_range
+from minidist.collectives.pieces import split_range
+from minidist.nn.checks import check_count
 
 
 class SparseProblem(NamedTuple):
@@ -79,7 +79,7 @@ def hogwild(problem: SparseProblem, processes: int, epochs: int, lr: float, *, l
     """Train w (starting at 0) with ``processes`` OS processes sharing it; returns
     {"w", "loss", "updates", "seconds" (wall clock), "updates_per_second", "conflicts"}.
 
-    Each process takes its contiguous share of the examples (minidist.split), in its own random order
+    Each process takes its contiguous share of the examples (collectives.pieces), in its own random order
     each epoch (seeded by SeedSequence(seed).spawn).
     """
     processes, epochs = check_count(processes, "hogwild: processes"), check_count(epochs, "hogwild: epochs")

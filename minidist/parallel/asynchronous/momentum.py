@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count, is_count
+from minidist.nn.checks import check_count, is_count
 
 from .parameter_server import replay_parameter_server
 from .schedule import check_seconds

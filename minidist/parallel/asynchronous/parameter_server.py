@@ -3,7 +3,7 @@
 Dean et al., "Large Scale Distributed Deep Networks" (the "Scaling Deep Learning" slides: "Parameter
 Server [Dean, NIPS 2012]: asynchronously update parameters"; "Hardware Accelerators for Training DNNs":
 "Distributed asynchronous SGD"). Ranks 0..S−1 are servers, each holding one piece of the flat
-parameter vector (minidist.split's rule); ranks S..P−1 are workers. Per step a worker
+parameter vector (minidist.collectives.pieces's rule); ranks S..P−1 are workers. Per step a worker
 
     computes g = ∇ℓ(w_pulled) on its own batch,  pushes piece j of g to server j,  pulls fresh pieces
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import is_count
 from minidist.cluster import LinkModel
+from minidist.collectives.pieces import split_bounds
 from minidist.nn import Parameter
+from minidist.nn.checks import is_count
 from minidist.nn.flat import flatten, unflatten
 from minidist.optim import SGD
 from minidist.sim.compute import charge_seconds
-from minidist.split import split_bounds
 
 from .schedule import check_seconds, ps_schedule, recv_on_schedule
 

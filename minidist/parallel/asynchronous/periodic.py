@@ -36,9 +36,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.checks import check_count
 from minidist.cluster import LinkModel
 from minidist.collectives import ALGORITHMS, allreduce
+from minidist.nn.checks import check_count
 from minidist.nn.flat import flatten, unflatten
 from minidist.sim.compute import charge_seconds
 

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.checks import check_count, is_count
+from minidist.nn.checks import check_count, is_count
 
 
 def check_seconds(seconds, where: str, workers: int | None = None) -> np.ndarray:

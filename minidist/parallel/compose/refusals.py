@@ -26,8 +26,8 @@ import inspect
 
 import numpy as np
 
-from minidist.checks import check_count
 from minidist.nn import GPT, Dropout, MoE, Parameter, SwitchTransformer
+from minidist.nn.checks import check_count
 from minidist.precision.mixed import MixedPrecisionTrainer
 
 from ..mesh import Mesh

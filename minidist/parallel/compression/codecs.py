@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from minidist.checks import check_count, is_count
+from minidist.nn.checks import check_count, is_count
 
 FLOATS = (np.float32, np.float64)
 

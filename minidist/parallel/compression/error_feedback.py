@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .codecs import TopK, check_gradient, k_of
 

@@ -8,16 +8,16 @@ about 2c−1 times the work of the first: with L = T/c tokens each, rank i has i
 query–key pairs. The zigzag pairs an early piece with a late one: with L = T/(2c), rank i has
 (iL² + L(L+1)/2) + ((2c−1−i)L² + L(L+1)/2) = T(T+1)/(2c) pairs — exactly 1/c of the T(T+1)/2 in all,
 whenever 2c divides T (the load-balanced split of Megatron-LM's context parallelism). Pieces follow
-minidist.split's rule, so T need not divide evenly; every piece must hold at least one token (T ≥ c for naive,
-T ≥ 2c for zigzag).
+collectives.pieces's rule, so T need not divide evenly; every piece must hold at least one token (T ≥ c
+for naive, T ≥ 2c for zigzag).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count, check_rank
-from minidist.split import split_bounds
+from minidist.collectives.pieces import split_bounds
+from minidist.nn.checks import check_count, check_rank
 
 LAYOUTS = ("naive", "zigzag")
 

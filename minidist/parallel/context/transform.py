@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count
 from minidist.nn import GPT, CausalSelfAttention, Module, TransformerBlock
 from minidist.nn.attention import merge_heads, split_heads
+from minidist.nn.checks import check_count
 from minidist.nn.module import check_float_array
 
 from .layout import positions

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.checks import is_count
 from minidist.collectives import allreduce
 from minidist.collectives.partial import sum_partial_gradients
+from minidist.nn.checks import is_count
 from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import Attachment, units
 

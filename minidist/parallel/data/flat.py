@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, reduce_scatter
+from minidist.collectives.pieces import split_range, split_sizes
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Parameter
 from minidist.optim import LARS
-from minidist.split import split_range, split_sizes
 
 
 class ShardGroup:

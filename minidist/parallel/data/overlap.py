@@ -14,7 +14,7 @@ on the clock (minidist.sim.collective_cost.collective_seconds). The form of the
 
     T_comm = 2 Σ_i (α(P − 1) + β (P − 1)/P |W_i|)          (|W_i| in bytes, one allreduce per layer)
 
-``save_overlap_chrome`` writes both streams of every rank as a Chrome trace (minidist.plots.plot_overlap
+``save_overlap_chrome`` writes both streams of every rank as a Chrome trace (minidist.sim.plots.plot_overlap
 draws them).
 """
 

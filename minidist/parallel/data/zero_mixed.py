@@ -26,10 +26,10 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allreduce
+from minidist.collectives.pieces import split_sizes
 from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
 from minidist.precision.mixed import Recipe, boundaries
-from minidist.split import split_sizes
 
 
 class ShardedMixedPrecision(Recipe):

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist.collectives.pieces import split_range
 from minidist.nn.runner import StepRunner
-from minidist.split import split_range
 
 from ..data.sync import GradientSync
 from ..mesh import Mesh

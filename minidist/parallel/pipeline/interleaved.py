@@ -16,7 +16,7 @@ so the fill and drain of P − 1 ticks each cost 1/v as much:
 
 from __future__ import annotations
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 from .schedule import Schedule, place_in_ticks
 from .tasks import Task

@@ -23,11 +23,11 @@ for float64 models and M a power of two).
 
 from __future__ import annotations
 
-from minidist.checks import check_count, check_rank
+from minidist.nn.checks import check_count, check_rank
 from minidist.nn.module import Sequential
 
+from .boundaries import split_by_layers
 from .schedule import Schedule, one_f_one_b_schedule
-from .split import split_by_layers
 
 
 def pipedream_schedule(num_stages: int, num_micro_batches: int) -> Schedule:

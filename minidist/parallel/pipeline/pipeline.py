@@ -11,7 +11,7 @@ with Micro-Batching", "PipeDream"); "Scaling Up Training" slides (micro-batches,
     W(m, k)  adds the weight gradients B left for it
     the order of the tasks on rank r is row r of the table (schedule.py; names: registry.py)
 
-With micro-batches of n_m of the N samples (minidist.split's sizes) and a loss averaging over its
+With micro-batches of n_m of the N samples (minidist.collectives.pieces's sizes) and a loss averaging over its
 micro-batch, loss = Σ_m (n_m / N)·loss_m: scaling each micro-batch's output gradient by n_m / N and
 letting backward *add* into Parameter.grad gives the full-batch gradient; the optimizer steps once.
 
@@ -30,20 +30,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.collectives.pieces import split_offsets
 from minidist.nn.checkpoint import Checkpoint, forward_saving
+from minidist.nn.checks import check_count
 from minidist.nn.linear import Linear
 from minidist.nn.module import Sequential
 from minidist.nn.nbytes import nbytes_of
 from minidist.nn.runner import StepRunner, backward_through
 from minidist.sim.compute import ComputeCharges
 from minidist.sim.memory import MemoryLedger
-from minidist.split import split_offsets
 
+from .boundaries import check_boundaries, layer_costs, split_by_cost, split_by_layers
 from .comm import StageLinks
 from .registry import make_schedule
 from .schedule import Schedule, Task, check_tasks, stage_ops
-from .split import check_boundaries, layer_costs, split_by_cost, split_by_layers
 from .zero_bubble import DeferredWeightGrad
 
 
@@ -236,7 +236,7 @@ class Pipeline:
 
 
 def split_micro_batches(x: np.ndarray, target: np.ndarray, M: int):
-    """The batch (x, target), N samples each, as M micro-batches of n_m samples (minidist.split's sizes):
+    """The batch (x, target), N samples each, as M micro-batches of n_m samples (collectives.pieces's sizes):
     lists of the M inputs, the M targets and the M weights n_m / N (Python floats) of their losses."""
     N = len(x)
     if len(target) != N:

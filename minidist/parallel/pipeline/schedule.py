@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 
 SCHEDULES = ("naive", "gpipe", "1f1b")   # the tables of this file (every schedule: registry.py)
 

@@ -25,7 +25,7 @@ from collections import deque
 
 import numpy as np
 
-from minidist.checks import check_count
+from minidist.nn.checks import check_count
 from minidist.nn.module import Module, Sequential
 from minidist.nn.runner import Attachment
 

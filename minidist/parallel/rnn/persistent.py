@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives import allgather, allreduce, alltoall
+from minidist.collectives.pieces import split_range
 from minidist.nn import RNN, Module, Parameter
 from minidist.nn.module import check_float_array
-from minidist.split import split_range
 
 
 class PersistentRNN(Module):

@@ -6,7 +6,7 @@ Keutzer, "Spatially Parallel Convolutions", 2018). One axis of a layer with kern
 padding p maps n_in rows to n_out = (n_in + 2p − k) // s + 1; output row o reads rows o·s − p ...
 o·s − p + k − 1 (outside [0, n_in): zero padding).
 
-The OUTPUT is split evenly (minidist.split): grid index i computes output rows [o0, o1), so its window is
+The OUTPUT is split evenly (collectives.pieces): grid index i computes output rows [o0, o1), so its window is
 
     window = [o0·s − p,  (o1 − 1)·s − p + k)          (length (o1 − o0 − 1)·s + k)
 
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minidist.checks import check_count
+from minidist.collectives.pieces import split_bounds
+from minidist.nn.checks import check_count
 from minidist.parallel.mesh import MeshShape
-from minidist.split import split_bounds
 
 Range = tuple[int, int]  # half-open [start, stop)
 

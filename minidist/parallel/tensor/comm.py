@@ -7,18 +7,18 @@ operators on the P ranks of the tensor-parallel group:
     g: forward all-reduce, backward identity        (behind a row-parallel layer)
 
 Costs per rank for n words: all-reduce 2(P−1)/P·n (``group_allreduce``), all-gather of the output slices
-(P−1)/P·n. Features are cut into P contiguous shards by ``minidist.split`` (np.array_split's rule: the first
-n mod P shards hold one feature more); here every shard must hold at least one feature.
+(P−1)/P·n. Features are cut into P contiguous shards by ``collectives.pieces`` (np.array_split's rule:
+the first n mod P shards hold one feature more); here every shard must hold at least one feature.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import is_count
 from minidist.collectives import allgather, pairwise_allreduce
+from minidist.collectives.pieces import split_bounds, split_range
 from minidist.nn import Module, Parameter
-from minidist.split import split_bounds, split_range
+from minidist.nn.checks import is_count
 
 
 def feature_bounds(n: int, parts: int) -> list[tuple[int, int]]:

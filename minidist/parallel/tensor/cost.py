@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from minidist.checks import is_count
+from minidist.nn.checks import is_count
 
 
 def _check(widths: Sequence[int], batch: int, parts: int) -> list[int]:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.checks import check_count, check_rank
 from minidist.collectives import allgather, reduce_scatter
 from minidist.nn import Module
+from minidist.nn.checks import check_count, check_rank
 
 from .comm import CopyToTensorParallel, ReduceFromTensorParallel
 

@@ -1,6 +1,6 @@
 """Vocabulary parallelism: the embedding table and the softmax cross-entropy split by token id over t ranks.
 
-Megatron-LM (Shoeybi et al. 2019), section 3: rank p holds rows V_p of the (V, d) table (minidist.split's
+Megatron-LM (Shoeybi et al. 2019), section 3: rank p holds rows V_p of the (V, d) table (collectives.pieces's
 rule, so t need not divide V; every rank needs at least one row).
 
 Embedding     y = Σ_p [t ∈ V_p]·W_p[t]             one all-reduce of N·d words (operator g); backward local

@@ -20,16 +20,16 @@ from pathlib import Path
 import numpy as np
 
 from minidist.cluster import Device, LinkModel, Trace, run_traced
+from minidist.collectives.pieces import split_range
 from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.overlap import save_overlap_chrome
-from minidist.plots import figures_dir, plot_overlap, write_png
 from minidist.sim.collective_cost import allreduce_cost
-from minidist.split import split_range
+from minidist.sim.plots import figures_dir, plot_overlap, write_png
 
-FIGURES: Path | None = None  # None: minidist.plots.figures_dir() (figures/, or $MINIDIST_FIGURES)
+FIGURES: Path | None = None  # None: minidist.sim.plots.figures_dir() (figures/, or $MINIDIST_FIGURES)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from minidist.mpi_rank import is_quiet_rank
+from minidist.cluster.mpi_rank import is_quiet_rank
 
 ENV_VAR = "MINIDIST_FIGURES"
 TIMELINE_COLORS = {"send": "tab:blue", "recv": "tab:orange", "compute": "tab:green", "barrier": "tab:gray"}

@@ -4,7 +4,7 @@ Under ``mpiexec -n P`` every process runs the whole script, so without care a le
 times and P processes write the same figures. ``setup()`` (called when minidist.cluster, where the
 backend is chosen, is imported) makes
 rank 0 the only one that prints to stdout — the others write to os.devnull unless MINIDIST_ALL_RANKS_PRINT=1
-— and ``is_quiet_rank()`` tells ``minidist.plots`` not to write figures elsewhere. stderr is never silenced:
+— and ``is_quiet_rank()`` tells ``sim.plots`` not to write figures elsewhere. stderr is never silenced:
 an error on any rank is shown.
 
 A process killed by a signal or ended by ``os._exit`` says nothing, and MPICH's ``mpiexec`` names no rank

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from minidist.checks import check_count, check_real, is_count
 from minidist.nn import Linear, Sequential
+from minidist.nn.checks import check_count, check_real, is_count
 
 BOUNDS = ("compute", "memory", "network")
 

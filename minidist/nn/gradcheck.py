@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nn.module import Module
+from .module import Module
 
 
 def relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:

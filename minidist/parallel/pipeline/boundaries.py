@@ -4,7 +4,7 @@ Stage s gets layers[b[s] : b[s+1]] for boundaries b = [0, b_1, ..., b_{P−1}, L
 every stage has at least one layer. A pipeline runs at the pace of its slowest stage (the HOT CHIPS
 tutorial "Fundamentals of Scaling out DL Training": "difficult to 'load balance' across all the
 workers"), so the FLOP-balanced split minimises the largest stage cost  max_s Σ_{l in stage s} cost_l
-(a small dynamic programme over (layers used, stages used)). By count: minidist.split's sizes.
+(a small dynamic programme over (layers used, stages used)). By count: minidist.collectives.pieces's sizes.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import copy
 
 import numpy as np
 
-from minidist.checks import check_count, is_count
+from minidist.collectives.pieces import split_offsets
 from minidist.nn.checkpoint import forward_flops
+from minidist.nn.checks import check_count, is_count
 from minidist.nn.module import Sequential
-from minidist.split import split_offsets
 
 
 def check_boundaries(boundaries, num_layers: int, num_stages: int) -> list[int]:
