@@ -53,6 +53,15 @@ def test_lesson_figures_are_bitwise_reproducible(name, tmp_path):
     assert not differ, f"{name}: these figures change from run to run: {differ}"
 
 
+def test_figures_go_to_the_repository_figures_folder_by_default(monkeypatch):
+    """Without MINIDIST_FIGURES a lesson's figures land in <repo>/figures, the committed ones (not a folder
+    beside the module that writes them)."""
+    from minidist.sim.plots import figures_dir
+
+    monkeypatch.delenv("MINIDIST_FIGURES", raising=False)
+    assert figures_dir() == ROOT / "figures"
+
+
 def test_save_figure_writes_the_same_bytes_twice_and_honours_the_environment(tmp_path, monkeypatch):
     import matplotlib
 

@@ -27,7 +27,7 @@ TIMELINE_COLORS = {"send": "tab:blue", "recv": "tab:orange", "compute": "tab:gre
 def figures_dir() -> Path:
     """The folder figures are written to (created if missing): $MINIDIST_FIGURES, else <repo>/figures."""
     override = os.environ.get(ENV_VAR)
-    folder = Path(override) if override else Path(__file__).resolve().parent.parent / "figures"
+    folder = Path(override) if override else Path(__file__).resolve().parents[2] / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
