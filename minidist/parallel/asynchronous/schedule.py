@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.nn.checks import check_count, is_count
+from minidist.nn.checks import check_count
 
 
 def check_seconds(seconds, where: str, workers: int | None = None) -> np.ndarray:
@@ -74,10 +74,8 @@ def step_seconds(workers: int, steps: int, base: float, slowdown=None, jitter: f
 
 
 def check_bound(bound) -> int | None:
-    """None or an integer >= 0."""
-    if bound is not None and not is_count(bound, 0):
-        raise ValueError(f"the staleness bound must be None (no bound) or an integer >= 0, got {bound!r}")
-    return None if bound is None else int(bound)
+    """None (no bound) or an integer >= 0."""
+    return None if bound is None else check_count(bound, "the staleness bound", 0)
 
 
 def may_start(worker: int, pushes: list[int], bound: int | None) -> bool:

@@ -16,8 +16,7 @@ partial over the grid (``Parameter.partial_over``), and the gradient sync (Gradi
 minidist.collectives.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
 
 FLOPs are charged to the simulated clock (backward 2× forward, minidist.sim.compute) between the layer's
-own messages. ``spatialize`` turns a single-process Sequential into its spatially parallel twin (same
-Parameters).
+own messages.
 """
 
 from __future__ import annotations
