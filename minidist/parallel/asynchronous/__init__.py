@@ -1,12 +1,7 @@
-"""Training that does not wait for the slowest worker: parameter servers, Hogwild!, elastic and local SGD.
-
-schedule.py          step_seconds: stragglers on the clock; may_start: the stale-synchronous bound (an
-                     exercise); ps_schedule: the order in which servers take pushes
-parameter_server.py  train_parameter_server: Downpour SGD, asynchronous or stale-synchronous; its replay
-momentum.py          sweep_momentum: asynchrony begets (implicit) momentum
-periodic.py          train_local_sgd, train_elastic(_async): average every H steps, or pull to a center
-hogwild.py           hogwild: lock-free SGD on a shared array (real processes, real parallelism)
-"""
+"""Training that does not wait for the slowest worker: schedule.py (stragglers' step times, the
+stale-synchronous bound ``may_start`` (an exercise), the order of the servers' pushes), parameter_server.py
+(Downpour SGD and its one-process replay), momentum.py (asynchrony begets momentum), periodic.py (local
+SGD, elastic averaging), hogwild.py (lock-free SGD on shared memory, with real processes)."""
 
 from .hogwild import hogwild, sparse_problem
 from .momentum import best_momentum, implicit_momentum, least_squares, sweep_momentum

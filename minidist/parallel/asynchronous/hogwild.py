@@ -26,7 +26,7 @@ import multiprocess
 import numpy as np
 
 from minidist.collectives.pieces import split_range
-from minidist.nn.checks import check_count
+from minidist.nn.checks import check_count, check_real
 
 
 class SparseProblem(NamedTuple):
@@ -86,8 +86,7 @@ def hogwild(problem: SparseProblem, processes: int, epochs: int, lr: float, *, l
     if processes > len(problem.label):
         raise ValueError(f"hogwild: {processes} processes for {len(problem.label)} examples: "
                          f"one would have none")
-    if not lr > 0:
-        raise ValueError(f"hogwild: lr must be > 0, got {lr}")
+    check_real(lr, "hogwild: lr", 0, strict=True)
     ctx = multiprocess.get_context("fork")
     weights = ctx.RawArray(ctypes.c_double, problem.dim)
     versions = ctx.RawArray(ctypes.c_int64, problem.dim)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.nn.checks import check_count, is_count
+from minidist.nn.checks import check_count, check_real, is_count
 
 from .parameter_server import replay_parameter_server
 from .schedule import check_seconds
@@ -37,8 +37,7 @@ def least_squares(samples: int, features: int, condition: float, rng: np.random.
     """
     if not (is_count(samples) and is_count(features) and features <= samples):
         raise ValueError(f"least_squares: needs integers 1 <= features <= samples, got {features}, {samples}")
-    if not condition >= 1:
-        raise ValueError(f"least_squares: condition must be >= 1, got {condition}")
+    check_real(condition, "least_squares: condition", 1)
     if not isinstance(rng, np.random.Generator):
         raise TypeError("least_squares: rng must be a numpy Generator")
     u, _ = np.linalg.qr(rng.standard_normal((samples, features)))

@@ -23,7 +23,7 @@ import numpy as np
 from minidist.cluster import LinkModel
 from minidist.collectives.pieces import split_bounds
 from minidist.nn import Parameter
-from minidist.nn.checks import is_count
+from minidist.nn.checks import check_real, is_count
 from minidist.nn.flat import flatten, unflatten
 from minidist.optim import SGD
 from minidist.sim.compute import charge_seconds
@@ -45,8 +45,7 @@ def train_parameter_server(comm, model, loss_fn, batch, *, lr: float, seconds: n
     if not is_count(servers) or servers >= comm.world_size:
         raise ValueError(f"servers must be an integer with 1 <= servers < world size = {comm.world_size} "
                          f"(at least one worker), got {servers!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
+    check_real(lr, "train_parameter_server: lr", 0, strict=True)
     link = LinkModel() if link is None else link
     seconds = check_seconds(seconds, "train_parameter_server", workers=comm.world_size - servers)
     params = model.parameters()
@@ -114,8 +113,7 @@ def replay_parameter_server(model, loss_fn, batch, *, lr: float, seconds: np.nda
     server's clock at each update, "history": [(clock, flat copy)] every record_every updates}.
     ``model``'s parameters are overwritten (they end at the last pulled copy).
     """
-    if not lr > 0:
-        raise ValueError(f"replay_parameter_server: lr must be > 0, got {lr}")
+    check_real(lr, "replay_parameter_server: lr", 0, strict=True)
     link = LinkModel() if link is None else link
     seconds = np.asarray(seconds, dtype=np.float64)
     params = model.parameters()

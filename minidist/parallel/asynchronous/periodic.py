@@ -54,14 +54,16 @@ def check_common(comm, seconds, every: int, algorithm: str, what: str) -> np.nda
     return check_seconds(seconds, what, workers=comm.world_size)
 
 
-def local_step(comm, model, optimizer, loss_fn, x, y, duration: float) -> float:
-    """One optimizer step on this worker's own batch, charged ``duration`` seconds; returns the loss."""
+def local_step(comm, model, optimizer, loss_fn, batch, duration: float, losses: list) -> None:
+    """One optimizer step on this worker's own batch (x, y), charged ``duration`` seconds; appends
+    (the clock the step started at, its loss) to ``losses``."""
+    (x, y), started = batch, comm.clock
     optimizer.zero_grad()
     loss = loss_fn.forward(model.forward(x), y)
     model.backward(loss_fn.backward())
     optimizer.step()
     charge_seconds(comm, float(duration), "local step")
-    return float(loss)
+    losses.append((started, float(loss)))
 
 
 def train_local_sgd(comm, model, optimizer, loss_fn, batch, *, seconds, every: int,
@@ -75,9 +77,7 @@ def train_local_sgd(comm, model, optimizer, loss_fn, batch, *, seconds, every: i
     params, steps = model.parameters(), seconds.shape[1]
     losses, averages = [], []
     for step in range(steps):
-        x, y = batch(comm.rank, step)
-        duration = seconds[comm.rank, step]
-        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, duration)))
+        local_step(comm, model, optimizer, loss_fn, batch(comm.rank, step), seconds[comm.rank, step], losses)
         if (step + 1) % every == 0 or step + 1 == steps:
             flat = allreduce(comm, flatten([p.data for p in params]), algorithm=algorithm) / comm.world_size
             unflatten(flat, [p.data for p in params])
@@ -99,11 +99,9 @@ def train_elastic(comm, model, optimizer, loss_fn, batch, *, seconds, every: int
     center = flatten([p.data for p in params])      # x̃ starts at the common initial model
     losses, centers = [], [(comm.clock, center.copy())]
     for step in range(steps):
-        x, y = batch(comm.rank, step)
         exchange = (step + 1) % every == 0
         before = flatten([p.data for p in params]) if exchange else None  # x_r,t
-        duration = seconds[comm.rank, step]
-        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, duration)))
+        local_step(comm, model, optimizer, loss_fn, batch(comm.rank, step), seconds[comm.rank, step], losses)
         if exchange:
             total = allreduce(comm, before, algorithm=algorithm)
             local = flatten([p.data for p in params]) - alpha * (before - center)
@@ -204,10 +202,9 @@ def _worker(comm, model, optimizer, loss_fn, batch, params, seconds, every) -> d
     elastic = np.empty(sum(p.size for p in params), dtype=params[0].data.dtype)
     losses = []
     for step, duration in enumerate(seconds):
-        x, y = batch(comm.rank - 1, step)
         exchange = (step + 1) % every == 0
         before = flatten([p.data for p in params]) if exchange else None   # Algorithm 1's x
-        losses.append((comm.clock, local_step(comm, model, optimizer, loss_fn, x, y, duration)))
+        local_step(comm, model, optimizer, loss_fn, batch(comm.rank - 1, step), duration, losses)
         if exchange:
             comm.send(before, 0)
             comm.recv(0, out=elastic)

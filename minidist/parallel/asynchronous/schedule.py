@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.nn.checks import check_count, is_count
+from minidist.nn.checks import check_count, check_real
 
 
 def check_seconds(seconds, where: str, workers: int | None = None) -> np.ndarray:
@@ -58,13 +58,11 @@ def step_seconds(workers: int, steps: int, base: float, slowdown=None, jitter: f
     jitter: the mean extra fraction of a random slowdown per step (needs ``rng`` when > 0).
     """
     workers, steps = check_count(workers, "step_seconds: workers"), check_count(steps, "step_seconds: steps")
-    if not base > 0:
-        raise ValueError(f"step_seconds: base must be > 0 seconds, got {base}")
+    check_real(base, "step_seconds: base (seconds)", 0, strict=True)
     factor = np.ones(workers) if slowdown is None else np.asarray(slowdown, dtype=np.float64)
     if factor.shape != (workers,) or not np.all(factor > 0):
         raise ValueError(f"step_seconds: slowdown must hold {workers} factors > 0, got {slowdown}")
-    if not jitter >= 0:
-        raise ValueError(f"step_seconds: jitter must be >= 0, got {jitter}")
+    check_real(jitter, "step_seconds: jitter", 0)
     table = base * np.repeat(factor[:, None], steps, axis=1)
     if jitter > 0:
         if not isinstance(rng, np.random.Generator):
@@ -74,10 +72,8 @@ def step_seconds(workers: int, steps: int, base: float, slowdown=None, jitter: f
 
 
 def check_bound(bound) -> int | None:
-    """None or an integer >= 0."""
-    if bound is not None and not is_count(bound, 0):
-        raise ValueError(f"the staleness bound must be None (no bound) or an integer >= 0, got {bound!r}")
-    return None if bound is None else int(bound)
+    """None (no bound) or an integer >= 0."""
+    return None if bound is None else check_count(bound, "the staleness bound", 0)
 
 
 def may_start(worker: int, pushes: list[int], bound: int | None) -> bool:

@@ -1,11 +1,6 @@
-"""Gradient compression: 1-bit SGD, top-k, Deep Gradient Compression, with error feedback.
-
-codecs.py         OneBit: a sign bit per entry + two means per tensor or column (Seide et al.); TopK: the k
-                  largest entries as values + int32 indices; Dense: the float bytes themselves
-error_feedback.py ErrorFeedback: the residual that carries what was not sent to the next step; DGC: top-k
-                  with momentum correction, local clipping and a sparsity warm-up (Lin et al.)
-exchange.py       CompressedDataParallel: compressed messages exchanged with an allgather
-"""
+"""Gradient compression: codecs.py (OneBit: 1-bit SGD's sign and two means; TopK: the k largest entries;
+Dense: no compression), error_feedback.py (ErrorFeedback: the residual of what was not sent; DGC: top-k
+with momentum correction), exchange.py (CompressedDataParallel: the messages exchanged by allgather)."""
 
 from .codecs import Dense, OneBit, TopK
 from .error_feedback import DGC, ErrorFeedback, warmup_density

@@ -22,8 +22,7 @@ large enough.
     message = [values of the k largest |x_i| (value dtype) | their indices (int32)]   k·(itemsize + 4) bytes
 
 Indices are sorted ascending; ties in |x| are broken by numpy's argpartition, deterministically. With
-k = n every entry is sent and the decoded gradient is x itself. What a codec loses (x − decoded) is
-what error feedback (error_feedback.py) carries to the next step.
+k = n every entry is sent and the decoded gradient is x itself.
 """
 
 from __future__ import annotations

@@ -52,26 +52,22 @@ class ExpertParallelMoE(Module):
         self.routing: Routing | None = None
         self.sent_tokens = self.received_tokens = 0  # kept assignments that crossed to / from other ranks
 
-    # -- the parts of forward --------------------------------------------------------------------------
-    def _by_rank(self, per_expert: list[np.ndarray]) -> list[np.ndarray]:
-        """E arrays (one per expert, all ranks) -> e arrays: those of rank q's experts, concatenated."""
-        k = self.per_rank
-        return [np.concatenate(per_expert[q * k:(q + 1) * k]) for q in range(self.comm.world_size)]
+    # -- the two all-to-alls (forward sends tokens, backward sends their gradients the same way) ---------
+    def _to_experts(self, per_expert: list[np.ndarray]) -> list[np.ndarray]:
+        """E arrays (this rank's rows for every expert) -> E/e arrays, one per local expert, holding the
+        rows of every peer in rank order: concatenate per destination rank, all-to-all, cut by the counts."""
+        k, counts = self.per_rank, self._counts
+        by_rank = [np.concatenate(per_expert[q * k:(q + 1) * k]) for q in range(self.comm.world_size)]
+        arrived = alltoall(self.comm, by_rank)
+        pieces = [np.split(chunk, np.cumsum(c)[:-1]) for chunk, c in zip(arrived, counts)]
+        return [np.concatenate([p[j] for p in pieces]) for j in range(k)]
 
-    def _by_expert(self, chunks: list[np.ndarray], counts: np.ndarray) -> list[np.ndarray]:
-        """e arrays from the peers, counts (e, E/e) -> E/e arrays, one per local expert, peers in order."""
-        pieces = [np.split(chunk, np.cumsum(c)[:-1]) for chunk, c in zip(chunks, counts)]
-        return [np.concatenate([p[j] for p in pieces]) for j in range(self.per_rank)]
-
-    def _to_sources(self, per_local: list[np.ndarray], counts: np.ndarray) -> list[np.ndarray]:
-        """The inverse of _by_expert: E/e arrays -> e arrays, one per peer, local experts in order."""
+    def _to_tokens(self, per_local: list[np.ndarray]) -> list[np.ndarray]:
+        """The inverse of _to_experts: E/e arrays -> back to the tokens' ranks -> E arrays, one per expert."""
+        k, counts, mine = self.per_rank, self._counts, self._my_counts
         cut = [np.split(a, np.cumsum(counts[:, j])[:-1]) for j, a in enumerate(per_local)]
-        return [np.concatenate([cut[j][s] for j in range(self.per_rank)]) for s in range(len(counts))]
-
-    def _from_ranks(self, chunks: list[np.ndarray]) -> list[np.ndarray]:
-        """e arrays back from the experts' ranks -> E arrays (one per expert), using my own counts."""
-        k, mine = self.per_rank, self._my_counts
-        return [a for q, chunk in enumerate(chunks)
+        by_source = [np.concatenate([cut[j][s] for j in range(k)]) for s in range(len(counts))]
+        return [a for q, chunk in enumerate(alltoall(self.comm, by_source))
                 for a in np.split(chunk, np.cumsum(mine[q * k:(q + 1) * k])[:-1])]
 
     def _charge(self, rows: int, passes: int, label: str) -> None:
@@ -99,11 +95,11 @@ class ExpertParallelMoE(Module):
         self.sent_tokens = int(self._my_counts.sum() - self._my_counts.reshape(len(counts), -1)[me].sum())
         self.received_tokens = int(counts.sum() - counts[me].sum())
         # 3. dispatch all-to-all: my tokens to their experts' ranks; my experts run on what arrived
-        inputs = self._by_expert(alltoall(self.comm, self._by_rank(dispatch(x2, r))), counts)
+        inputs = self._to_experts(dispatch(x2, r))
         self._charge(sum(len(a) for a in inputs), 1, "experts forward")
         outputs = [expert.forward(a) for expert, a in zip(self.experts, inputs)]
         # 4. combine all-to-all: the outputs back to the tokens' ranks, weighted by the gates there
-        self._outputs = self._from_ranks(alltoall(self.comm, self._to_sources(outputs, counts)))
+        self._outputs = self._to_tokens(outputs)
         self.remember_output_shape(x.shape)
         return combine(self._outputs, r, x2.shape[0]).reshape(x.shape)
 
@@ -111,15 +107,15 @@ class ExpertParallelMoE(Module):
         """dy: gradient of this rank's loss w.r.t. y; returns dx. Adds into the router's and the local
         experts' gradients (the experts' sum over every rank's tokens)."""
         self.check_upstream(dy)
-        r, counts = self.routing, self._counts
+        r = self.routing
         dy2 = dy.reshape(-1, self.d_model)
         douts, dgates = combine_backward(dy2, self._outputs, r)
         # the combine's all-to-all in reverse: output gradients to the experts' ranks
-        arrived = self._by_expert(alltoall(self.comm, self._by_rank(douts)), counts)
+        arrived = self._to_experts(douts)
         self._charge(sum(len(a) for a in arrived), 2, "experts backward")
         dxs = [expert.backward(d) for expert, d in zip(self.experts, arrived)]
         # the dispatch's all-to-all in reverse: input gradients back to the tokens' ranks
-        back = self._from_ranks(alltoall(self.comm, self._to_sources(dxs, counts)))
+        back = self._to_tokens(dxs)
         dx = dispatch_backward(back, r, dy2.shape[0])
         dx += self.router.backward(routing_backward(r, dgates, self.aux_loss_coef, self.z_loss_coef))
         return dx.reshape(dy.shape)

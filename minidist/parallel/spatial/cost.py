@@ -33,13 +33,6 @@ from .partition import HaloPlan, length
 REHEARSAL_TAG = 105
 
 
-def local_conv_flops(plan: HaloPlan, rank: int, batch: int, in_channels: int, out_channels: int) -> int:
-    """Forward FLOPs of rank's local convolution, 2·N·O·ho·wo·C·kh·kw (as Conv2d.flops counts them)."""
-    rows, cols = plan.out_block(rank)
-    return 2 * batch * out_channels * length(rows) * length(cols) * in_channels \
-        * plan.rows.kernel * plan.cols.kernel
-
-
 def _rehearse_exchange(comm, plan: HaloPlan, planes: int, dtype, backward: bool) -> None:
     """Walk the halo schedule with zero slabs of the planned shapes (backward: reversed, roles swapped)."""
     for phase in ((1, 0) if backward else (0, 1)):
@@ -60,15 +53,16 @@ def rehearse_conv_step(comm, plan: HaloPlan, batch: int, in_channels: int, out_c
     (forward seconds, backward seconds). Run it inside cluster.run on plan.world_size ranks."""
     if plan.world_size != comm.world_size:
         raise ValueError(f"plan is for {plan.world_size} ranks, the communicator has {comm.world_size}")
-    flops = local_conv_flops(plan, comm.rank, batch, in_channels, out_channels)
+    rows, cols = plan.out_block(comm.rank)
+    kernel = plan.rows.kernel * plan.cols.kernel      # the local conv's 2·N·O·ho·wo·C·kh·kw, as Conv2d.flops
+    flops = 2 * batch * out_channels * length(rows) * length(cols) * in_channels * kernel
     start = comm.clock
     _rehearse_exchange(comm, plan, batch * in_channels, dtype, backward=False)
     charge_flops(comm, flops, "conv forward")
     middle = comm.clock
     charge_flops(comm, 2 * flops, "conv backward")
     _rehearse_exchange(comm, plan, batch * in_channels, dtype, backward=True)
-    weight_grad = np.zeros(out_channels * in_channels * plan.rows.kernel * plan.cols.kernel + out_channels,
-                           dtype)
+    weight_grad = np.zeros(out_channels * in_channels * kernel + out_channels, dtype)
     if comm.world_size > 1:
         allreduce(comm, weight_grad)
     return middle - start, comm.clock - middle

@@ -26,8 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minidist.collectives.pieces import split_bounds
-from minidist.nn.checks import check_count
-from minidist.parallel.mesh import MeshShape
+from minidist.nn.checks import check_count, check_rank
 
 Range = tuple[int, int]  # half-open [start, stop)
 
@@ -186,9 +185,8 @@ class HaloPlan:
         return self.rows.n_out, self.cols.n_out
 
     def grid_index(self, rank: int) -> tuple[int, int]:
-        """(i, j) with rank = i·Pw + j; MeshShape checks the rank."""
-        at = MeshShape([("row", self.grid[0]), ("column", self.grid[1])]).coords(rank)
-        return at["row"], at["column"]
+        """(i, j) with rank = i·Pw + j."""
+        return divmod(check_rank(rank, self.world_size), self.grid[1])
 
     def own_block(self, rank: int) -> tuple[Range, Range]:
         i, j = self.grid_index(rank)

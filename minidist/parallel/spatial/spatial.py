@@ -16,8 +16,7 @@ partial over the grid (``Parameter.partial_over``), and the gradient sync (Gradi
 minidist.collectives.sum_partial_gradients by hand) sums them over the ranks — the full gradient.
 
 FLOPs are charged to the simulated clock (backward 2× forward, minidist.sim.compute) between the layer's
-own messages. ``spatialize`` turns a single-process Sequential into its spatially parallel twin (same
-Parameters).
+own messages.
 """
 
 from __future__ import annotations
@@ -67,9 +66,8 @@ class _SpatialLayer(Module):
         self._window_hw = window.shape[2:]
         padded = np.pad(window, ((0, 0), (0, 0), (top, bottom), (left, right)),
                         constant_values=self.pad_value)
-        flops = self.local.flops(padded.shape)
-        charge_flops(self.comm, flops, f"{type(self).__name__} forward")
-        self._flops = flops
+        self._flops = self.local.flops(padded.shape)
+        charge_flops(self.comm, self._flops, f"{type(self).__name__} forward")
         return self.local.forward(padded)
 
     def backward(self, dy_local: np.ndarray) -> np.ndarray:
