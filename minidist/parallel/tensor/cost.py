@@ -96,13 +96,9 @@ def hybrid_words(model_words_at_full_batch: int, shard_parameters: Sequence[int]
 def memory_words_per_device(widths: Sequence[int], batch: int, data: int, tensor: int,
                             optimizer_states: int = 0) -> dict[str, float]:
     """Words one device holds, for the slides' column scheme on a mesh of data = D × tensor = T ranks
-    (D = P, T = 1 is data parallelism).
-
-    weights:      Σ d_{i−1}·d_i / T       (each device one T-th of every layer)
-    gradients:    the same again
-    optimizer:    optimizer_states × weights (0 for SGD, 1 with momentum, 2 for Adam)
-    activations:  (B/D)·Σ d_i             (kept for backward: every layer's whole input and output)
-    """
+    (D = P, T = 1 is data parallelism): weights Σ d_{i−1}·d_i / T, gradients the same, optimizer
+    optimizer_states × weights (0 SGD, 1 momentum, 2 Adam), activations (B/D)·Σ d_i (every layer's whole
+    input and output, kept for backward)."""
     d = _check(widths, batch, data * tensor)
     weights = sum(d[i - 1] * d[i] for i in range(1, len(d))) / tensor
     activations = batch / data * sum(d)
