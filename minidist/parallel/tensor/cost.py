@@ -8,12 +8,10 @@ MLP whose layer i has width d_i, batch B, P processes and inverse bandwidth β:
     T_comm(data)  = Σ_{i=1..L} β(P−1)·d_i²/P
 
 ``seed_t_comm_model`` and ``seed_t_comm_data`` are these formulas. The ``*_words`` functions count what
-the code actually sends — the ledger's numbers — as *words summed over all P ranks* (times the itemsize
-for bytes; divided by P for one rank), exact for any split: in a ring all-gather every piece travels
-P−1 hops, in a ring all-reduce every chunk travels P−1 hops twice. For L square d×d layers without
-biases, P dividing d and B, one rank's share is exactly T_comm(model)/β; data parallelism's is
-2·T_comm(data)/β (the ring all-reduce moves every gradient twice — the factor 2 of the slides' own
-T_comm(batch), dropped on their comparison slide).
+the code sends (the ledger's numbers) as words summed over all P ranks, exact for any split: a ring
+all-gather moves every piece P−1 hops, an all-reduce every chunk P−1 hops twice. For L square d×d layers
+without biases, P dividing d and B, one rank's share is T_comm(model)/β; data parallelism's 2·T_comm(data)/β
+(the factor 2 of the slides' own T_comm(batch), dropped on their comparison slide).
 
 ``widths = [d_0, d_1, ..., d_L]``: layer i maps d_{i−1} → d_i. The slides' ∇X term for layer i is the
 gradient of that layer's input, of width d_{i−1} (equal to d_i for square layers).
