@@ -22,7 +22,6 @@ from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline, bubble_fraction, one_f_one_b_schedule, stage_ops
 from minidist.parallel.pipeline.boundaries import split_by_layers
 from minidist.parallel.pipeline.pipedream import (
-    pipedream_schedule,
     replay,
     synchronous,
     train_in_one_process,
@@ -162,7 +161,7 @@ def test_pipedream_table_formulas(P, M):
     forward on stage s follows max(0, m − (P − 1 − s)) of the stage's backwards (stage 0's count: vertical
     sync), and the versions needed after each task number at most P − s (vertical: P; M ≥ P: exactly)."""
     table = make_schedule("pipedream", P, M)
-    assert table == pipedream_schedule(P, M) == one_f_one_b_schedule(P, M)
+    assert table == one_f_one_b_schedule(P, M)
     assert bubble_fraction(table, P) == pytest.approx((P - 1) / (M + P - 1))
     idle_ticks = [len(table) - len(stage_ops(table, s)) for s in range(P)]
     assert idle_ticks == [2 * (P - 1)] * P

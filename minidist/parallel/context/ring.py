@@ -7,11 +7,7 @@ merges the partial result with the online softmax (``merge``), and meanwhile pas
 to rank r+1 and receives the next from rank r−1. Backward runs the same ring; the gradients dk, dv of
 a block travel with it (one step behind) and arrive home complete after the last step.
 
-Communication per rank, with n = B·h·(T/c)·d_k·itemsize the bytes of one rank's K (or V) when c divides
-T (cost.py has the exact sums for uneven splits), for c ≥ 2 (nothing for c = 1):
-
-    forward    c − 1 messages, 2(c − 1)·n bytes      (K and V, one message per step)
-    backward   2c − 1 messages, (4c − 2)·n bytes     (K, V for c − 1 steps; dK, dV for c steps)
+What each rank sends (c − 1 messages forward, 2c − 1 backward) is counted in cost.py (``ring_traffic``).
 
 The simulated clock keeps two streams per step, as a GPU runs a transfer beside a kernel: the step's
 transfers start at its start (comm.clock moves through them), the block's compute takes its FLOPs /

@@ -5,10 +5,10 @@ Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training"
 "Distributed Deep Learning (Part II)" slides ("PipeDream: Use Async Updates to remove Bubble";
 "Removing bubbles leads to stale weights").
 
-PipeDream runs 1F1B's order (schedule.py) over the whole stream, without a flush, and lets every backward
-update its stage (weight_stash.py): the fill and the drain are paid once per run, so the steady state has
-no idle slot — and the weights are stale. Stage s (of P) runs F(m) after max(0, m − (P − 1 − s)) of its
-backwards, so
+PipeDream runs 1F1B's table (schedule.py; registry name "pipedream") over the whole stream, without a
+flush, and lets every backward update its stage (weight_stash.py): the fill and the drain, 2(P − 1) idle
+ticks per stage, are paid once per run, so the steady state has no idle slot — and the weights are stale.
+Stage s (of P) runs F(m) after max(0, m − (P − 1 − s)) of its backwards, so
 
     version used by m on stage s    v_s(m) = max(0, m − (P − 1 − s))   (weight stashing: F and B alike)
                                     v(m)   = max(0, m − (P − 1))       (vertical sync: stage 0's, everywhere)
@@ -27,14 +27,6 @@ from minidist.nn.checks import check_count, check_rank
 from minidist.nn.module import Sequential
 
 from .boundaries import split_by_layers
-from .schedule import Schedule, one_f_one_b_schedule
-
-
-def pipedream_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
-    """PipeDream's table for P stages and a stream of M micro-batches: 1F1B's. What makes it asynchronous
-    is what follows each backward — its stage's update (WeightStash) — and that M is the whole run's
-    micro-batches: 2(P − 1) idle ticks per stage, however long the run."""
-    return one_f_one_b_schedule(num_stages, num_micro_batches)
 
 
 def version_used(num_stages: int, stage: int, micro_batch: int, vertical_sync: bool = False) -> int:

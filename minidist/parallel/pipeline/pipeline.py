@@ -3,7 +3,7 @@
 "Distributed Deep Learning (Part II)" slides ("Pipeline parallelism", "GPipe: Reduce Bubble
 with Micro-Batching", "PipeDream"); "Scaling Up Training" slides (micro-batches, gradient checkpointing).
 
-    stage k holds layers[b[k]:b[k+1]] (split.py); rank r keeps the stages its tasks name
+    stage k holds layers[b[k]:b[k+1]] (boundaries.py); rank r keeps the stages its tasks name
     F(m, k)  x_m = the data (k = 0) or stage k − 1's output;  y_m = stage k (x_m);  sent to stage k + 1
              (last stage: loss_m = L(y_m, t_m) and dy_m = (n_m / N) · dL/dy_m, kept for B)
     B(m, k)  dy_m from stage k + 1 (last stage: from F);  dx_m = backward of stage k;  sent to stage k − 1.
@@ -20,10 +20,8 @@ of the step passes ``last=True``, so a stage's gradient sync runs once per step,
 backward (a table with W tasks: an empty pass after the stage's last W). A stage held by two ranks
 (Chimera) sums its two gradients (one exchange) before the optimizer steps. Between F(m, k) and B(m, k)
 the rank keeps m's activations (``checkpoint``: only the stage's input, the rest recomputed in B).
-Kept to the side, without changing what is computed: the runners' ComputeCharges charge the clock per
-layer (``busy_seconds``), ``timeline`` holds (task, start after its input arrived, end) per task and
-``memory`` (a MemoryLedger) the activation bytes held, so a lesson can draw the bubble and compare the
-memory of GPipe, 1F1B and checkpointing. comm.py carries the messages.
+Kept to the side: ``busy_seconds`` (the clock, charged per layer), ``timeline`` (task, start, end) and
+``memory`` (the activation bytes held), to draw the bubble and compare GPipe, 1F1B and checkpointing.
 """
 
 from __future__ import annotations

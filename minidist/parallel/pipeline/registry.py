@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 from .chimera import chimera_schedule
 from .interleaved import interleaved_schedule
-from .pipedream import pipedream_schedule
 from .schedule import Schedule, gpipe_schedule, naive_schedule, one_f_one_b_schedule
 from .zero_bubble import zero_bubble_schedule
 
@@ -23,7 +22,7 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {     # (P ranks, M micro-batche
     "interleaved": lambda P, M, chunks=2: interleaved_schedule(P, M, chunks),
     "zb-h1": lambda P, M, chunks=1: zero_bubble_schedule(P, M),
     "chimera": lambda P, M, chunks=1: chimera_schedule(P, M),
-    "pipedream": lambda P, M, chunks=1: pipedream_schedule(P, M),   # executor: weight_stash.py
+    "pipedream": lambda P, M, chunks=1: one_f_one_b_schedule(P, M),   # over a stream: weight_stash.py
 }
 
 # One optimizer step per table (PipeDream updates after every backward: weight_stash.PipeDream).

@@ -72,11 +72,8 @@ def naive_schedule(num_stages: int, num_micro_batches: int = 1) -> Schedule:
 
 
 def gpipe_schedule(num_stages: int, num_micro_batches: int) -> Schedule:
-    """GPipe: every forward (a diagonal wave), then every backward (the wave reversed).
-
-    F(s, m) at tick s + m;  B(s, m) at tick (M + P − 1) + (P − 1 − s) + m;  2(M + P − 1) ticks in all.
-    Ops within a tick are listed by stage.
-    """
+    """GPipe: every forward (a diagonal wave), then every backward (the wave reversed), at the ticks of
+    the module docstring; ops within a tick are listed by stage."""
     check_sizes(num_stages, num_micro_batches)
     P, M = num_stages, num_micro_batches
     # BEGIN SOLUTION gpipe_schedule

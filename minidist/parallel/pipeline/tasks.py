@@ -1,12 +1,8 @@
 """Pipeline schedules beyond one stage per rank and one backward: tables of tasks.
 
-schedule.py's ``Task(rank, kind, micro_batch, stage)`` names the two things the newer schedules need:
-
-    rank    the device that runs it
-    stage   the model's stage (0..S−1): with v virtual stages per rank (interleaved) or two
-            pipelines in opposite directions (Chimera) a rank holds several stages
-    kind    "F" forward; "B" backward — the whole backward, or only the input gradient when the
-            schedule also has "W" tasks (the weight gradient, zero-bubble schedules)
+schedule.py's ``Task(rank, kind, micro_batch, stage)`` names what the newer schedules need: a rank
+holding several stages (v virtual stages per rank, interleaved; two pipelines in opposite directions,
+Chimera), and "W" tasks (the weight gradient; "B" is then the input gradient only: zero-bubble).
 
 The tasks of (m, k) run on one rank, which holds m's activations from F until its last backward task (B,
 or W when split). schedule.py places, checks and measures a table of tasks as one of Ops; here

@@ -33,9 +33,7 @@ from .pipeline import Pipeline
 
 
 class WeightStash(Attachment):
-    """Weight stashing and the per-micro-batch optimizer step of one pipeline stage.
-
-    stage: the stage's Module; optimizer: an optimizer over exactly ``stage.parameters()`` (its state,
+    """stage: the stage's Module; optimizer: an optimizer over exactly ``stage.parameters()`` (its state,
     e.g. momentum, follows the latest weights); lag: 0, or s (vertical sync). Records, in forward order,
     ``used[m]`` (the version its forward and backward used) and ``applied[m]`` (the version its update
     was applied to: staleness = applied[m] − used[m]); ``peak_versions``: the most versions held at once.

@@ -10,10 +10,9 @@ np.array_split rule: t need not divide h, every rank needs one head) and runs th
     forward   x → f → qkv → attention → proj → g → + b        one all-reduce of B·T·d words (g)
     backward  the same in reverse                              one all-reduce of B·T·d words (f)
 
-Each all-reduce sends 2(t−1)/t·B·T·d·itemsize bytes per rank (with sequence parallelism an all-gather and
-a reduce-scatter along T: the same bytes). The ``core`` keeps (q, k, v, O, lse) and recomputes the
-probabilities in backward, as FlashAttention does (nn.BlockwiseAttention); context parallelism replaces it
-by ring attention. Dropout is not supported (p must be 0).
+With sequence parallelism f and g are an all-gather and a reduce-scatter along T (sequence.py). The
+``core`` keeps (q, k, v, O, lse) and recomputes the probabilities in backward, as FlashAttention does
+(nn.BlockwiseAttention); context parallelism replaces it by ring attention. Dropout is not supported.
 """
 
 from __future__ import annotations

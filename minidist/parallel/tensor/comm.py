@@ -6,8 +6,7 @@ operators on the P ranks of the tensor-parallel group:
     f: forward identity,   backward all-reduce      (in front of a column-parallel layer)
     g: forward all-reduce, backward identity        (behind a row-parallel layer)
 
-Costs per rank for n words: all-reduce 2(P−1)/P·n (``group_allreduce``), all-gather of the output slices
-(P−1)/P·n. Features are cut into P contiguous shards by ``collectives.pieces`` (np.array_split's rule:
+Features are cut into P contiguous shards by ``collectives.pieces`` (np.array_split's rule:
 the first n mod P shards hold one feature more); here every shard must hold at least one feature.
 """
 

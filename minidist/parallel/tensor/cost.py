@@ -8,12 +8,10 @@ MLP whose layer i has width d_i, batch B, P processes and inverse bandwidth β:
     T_comm(data)  = Σ_{i=1..L} β(P−1)·d_i²/P
 
 ``seed_t_comm_model`` and ``seed_t_comm_data`` are these formulas. The ``*_words`` functions count what
-the code actually sends — the ledger's numbers — as *words summed over all P ranks* (times the itemsize
-for bytes; divided by P for one rank), exact for any split: in a ring all-gather every piece travels
-P−1 hops, in a ring all-reduce every chunk travels P−1 hops twice. For L square d×d layers without
-biases, P dividing d and B, one rank's share is exactly T_comm(model)/β; data parallelism's is
-2·T_comm(data)/β (the ring all-reduce moves every gradient twice — the factor 2 of the slides' own
-T_comm(batch), dropped on their comparison slide).
+the code sends (the ledger's numbers) as words summed over all P ranks, exact for any split: a ring
+all-gather moves every piece P−1 hops, an all-reduce every chunk P−1 hops twice. For L square d×d layers
+without biases, P dividing d and B, one rank's share is T_comm(model)/β; data parallelism's 2·T_comm(data)/β
+(the factor 2 of the slides' own T_comm(batch), dropped on their comparison slide).
 
 ``widths = [d_0, d_1, ..., d_L]``: layer i maps d_{i−1} → d_i. The slides' ∇X term for layer i is the
 gradient of that layer's input, of width d_{i−1} (equal to d_i for square layers).
@@ -96,13 +94,9 @@ def hybrid_words(model_words_at_full_batch: int, shard_parameters: Sequence[int]
 def memory_words_per_device(widths: Sequence[int], batch: int, data: int, tensor: int,
                             optimizer_states: int = 0) -> dict[str, float]:
     """Words one device holds, for the slides' column scheme on a mesh of data = D × tensor = T ranks
-    (D = P, T = 1 is data parallelism).
-
-    weights:      Σ d_{i−1}·d_i / T       (each device one T-th of every layer)
-    gradients:    the same again
-    optimizer:    optimizer_states × weights (0 for SGD, 1 with momentum, 2 for Adam)
-    activations:  (B/D)·Σ d_i             (kept for backward: every layer's whole input and output)
-    """
+    (D = P, T = 1 is data parallelism): weights Σ d_{i−1}·d_i / T, gradients the same, optimizer
+    optimizer_states × weights (0 SGD, 1 momentum, 2 Adam), activations (B/D)·Σ d_i (every layer's whole
+    input and output, kept for backward)."""
     d = _check(widths, batch, data * tensor)
     weights = sum(d[i - 1] * d[i] for i in range(1, len(d))) / tensor
     activations = batch / data * sum(d)

@@ -4,10 +4,8 @@ A Linear layer y = x·Wᵀ + b has W of shape (out, in). It can be cut two ways 
 Learning (Part II)" slides, "Model Parallelism: partition weights across different processes";
 Megatron-LM, Shoeybi et al. 2019):
 
-* column-parallel — split by OUTPUT features: rank p holds W[rows_p, :] and b[rows_p] and computes
-  y_p = x·W_pᵀ + b_p from the whole input x. Backward: dx = Σ_p dy_p·W_p needs an all-reduce (f).
-* row-parallel — split by INPUT features: rank p holds W[:, cols_p] and sees only x[:, cols_p];
-  z = Σ_p x_p·W_pᵀ + b needs an all-reduce (g). Backward: dx_p = dz·W_p is local.
+* column-parallel — split by OUTPUT features: y_p = x·W_pᵀ + b_p; backward dx = Σ_p dy_p·W_p (f).
+* row-parallel — split by INPUT features: z = Σ_p x_p·W_pᵀ + b (g); backward dx_p = dz·W_p, local.
 
 The operators f and g are in comm.py; the Megatron MLP block (column then row) is in mlp.py. Every shard
 is cut from a full layer, the same on every rank, so a test can compare it with that layer's slice.
@@ -32,7 +30,7 @@ from .comm import (
 )
 
 
-def _products(input_shape: tuple[int, ...], expected: int, inner: int, outer: int) -> int:
+def product_flops(input_shape: tuple[int, ...], expected: int, inner: int, outer: int) -> int:
     """2·N·inner·outer for an input (..., expected), N the product of the leading dimensions."""
     input_shape = tuple(input_shape)
     if not input_shape or input_shape[-1] != expected:
@@ -91,7 +89,7 @@ class ColumnParallelLinear(Module):
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """This rank's forward FLOPs for x (..., in): 2·N·in·n_p, its share of Linear's (as Linear counts)."""
-        return _products(input_shape, self.in_features, self.in_features, self.weight.shape[0])
+        return product_flops(input_shape, self.in_features, self.in_features, self.weight.shape[0])
 
     def __repr__(self) -> str:
         return (f"ColumnParallelLinear({self.in_features}, {self.out_features}, rows={self.rows.start}:"
@@ -152,7 +150,7 @@ class RowParallelLinear(Module):
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """This rank's forward FLOPs for its input (..., n_p) or the whole x (..., in): 2·N·n_p·out."""
         expected = self.weight.shape[1] if self.input_is_parallel else self.in_features
-        return _products(input_shape, expected, self.weight.shape[1], self.out_features)
+        return product_flops(input_shape, expected, self.weight.shape[1], self.out_features)
 
     def __repr__(self) -> str:
         return (f"RowParallelLinear({self.in_features}, {self.out_features}, cols={self.cols.start}:"

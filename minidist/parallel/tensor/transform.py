@@ -10,8 +10,7 @@ forward and backward stay nn.GPT's and nn.TransformerBlock's:
     head         -> VocabParallelHead        logits of ids V_p, never gathered: the loss is
                                              VocabParallelCrossEntropy(group, V)
 
-Per block and step each rank sends 8(t−1)/t·B·T·d words (four all-reduces, or with sequence parallelism
-four all-gather/reduce-scatter pairs: the same). With sequence parallelism the LayerNorms, residuals and
+Bytes per block: transformer_cost.block_bytes_sent. With sequence parallelism the LayerNorms, residuals and
 position embedding see T/t tokens per rank, so their gradients — and those of the two biases added after
 a reduce-scatter — are partial sums over the group: the transform appends the group to their
 ``partial_over`` (the gradient sync adds 2(t−1)/t·(6d per block + T_max·d + 2d) words).

@@ -57,10 +57,9 @@ def block_bytes_sent(batch: int, seq_len: int, d_model: int, parts: int, itemsiz
 
 def block_comm_seconds(batch: int, seq_len: int, d_model: int, parts: int, itemsize: int,
                        link: LinkModel | None = None) -> float:
-    """Simulated seconds of one block's communication (forward + backward) on the α-β link: 4
-    all-reduces (collectives.pairwise_allreduce) of n = B·T·d words of b bytes, each 2(t−1)·(α + β·n·b/t)
-    when t divides n (minidist.sim.collective_cost, "pairwise"), none hidden behind compute (the next
-    layer needs the sum). The token-wise gradients' all-reduce of sequence parallelism is not included."""
+    """Simulated seconds of one block's communication (forward + backward) on the α-β link: 4 pairwise
+    all-reduces of n = B·T·d words of b bytes, each 2(t−1)·(α + β·n·b/t) when t divides n, none hidden
+    behind compute (the next layer needs the sum); sequence parallelism's token-wise gradients excluded."""
     return 4 * collective_seconds("pairwise", parts, batch * seq_len * d_model, itemsize, link or LinkModel())
 
 

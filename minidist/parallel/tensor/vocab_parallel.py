@@ -21,8 +21,6 @@ all-gather of N·V. The loss sends 6(t−1)/t·N·itemsize bytes per rank when t
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from minidist.nn import Embedding, Linear, Module, Parameter
@@ -30,6 +28,7 @@ from minidist.nn.embedding import check_tokens
 from minidist.nn.module import check_float_array
 
 from .comm import check_same_on_all_ranks, feature_slice, group_allreduce, shard_parameter
+from .layers import product_flops
 from .sequence import region_operators
 
 
@@ -109,12 +108,9 @@ class VocabParallelHead(Module):
 
     def flops(self, input_shape: tuple[int, ...]) -> int:
         """This rank's forward FLOPs for x (B, T, d) (sequence parallel: (B, T/t, d), gathered to T·t tokens):
-        2·N·d·|V_p|, N = B·T, its share of the whole head's 2·N·d·V."""
-        *lead, d = input_shape
-        if d != self.in_features:
-            raise ValueError(f"VocabParallelHead.flops expects (..., {self.in_features}), got {input_shape}")
-        tokens = math.prod(lead) * (self.comm.world_size if self.sequence_parallel else 1)
-        return 2 * tokens * d * self.weight.shape[0]
+        2·N·d·|V_p|, N = B·T, its share of the whole head's 2·N·d·V (ColumnParallelLinear's count)."""
+        gathered = self.comm.world_size if self.sequence_parallel else 1
+        return gathered * product_flops(input_shape, self.in_features, self.in_features, self.weight.shape[0])
 
     def __repr__(self) -> str:
         return (f"VocabParallelHead({self.in_features}, {self.out_features}, "
