@@ -1,8 +1,5 @@
 """Data × spatial parallelism: D data-parallel groups, each a spatial group of S = Ph·Pw ranks.
 
-Why not parallelize: spatial is not one of its axes (this grid splits a CNN's images into blocks of rows
-and columns; parallelize splits GPTs).
-
 Rank r sits at (d, s). With ``placement="spatial_inside"`` (the default) the spatial index varies
 fastest, r = d·S + s, so each spatial group is S consecutive ranks: on a cluster of nodes of G ranks (G a
 multiple of S) it never leaves its node. ``placement="spatial_across"`` makes the data index fastest,
