@@ -9,8 +9,7 @@ and one mesh. lessons/ONE_GRADIENT.md follows one gradient through a data × ten
 data/ pipeline/ tensor/ context/ expert/   the five axes of a Mesh
 spatial/       spatial parallelism: convolutions over H / H×W blocks, halo exchange
 grids/         what parallelize cannot build: data × tensor of an MLP, data × spatial of a CNN
-asynchronous/  training that does not wait: parameter servers with staleness, local SGD, elastic
-               averaging, Hogwild!
+asynchronous/  training that does not wait: parameter servers, local SGD, elastic averaging, Hogwild!
 compression/   gradients that send fewer bits: 1-bit SGD, top-k, Deep Gradient Compression, error feedback
 rnn/           the distributed persistent RNN: hidden units split over ranks, one exchange per timestep
 shards.py      a rank's slice of the batch and its loss weight (every data-like strategy's);

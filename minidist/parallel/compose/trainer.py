@@ -92,11 +92,9 @@ class Trainer:
             raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {seq_len}")
 
     def take_share(self, per_pass: float) -> ShardWeightedLoss:
-        """This rank's share of the global objective, the one place it is scaled: its token set's 1/S of
-        the rows (S = data × expert) and its 1/C of the positions, per_pass of it per forward-backward pass;
-        each MoE layer's router-loss coefficients by 1/(S·C·M) (each micro-batch routes one group), its
-        scaled loss appended to ``router_losses`` at every forward. Sums over the ranks give one process's
-        objective."""
+        """This rank's share 1/(S·C) of the global objective (parallelize's docstring), the one place it is
+        scaled: per_pass of it per forward-backward pass; each MoE layer's router-loss coefficients by
+        1/(S·C·M) (each micro-batch routes one group), its scaled loss appended to ``router_losses``."""
         s = self.mesh.sizes
         parts = s["data"] * s["expert"] * s["context"]
         for moe in (m for m in self.units.modules() if isinstance(m, (MoE, ExpertParallelMoE))):
