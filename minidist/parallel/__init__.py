@@ -18,9 +18,8 @@ shards.py      a rank's slice of the batch and its loss weight (every data-like 
 
 from .compose import parallelize, split_for_mesh
 from .data import DataParallel
+from .grids import hybrid_train_step
 from .mesh import Mesh, MeshShape
-
-# isort: split
 from .pipeline import Pipeline, bubble_fraction, format_schedule, make_schedule
 from .spatial import (
     GridAllgather,
@@ -39,9 +38,6 @@ from .tensor import (
     column_parallel_mlp,
     megatron_parallel_mlp,
 )
-
-# isort: split
-from .grids import hybrid_train_step
 
 __all__ = [
     "ColumnParallelLinear",
