@@ -9,8 +9,6 @@ import numpy as np
 from minidist.collectives.pieces import split_range
 from minidist.nn.module import Module, Parameter
 
-__all__ = ["ShardWeightedLoss", "check_communicator", "check_trainer", "shard_range"]
-
 
 def check_communicator(name: str, comm, *, optional: bool = True) -> None:
     """TypeError unless comm is a Communicator (has rank and world_size), or None where optional."""

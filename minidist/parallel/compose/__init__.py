@@ -4,8 +4,7 @@
     refusals.py     every check made before the model is touched
     split_model.py  split_for_mesh: the transforms for a mesh, the model as its units
     trainer.py      the Trainer's step: the batch cut in one place, the engine run, the loss share gathered
-    build.py        what the first step builds: the split, one StepRunner (one pipeline rank) or the
-                    Pipeline executor, and their attachments
+    build.py        what the first step builds: the split, a StepRunner or the Pipeline, their attachments
     state.py        which elements each rank holds; the full state dict
 """
 

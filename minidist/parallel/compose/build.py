@@ -1,19 +1,16 @@
 """What a Trainer's first step builds (trainer.py runs the steps): the split model, this rank's share of
-the objective, and one engine — one StepRunner with one pipeline rank, the Pipeline executor with more.
+the objective, and one engine:
 
     pipeline = 1   one StepRunner steps the units through the rank's micro-batches, with its attachments:
-                   the data attachment (the partial sums, then over the data group DDP's buckets,
-                   GradientSync, or ZeRO-1/2/3, ZeroSync), mixed precision (MixedPrecisionTrainer), the
-                   clock (ComputeCharges: forward charged after each unit, backward 2× at once, as a
-                   pipeline stage is charged) and the activation peak (sim.memory.ActivationPeak: what the
-                   stage's ledger would count)
-    pipeline > 1   the Pipeline executor (pipeline/pipeline.py) runs the task table over the same units,
-                   each stage through its own StepRunner; its data attachment per stage (sent while the
-                   stage's last backward runs) or once after the table (overlap=False, ZeRO-1)
+                   the data attachment (data_attachment), mixed precision (MixedPrecisionTrainer), the
+                   clock (ComputeCharges: charged as a pipeline stage is) and the activation peak
+                   (sim.memory.ActivationPeak: what the stage's ledger would count)
+    pipeline > 1   the Pipeline executor runs the task table over the same units, each stage through its
+                   own StepRunner; its data attachment per stage (sent while the stage's last backward
+                   runs) or once after the table (overlap=False, ZeRO-1)
 
-With overlap=False (and ZeRO-1) the data attachment runs after the step's backward passes, in one empty
-pass: every partial sum and the data group's reduction once the compute is done, the step the planner's
-minidist mode prices (plan/minidist_mode.py).
+With overlap=False (and ZeRO-1) the data attachment runs in one empty pass once the compute is done: the
+step the planner's minidist mode prices.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Every check parallelize makes before it touches the model: a refused call leaves the model as it was.
 
-What the engine supports (a ValueError or TypeError saying why for the rest):
-
-    model        an unsplit nn.GPT or nn.SwitchTransformer (not one a Trainer or a transform has split),
-                 dropout 0; tied weights (the head's matrix is the token table) only without a pipeline
-                 axis (the embedding and the head are on the first and the last stage) and ZeRO-3
-    tensor       t divides the heads and d_ff; context: the sequence into 2C zigzag chunks (train_step)
-    expert       e > 1 needs a Switch model, e divides its experts; routing groups must be the mesh's
-                 (check_routing_groups); GShard's random second expert only on one token set
-    pipeline     every schedule of pipeline/registry.SYNCHRONOUS with at most one stage per unit of the
-                 model (interleaved: chunks·P stages); with one pipeline rank the schedule is moot
-    zero         0, 1, 2, 3; ZeRO-2 and -3 without a pipeline axis (as DeepSpeed: a stage's micro-batches
-                 accumulate gradients that ZeRO-2/3 would reduce-scatter and free after each backward)
-    mixed        MixedPrecisionTrainer's keywords (fmt=, grad_fmt=, scaler=, master_fmt=, ...), with
-                 zero=0, no pipeline axis and one micro-batch (the recipe casts the weights for one
-                 forward-backward pass and unscales one backward's gradients per step)
-    sequence_parallel   a tensor axis > 1, a dense model (an MoE's experts are not split along T)
-    loss_fn      an object with forward(prediction, target) and backward(); optimizer: a function of a list
-                 of Parameters returning an optimizer (step(), zero_grad()) — probed on one throwaway one
+Each refusal is a ValueError or TypeError saying what the engine supports instead. The limits that are not
+plain argument checks come from the math: tied weights need the embedding and the head on one rank (no
+pipeline axis) and one unit's gathers (no ZeRO-3); a Switch model's routing groups must be the mesh's;
+a task table has at most one stage per unit; ZeRO-2/3 run without a pipeline axis (a stage accumulates its
+micro-batches' gradients, which they would reduce-scatter and free after each backward); mixed precision
+with zero=0 on one forward-backward pass per step (one cast of the weights, one unscale of the gradients).
 """
 
 from __future__ import annotations
@@ -66,13 +54,12 @@ def check_parallelize(model, mesh, *, loss_fn, optimizer, micro_batches, schedul
     if mixed is not None and any(p.data.dtype != np.float32 for p in model.parameters()):
         raise TypeError(f"mixed precision keeps float32 master weights: build the model with "
                         f"dtype=np.float32, got {sorted({str(p.data.dtype) for p in model.parameters()})}")
-    if not isinstance(sequence_parallel, bool):
-        raise TypeError(f"sequence_parallel must be a bool, got {sequence_parallel!r}")
+    for name, flag in (("sequence_parallel", sequence_parallel), ("overlap", overlap)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
     if sequence_parallel and (sizes["tensor"] == 1 or isinstance(model, SwitchTransformer)):
         raise ValueError("sequence_parallel needs a tensor axis > 1 and a dense GPT (an MoE's experts are "
                          "not split along the sequence)")
-    if not isinstance(overlap, bool):
-        raise TypeError(f"overlap must be a bool, got {overlap!r}")
     if bucket_bytes is not None:
         check_count(bucket_bytes, "bucket_bytes")
     if not pipelined:

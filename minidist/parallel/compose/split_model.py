@@ -13,16 +13,12 @@ backward stay nn.GPT's and nn.TransformerBlock's):
 
 The vocabulary rule: the embeddings, ln_f and the head stay whole on every rank, on every path (with or
 without sequence parallelism, any tensor size). The tensor group's ranks compute the same logits and the
-same loss; their gradients of those parameters are the same, nothing to sum over the tensor group. (The
-vocabulary-parallel pieces, tensor/vocab_parallel.py, are the tensor lessons' own.) With sequence
-parallelism two units without parameters carry the whole embedding's output into the blocks' T'/t
-tokens and back: ``SequenceScatter`` (this rank's piece; backward all-gathers the gradient) and
-``SequenceGather`` (forward all-gathers; backward keeps this rank's piece).
+same loss; their gradients of those parameters are the same, nothing to sum over the tensor group.
 
 Every transform marks what it leaves a partial sum (``Parameter.partial_over``): the data attachment sums
 those before the data group's reduction. The units are ``nn.GPT.units`` — [embeddings, blocks, ln_f,
-head] — with the two sequence units around the blocks: what a pipeline cuts into stages and one step
-runner steps through.
+head] — with sequence parallelism SequenceScatter and SequenceGather around the blocks: what a pipeline
+cuts into stages and one step runner steps through.
 """
 
 from __future__ import annotations

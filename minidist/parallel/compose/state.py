@@ -15,9 +15,8 @@ from minidist.collectives.primitives import pairwise_allreduce
 
 
 def label_elements(model) -> list[tuple[str, object, np.ndarray]]:
-    """Replace every parameter's values by float64 labels 0, 1, 2, ... (its elements' offsets in the
-    concatenation of model.named_parameters()), so that after splitting each split parameter's values say
-    which elements of the model it holds. Returns [(name, parameter, its original values)]."""
+    """Replace every parameter's values by its elements' float64 labels (module docstring). Returns
+    [(name, parameter, its original values)]."""
     named, start = [], 0
     for name, p in model.named_parameters():
         named.append((name, p, p.data))

@@ -1,15 +1,6 @@
-"""The Trainer parallelize returns: each step on the engine its first step built (build.py).
-
-    train_step(x, y) = gather_loss(local_step(x, y))
-    local_step       check the batch (check_batch, the same on every rank: check_same_batch), build on the
-                     first step, take this rank's part (my_part), run the engine — one StepRunner through
-                     the rank's M micro-batches (gradient accumulation: only the last pass is ``last``), or
-                     the Pipeline executor's task table —, step the optimizer (ZeRO: the shards; mixed:
-                     after the agreed overflow); returns this rank's share of the objective
-    gather_loss      Σ of the shares over the mesh (tensor rank 0's: the tensor ranks hold the same numbers)
-
-One place each: the batch is cut in ``my_part``, the objective shared out in ``take_share``, the loss
-gathered in ``gather_loss``.
+"""The Trainer parallelize returns: train_step(x, y) = gather_loss(local_step(x, y)), each step on the
+engine its first step built (build.py). One place each: the batch is cut in ``my_part``, the objective
+shared out in ``take_share``, the loss gathered in ``gather_loss``.
 """
 
 from __future__ import annotations
@@ -31,14 +22,11 @@ from .state import full_state
 
 
 class Trainer:
-    """parallelize's result (parallelize's docstring has the recipe).
-
-    train_step(x, y) -> the global objective; full_state_dict() -> the unsplit model's state. Built on the
-    first step (the context axis needs the sequence length) or by ``prepare(seq_len)``. Attributes: model,
-    mesh, micro_batches, zero; after prepare: units (the split model's Sequential), runner (pipeline = 1)
-    or pipeline (the executor), syncs (the data attachments), optimizer (this rank's; ZeRO: on its
-    shards), held (this rank's parameters), labels, position (the pipeline coordinate), seq_len,
-    peak_activation_bytes (the most bytes held for backward after any forward).
+    """parallelize's result (parallelize's docstring has the recipe). Built on the first step (the context
+    axis needs the sequence length) or by ``prepare(seq_len)``. Attributes: model, mesh, micro_batches,
+    zero; after prepare: units (the split model's Sequential), runner (pipeline = 1) or pipeline (the
+    executor), syncs (the data attachments), optimizer (this rank's; ZeRO: on its shards), held (this
+    rank's parameters), labels, position (the pipeline coordinate), seq_len, peak_activation_bytes.
     """
 
     def __init__(self, model, mesh, *, loss_fn, make_optimizer, table, micro_batches: int, zero: int,
@@ -61,7 +49,9 @@ class Trainer:
 
     def local_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """train_step without the gather: this rank's share of the objective (0 where no last stage ran and
-        no MoE layer is held). The planner times this part of the step."""
+        no MoE layer is held): the batch checked, this rank's part of it through the engine (one
+        StepRunner over the M micro-batches, or the Pipeline's task table), the optimizer stepped. The
+        planner times this part of the step."""
         x, y = check_batch(x, y, self.mesh, self.micro_batches, self.model.block_size, self.model.vocab_size,
                            self.sequence_parallel)
         check_same_batch(self.mesh.comm, x, y)
@@ -102,11 +92,9 @@ class Trainer:
             raise ValueError(f"the context axis was built for sequences of {self.seq_len}, got {seq_len}")
 
     def take_share(self, per_pass: float) -> ShardWeightedLoss:
-        """This rank's share of the global objective, the one place it is scaled: its token set's 1/S of
-        the rows (S = data × expert) and its 1/C of the positions, per_pass of it per forward-backward pass;
-        each MoE layer's router-loss coefficients by 1/(S·C·M) (each micro-batch routes one group), its
-        scaled loss appended to ``router_losses`` at every forward. Sums over the ranks give one process's
-        objective."""
+        """This rank's share 1/(S·C) of the global objective (parallelize's docstring), the one place it is
+        scaled: per_pass of it per forward-backward pass; each MoE layer's router-loss coefficients by
+        1/(S·C·M) (each micro-batch routes one group), its scaled loss appended to ``router_losses``."""
         s = self.mesh.sizes
         parts = s["data"] * s["expert"] * s["context"]
         for moe in (m for m in self.units.modules() if isinstance(m, (MoE, ExpertParallelMoE))):
@@ -146,8 +134,6 @@ def tally_router_loss(moe, losses: list) -> None:
         return y
 
     moe.forward = forward_and_tally
-
-
 
 
 # -- the batch: cut in one place -------------------------------------------------------------------

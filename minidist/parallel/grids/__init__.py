@@ -1,6 +1,6 @@
 """The grids that ``parallelize`` cannot build, each with its reason in its docstring:
 
-data_tensor.py   data × tensor of an MLP built of tensor-parallel layers (parallelize splits GPTs)
+data_tensor.py   data × tensor of any model built of tensor-parallel layers (parallelize splits GPTs)
 data_spatial.py  data × spatial of a CNN (spatial is not a parallelize axis), with its placements
 """
 

@@ -1,8 +1,5 @@
 """Data × spatial parallelism: D data-parallel groups, each a spatial group of S = Ph·Pw ranks.
 
-Why not parallelize: spatial is not one of its axes (this grid splits a CNN's images into blocks of rows
-and columns; parallelize splits GPTs).
-
 Rank r sits at (d, s). With ``placement="spatial_inside"`` (the default) the spatial index varies
 fastest, r = d·S + s, so each spatial group is S consecutive ranks: on a cluster of nodes of G ranks (G a
 multiple of S) it never leaves its node. ``placement="spatial_across"`` makes the data index fastest,
@@ -25,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.cluster.topology import groups_across_nodes
+from minidist.nn.checks import is_count
 
 from ..mesh import Mesh, MeshShape
 from ..spatial import grid_blocks, spatialize
@@ -42,8 +40,8 @@ class GridSpatial:
 
     def __init__(self, comm, data: int, spatial: tuple[int, int], placement: str = "spatial_inside",
                  require_spatial_in_node: bool = False):
-        ok = isinstance(spatial, tuple) and len(spatial) == 2
-        if not ok or not all(type(v) is int and v >= 1 for v in spatial) or type(data) is not int or data < 1:
+        pair = isinstance(spatial, tuple) and len(spatial) == 2
+        if not pair or not all(is_count(v) for v in (data, *spatial)):
             raise ValueError(f"a data × spatial grid needs an int data >= 1 and spatial = (Ph, Pw) of ints "
                              f">= 1, got data={data!r}, spatial={spatial!r}")
         if data * spatial[0] * spatial[1] != comm.world_size:

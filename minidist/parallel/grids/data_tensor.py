@@ -1,9 +1,6 @@
 """Hybrid data × tensor parallelism of an MLP on a 2-D mesh ("Distributed Deep Learning (Part II)" slides:
 "use an integrated/hybrid data and model parallelism", Gholami et al., SPAA 2018).
 
-Why not parallelize: it splits a GPT or a Switch Transformer; this step trains any model already built of
-tensor-parallel layers (``column_parallel_mlp``, ``megatron_parallel_mlp``) on the mesh's tensor group.
-
 P = D·T ranks form ``Mesh(comm, data=D, tensor=T)``; rank r sits at row r // T, column r % T:
 
             tensor group (one row: splits the weights, shares one slice of the batch)
@@ -30,8 +27,6 @@ from minidist.nn.runner import StepRunner
 from ..data.sync import GradientSync
 from ..mesh import Mesh
 from ..shards import ShardWeightedLoss
-
-__all__ = ["hybrid_train_step", "mesh_bytes_sent"]
 
 
 def hybrid_train_step(mesh: Mesh, model, loss_fn, optimizer, x: np.ndarray, target: np.ndarray) -> float:
