@@ -10,7 +10,7 @@ lessons/ONE_GRADIENT.md follows one gradient through a data × tensor hybrid.
 
 data/       data parallelism: naive.py (NaiveDataParallel: read first), data_parallel.py (DataParallel,
             bucketed), buckets.py (gradient buckets, GradientReadiness: which gradients are ready),
-            replicas.py, sync.py (GradientSync: DDP's buckets), overlap.py (communication overlapping
+            sync.py (GradientSync: DDP's buckets), overlap.py (communication overlapping
             backward on the simulated clock), ZeRO: zero_sync.py (ZeroSync), zero.py (stages 1-3, 3 = FSDP),
             zero_mixed.py, flat.py
 pipeline/   pipeline parallelism: pipeline.py (stages, executor, its clock, timeline and memory books),

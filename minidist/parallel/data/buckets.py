@@ -12,9 +12,8 @@ allreduce of one flat buffer, issued as soon as its last gradient is ready.
     bucket_bytes = |b3 W3|:       [b3 W3] [b2 W2] [b1 W1]        bucket 0 is ready after layer 3's backward
 
 A bucket is closed as soon as it holds at least ``bucket_bytes`` (so a parameter larger than the cap gets a
-bucket of its own), as DDP's ``compute_bucket_assignment_by_size`` does. ``bucket_bytes=None`` means no
-bucketing: one allreduce per parameter. (DDP also makes its first bucket small, 1 MiB, to start
-communicating early; we keep one cap for all buckets.)
+bucket of its own), as DDP's ``compute_bucket_assignment_by_size`` does (one cap for all buckets; DDP's
+first is 1 MiB). ``bucket_bytes=None`` means no bucketing: one allreduce per parameter.
 
 When is a gradient ready? The step runner's ``after_backward(i, unit, dx)`` says "unit.parameters() have
 their gradients". A parameter p held by u_p units (u_p = 2 for a tied weight) is *ready* in the step's
