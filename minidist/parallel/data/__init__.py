@@ -14,15 +14,5 @@ from .zero import ZeRO
 from .zero_mixed import ShardedMixedPrecision
 from .zero_sync import ZeroSync
 
-__all__ = [
-    "DataParallel",
-    "GradientReadiness",
-    "GradientSync",
-    "NaiveDataParallel",
-    "ShardWeightedLoss",
-    "ShardedMixedPrecision",
-    "SyncBatchNorm",
-    "ZeRO",
-    "ZeroSync",
-    "convert_sync_batchnorm",
-]
+__all__ = ["DataParallel", "GradientReadiness", "GradientSync", "NaiveDataParallel", "ShardWeightedLoss",
+           "ShardedMixedPrecision", "SyncBatchNorm", "ZeRO", "ZeroSync", "convert_sync_batchnorm"]

@@ -99,12 +99,9 @@ class DataParallel:
 
     # -- one global batch ------------------------------------------------------------------------------------
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
-        """Forward and backward on this rank's shard of the global batch; gradients are *added*.
-
-        x: the global batch, shape (B, ...), the same on every rank; y: its targets, (B, ...).
-        Outside ``no_sync`` the gradients are then allreduced bucket by bucket. Returns this rank's
-        mean loss over its shard (a float).
-        """
+        """Forward and backward on this rank's shard of the global batch; gradients are *added* (outside
+        ``no_sync`` then allreduced bucket by bucket). x: the global batch (B, ...), the same on every rank;
+        y: its targets (B, ...). Returns this rank's mean loss over its shard (a float)."""
         if self._synced:
             raise RuntimeError("the gradients were already averaged: call step() (or zero_grad()) before "
                                "the next forward_backward")

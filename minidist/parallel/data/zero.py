@@ -90,10 +90,8 @@ class ZeRO:
     # -- one global batch ------------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch, its loss weighted by n_r / B, then
-        the sharded update (sync.step): stage 1 reduce-scatters, steps and allgathers now
-        (flat.zero1_shard_update), stages 2-3 reduce-scattered each group during backward (zero_sync.py).
-
-        x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
+        the sharded update (ZeroSync.step). x: the global batch (B, ...), the same on every rank, P <= B;
+        y: its targets (B, ...).
         Returns this rank's mean loss over its shard.
         """
         self.model.zero_grad()                       # stage 1's flat gradients (stages 2-3: freed already)

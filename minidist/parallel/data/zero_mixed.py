@@ -88,9 +88,8 @@ class ShardedMixedPrecision(Recipe):
 
     # -- the sharded update ----------------------------------------------------------------------------------
     def step(self, comm, masters, optimizer) -> bool:
-        """masters: the fp32 master shards, whose .grad holds this rank's piece of the summed scaled gradient.
-        Rounds the pieces to grad_fmt, unscales, agrees on found_inf (a one-element allreduce, max), then
-        steps the optimizer unless any rank found Inf/NaN. Returns True if the update was applied."""
+        """masters: the fp32 master shards, .grad this rank's piece of the summed scaled gradient; the
+        module docstring's unscale and step. Returns True if the update was applied."""
         with np.errstate(over="ignore", invalid="ignore"):
             found_inf = self._agree([m.grad for m in masters],
                                     lambda flag: allreduce(comm, flag, op="max", algorithm="ring"))

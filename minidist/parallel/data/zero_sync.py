@@ -139,9 +139,8 @@ class ZeroSync(GradientReadiness):
 
     # -- the sharded step ------------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Update this rank's shards from its piece of the summed gradient (mixed: unless a rank found
-        Inf/NaN), then the parameters follow (``share_masters``). Stage 1 reduce-scatters first: in plain
-        precision the exercise flat.zero1_shard_update does all three. False if skipped (Inf/NaN)."""
+        """The module docstring's step(); in plain precision stage 1 is the exercise flat.zero1_shard_update.
+        False if skipped (Inf/NaN)."""
         if self.stage == 1 and not self.precision.keeps_masters:
             flat.zero1_shard_update(self.data, self.groups, self.optimizer)
             return True
