@@ -29,7 +29,7 @@ last backward pass (``begin_backward(last=True)``; the passes before it only acc
                             made them), then backward_complete(the buckets that did not complete)
 
 Keyed by parameter, so one attachment serves a whole model's runner and a pipeline stage's (whose units are
-another model's). On it: GradientSync (sync.py, with ``allreduce_bucket`` below) and ZeroSync (zero_sync.py).
+another model's): GradientSync (sync.py, with ``allreduce_bucket`` below) and ZeroSync (zero_sync.py).
 """
 
 from __future__ import annotations
@@ -92,12 +92,9 @@ def ready_layers(layers: list, buckets: list[Bucket]) -> list[int]:
 
 
 class GradientReadiness(Attachment):
-    """The readiness of ``model``'s parameters' gradients (see the module docstring); a subclass says what
-    its buckets are (``watch``) and what to do with a ready one (``bucket_complete``, ``backward_complete``).
-
-    Args:
-        model: the Module whose parameters this rank trains (a whole model or a pipeline stage's module).
-    """
+    """The readiness of ``model``'s parameters' gradients (a whole model or a pipeline stage's module; see
+    the module docstring); a subclass says what its buckets are (``watch``) and what to do with a ready one
+    (``bucket_complete``, ``backward_complete``)."""
 
     def __init__(self, model: Module):
         if not isinstance(model, Module):

@@ -11,9 +11,8 @@ soon as backward has produced it; on the simulated clock that allreduce overlaps
     for x, y in global_batches:          # the same global batch on every rank
         loss = dp.train_step(x, y)       # this rank's shard: forward, backward + bucket allreduces, step
 
-Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True``; checked
-with small allgathers of hashes (a fixed-size signature of the shapes and dtypes, then a SHA-256 of the
-bytes), so a ValueError names the ranks that differ from rank 0, on every rank alike. ``with
+Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True``; checked by
+allgathers of hashes (of the shapes and dtypes, then of the bytes: a ValueError on every rank alike). ``with
 dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their number.
 ``mixed=MixedPrecisionTrainer(...)``: found_inf agreed as GradientSync says. Not synchronised: BatchNorm's
 batch statistics and buffers (DDP without SyncBatchNorm).

@@ -45,7 +45,7 @@ from .zero_sync import ZeroSync
 
 class ZeRO:
     """ZeRO stage 1, 2 or 3 over the ranks of ``comm`` (see the module docstring); ring reduce-scatter and
-    allgather only (the shards follow its chunking).
+    allgather only (the shards follow its chunking); everything is checked before anything changes.
 
     Args:
         comm: the Communicator; model: a minidist Module (the same values on every rank, each parameter in
@@ -53,8 +53,6 @@ class ZeRO:
         stage, make_optimizer, bucket_bytes, mixed: the ZeRO attachment's (zero_sync.ZeroSync), e.g.
             ``make_optimizer=lambda shards: SGD(shards, lr=0.1, momentum=0.9)``.
         memory: a MemoryLedger to record held bytes at each point of a step (None: no recording).
-
-    Everything is checked (TypeError, ValueError) before anything changes.
     """
 
     def __init__(self, comm, model, make_optimizer, loss_fn, *, stage: int,
@@ -131,9 +129,8 @@ class ZeRO:
         return sum(g.hi - g.lo for g in self.groups)
 
     def bytes_per_step(self, applied: bool = True) -> int:
-        """Bytes this rank sends per step: a reduce-scatter of every group (flat.send_bytes) and its
-        allgathers (stages 1-2: one, none when a mixed-precision step was skipped; stage 3: two, forward and
-        backward); with mixed precision also the found_inf flag."""
+        """Bytes this rank sends per step (the module docstring's; flat.send_bytes): stages 1-2 send no
+        allgather when a mixed-precision step was skipped; mixed precision adds the found_inf flag."""
         p, r = self.comm.world_size, self.comm.rank
         allgathers = 2 if self.stage == 3 else int(applied)
         return self.precision.flag_bytes(p, r) + sum(

@@ -47,8 +47,7 @@ class ShardedMixedPrecision(Recipe):
         self.bound = False
 
     def bind(self, model, params) -> None:
-        """Check the model (float32 parameters) and find the layer boundaries MixedPrecisionTrainer uses:
-        between a Sequential's top-level layers (else at the model's input and output). Once per wrapper."""
+        """Check the model (float32 parameters), find MixedPrecisionTrainer's layer boundaries; once."""
         if self.bound:
             raise ValueError("this ShardedMixedPrecision (and its loss scaler) already serves another "
                              "wrapper; make one per wrapper")
@@ -161,8 +160,7 @@ class ShardedFullPrecision(Attachment):
 
 
 def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
-    """The precision attachment of a sharded wrapper: ``mixed`` itself, or ShardedFullPrecision() for None
-    (a MixedPrecisionTrainer is built on a whole optimizer: refused)."""
+    """The precision attachment of a sharded wrapper: ``mixed`` itself, or ShardedFullPrecision() for None."""
     if mixed is None:                      # the default argument: plain precision
         return ShardedFullPrecision()
     if not isinstance(mixed, ShardedMixedPrecision):

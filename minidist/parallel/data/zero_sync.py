@@ -13,9 +13,8 @@ piece [lo, hi) of each, its *shard*, and the optimizer is built on the shards on
               unit ready:          shard.grad = piece r of reduce_scatter(dW_i); dW_i freed
               step():              step the shards (the next forward gathers them)
 
-``mixed`` (a ShardedMixedPrecision, zero_mixed.py): fp32 master shards, the low-precision parameters
-follow them; the ranks of ``data`` agree on found_inf at step(). Every rank ends with bitwise the same
-parameters. The trainer around it: ZeRO (zero.py).
+``mixed`` (zero_mixed.py): fp32 master shards that the low-precision parameters follow; the ranks of
+``data`` agree on found_inf at step(). Every rank ends with bitwise the same parameters (trainer: zero.py).
 """
 
 from __future__ import annotations
