@@ -37,8 +37,7 @@ class SyncBatchNorm(_BatchNorm):
     """Batch normalisation over the global batch of ``comm``'s ranks; input (N, C), (N, C, L) or (N, C, H, W).
 
     num_features, eps, momentum, affine, dtype: as BatchNorm1d/2d. comm: the Communicator of the ranks
-    sharing the batch (keyword-only, torch's process_group). algorithm: the allreduce algorithm.
-    N may be 0 on some ranks (an empty shard), never on all.
+    sharing the batch (keyword-only, torch's process_group). algorithm: the allreduce's. N may be 0.
     """
 
     expected_ndim = (2, 3, 4)

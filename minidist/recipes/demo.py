@@ -116,7 +116,7 @@ def train_digits_data_parallel(comm, epochs: int = 15, seed: int = 0, batch_size
     for epoch in range(epochs):
         optimizer.lr = lr * (1 - epoch / epochs)
         for idx in iterate_batches(len(data.y_train), batch_size, batch_rng):
-            last_step_start, dp.compute_spans = comm.clock, []
+            last_step_start, dp.clock.spans = comm.clock, []
             losses.append(dp.train_step(data.x_train[idx], data.y_train[idx]))
             lo, hi = split_range(len(idx), comm.world_size, comm.rank)
             sizes.append(hi - lo)                    # this rank's share of the batch, to weight its loss
@@ -133,7 +133,7 @@ def train_digits_data_parallel(comm, epochs: int = 15, seed: int = 0, batch_size
         "bytes_per_step": bytes_per_step,
         "train_clock": train_clock,
         "last_step": (last_step_start, comm.clock),
-        "last_compute": dp.compute_spans,
+        "last_compute": dp.clock.spans,
         "gradient_bytes": sum(p.data.nbytes for p in model.parameters()),
         "buckets": [b.nbytes for b in dp.buckets],
     }

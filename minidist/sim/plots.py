@@ -96,7 +96,7 @@ def plot_timeline(trace, ax=None, path: str | Path | None = None, title: str = "
 
 def plot_overlap(trace, compute_spans: list, ax=None, path: str | Path | None = None,
                  title: str = "data-parallel step: compute and communication streams"):
-    """Two rows per rank: its compute stream (``compute_spans[rank]``, from DataParallel.compute_spans)
+    """Two rows per rank: its compute stream (``compute_spans[rank]``, from DataParallel.clock.spans)
     and its communication stream (the sends and receives of ``trace``). Times in microseconds from the
     first compute span (pass the spans of one step to see one step). Returns the Axes."""
     import matplotlib.pyplot as plt

@@ -110,7 +110,7 @@ def _timeline(comm):
     model = Sequential(Linear(4, 8, rng=rng, dtype=np.float64), Linear(8, 4, rng=rng, dtype=np.float64))
     dp = DataParallel(comm, model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), bucket_bytes=200)
     dp.train_step(rng.normal(size=(4, 4)), rng.integers(0, 4, size=4))
-    return dp.compute_spans
+    return dp.clock.spans
 
 
 @pytest.mark.exercise("dp_bucketed_allreduce")

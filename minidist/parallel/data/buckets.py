@@ -12,9 +12,8 @@ allreduce of one flat buffer, issued as soon as its last gradient is ready.
     bucket_bytes = |b3 W3|:       [b3 W3] [b2 W2] [b1 W1]        bucket 0 is ready after layer 3's backward
 
 A bucket is closed as soon as it holds at least ``bucket_bytes`` (so a parameter larger than the cap gets a
-bucket of its own), as DDP's ``compute_bucket_assignment_by_size`` does. ``bucket_bytes=None`` means no
-bucketing: one allreduce per parameter. (DDP also makes its first bucket small, 1 MiB, to start
-communicating early; we keep one cap for all buckets.)
+bucket of its own), as DDP's ``compute_bucket_assignment_by_size`` does (one cap for all buckets; DDP's
+first is 1 MiB). ``bucket_bytes=None`` means no bucketing: one allreduce per parameter.
 
 When is a gradient ready? The step runner's ``after_backward(i, unit, dx)`` says "unit.parameters() have
 their gradients". A parameter p held by u_p units (u_p = 2 for a tied weight) is *ready* in the step's
@@ -30,7 +29,7 @@ last backward pass (``begin_backward(last=True)``; the passes before it only acc
                             made them), then backward_complete(the buckets that did not complete)
 
 Keyed by parameter, so one attachment serves a whole model's runner and a pipeline stage's (whose units are
-another model's). On it: GradientSync (sync.py, with ``allreduce_bucket`` below) and ZeroSync (zero_sync.py).
+another model's): GradientSync (sync.py, with ``allreduce_bucket`` below) and ZeroSync (zero_sync.py).
 """
 
 from __future__ import annotations
@@ -93,12 +92,9 @@ def ready_layers(layers: list, buckets: list[Bucket]) -> list[int]:
 
 
 class GradientReadiness(Attachment):
-    """The readiness of ``model``'s parameters' gradients (see the module docstring); a subclass says what
-    its buckets are (``watch``) and what to do with a ready one (``bucket_complete``, ``backward_complete``).
-
-    Args:
-        model: the Module whose parameters this rank trains (a whole model or a pipeline stage's module).
-    """
+    """The readiness of ``model``'s parameters' gradients (a whole model or a pipeline stage's module; see
+    the module docstring); a subclass says what its buckets are (``watch``) and what to do with a ready one
+    (``bucket_complete``, ``backward_complete``)."""
 
     def __init__(self, model: Module):
         if not isinstance(model, Module):

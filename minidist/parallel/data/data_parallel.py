@@ -11,24 +11,23 @@ soon as backward has produced it; on the simulated clock that allreduce overlaps
     for x, y in global_batches:          # the same global batch on every rank
         loss = dp.train_step(x, y)       # this rank's shard: forward, backward + bucket allreduces, step
 
-Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True`` (replicas.py
-checks). ``with dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their
-number. ``mixed=MixedPrecisionTrainer(...)``: the scaled gradients are allreduced, the sum rounded to
-grad_fmt (as an allreduce in that format delivers it), found_inf reduced with max so every rank skips or
-applies the same step. Not synchronised: BatchNorm's batch statistics and buffers (DDP without
-SyncBatchNorm).
+Replicas must start identical: the same seed on every rank, or ``broadcast_parameters=True``; checked by
+allgathers of hashes (of the shapes and dtypes, then of the bytes: a ValueError on every rank alike). ``with
+dp.no_sync():`` accumulates micro-steps without communicating; step() divides by their number.
+``mixed=MixedPrecisionTrainer(...)``: found_inf agreed as GradientSync says. Not synchronised: BatchNorm's
+batch statistics and buffers (DDP without SyncBatchNorm).
 """
 
 from __future__ import annotations
 
+import hashlib
 from contextlib import contextmanager
 
 import numpy as np
 
-from minidist.cluster import Span
-from minidist.collectives import ALGORITHMS, broadcast
+from minidist.collectives import ALGORITHMS, allgather, broadcast
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, node_layout
-from minidist.nn.module import Module
+from minidist.nn.module import Module, Parameter
 from minidist.nn.runner import StepRunner
 from minidist.precision.mixed import FullPrecision, MixedPrecisionTrainer
 from minidist.sim.compute import ComputeCharges
@@ -36,10 +35,9 @@ from minidist.sim.memory import MemoryRecorder, held_bytes
 
 from ..shards import ShardWeightedLoss, check_trainer, shard_range
 from .buckets import DEFAULT_BUCKET_BYTES, ready_layers
-from .replicas import check_same_layout, check_same_values
 from .sync import GradientSync
 
-__all__ = ["DataParallel"]
+__all__ = ["DataParallel", "check_same_layout", "check_same_values"]
 
 
 class DataParallel:
@@ -100,12 +98,9 @@ class DataParallel:
 
     # -- one global batch ------------------------------------------------------------------------------------
     def forward_backward(self, x: np.ndarray, y: np.ndarray) -> float:
-        """Forward and backward on this rank's shard of the global batch; gradients are *added*.
-
-        x: the global batch, shape (B, ...), the same on every rank; y: its targets, (B, ...).
-        Outside ``no_sync`` the gradients are then allreduced bucket by bucket. Returns this rank's
-        mean loss over its shard (a float).
-        """
+        """Forward and backward on this rank's shard of the global batch; gradients are *added* (outside
+        ``no_sync`` then allreduced bucket by bucket). x: the global batch (B, ...), the same on every rank;
+        y: its targets (B, ...). Returns this rank's mean loss over its shard (a float)."""
         if self._synced:
             raise RuntimeError("the gradients were already averaged: call step() (or zero_grad()) before "
                                "the next forward_backward")
@@ -143,15 +138,6 @@ class DataParallel:
         self.step()
         return loss
 
-    @property
-    def compute_spans(self) -> list[Span]:
-        """The compute stream's spans (forward and backward of each layer) on the simulated clock."""
-        return self.clock.spans
-
-    @compute_spans.setter
-    def compute_spans(self, spans: list[Span]) -> None:
-        self.clock.spans = spans
-
     @contextmanager
     def no_sync(self):
         """Inside: forward_backward only accumulates gradients locally (no communication)."""
@@ -164,3 +150,29 @@ class DataParallel:
     def held(self) -> dict[str, int]:
         """Bytes this rank holds now, by category (sim.memory.held_bytes); bucket buffers as buffers."""
         return held_bytes(self.model, self.optimizer, buffers=[b.buffer for b in self.buckets])
+
+
+def check_same_layout(comm, params: list[Parameter]) -> None:
+    """Raise ValueError (on every rank) unless every rank's parameters have rank 0's shapes and dtypes."""
+    layout = ";".join(f"{p.shape}:{p.data.dtype}" for p in params).encode()
+    digest = np.frombuffer(hashlib.sha256(layout).digest()[:8], dtype=np.int64)[0]
+    signature = np.array([len(params), sum(p.size for p in params), digest], dtype=np.int64)   # fixed size
+    signatures = allgather(comm, signature)
+    differ = [r for r, s in enumerate(signatures) if not np.array_equal(s, signatures[0])]
+    if differ:
+        described = ", ".join(f"rank {r}: {s[0]} parameters, {s[1]} elements"
+                              for r, s in enumerate(signatures) if r in [0, *differ])
+        raise ValueError(f"data-parallel replicas must have the same parameter shapes and dtypes; "
+                         f"rank(s) {differ} differ from rank 0 ({described})")
+
+
+def check_same_values(comm, params: list[Parameter],
+                      what: str = "replicas are not bitwise identical") -> None:
+    """Raise ValueError (on every rank) unless every rank's parameters are bitwise equal to rank 0's."""
+    h = hashlib.sha256()                                     # of every parameter's bytes: 32 uint8
+    for p in params:
+        h.update(np.ascontiguousarray(p.data).tobytes())
+    digests = allgather(comm, np.frombuffer(h.digest(), dtype=np.uint8).copy())
+    differ = [r for r, d in enumerate(digests) if not np.array_equal(d, digests[0])]
+    if differ:
+        raise ValueError(f"{what}: the parameters of rank(s) {differ} differ from rank 0's")

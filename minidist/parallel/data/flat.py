@@ -10,8 +10,7 @@ exchanges; n_r = split_sizes(n, P)[r]):
 
     reduce_scatter   b·(n − n_r)            every piece but its own, each to its owner
     allgather        b·(P − 1)·n_r          its own piece, to each of the P − 1 others
-so with P | n each costs (P − 1)/P · b·n, as on the slides. ZeRO-1's step on the groups,
-``zero1_shard_update`` (reduce-scatter, update the shards, allgather), is at the end (ZeroSync.step).
+so with P | n each costs (P − 1)/P · b·n, as on the slides. ZeRO-1's step, ``zero1_shard_update``, ends it.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ The whole strategy is two events of the step runner (minidist/nn/runner.py): ``a
 loss gradient by n_r / B; at ``end_backward`` every gradient is ready and is allreduced, parameter by
 parameter. Cost per step: one allreduce per parameter tensor, α·(steps of the algorithm) each, and no
 overlap with backward. data_parallel.py's DataParallel packs the gradients into buckets and sends each as
-soon as backward has made it (PyTorch's DDP); picotron keeps the same pair (DataParallelNaive beside the
-bucketed one).
+soon as backward has made it (PyTorch's DDP).
 
     dp = NaiveDataParallel(comm, model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss())
     loss = dp.train_step(x, y)           # x, y: the global batch, the same on every rank

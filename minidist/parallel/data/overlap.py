@@ -8,14 +8,12 @@ stream (the bucket allreduces, one after the other, each starting when its last 
     bucket k starts at max(end of bucket k−1, time its last gradient is ready)
 
 ``step_time`` computes exactly that from per-layer forward times and per-bucket communication times, so a
-lesson can sweep P = 1..64 without starting 64 processes; a bucket's time is its allreduce's rounds priced
-on the clock (minidist.sim.collective_cost.collective_seconds). The form of the
-"Distributed Deep Learning (Part II)" slides, for the ring:
+lesson can sweep P = 1..64 without starting 64 processes. The "Distributed Deep Learning (Part II)"
+slides' form, for the ring:
 
     T_comm = 2 Σ_i (α(P − 1) + β (P − 1)/P |W_i|)          (|W_i| in bytes, one allreduce per layer)
 
-``save_overlap_chrome`` writes both streams of every rank as a Chrome trace (minidist.sim.plots.plot_overlap
-draws them).
+``save_overlap_chrome`` writes both streams of every rank as a Chrome trace.
 """
 
 from __future__ import annotations

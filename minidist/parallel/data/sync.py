@@ -31,9 +31,8 @@ class GradientSync(GradientReadiness):
         model: the Module whose parameters this rank trains (a whole model or a pipeline stage's module).
         data: the Communicator over the data-parallel replicas (None: the partial sums only).
         algorithm: the allreduce algorithm ("ring", "tree", ..., "hierarchical" or "torus" under
-            ``run(..., link=Topology(...))``, "shared_memory" (the buckets live in the cluster's shared
-            memory where it has room, and the peers reduce straight out of them), or "auto", which
-            chooses by topology and size).
+            ``run(..., link=Topology(...))``, "shared_memory" (the peers reduce straight out of the buckets
+            in the cluster's shared memory), or "auto", chosen by topology and size).
         bucket_bytes: bucket capacity in bytes (DDP's default 25 MiB); None: one allreduce per parameter.
         overlap: allreduce each bucket as soon as it is complete (else all at end_backward).
         mixed: the MixedPrecisionTrainer (or FullPrecision) in the same runner: found_inf is agreed.

@@ -38,29 +38,25 @@ from minidist.sim.memory import MemoryRecorder, held_bytes
 from ..shards import ShardWeightedLoss, check_trainer, shard_range
 from . import flat
 from .buckets import DEFAULT_BUCKET_BYTES, ready_layers
-from .replicas import check_same_layout, check_same_values
+from .data_parallel import check_same_layout, check_same_values
 from .zero_mixed import ShardedMixedPrecision
 from .zero_sync import ZeroSync
 
 
 class ZeRO:
-    """ZeRO stage 1, 2 or 3 over the ranks of ``comm`` (see the module docstring).
+    """ZeRO stage 1, 2 or 3 over the ranks of ``comm`` (see the module docstring); ring reduce-scatter and
+    allgather only (the shards follow its chunking); everything is checked before anything changes.
 
     Args:
         comm: the Communicator; model: a minidist Module (the same values on every rank, each parameter in
             exactly one layer); loss_fn: e.g. CrossEntropyLoss().
         stage, make_optimizer, bucket_bytes, mixed: the ZeRO attachment's (zero_sync.ZeroSync), e.g.
             ``make_optimizer=lambda shards: SGD(shards, lr=0.1, momentum=0.9)``.
-        algorithm: "ring" only (the shards follow its chunking).
         memory: a MemoryLedger to record held bytes at each point of a step (None: no recording).
-
-    Everything is checked before anything changes: TypeError for a wrong comm / model / make_optimizer /
-    loss_fn / mixed, ValueError for a model without parameters, a parameter shared by two layers, replicas
-    that differ, another algorithm than the ring or a stage other than 1, 2, 3.
     """
 
     def __init__(self, comm, model, make_optimizer, loss_fn, *, stage: int,
-                 bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, algorithm: str = "ring", memory=None,
+                 bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, memory=None,
                  mixed: ShardedMixedPrecision | None = None):
         params = check_trainer(comm, model, loss_fn)
         seen: dict[int, int] = {}
@@ -74,9 +70,6 @@ class ZeRO:
         check_same_layout(comm, params)
         check_same_values(comm, params,
                           "replicas start different: build the model from the same seed on every rank")
-        if algorithm != "ring":
-            raise ValueError("sharded data parallelism uses ring reduce_scatter/allgather; got algorithm "
-                             f"{algorithm!r}")
         self.comm, self.model, self.loss_fn = comm, model, loss_fn
         # the sync checks stage, mixed and make_optimizer, shards the parameters, builds the optimizer
         self.sync = ZeroSync(model, comm, stage=stage, make_optimizer=make_optimizer,
@@ -95,10 +88,8 @@ class ZeRO:
     # -- one global batch ------------------------------------------------------------------------------------
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward on this rank's shard of the global batch, its loss weighted by n_r / B, then
-        the sharded update (sync.step): stage 1 reduce-scatters, steps and allgathers now
-        (flat.zero1_shard_update), stages 2-3 reduce-scattered each group during backward (zero_sync.py).
-
-        x: the global batch (B, ...), the same on every rank, P <= B; y: its targets (B, ...).
+        the sharded update (ZeroSync.step). x: the global batch (B, ...), the same on every rank, P <= B;
+        y: its targets (B, ...).
         Returns this rank's mean loss over its shard.
         """
         self.model.zero_grad()                       # stage 1's flat gradients (stages 2-3: freed already)
@@ -138,9 +129,8 @@ class ZeRO:
         return sum(g.hi - g.lo for g in self.groups)
 
     def bytes_per_step(self, applied: bool = True) -> int:
-        """Bytes this rank sends per step: a reduce-scatter of every group (flat.send_bytes) and its
-        allgathers (stages 1-2: one, none when a mixed-precision step was skipped; stage 3: two, forward and
-        backward); with mixed precision also the found_inf flag."""
+        """Bytes this rank sends per step (the module docstring's; flat.send_bytes): stages 1-2 send no
+        allgather when a mixed-precision step was skipped; mixed precision adds the found_inf flag."""
         p, r = self.comm.world_size, self.comm.rank
         allgathers = 2 if self.stage == 3 else int(applied)
         return self.precision.flag_bytes(p, r) + sum(

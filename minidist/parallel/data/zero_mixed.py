@@ -29,7 +29,7 @@ from minidist.collectives import allreduce
 from minidist.collectives.pieces import split_sizes
 from minidist.nn.runner import Attachment
 from minidist.precision import FP32, quantize
-from minidist.precision.mixed import Recipe, boundaries
+from minidist.precision.mixed import MixedPrecisionTrainer, Recipe, boundaries
 
 
 class ShardedMixedPrecision(Recipe):
@@ -47,8 +47,7 @@ class ShardedMixedPrecision(Recipe):
         self.bound = False
 
     def bind(self, model, params) -> None:
-        """Check the model (float32 parameters) and find the layer boundaries MixedPrecisionTrainer uses:
-        between a Sequential's top-level layers (else at the model's input and output). Once per wrapper."""
+        """Check the model (float32 parameters), find MixedPrecisionTrainer's layer boundaries; once."""
         if self.bound:
             raise ValueError("this ShardedMixedPrecision (and its loss scaler) already serves another "
                              "wrapper; make one per wrapper")
@@ -75,9 +74,7 @@ class ShardedMixedPrecision(Recipe):
 
     # before_forward, after_forward: Recipe's (the input and each top-level layer's output in fmt)
 
-    def after_loss(self, dy):
-        """dL/dlogits · s in grad_fmt."""
-        return quantize(dy * np.float32(self.scaler.scale), self.grad_fmt)
+    after_loss = MixedPrecisionTrainer.after_loss           # dL/dlogits · s in grad_fmt
 
     def after_backward(self, i, layer, dx):
         """Layer i's dW leave in grad_fmt (in place); dx too if i starts a top-level layer."""
@@ -90,9 +87,8 @@ class ShardedMixedPrecision(Recipe):
 
     # -- the sharded update ----------------------------------------------------------------------------------
     def step(self, comm, masters, optimizer) -> bool:
-        """masters: the fp32 master shards, whose .grad holds this rank's piece of the summed scaled gradient.
-        Rounds the pieces to grad_fmt, unscales, agrees on found_inf (a one-element allreduce, max), then
-        steps the optimizer unless any rank found Inf/NaN. Returns True if the update was applied."""
+        """masters: the fp32 master shards, .grad this rank's piece of the summed scaled gradient; the
+        module docstring's unscale and step. Returns True if the update was applied."""
         with np.errstate(over="ignore", invalid="ignore"):
             found_inf = self._agree([m.grad for m in masters],
                                     lambda flag: allreduce(comm, flag, op="max", algorithm="ring"))
@@ -129,29 +125,27 @@ class ShardedMixedPrecision(Recipe):
 
 class ShardedFullPrecision(Attachment):
     """Plain precision for a sharded wrapper, with ShardedMixedPrecision's interface (as FullPrecision is
-    MixedPrecisionTrainer's for DataParallel): the shards are views of the parameters, nothing is cast,
-    no step is skipped, no flag is sent."""
+    MixedPrecisionTrainer's for DataParallel): any dtype trains in its own precision; the shard the
+    optimizer updates (master) and the values forward and backward use (working) are the piece itself, a
+    view of the flat parameters; the optimizer always steps; no flag is sent; nothing beyond the
+    optimizer's state is saved."""
 
     keeps_masters = False
 
     def bind(self, model, params) -> None:
-        """Nothing to check: any dtype trains in its own precision."""
+        pass
 
     def master(self, piece: np.ndarray) -> np.ndarray:
-        """The shard the optimizer updates: the piece itself (a view of the flat parameters)."""
         return piece
 
     def working(self, master: np.ndarray) -> np.ndarray:
-        """The values forward and backward use: the shard itself."""
         return master
 
     def step(self, comm, masters, optimizer) -> bool:
-        """The optimizer's step on the shards; always applied."""
         optimizer.step()
         return True
 
     def flag_bytes(self, world_size: int, rank: int) -> int:
-        """No found_inf flag: 0 bytes."""
         return 0
 
     def held(self, groups) -> dict:
@@ -159,16 +153,14 @@ class ShardedFullPrecision(Attachment):
         return {"parameters": [g.shard for g in groups]}
 
     def save(self, groups) -> dict:
-        """No state_dict entries beyond the optimizer's."""
         return {}
 
     def restore(self, state: dict, wrapper) -> None:
-        """Nothing beyond the optimizer's state to load."""
+        pass
 
 
 def check_mixed(mixed) -> ShardedMixedPrecision | ShardedFullPrecision:
-    """The precision attachment of a sharded wrapper: ``mixed`` itself, or ShardedFullPrecision() for None
-    (a MixedPrecisionTrainer is built on a whole optimizer: refused)."""
+    """The precision attachment of a sharded wrapper: ``mixed`` itself, or ShardedFullPrecision() for None."""
     if mixed is None:                      # the default argument: plain precision
         return ShardedFullPrecision()
     if not isinstance(mixed, ShardedMixedPrecision):

@@ -13,9 +13,8 @@ piece [lo, hi) of each, its *shard*, and the optimizer is built on the shards on
               unit ready:          shard.grad = piece r of reduce_scatter(dW_i); dW_i freed
               step():              step the shards (the next forward gathers them)
 
-``mixed`` (a ShardedMixedPrecision, zero_mixed.py): fp32 master shards, the low-precision parameters
-follow them; the ranks of ``data`` agree on found_inf at step(). Every rank ends with bitwise the same
-parameters. The trainer around it: ZeRO (zero.py).
+``mixed`` (zero_mixed.py): fp32 master shards that the low-precision parameters follow; the ranks of
+``data`` agree on found_inf at step(). Every rank ends with bitwise the same parameters (trainer: zero.py).
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ class ZeroSync(GradientReadiness):
         make_optimizer: a function [Parameter] -> optimizer, called once with this rank's shards;
             element-wise optimizers only (flat.build_optimizer checks).
         bucket_bytes: stages 1-2: the groups are buckets of about this many bytes (stage 3: one per unit).
-        mixed: a ShardedMixedPrecision (zero_mixed.py: low-precision parameters and gradients, fp32 master
-            shards; stage 3 keeps a low-precision shard ``g.low``, gathered before use; float32 models
-            only). None: plain precision.
+        mixed: a ShardedMixedPrecision (zero_mixed.py; stage 3 keeps a low-precision shard ``g.low``,
+            gathered before use). None: plain precision.
     """
 
     def __init__(self, model: Module, data, *, stage: int, make_optimizer,
@@ -54,7 +52,7 @@ class ZeroSync(GradientReadiness):
         check_communicator("data", data, optional=False)
         if isinstance(stage, bool) or stage not in (1, 2, 3):
             raise ValueError(f"stage must be a ZeRO stage 1, 2 or 3, got {stage!r}")
-        self.data, self.stage, self.mixed, self.precision = data, stage, mixed, check_mixed(mixed)
+        self.data, self.stage, self.precision = data, stage, check_mixed(mixed)
         self.precision.bind(model, self.params)                 # mixed: float32 parameters, once
         holding = [i for i, u in enumerate(self.units) if u.parameters()]
         if stage == 3:                                           # FSDP's unit: one unit's parameters
@@ -87,7 +85,6 @@ class ZeroSync(GradientReadiness):
                 g.free_grad()                              # allocated bucket by bucket during backward
         if stage == 3:
             self.share_masters()
-        self.applied = True                               # did the last step update (False: Inf/NaN)?
 
     # -- stage 3: a unit's parameters exist only while it runs -----------------------------------------------
     def _gather(self, g: flat.ShardGroup) -> None:
@@ -141,19 +138,18 @@ class ZeroSync(GradientReadiness):
 
     # -- the sharded step ------------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Update this rank's shards from its piece of the summed gradient (mixed: unless a rank found
-        Inf/NaN), then the parameters follow (``share_masters``). Stage 1 reduce-scatters first: in plain
-        precision the exercise flat.zero1_shard_update does all three. False if skipped (Inf/NaN)."""
+        """The module docstring's step(); in plain precision stage 1 is the exercise flat.zero1_shard_update.
+        False if skipped (Inf/NaN)."""
         if self.stage == 1 and not self.precision.keeps_masters:
             flat.zero1_shard_update(self.data, self.groups, self.optimizer)
             return True
         if self.stage == 1:                                  # mixed: into the fp32 master shards' .grad
             for g in self.groups:
                 g.shard.grad[...] = reduce_scatter(self.data, g.grad)
-        self.applied = self.precision.step(self.data, [g.shard for g in self.groups], self.optimizer)
-        if self.applied:
+        applied = self.precision.step(self.data, [g.shard for g in self.groups], self.optimizer)
+        if applied:
             self.share_masters()
-        return self.applied
+        return applied
 
     def share_masters(self) -> None:
         """Stages 1-2: allgather the updated shards into the parameters (mixed: quantized to fmt);

@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minidist.collectives.pieces import split_bounds
-from minidist.nn.checks import check_count, check_rank
+from minidist.nn.checks import check_count
+from minidist.parallel.mesh import MeshShape
 
 Range = tuple[int, int]  # half-open [start, stop)
 
@@ -185,8 +186,9 @@ class HaloPlan:
         return self.rows.n_out, self.cols.n_out
 
     def grid_index(self, rank: int) -> tuple[int, int]:
-        """(i, j) with rank = i·Pw + j."""
-        return divmod(check_rank(rank, self.world_size), self.grid[1])
+        """(i, j) with rank = i·Pw + j; MeshShape checks the rank (the one rank <-> coordinate rule)."""
+        at = MeshShape([("row", self.grid[0]), ("column", self.grid[1])]).coords(rank)
+        return at["row"], at["column"]
 
     def own_block(self, rank: int) -> tuple[Range, Range]:
         i, j = self.grid_index(rank)
