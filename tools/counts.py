@@ -318,9 +318,7 @@ CHECKS = [
 ]
 
 
-# A ratchet: minidist/parallel/ may not grow past what session 11 left (8,700 before it); issue 53 asks
-# 7,400 with every chapter kept, still 51 lines away.
-PARALLEL_LINES = 7451
+PARALLEL_LINES = 7400      # issue 53: 8,700 before, every chapter kept; a ratchet from now on
 
 
 def counts(root: Path = ROOT) -> dict[str, list[str]]:

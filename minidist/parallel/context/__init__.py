@@ -10,15 +10,5 @@ from .layout import positions, shard, unshard
 from .ring import RingAttention, merge
 from .transform import context_parallel
 
-__all__ = [
-    "RingAttention",
-    "causal_work",
-    "context_parallel",
-    "crossover_seq_len",
-    "merge",
-    "positions",
-    "ring_traffic",
-    "shard",
-    "step_seconds",
-    "unshard",
-]
+__all__ = ["RingAttention", "causal_work", "context_parallel", "crossover_seq_len", "merge", "positions",
+           "ring_traffic", "shard", "step_seconds", "unshard"]

@@ -12,18 +12,7 @@ from .transform import tensor_parallel
 from .transformer_cost import block_activation_bytes, block_bytes_sent, block_comm_seconds
 from .vocab_parallel import VocabParallelCrossEntropy, VocabParallelEmbedding
 
-__all__ = [
-    "ColumnParallelLinear",
-    "MegatronMLP",
-    "RowParallelLinear",
-    "VocabParallelCrossEntropy",
-    "VocabParallelEmbedding",
-    "block_activation_bytes",
-    "block_bytes_sent",
-    "block_comm_seconds",
-    "column_parallel_mlp",
-    "feature_slice",
-    "megatron_parallel_mlp",
-    "sequence_shard",
-    "tensor_parallel",
-]
+__all__ = ["ColumnParallelLinear", "MegatronMLP", "RowParallelLinear", "VocabParallelCrossEntropy",
+           "VocabParallelEmbedding", "block_activation_bytes", "block_bytes_sent", "block_comm_seconds",
+           "column_parallel_mlp", "feature_slice", "megatron_parallel_mlp", "sequence_shard",
+           "tensor_parallel"]
