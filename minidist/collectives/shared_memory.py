@@ -14,7 +14,9 @@ of n elements:
 What a rank exposes: its array itself if it lies in the shared block (``shared_empty``: the peers then
 get and put through views, with no copy at all), or if the array is larger than the area and processes
 may copy between each other (``has_windows``: the kernel copies the chunks, process_vm_readv/writev);
-otherwise a copy in the area, from which it copies the other pieces out at the end. Every element is
+otherwise a copy in the area, from which it copies the other pieces out at the end. So without
+cross-memory copies (``MINIDIST_CROSS_MEMORY=0``, macOS) every array the area holds still goes through it,
+each peer's exposed array a view of the block. Every element is
 computed once, by one rank, in the same order, and only copied: every rank ends with the same bits,
 those of the sum in rank order. Two meetings instead of the ring's 2(P − 1) message steps, no mailbox.
 
