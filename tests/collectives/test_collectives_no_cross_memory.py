@@ -2,11 +2,11 @@
 macOS or in a sandbox that refuses process_vm_readv): every size works, bitwise, at the same cost.
 
 Arrays in the shared block (``shared_empty`` buffers, copies in the area) need no kernel copy, so every
-array the area holds goes through it as it does with copies; larger private ones take the ring. One
-``run`` per (P, copies on/off) reduces every size of the matrix — on each side of the one-meeting limit
-(16 KiB), of a view chunk (256 KiB) and of the area (1 MiB per rank) — private and from ``shared_empty``,
-with ``shared_memory`` and ``auto``; integer data, compared bitwise with the one-process sum, and the
-stats and simulated clock of each call compared between copies on and off.
+array the area holds goes through it as it does with copies; larger arrays take the ring. One ``run`` per
+(P, copies on/off) reduces every size of the matrix — on each side of the one-meeting limit (16 KiB), of a
+view chunk (256 KiB) and of the area (1 MiB per rank) — private, from ``shared_empty``, or both in one
+call, with ``shared_memory`` and ``auto``: integer data, compared bitwise with the one-process sum; the
+stats and the simulated clock of each call the area holds are the same with copies on and off.
 """
 
 import numpy as np
@@ -29,9 +29,9 @@ def _matrix(comm):
     for n in SIZES:
         inputs = rank_arrays(SEED + n, comm.world_size, (n,), np.int64)
         want = exact(inputs, "sum")
-        for kind in ("private", "shared"):
+        for kind in ("private", "shared", "mixed"):          # mixed: the even ranks' arrays are shared
             x = inputs[comm.rank]
-            if kind == "shared":
+            if kind == "shared" or kind == "mixed" and comm.rank % 2 == 0:
                 x = shared_empty(comm, (n,), np.int64)
                 assert comm.shared_area().buffers.holds(x)
                 x[...] = inputs[comm.rank]
