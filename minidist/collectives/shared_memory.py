@@ -42,6 +42,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from minidist.cluster.shared_buffers import check_spec
 from minidist.cluster.topology import topology_of
 from minidist.collectives.common import UFUNCS
 from minidist.collectives.pieces import split_sizes
@@ -84,7 +85,10 @@ def has_windows(comm) -> bool:
 def shared_empty(comm, shape, dtype) -> np.ndarray:
     """A new array (uninitialised) for collectives on ``comm``: in the cluster's shared block where
     ``comm`` has a shared area with room left (cluster/shared_buffers.py: then ``shared_memory``'s
-    peers reduce straight out of it, without a copy), else an ordinary ``np.empty``."""
+    peers reduce straight out of it, without a copy), else an ordinary ``np.empty``. shape and dtype as
+    ``np.empty`` takes them, except dtypes that hold Python objects (``check_spec``: TypeError or
+    ValueError naming the argument, on every path)."""
+    shape, dtype = check_spec(shape, dtype)
     area = comm.shared_area() if hasattr(comm, "shared_area") else None
     array = area.buffers.empty(shape, dtype) if area is not None else None
     return np.empty(shape, dtype) if array is None else array
