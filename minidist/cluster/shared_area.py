@@ -78,11 +78,14 @@ class SharedArea:
     def window(self, flat: np.ndarray, sent: list[int], received: list[int]) -> Window:
         """Meet (as ``meet``), exposing every rank's ``flat`` (contiguous, 1-D; the same dtype and size
         on every rank) to every other: returns the Window (window.py). The closing fence is the
-        caller's next ``meet``. Needs ``windows`` (else raises RuntimeError before meeting)."""
-        if not self.windows:
-            raise RuntimeError("windows need cross-memory copies (process_vm_readv), which this system "
-                               "or MINIDIST_CROSS_MEMORY=0 turns off; check SharedArea.windows first")
-        self.meet(sent, received, where=location(self._ep, flat))     # in the block, or in our memory
+        caller's next ``meet``. A flat in the shared block (a shared buffer, a slot of the area) is
+        reached through views; a private one needs ``windows`` (else RuntimeError, before meeting)."""
+        where = location(self._ep, flat)                                # in the block, or in our memory
+        if where >= 0 and not self.windows:
+            raise RuntimeError("windows on private arrays need cross-memory copies (process_vm_readv), "
+                               "which this system or MINIDIST_CROSS_MEMORY=0 turns off; expose an array "
+                               "in the shared block, or check SharedArea.windows first")
+        self.meet(sent, received, where=where)
         ctrl, g = self._ep.ctrl, self.meetings
         return Window(self._ep, flat, [(ctrl[line + 5], ctrl[line + 6 + g % 2]) for line in self._lines])
 

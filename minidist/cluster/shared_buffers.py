@@ -19,12 +19,36 @@ so that an array never shares a page, and with it a cache line, with another.
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 
 import numpy as np
 
 from .cross_memory import location
 from .layout import PAGE
+
+
+def check_spec(shape, dtype) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of a new array, read as ``np.empty`` reads them: shape one int or a sequence of
+    ints (no floats, no bools: TypeError), each >= 0 (ValueError); dtype any NumPy dtype whose items hold
+    no Python objects (TypeError: a refcounted item cannot live in memory another process reads)."""
+    sizes = shape if np.iterable(shape) else (shape,)
+    try:
+        if any(isinstance(size, (bool, np.bool_)) for size in sizes):
+            raise TypeError
+        shape = tuple(operator.index(size) for size in sizes)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+    if any(size < 0 for size in shape):
+        raise ValueError(f"shape must hold sizes >= 0, got {shape}")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"dtype must be a NumPy dtype, got {dtype!r} ({error})") from None
+    if dtype.hasobject:
+        raise TypeError(f"dtype must hold no Python objects (their references cannot be shared between "
+                        f"processes), got {dtype}")
+    return shape, dtype
 
 
 class SharedBuffers:
@@ -46,10 +70,11 @@ class SharedBuffers:
 
     def empty(self, shape, dtype) -> np.ndarray | None:
         """A new C-contiguous array of ``shape`` and ``dtype`` in the shared block (uninitialised), or
-        None if no free piece of the region holds it."""
-        shape, dtype = tuple(np.atleast_1d(np.asarray(shape, dtype=np.int64)).tolist()), np.dtype(dtype)
-        if any(size < 0 for size in shape):
-            raise ValueError(f"shape must hold sizes >= 0, got {shape}")
+        None if no free piece of the region holds it, or its items take no bytes (a dtype such as
+        ``"V0"``: nothing to share). Bad arguments: as ``check_spec``."""
+        shape, dtype = check_spec(shape, dtype)
+        if dtype.itemsize == 0:
+            return None
         nbytes = max(PAGE, -(-math.prod(shape) * dtype.itemsize // PAGE) * PAGE)
         for i, (offset, size) in enumerate(self._free):
             if size >= nbytes:

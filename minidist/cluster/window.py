@@ -16,7 +16,8 @@ checksum, which every meeting checks, says so):
 - q's array lies in the cluster's shared block (a shared buffer, shared_buffers.py, or q's slot of the
   area): a view of the block. A get costs nothing, a put is one NumPy copy.
 - a private array of q's process: the kernel copies between the two address spaces (cross_memory.py):
-  a get is one ``process_vm_readv`` into ``scratch``, a put one ``process_vm_writev``.
+  a get is one ``process_vm_readv`` into ``scratch``, a put one ``process_vm_writev``. Where there are
+  no such copies (``SharedArea.windows`` False), ``window`` takes only arrays of the block.
 
 What keeps it safe is the caller's duty, as in MPI: between the fences no two ranks write the same
 elements, and nobody reads elements that another writes (shared_memory.py: rank r reads and writes only

@@ -14,7 +14,9 @@ of n elements:
 What a rank exposes: its array itself if it lies in the shared block (``shared_empty``: the peers then
 get and put through views, with no copy at all), or if the array is larger than the area and processes
 may copy between each other (``has_windows``: the kernel copies the chunks, process_vm_readv/writev);
-otherwise a copy in the area, from which it copies the other pieces out at the end. Every element is
+otherwise a copy in the area, from which it copies the other pieces out at the end. So without
+cross-memory copies (``MINIDIST_CROSS_MEMORY=0``, macOS) every array the area holds still goes through it,
+each peer's exposed array a view of the block. Every element is
 computed once, by one rank, in the same order, and only copied: every rank ends with the same bits,
 those of the sum in rank order. Two meetings instead of the ring's 2(P − 1) message steps, no mailbox.
 
@@ -40,6 +42,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from minidist.cluster.shared_buffers import check_spec
 from minidist.cluster.topology import topology_of
 from minidist.collectives.common import UFUNCS
 from minidist.collectives.pieces import split_sizes
@@ -82,7 +85,10 @@ def has_windows(comm) -> bool:
 def shared_empty(comm, shape, dtype) -> np.ndarray:
     """A new array (uninitialised) for collectives on ``comm``: in the cluster's shared block where
     ``comm`` has a shared area with room left (cluster/shared_buffers.py: then ``shared_memory``'s
-    peers reduce straight out of it, without a copy), else an ordinary ``np.empty``."""
+    peers reduce straight out of it, without a copy), else an ordinary ``np.empty``. shape and dtype as
+    ``np.empty`` takes them, except dtypes that hold Python objects (``check_spec``: TypeError or
+    ValueError naming the argument, on every path)."""
+    shape, dtype = check_spec(shape, dtype)
     area = comm.shared_area() if hasattr(comm, "shared_area") else None
     array = area.buffers.empty(shape, dtype) if area is not None else None
     return np.empty(shape, dtype) if array is None else array

@@ -87,6 +87,49 @@ def test_shared_empty_without_a_cluster_is_numpy():
         shared_empty(Plain(), -1, np.int64)
 
 
+BAD_SHAPES = [2.5, (2, 2.7), True, (2, True), "3", None, np.array(2.5), [[2]]]     # np.empty refuses each
+
+
+def _refusals(comm):
+    class Plain:
+        rank, world_size = 0, 1
+
+    buffers = comm.shared_area().buffers
+    full, refused = buffers.free_bytes, []
+    for where in (comm, comm.split(0), Plain()):          # the area, a sub-communicator, no cluster at all
+        for shape, dtype in [*((shape, np.float32) for shape in BAD_SHAPES),
+                             (3, object), (3, [("count", np.int64), ("name", object)]), (3, "bogus")]:
+            try:
+                shared_empty(where, shape, dtype)
+                refused.append(None)
+            except TypeError as error:
+                refused.append(str(error))
+    for shape in BAD_SHAPES:
+        try:
+            buffers.empty(shape, np.float32)
+            refused.append(None)
+        except TypeError as error:
+            refused.append(str(error))
+    untouched = buffers.free_bytes == full
+    shapes = (np.int64(3), np.array([2, 3]), (), [np.int32(4)])          # what np.empty takes too
+    good = [shared_empty(comm, shape, np.int16) for shape in shapes]
+    empty_items = shared_empty(comm, (2, 3), "V0")                  # items of no bytes: np.empty's array
+    return refused, untouched, [(x.shape, buffers.holds(x)) for x in [*good, empty_items]]
+
+
+def test_a_shape_or_dtype_that_np_empty_refuses_is_refused_by_name_on_every_path():
+    for shape in BAD_SHAPES:
+        with pytest.raises(TypeError):
+            np.empty(shape, np.float32)
+    for refused, untouched, good in run(_refusals, 2):
+        checks = [*(["shape"] * len(BAD_SHAPES) + ["dtype"] * 3) * 3, *["shape"] * len(BAD_SHAPES)]
+        assert len(refused) == len(checks)
+        for message, argument in zip(refused, checks, strict=True):
+            assert message is not None and message.startswith(argument), message
+        assert "object" in refused[len(BAD_SHAPES)]
+        assert untouched                                   # refused before any memory was handed out
+        assert good == [((3,), True), ((2, 3), True), ((), True), ((4,), True), ((2, 3), False)]
+
 
 def test_a_block_whose_arrays_outlive_the_rank_is_left_quietly():
     from multiprocess.shared_memory import SharedMemory
