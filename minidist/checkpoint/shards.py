@@ -64,8 +64,9 @@ def assemble(files: dict[str, dict[str, np.ndarray]], total: int, dtype, state_n
 
 
 def take_back(trainer, flat: dict[str, np.ndarray], step_count: int) -> None:
-    """Give this rank's optimizer parameters and their state their elements of ``flat`` (in place), set the optimizer's step counter; under ZeRO the shards are shared out again
-    (a collective over the data group)."""
+    """Give this rank's optimizer parameters and their state their elements of ``flat`` (in place), set
+    the optimizer's step counter; under ZeRO the shards are shared out again (a collective over the data
+    group)."""
     optimizer = trainer.optimizer
     for p, where, state in zip(optimizer.params, optimizer_labels(trainer), optimizer.state):
         p.data[...] = flat["data"][where].reshape(p.shape)
