@@ -20,8 +20,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import MANIFEST, PREFIX, check_files, check_model, fingerprint, latest, rank_file
-from .manifest import read_manifest, sha256, step_dir, write_json
+from .manifest import (
+    MANIFEST,
+    PREFIX,
+    check_files,
+    check_model,
+    fingerprint,
+    latest,
+    rank_file,
+    read_manifest,
+    sha256,
+    step_dir,
+    write_json,
+)
 from .shards import assemble, rank_arrays, take_back
 
 
