@@ -92,7 +92,7 @@ def try_loads(comm, cases):
             trainer = trainer_on(comm, {"context": 2})
         else:
             trainer = trainer_on(comm, {"data": 2})
-        before = [p.data.copy() for p in trainer.model.parameters()]
+        before = trainer.full_state_dict()
         rng = np.random.default_rng(0)
         state = rng.bit_generator.state
         try:
@@ -100,8 +100,9 @@ def try_loads(comm, cases):
             message = None
         except ValueError as e:
             message = str(e)
-        unchanged = rng.bit_generator.state == state and all(
-            np.array_equal(a, p.data) for a, p in zip(before, trainer.model.parameters()))
+        after = trainer.full_state_dict()      # (the unsplit state, also after a refused load built it)
+        same = all(np.array_equal(before[k], after[k]) for k in before)
+        unchanged = same and rng.bit_generator.state == state
         out.append((message, unchanged))
     return out
 
@@ -123,7 +124,7 @@ def test_each_bad_checkpoint_is_refused_naming_the_file(saved, tmp_path):
     cases["mesh"] = (str(seq6), "context", r"manifest.json: sequences of 6 do not split into 2·context")
     results = run(try_loads, 2, [c[:2] for c in cases.values()], timeout=120)
     for rank in range(2):
-        for (name, (_, _, pattern)), (message, unchanged) in zip(cases.items(), results[rank]):
+        for (name, (_, _, pattern)), (message, unchanged) in zip(cases.items(), results[rank], strict=True):
             assert message is not None, f"{name}: loaded"
             assert re.search(pattern, message), (name, message)
             assert unchanged, f"{name}: the refused load changed the model or the generator"
