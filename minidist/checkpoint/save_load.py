@@ -36,10 +36,13 @@ from .manifest import (
 from .shards import assemble, rank_arrays, take_back
 
 
-def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | None = None) -> Path:
+def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | None = None,
+         disk_bytes_per_second: float | None = None) -> Path:
     """Write the checkpoint of ``trainer`` after ``step`` steps to ROOT/step-N (module docstring); returns
     its path. rngs: {name: numpy Generator} whose states are kept; extra: JSON-able caller state (e.g. the
-    data loader's position). Collective: every rank of trainer.mesh calls it."""
+    data loader's position). disk_bytes_per_second: when given, the simulated clock is charged each rank's
+    write, bytes / bandwidth (the barriers are charged anyway). Collective: every rank of trainer.mesh
+    calls it."""
     if trainer.units is None:
         raise ValueError("save: the trainer is not built yet (call it after a step or trainer.prepare)")
     if trainer.recipe is not None:
@@ -59,6 +62,8 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
         np.savez(f, **rank_arrays(trainer))
         f.flush()
         os.fsync(f.fileno())
+        if disk_bytes_per_second:
+            comm.elapse(f.tell() / disk_bytes_per_second, "checkpoint write")
     comm.barrier()
     if comm.rank == 0:
         write_json(temporary / MANIFEST, manifest_of(trainer, step, temporary, rngs or {}, extra or {}))
