@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from minidist.sim.compute import charge_seconds
+
 from .manifest import (
     MANIFEST,
     PREFIX,
@@ -63,7 +65,7 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
         f.flush()
         os.fsync(f.fileno())
         if disk_bytes_per_second:
-            comm.elapse(f.tell() / disk_bytes_per_second, "checkpoint write")
+            charge_seconds(comm, f.tell() / disk_bytes_per_second, "checkpoint write")
     comm.barrier()
     if comm.rank == 0:
         write_json(temporary / MANIFEST, manifest_of(trainer, step, temporary, rngs or {}, extra or {}))
