@@ -33,13 +33,14 @@ def round_trips(comm, root, cases):
         rng = np.random.default_rng(9)
         trainer = trainer_on(comm, saved, zero, switch)
         train(trainer, rng, 2)
-        save(trainer, where, 2, rngs={"batches": rng})
+        save(trainer, where, 2, rngs={"batches": rng}, extra={"epoch": 0, "batch": 2})   # a loader's place
         train(trainer, rng, 2)
         states = [trainer.full_state_dict()]
         for sizes, stage in ((saved, zero), (other, other_zero)):
             rng = np.random.default_rng(0)           # another seed: the checkpoint's state must win
             resumed = trainer_on(comm, sizes, stage, switch)
-            assert load(resumed, where, rngs={"batches": rng})["step"] == 2
+            done = load(resumed, where, rngs={"batches": rng})
+            assert done["step"] == 2 and done["extra"] == {"epoch": 0, "batch": 2}
             train(resumed, rng, 2)
             states.append(resumed.full_state_dict())
         out.append(states)
