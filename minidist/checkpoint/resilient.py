@@ -7,7 +7,8 @@
 ``fn(comm, *args)`` itself resumes: it loads ``root``'s newest checkpoint when there is one
 (``resume``) and saves every few steps (save_load.save). The snapshots and rollback of the slides
 ("fault tolerance is practically handled by snapshots and rollback"): the work lost to a failure is the
-steps since the last snapshot. Restarts are on the same world size (not elastic).
+steps since the last snapshot. Elastic: ``world_size`` may list each attempt's world size (e.g. [4, 2]:
+restart on 2 ranks); the load re-splits the checkpoint onto the smaller mesh ``fn`` builds.
 """
 
 from __future__ import annotations
@@ -49,16 +50,21 @@ def last_step(root) -> int:
     return 0 if directory is None else read_manifest(directory)["step"]
 
 
-def run_resilient(fn, world_size: int, *args, root, restarts: int = 1, **options) -> ResilientRun:
+def run_resilient(fn, world_size, *args, root, restarts: int = 1, **options) -> ResilientRun:
     """Run ``fn(comm, *args)`` on world_size ranks (cluster.run, with ``options``); when a rank fails,
-    start again, up to ``restarts`` times; ``fn`` resumes from root's newest checkpoint. Raises the last
+    start again, up to ``restarts`` times; ``fn`` resumes from root's newest checkpoint. world_size: an int,
+    or a list giving attempt k the world size world_size[min(k, len - 1)] (elastic). Raises the last
     ClusterError, with every failure listed, when the restarts run out."""
     if not isinstance(restarts, int) or restarts < 0:
         raise ValueError(f"restarts must be an integer >= 0, got {restarts!r}")
+    sizes = list(world_size) if isinstance(world_size, (list, tuple)) else [world_size]
+    if not sizes or not all(isinstance(n, int) and n >= 1 for n in sizes):
+        raise ValueError(f"world_size must be an integer >= 1 or a list of them, got {world_size!r}")
     failures: list[Failure] = []
     for attempt in range(restarts + 1):
         try:
-            return ResilientRun(run(fn, world_size, *args, **options), failures)
+            ranks = sizes[min(attempt, len(sizes) - 1)]
+            return ResilientRun(run(fn, ranks, *args, **options), failures)
         except ClusterError as e:
             failures.append(Failure(attempt, str(e), last_step(root)))
             if attempt == restarts:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from minidist.checkpoint import resume, run_resilient, save
 from minidist.cluster import ClusterError
 
-from .helpers import draw, trainer_on
+from .helpers import draw, one_process, trainer_on
 
 STEPS, EVERY = 5, 2
 
@@ -30,10 +30,10 @@ def die(how: str) -> None:
 
 
 def training(comm, root, kill):
-    """STEPS steps of a data × ZeRO-1 run on 2 ranks, a checkpoint every EVERY steps, resumed from the
-    newest; kill = (step, rank, how, marker) makes that rank die before that step, once (the marker)."""
+    """STEPS steps of a data × ZeRO-1 run on all the ranks, a checkpoint every EVERY steps, resumed from
+    the newest; kill = (step, rank, how, marker) makes that rank die before that step, once (the marker)."""
     rng = np.random.default_rng(9)
-    trainer = trainer_on(comm, {"data": 2}, zero=1)
+    trainer = trainer_on(comm, {"data": comm.world_size}, zero=1)
     for step in range(resume(trainer, root, rngs={"batches": rng}), STEPS):
         if kill and (step, comm.rank) == kill[:2] and not os.path.exists(kill[3]):
             Path(kill[3]).touch()
@@ -68,6 +68,16 @@ def test_a_rank_killed_at_any_step_resumes_to_the_uninterrupted_state(step, rank
             assert np.array_equal(result[name], value), name
 
 
+def test_elastic_a_run_of_4_that_loses_a_rank_goes_on_with_2_equal_to_one_process(tmp_path):
+    kill = (3, 3, "kill", str(tmp_path / "killed"))
+    done = run_resilient(training, [4, 2], str(tmp_path), kill, root=tmp_path, restarts=1, timeout=120)
+    assert [f.resumed_from for f in done.failures] == [2] and "rank 3" in done.failures[0].error
+    assert len(done.results) == 2                   # the second attempt ran on 2 ranks
+    for name, value in one_process(STEPS).items():
+        for result in done.results:
+            np.testing.assert_allclose(result[name], value, rtol=0, atol=1e-9, err_msg=name)
+
+
 def test_restarts_run_out_with_every_failure_listed(tmp_path):
     def always(comm):
         raise RuntimeError("always fails")
@@ -75,3 +85,5 @@ def test_restarts_run_out_with_every_failure_listed(tmp_path):
         run_resilient(always, 2, root=tmp_path, restarts=1, timeout=60)
     with pytest.raises(ValueError, match="restarts must be an integer >= 0, got -1"):
         run_resilient(always, 2, root=tmp_path, restarts=-1)
+    with pytest.raises(ValueError, match=r"world_size must be an integer >= 1 or a list of them, got \[4, 0"):
+        run_resilient(always, [4, 0], root=tmp_path)
