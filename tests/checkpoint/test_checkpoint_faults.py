@@ -123,8 +123,27 @@ def test_each_bad_checkpoint_is_refused_naming_the_file(saved, tmp_path):
     (seq6 / "manifest.json").write_text(manifest)
     cases["mesh"] = (str(seq6), "context", r"manifest.json: sequences of 6 do not split into 2·context")
     results = run(try_loads, 2, [c[:2] for c in cases.values()], timeout=120)
+    assert not [n for n in last_resource_names() if os.path.exists(f"/dev/shm/{n.lstrip('/')}")]
     for rank in range(2):
         for (name, (_, _, pattern)), (message, unchanged) in zip(cases.items(), results[rank], strict=True):
             assert message is not None, f"{name}: loaded"
             assert re.search(pattern, message), (name, message)
             assert unchanged, f"{name}: the refused load changed the model or the generator"
+
+
+def bad_saves(comm, root):
+    trainer, messages = trainer_on(comm, {"data": 1}), []
+    for step in (1, -1):
+        try:
+            save(trainer, root, step)
+        except ValueError as e:
+            messages.append(str(e))
+        train(trainer, np.random.default_rng(0), 1)
+    return messages
+
+
+def test_bad_saves_are_refused_before_anything_is_written(tmp_path):
+    unbuilt, negative = run(bad_saves, 1, str(tmp_path / "ckpt"), timeout=60)[0]
+    assert "save: the trainer is not built yet" in unbuilt
+    assert "save: step must be an integer >= 0, got -1" in negative
+    assert not (tmp_path / "ckpt").exists()
