@@ -214,8 +214,8 @@ save_figure(fig, "26_checkpoints.png")
 #
 # 6 steps of data 2 × tensor 2, a checkpoint every 2 steps. Before its 4th step rank 1 is killed with
 # SIGKILL (no exception, no clean-up: the process is gone). `run_resilient` sees the cluster run end
-# with its ClusterError, starts it again, and the training function resumes from the newest complete checkpoint
-# — weights, AdamW's moments and step count, and the batch generator's state.
+# with its ClusterError, starts it again, and the training function resumes from the newest complete
+# checkpoint — weights, AdamW's moments and step count, and the batch generator's state.
 
 # %%
 STEPS, EVERY = 6, 2
