@@ -77,14 +77,14 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
     ),
     "08": (
         Q("gpipe_bubble",
-          "GPipe runs 4 stages with 8 micro-batches. What fraction of each stage's time is idle?",
-          0.2727272727272727, "(P − 1)/(M + P − 1) = 3/11 ≈ 0.273: filling and draining the pipe "
-          "take P − 1 ticks each, so the M micro-batches occupy M + P − 1 ticks per direction."),
-        Q("held_at_stage_0",
-          "With the same 4 stages and 8 micro-batches, how many micro-batches' activations does "
-          "stage 0 hold at most under GPipe, and under 1F1B? Why is the bubble the same?",
-          (8, 4), "GPipe runs all M forwards before the first backward: 8. 1F1B starts each "
-          "backward as soon as it can: P − s = 4 at stage s = 0. Between flushes both do the same "
+          "GPipe runs 6 stages with 12 micro-batches. What fraction of each stage's time is idle?",
+          5 / 17, "(P − 1)/(M + P − 1) = 5/17 ≈ 0.294: filling and draining the pipe take P − 1 "
+          "ticks each, so the M micro-batches occupy M + P − 1 ticks per direction."),
+        Q("held_at_stage_2",
+          "With the same 6 stages and 12 micro-batches, how many micro-batches' activations does "
+          "stage 2 hold at most under GPipe, and under 1F1B? Why is the bubble the same?",
+          (12, 4), "GPipe runs all M forwards before the first backward: 12. 1F1B starts each "
+          "backward as soon as it can: P − s = 4 at stage s = 2. Between flushes both do the same "
           "work in the same ticks."),
         Q("micro_batches_for_3_percent",
           "How many micro-batches does an 8-stage GPipe need for a bubble below 3%? What does that"
@@ -148,12 +148,13 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
           "gradients, now partial over each rank's tokens, need an all-reduce: 2(t − 1)/t · 6d · 2"
           " = 86,016 bytes. In exchange the LayerNorm and dropout activations are divided by t."),
         Q("context_crossover",
-          "From what sequence length (a power of two) does context parallelism over 8 ranks send "
-          "fewer bytes per block than tensor parallelism over 8 (d = 4096, 32 heads, bf16, each "
-          "with the gradient all-reduce it needs)?",
-          65536, "Tensor: 14·T·d bytes. Context: 11·T·d for the ring (K, V forward; K, V, dK, dV "
-          "backward) plus 2(c − 1)/c · 12d² · 2 ≈ 705 MB of gradients that the tensor split never "
-          "sums: 3·T·d > 705 MB from T ≈ 57,400."),
+          "From what sequence length (a power of two) does context parallelism over 4 ranks send "
+          "fewer bytes per block than tensor parallelism over 4 (d = 2048, 16 heads, bf16, each "
+          "with the gradient all-reduce it needs)? Why does a crossover exist at all?",
+          65536, "Tensor: 8(t − 1)/t · T·d · 2 = 12·T·d bytes. Context: 10·T·d for the ring (K, V "
+          "forward; K, V, dK, dV backward, c − 1 hops of T/c tokens) plus 2(c − 1)/c · (12d² + 13d) · "
+          "2 ≈ 151 MB of gradients, which the tensor split never sums: 2·T·d > 151 MB from T ≈ "
+          "36,900. Both grow with T; only context parallelism pays a fixed cost."),
     ),
     "19": (
         Q("layout_for_13b",
@@ -166,14 +167,13 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
           "GB. The weights must be split (tensor × pipeline = 4); two replicas, ZeRO-1 and "
           "selective recomputation bring it to 39.5 GB, the fastest of the layouts that fit."),
         Q("interleaved_bubble",
-          "1F1B on 4 stages with 8 micro-batches idles 3/11 of the time. With two model chunks per"
-          " rank (interleaved, v = 2), what is the bubble?",
-          0.15789473684210525, "(P − 1)/(v·M + P − 1) = 3/19 ≈ 0.158: each chunk's tick is 1/v as "
-          "long, so filling and draining shrink v-fold; the price is v times the point-to-point "
-          "messages."),
+          "1F1B on 4 stages with 8 micro-batches idles 3/11 of the time. With three model chunks "
+          "per rank (interleaved, v = 3), what is the bubble?",
+          1 / 9, "(P − 1)/(v·M + P − 1) = 3/27 ≈ 0.111: each chunk's tick is 1/v as long, so "
+          "filling and draining shrink v-fold; the price is v times the point-to-point messages."),
         Q("equivalent_micro_batches",
           "How many micro-batches would plain 1F1B on 4 stages need to match that bubble?",
-          16, "(P − 1)/(M′ + P − 1) = 3/19 ⇔ M′ = v·M = 16: interleaving buys the bubble of a "
+          24, "(P − 1)/(M′ + P − 1) = 3/27 ⇔ M′ = v·M = 24: interleaving buys the bubble of a "
           "v-times larger batch without changing the batch."),
     ),
 }
@@ -215,7 +215,7 @@ def check_yourself(lesson: str, **computed) -> None:
         print(handout([lesson], answers=True), end="")
     else:
         print(f"check yourself: {len(ids)} questions (`python -m minidist exercises questions --lesson "
-              f"{lesson}`); their answers are checked above (`--answers` prints them)")
+              f"{lesson}`); answers checked against the key (`--answers` prints them)")
 
 
 def _lessons(lessons: list[str] | None) -> list[str]:

@@ -43,13 +43,13 @@ def test_questions_exist_for_the_seven_lessons_three_to_five_each():
 
 
 @pytest.mark.parametrize("number", LESSONS)
-def test_each_lesson_asserts_every_answer_once_in_its_last_cell(number):
+def test_each_lesson_asserts_every_answer_once_in_its_last_code_cell(number):
     calls = checked_ids(number)
     assert len(calls) == 1, f"lesson {number}: expected one check_yourself call, found {len(calls)}"
     assert sorted(calls[0]) == sorted(q.id for q in QUESTIONS[number])
     source = lesson_path(number).read_text()
-    last_cell = source[source.rindex("# %%"):]
-    assert "check_yourself(" in last_cell, f"lesson {number}: the check is not in the last cell"
+    last_code_cell = source[source.rindex("\n# %%\n"):]
+    assert "check_yourself(" in last_code_cell, f"lesson {number}: the check is not in the last code cell"
 
 
 def test_the_key_passes_silently_and_prints_no_answer(monkeypatch, capsys):
@@ -71,12 +71,13 @@ def test_answers_flag_prints_the_answers(monkeypatch, capsys):
 def test_a_wrong_answer_fails_naming_the_question_and_bad_ids_are_refused(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["lesson.py"])
     key = {q.id: q.answer for q in QUESTIONS["08"]}
-    with pytest.raises(AssertionError, match=r"check yourself 08\.held_at_stage_0: the lesson computes \(8, 3\)"):
-        check_yourself("08", **{**key, "held_at_stage_0": (8, 3)})
+    wrong = r"check yourself 08\.held_at_stage_2: the lesson computes \(12, 3\)"
+    with pytest.raises(AssertionError, match=wrong):
+        check_yourself("08", **{**key, "held_at_stage_2": (12, 3)})
     with pytest.raises(AssertionError, match=r"08\.gpipe_bubble"):
-        check_yourself("08", **{**key, "gpipe_bubble": 3 / 11 * (1 + 1e-6)})
+        check_yourself("08", **{**key, "gpipe_bubble": 5 / 17 * (1 + 1e-6)})
     with pytest.raises(ValueError, match="expected an answer for each of"):
-        check_yourself("08", gpipe_bubble=3 / 11)
+        check_yourself("08", gpipe_bubble=5 / 17)
     with pytest.raises(ValueError, match="expected an answer for each of"):
         check_yourself("08", **key, extra=1)
     with pytest.raises(ValueError, match="no questions for '07'"):
@@ -92,7 +93,8 @@ def test_answers_are_formatted_as_a_reader_writes_them():
 def test_the_handout_command_prints_questions_and_answers_only_on_request(capsys):
     assert main(["exercises", "questions", "--lesson", "8"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Lesson 08: check yourself") and len(re.findall(r"^  \d\. ", out, re.M)) == 3 and "Answer:" not in out
+    assert out.startswith("Lesson 08: check yourself") and "Answer:" not in out
+    assert len(re.findall(r"^  \d\. ", out, re.M)) == 3
     assert main(["exercises", "questions", "--answers"]) == 0
     out = capsys.readouterr().out
     assert [f"Lesson {n}: check yourself" in out for n in LESSONS] == [True] * 7
