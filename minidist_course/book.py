@@ -5,11 +5,11 @@ Each ``lessons/NN_topic.py`` (found by glob, so new lessons join by themselves) 
 converted to one self-contained HTML page (nbconvert: text, code, printed output, figures embedded) with a
 link to the index and to the previous and next lesson; a lesson with check-yourself questions
 (``minidist_course.questions``) ends with them, their answers on ``answers.html``. ``index.html`` lists the
-lessons with their titles and exercises. The site needs no network: maths is typeset into MathML when the book is built
-(``minidist_course.book_maths``), and the pages load no script. A lesson is a script, so its page shows what
-running it prints: the value of a cell's last expression (``Out[]``) is not shown, and the temporary
-folder the figures went to is printed as ``figures``, where a reader's own run puts them. Figures reach
-the page because ``sim.plots`` shows every figure it writes inline when it runs in a kernel; each lesson
+lessons with their titles and exercises. The site needs no network: maths is typeset into MathML when the book
+is built (``minidist_course.book_maths``), and the pages load no script. A lesson is a script, so its page
+shows what running it prints: the value of a cell's last expression (``Out[]``) is not shown, and the
+temporary folder the figures went to is printed as ``figures``, where a reader's own run puts them. Figures
+reach the page because ``sim.plots`` shows every figure it writes inline when it runs in a kernel; each lesson
 writes its PNGs to a folder of its own (MINIDIST_FIGURES), never to the committed figures/, and the book
 checks that its page holds at least as many images as the lesson wrote. Needs the ``[notebook]`` extra.
 """
@@ -126,17 +126,23 @@ def execute(path: Path, figures: Path, timeout: float = 600.0):
     return notebook
 
 
+def end_with_questions(notebook, lesson: str):
+    """The notebook with the lesson's check-yourself questions appended as a Markdown cell (if it has any;
+    their answers are on answers.html)."""
+    check = questions.questions_markdown(lesson)
+    if check:
+        from nbformat.v4 import new_markdown_cell
+
+        notebook.cells.append(new_markdown_cell(check))
+    return notebook
+
+
 def render_lesson(path: Path, figures: Path, nav: str = "", timeout: float = 600.0) -> tuple[str, int]:
     """(the HTML page, how many figures the lesson wrote) after executing the lesson in a kernel."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    notebook = execute(path, figures, timeout)
-    check = questions.questions_markdown(path.name[:2])    # the lesson's check-yourself questions, last
-    if check:
-        from nbformat.v4 import new_markdown_cell
-
-        notebook.cells.append(new_markdown_cell(check))
+    notebook = end_with_questions(execute(path, figures, timeout), path.name[:2])
     formulas: list[tuple[str, bool]] = []
     for cell in notebook.cells:
         if cell.cell_type == "markdown":

@@ -118,3 +118,13 @@ def test_the_book_refuses_to_overwrite_an_answers_page_it_did_not_write(tmp_path
     (tmp_path / "answers.html").write_text("mine")
     with pytest.raises(ValueError, match="answers.html"):
         book.build_book(tmp_path, only=["05"])
+
+
+def test_the_book_appends_the_questions_as_the_last_markdown_cell():
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    book.end_with_questions(notebook, "07")
+    assert len(notebook.cells) == 1                                   # lesson 07 has no questions
+    book.end_with_questions(notebook, "17")
+    assert notebook.cells[-1].cell_type == "markdown"
+    assert notebook.cells[-1].source == questions.questions_markdown("17")
