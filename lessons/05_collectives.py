@@ -41,6 +41,7 @@ from minidist.collectives.allreduce import MPICH_SHORT_MESSAGE_BYTES
 from minidist.sim.collective_cost import allreduce_cost, price
 from minidist.sim.collective_rounds import schedule
 from minidist.sim.plots import figures_dir, save_figure
+from minidist_course.questions import check_yourself
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 LINK = LinkModel()  # the cluster's default link: alpha = 5 us, beta = 1 / (25 GB/s)
@@ -366,13 +367,11 @@ print(f"{'before':16s}" + "".join(f"{str([10 * (r + 1)]):>18s}" for r in range(4
 for op in after[0]:
     print(f"{op:16s}" + "".join(f"{str(after[r][op]):>18s}" for r in range(4)))
 xs, only_root = [10, 20, 30, 40], [None] * 3
-expected = {
-    "broadcast": [[10]] * 4, "reduce": [[100], *only_root], "gather": [xs, *only_root],
-    "scatter": [[r] for r in range(4)], "allgather": [xs] * 4,
-    "reduce_scatter": [[100 * r] for r in range(4)],              # piece r of Σ_q [0, x_q, 2x_q, 3x_q]
-    "alltoall": [[10 * j + r for j in range(4)] for r in range(4)], "allreduce": [[100]] * 4,
-    "bruck_allgather": [xs] * 4, "chain_broadcast": [[10]] * 4,
-}
+expected = {"broadcast": [[10]] * 4, "reduce": [[100], *only_root], "gather": [xs, *only_root],
+            "scatter": [[r] for r in range(4)], "allgather": [xs] * 4,
+            "reduce_scatter": [[100 * r] for r in range(4)],      # piece r of Σ_q [0, x_q, 2x_q, 3x_q]
+            "alltoall": [[10 * j + r for j in range(4)] for r in range(4)], "allreduce": [[100]] * 4,
+            "bruck_allgather": [xs] * 4, "chain_broadcast": [[10]] * 4}
 assert list(expected) == list(after[0])
 assert all([a[op] for a in after] == want for op, want in expected.items())
 print("done: figures in", FIGURES)
@@ -391,3 +390,11 @@ print("done: figures in", FIGURES)
 # whatever the size) and adds the incoming chunk into `out` on receipt; `comm.recv(src, out=, op=)` does
 # the same for a plain receive. Chunk bounds follow `np.array_split` (collectives/pieces.py); the schedule
 # figures above show every message.
+
+# %%
+# Check yourself (`python -m minidist exercises questions --lesson 05`): the answers, asserted.
+slow = LinkModel(alpha=10e-6, beta=1e-9)
+seconds = {a: [price(schedule(a, 8), 2**k // 4, 4, slow).time for k in range(30)] for a in ("ring", "tree")}
+check_yourself("05", ring_bytes=price(schedule("ring", 6), 3_000_000, 4, slow).bytes_sent[0],
+               server_bytes=price(schedule("parameter_server", 8), 1_000_000, 4, slow).bytes_sent[0],
+               ring_beats_tree=next(2**k for k in range(30) if seconds["ring"][k] < seconds["tree"][k]))

@@ -38,6 +38,7 @@ from minidist.parallel.data.overlap import step_time
 from minidist.sim.collective_cost import collective_seconds, price
 from minidist.sim.collective_rounds import schedule
 from minidist.sim.plots import figures_dir, plot_overlap, save_figure
+from minidist_course.questions import check_yourself
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 DATA = load_digits()
@@ -374,3 +375,11 @@ print(f"wall-clock of 5 steps: P = 1 {wall[1]:.2f} s, P = 2 {wall[2]:.2f} s, spe
 # Hint: `np.concatenate([g.ravel() for g in grads], out=buffer)`, then
 # `minidist.collectives.allreduce(comm, flat, algorithm=algorithm)`; write back with `g[...] = ...`, since
 # the optimizer holds references to the gradient arrays.
+
+# %%
+# Check yourself (`python -m minidist exercises questions --lesson 06`): the answers, asserted.
+ten_gb = LinkModel(alpha=5e-6, beta=1e-10)
+check_yourself("06", gradient_bytes=price(schedule("ring", 8), 25_000_000, 4, ten_gb).bytes_sent[0],
+               gradient_seconds=collective_seconds("ring", 8, 25_000_000, 4, ten_gb),
+               overlap_seconds=tuple(step_time([0.01] * 4, [3, 2, 1, 0], [0.015] * 4, overlap=o)
+                                     for o in (False, True)))

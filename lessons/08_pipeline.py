@@ -40,8 +40,10 @@ from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline, format_schedule, make_schedule, max_in_flight
 from minidist.parallel.pipeline.boundaries import layer_costs, split_by_layers, stage_costs
 from minidist.parallel.pipeline.pipedream import train_in_one_process
+from minidist.parallel.pipeline.schedule import bubble_fraction
 from minidist.parallel.pipeline.weight_stash import train_on_stream
 from minidist.sim.plots import figures_dir, save_figure
+from minidist_course.questions import check_yourself
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 START = time.perf_counter()
@@ -101,10 +103,8 @@ def draw_ops(ax, trace, title, axis_span=None):
                 hatch=None if label[0] == "F" else "//")
         if end - start > 0.02 * (axis_span or max(e for _, e in ops.values())):   # room for its label
             ax.text((start + end) / 2 * 1e3, rank, label, ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(P), [f"stage {s}" for s in range(P)])
-    ax.invert_yaxis()
-    ax.set_xlabel("simulated time (ms)")
-    ax.set_title(title, fontsize=10)
+    ax.set_yticks(range(P), [f"stage {s}" for s in range(P)]), ax.invert_yaxis()
+    ax.set_xlabel("simulated time (ms)"), ax.set_title(title, fontsize=10)
 
 
 # %% [markdown]
@@ -184,9 +184,8 @@ assert gpipe[8][1] < gpipe[4][1] < gpipe[1][1]
 # 1F1B it frees everything between micro-batches: the brief drops to zero.)
 
 # %%
-M = 8
+M, gpipe_results = 8, gpipe[8][0]
 f1b_results, f1b_trace, f1b_time, f1b_bubble = pipeline_run("1f1b", M)
-gpipe_results = gpipe[M][0]
 held = max_in_flight(make_schedule("1f1b", P, M), P)
 print(f"1F1B, M = {M}: step {f1b_time * 1e3:.2f} ms (GPipe {gpipe[M][1] * 1e3:.2f} ms), "
       f"bubble {f1b_bubble:.4f}")
@@ -206,8 +205,7 @@ for ax, name, res in ((axes[0, 1], "1F1B", f1b_results), (axes[1, 1], "GPipe", g
         ax.step(np.array(times) * 1e3, np.array([h["activations"] for h in held]) / 1024, where="post",
                 lw=1.4, label=f"stage {s}: peak {res[s]['peak'] / 1024:.0f} KiB")
     ax.set_title(f"{name}: activation memory held per stage", fontsize=10)
-    ax.set_xlabel("simulated time (ms)")
-    ax.set_ylabel("KiB")
+    ax.set(xlabel="simulated time (ms)", ylabel="KiB")
     ax.legend(fontsize=7, loc="upper right")
 axes[0, 1].sharey(axes[1, 1])
 fig.tight_layout()
@@ -225,8 +223,7 @@ plt.close(fig)
 
 # %%
 ckpt_results, _, ckpt_time, _ = pipeline_run("gpipe", M, checkpoint=True)
-plain_peak = max(r["peak"] for r in gpipe_results)
-ckpt_peak = max(r["peak"] for r in ckpt_results)
+plain_peak, ckpt_peak = (max(r["peak"] for r in rs) for rs in (gpipe_results, ckpt_results))
 extra_compute = sum(r["busy"] for r in ckpt_results) / sum(r["busy"] for r in gpipe_results) - 1
 print(f"GPipe, M = {M}, two Linear+ReLU per stage: peak activations {plain_peak / 2**20:.2f} MiB -> "
       f"{ckpt_peak / 2**20:.2f} MiB with checkpointing ({1 - ckpt_peak / plain_peak:.0%} saved), "
@@ -268,8 +265,7 @@ ax.plot(segment_sizes, np.array(memory) / 1024, "o-", label="checkpointed (input
 ax.axhline(plain_saved.nbytes / 1024, color="tab:red", ls="--", label="no checkpointing")
 ax.set_xlabel("Linear+ReLU blocks per checkpointed segment (12 blocks)")
 ax.set_ylabel("peak activation memory (KiB)")
-ax.set_title("Checkpointing: the saving depends on the segment size", fontsize=10)
-ax.legend(fontsize=8)
+ax.set_title("Checkpointing: the saving depends on the segment size", fontsize=10), ax.legend(fontsize=8)
 fig.tight_layout()
 save_figure(fig, "08_checkpoint_segments.png", dpi=110)
 plt.close(fig)
@@ -378,8 +374,7 @@ plt.close(fig)
 #
 # * A pipeline needs only point-to-point messages between neighbouring stages; it splits the *model*,
 #   so it makes models that do not fit on one device trainable.
-# * Its cost is idle time: (P−1)/P for the naive pipeline, (P−1)/(M+P−1) with M micro-batches (GPipe,
-#   1F1B). Use M ≫ P.
+# * Its cost is idle time: (P−1)/P naive, (P−1)/(M+P−1) with M micro-batches (GPipe, 1F1B): use M ≫ P.
 # * GPipe holds all M micro-batches' activations at once; 1F1B holds at most P − s at stage s, same bubble.
 # * Checkpointing trades one extra forward (+33%) for keeping only segment inputs; the saving depends on
 #   the segment size (√n segments are best) and on the network.
@@ -388,6 +383,11 @@ plt.close(fig)
 #   updates stale at stage s: retune the learning rate. GPipe and 1F1B train exactly like one device.
 
 # %%
+# Check yourself (`python -m minidist exercises questions --lesson 08`): the answers, asserted.
+gpipe_bubble = lambda P, M: bubble_fraction(make_schedule("gpipe", P, M), P)
+check_yourself("08", gpipe_bubble=gpipe_bubble(6, 12),
+               held_at_stage_2=tuple(max_in_flight(make_schedule(s, 6, 12), 6)[2] for s in ("gpipe", "1f1b")),
+               micro_batches_for_3_percent=next(m for m in itertools.count(1) if gpipe_bubble(8, m) < 0.03))
 print(f"lesson ran in {time.perf_counter() - START:.1f} s; figures in {FIGURES}")
 
 # %% [markdown]

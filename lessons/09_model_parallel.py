@@ -30,11 +30,7 @@ from minidist.nn import CrossEntropyLoss, Linear, ReLU, Sequential
 from minidist.optim import SGD
 from minidist.parallel import Mesh
 from minidist.parallel.grids import hybrid_train_step, mesh_bytes_sent
-from minidist.parallel.tensor import (
-    MegatronMLP,
-    column_parallel_mlp,
-    megatron_parallel_mlp,
-)
+from minidist.parallel.tensor import MegatronMLP, column_parallel_mlp, megatron_parallel_mlp
 from minidist.parallel.tensor.comm import feature_bounds
 from minidist.parallel.tensor.cost import (
     column_parallel_words,
@@ -46,6 +42,7 @@ from minidist.parallel.tensor.cost import (
     seed_t_comm_model,
 )
 from minidist.sim.plots import figures_dir, save_figure
+from minidist_course.questions import check_yourself
 
 FIGURES = figures_dir()  # figures/, or $MINIDIST_FIGURES (the tests use a temporary folder)
 
@@ -391,3 +388,12 @@ plt.close(fig)
 #   (`self.f.backward`). Check: `python -m pytest --exercise megatron_mlp`.
 #
 # Hint: keep x and the activation for backward; add the whole bias b2 once, after the all-reduce.
+
+# %%
+# Check yourself (`python -m minidist exercises questions --lesson 09`): the answers, asserted.
+fit = [memory_words_per_device([16384] * 9, 64, D, 4 // D, 2)["total"] * 4 / 1e9 for D in (4, 1)]
+check_yourself("09", megatron_or_data=(megatron_words([1024] * 3, 256, 4) // 4,
+                                       data_parallel_words(2 * 1024**2, 4) // 4),
+               crossover_width=next(d for d in (2**k for k in range(4, 16))
+                                    if megatron_words([d] * 5, 512, 4) < data_parallel_words(4 * d * d, 4)),
+               which_fits=("tensor" if fit[1] < Device().memory / 1e9 < fit[0] else "data", *fit))

@@ -34,6 +34,7 @@ from minidist.parallel.data.zero_mixed import ShardedMixedPrecision
 from minidist.precision import FP16
 from minidist.sim.memory import CATEGORIES, MODEL_STATES, MemoryLedger, held_bytes
 from minidist.sim.plots import figures_dir, save_figure
+from minidist_course.questions import check_yourself
 
 FIGURES = figures_dir()
 GiB = 2**30
@@ -312,3 +313,9 @@ assert budget / per_param["ZeRO-1"](1024) < 4.3e9 and budget / per_param["ZeRO-2
 #   updated shards into every rank's full parameters. Check: `python -m pytest --exercise zero1_shard_update`
 #   (before the exercise map is regenerated:
 #   `python -m pytest tests/parallel/test_parallel_zero_exercise.py`).
+
+# %%
+# Check yourself (`python -m minidist exercises questions --lesson 14`): the answers, asserted.
+lowest = next(s for s, f in per_param.items() if f(64) * 7.5e9 <= 40e9)
+check_yourself("14", zero2_bytes=per_param["ZeRO-2"](64), lowest_stage=(lowest, per_param[lowest](64) * 7.5),
+               zero3_ranks=next(2**k for k in range(12) if per_param["ZeRO-3"](2**k) * 175e9 <= 80e9))

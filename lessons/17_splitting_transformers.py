@@ -33,28 +33,14 @@ from minidist.collectives import sum_partial_gradients
 from minidist.nn import TransformerBlock
 from minidist.nn.blockwise_attention import block_attention
 from minidist.optim import AdamW
-from minidist.parallel.context import (
-    RingAttention,
-    causal_work,
-    context_parallel,
-    crossover_seq_len,
-    merge,
-    positions,
-    ring_traffic,
-    shard,
-    step_seconds,
-)
-from minidist.parallel.tensor import (
-    VocabParallelCrossEntropy,
-    block_bytes_sent,
-    block_comm_seconds,
-    feature_slice,
-    sequence_shard,
-    tensor_parallel,
-)
+from minidist.parallel.context import RingAttention, context_parallel, merge, positions, shard
+from minidist.parallel.context.cost import causal_work, crossover_seq_len, ring_traffic, step_seconds
+from minidist.parallel.tensor import VocabParallelCrossEntropy, feature_slice, sequence_shard, tensor_parallel
+from minidist.parallel.tensor.transformer_cost import block_bytes_sent, block_comm_seconds
 from minidist.sim.collective_cost import collective_seconds
 from minidist.sim.memory import held_bytes
 from minidist.sim.plots import figures_dir, save_figure
+from minidist_course.questions import check_yourself
 
 FIGURES = figures_dir()
 B, T, D, HEADS = 2, 8, 12, 4
@@ -398,3 +384,12 @@ plt.close(fig)
 # * `vocab_parallel_cross_entropy` — the forward of `VocabParallelCrossEntropy` in
 #   `minidist/parallel/tensor/vocab_parallel.py`. Check:
 #   `python -m pytest --exercise vocab_parallel_cross_entropy`.
+
+# %%
+# Check yourself (`python -m minidist exercises questions --lesson 17`): the answers, asserted.
+tp8, sp8 = (block_bytes_sent(1, 8192, 4096, 8, 2, sp) for sp in (False, True))
+grad4 = 2 * 3 * (12 * 2048**2 + 13 * 2048) // 4 * 2        # c = 4, d = 2048: the block's gradients
+ring4 = {n: sum(ring_traffic(n, 4, 0, 1, 16, 128, 2, "naive")[k] for k in ("forward_bytes", "backward_bytes"))
+         for n in lengths}
+check_yourself("17", tensor_block_bytes=tp8, sequence_parallel_extra=sp8 - tp8, context_crossover=next(
+    n for n in lengths if ring4[n] + grad4 < block_bytes_sent(1, n, 2048, 4, 2, False)))

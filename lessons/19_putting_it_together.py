@@ -61,12 +61,8 @@ from minidist.sim.plots import figures_dir, plot_timeline, save_figure
 
 # %%
 P, M, V = 4, 8, 2
-tables = {
-    "1F1B": one_f_one_b_schedule(P, M),
-    f"interleaved (v = {V})": interleaved_schedule(P, M, V),
-    "ZB-H1": zero_bubble_schedule(P, M),
-    "Chimera": chimera_schedule(P, M),
-}
+tables = {"1F1B": one_f_one_b_schedule(P, M), f"interleaved (v = {V})": interleaved_schedule(P, M, V),
+          "ZB-H1": zero_bubble_schedule(P, M), "Chimera": chimera_schedule(P, M)}
 formulas = {"1F1B": (P - 1) / (M + P - 1), f"interleaved (v = {V})": interleaved_bubble(P, M, V),
             "ZB-H1": zero_bubble_bubble(P, M), "Chimera": chimera_bubble(P, M)}
 for name, table in tables.items():
@@ -93,13 +89,11 @@ colors = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
 fig, axes = plt.subplots(len(tables), 1, figsize=(11, 7.5), sharex=True)
 for ax, (name, table) in zip(axes, tables.items()):
     times = replay(table, duration(name))
-    end = max(e for _, e in times.values())
-    busy = sum(e - s for s, e in times.values())
+    end, busy = max(e for _, e in times.values()), sum(e - s for s, e in times.values())
     for task, (start, stop) in times.items():
         ax.broken_barh([(start, stop - start)], (task.rank - 0.4, 0.8), facecolors=colors[task.kind],
                        edgecolors="white", linewidth=0.5)
-    ax.set_yticks(range(P), [f"rank {r}" for r in range(P)])
-    ax.invert_yaxis()
+    ax.set_yticks(range(P), [f"rank {r}" for r in range(P)]), ax.invert_yaxis()
     ax.set_title(f"{name}: step {end:.1f} forward-times, bubble {1 - busy / (P * end):.0%}", fontsize=10)
 axes[-1].set_xlabel("time (one stage's forward on one micro-batch = 1)")
 fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
@@ -153,8 +147,7 @@ def train(comm, table, stages, micro_batches):
     return {i: p.data for i, p in enumerate(model.parameters()) if id(p) in mine}, clocks
 
 
-runs = {"1F1B": (one_f_one_b_schedule(4, 4), 4),
-        "interleaved (v = 2)": (interleaved_schedule(2, 4, 2), 4),
+runs = {"1F1B": (one_f_one_b_schedule(4, 4), 4), "interleaved (v = 2)": (interleaved_schedule(2, 4, 2), 4),
         "ZB-H1": (zero_bubble_schedule(4, 4), 4), "Chimera": (chimera_schedule(4, 4), 4)}
 for name, (table, stages) in runs.items():
     ranks = 1 + max(t.rank for tick in table for t in tick)
@@ -163,11 +156,9 @@ for name, (table, stages) in runs.items():
                 for params, _ in results for i, value in params.items())
     measured = max(clocks[-1] for _, clocks in results)
     # the replay: each task's FLOPs (a Linear 2·n·d², a Tanh n·d; B twice F, ZB's B and W one Linear each)
-    n = N // 4
-    per_stage = 8 // stages // 2
+    n, per_stage = N // 4, 8 // stages // 2
     lin, tanh = 2 * n * WIDTH * WIDTH * per_stage, n * WIDTH * per_stage
-    split = name == "ZB-H1"
-    cost = {"F": lin + tanh, "B": lin + 2 * tanh if split else 2 * (lin + tanh), "W": lin}
+    cost = {"F": lin + tanh, "B": lin + 2 * tanh if name == "ZB-H1" else 2 * (lin + tanh), "W": lin}
     predicted = max(e for _, e in replay(table, lambda t, cost=cost: cost[t.kind] / Device().flops).values())
     print(f"{name:<20} on {ranks} ranks: max |Δ parameter| {worst:.1e};  step {measured * 1e9:.3f} ns on the "
           f"clock, {predicted * 1e9:.3f} ns replayed")
@@ -243,9 +234,8 @@ for _ in range(2):                             # backward adds the router losses
     one_opt.step()
 steps, trace = run_traced(switch_steps, 8, device=Device(flops=1e9), link=LinkModel(alpha=1e-6, beta=2e-10))
 assert all(rank_losses == steps[0] for rank_losses in steps)     # the same bits on every rank
-got = steps[0]
-print(f"expert 2 × data 2 × pipeline 2, ZeRO-1: losses {got}, one process {expected}")
-assert np.allclose(got, expected, rtol=1e-12, atol=0)
+print(f"expert 2 × data 2 × pipeline 2, ZeRO-1: losses {steps[0]}, one process {expected}")
+assert np.allclose(steps[0], expected, rtol=1e-12, atol=0)
 print("its Chrome trace (the experts between the F and B tasks; the all-to-alls as sends):",
       trace.save_chrome(figures_dir() / "19_grid_expert_trace.json"))
 
@@ -357,6 +347,7 @@ print("Megatron-LM's README, model FLOPs utilisation at data parallel 1: "
 # %%
 from minidist.plan.check import compare, runnable_layouts  # noqa: E402
 from minidist.plan.check_figure import plot_check  # noqa: E402
+from minidist_course.questions import check_yourself  # noqa: E402
 
 check_spec = ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11)
 switch_spec = ModelSpec(layers=2, d_model=8, heads=2, seq=8, batch=8, vocab=11, d_ff=16, experts=2, top_k=2)
@@ -398,3 +389,12 @@ plt.close(fig)
 # * `interleaved_orders` — `minidist/parallel/pipeline/interleaved.py`: each rank's task order under
 #   Megatron's interleaved 1F1B (warm-up forwards, then one forward and one backward, then the drain).
 #   Check: `python -m pytest --exercise interleaved_orders`.
+
+# %%
+# Check yourself (`python -m minidist exercises questions --lesson 19`): the answers, asserted.
+spec = ModelSpec(layers=40, d_model=5120, heads=40, seq=2048, batch=256, vocab=32000)    # 13B
+top = plan(spec, hardware("a100", 8, 8, memory=40e9), zero=(0, 1), recompute=("none", "selective"))[0].layout
+v3, zero1 = bubble_fraction(interleaved_schedule(4, 8, 3), 4), predict_memory(spec, Layout(dp=8, zero=1))
+same_1f1b = next(m for m in range(1, 99) if bubble_fraction(one_f_one_b_schedule(4, m), 4) <= v3 + 1e-12)
+check_yourself("19", layout_for_13b=(top.name(), f"ZeRO-{top.zero}", top.recompute, zero1["total"] / 1e9),
+               interleaved_bubble=v3, equivalent_micro_batches=same_1f1b)

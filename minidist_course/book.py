@@ -3,12 +3,13 @@
 Each ``lessons/NN_topic.py`` (found by glob, so new lessons join by themselves) is read as a notebook
 (jupytext, percent format), executed in a fresh Python kernel (nbclient) from the repository root, and
 converted to one self-contained HTML page (nbconvert: text, code, printed output, figures embedded) with a
-link to the index and to the previous and next lesson. ``index.html`` lists the lessons with their titles
-and exercises. The site needs no network: maths is typeset into MathML when the book is built
-(``minidist_course.book_maths``), and the pages load no script. A lesson is a script, so its page shows what
-running it prints: the value of a cell's last expression (``Out[]``) is not shown, and the temporary
-folder the figures went to is printed as ``figures``, where a reader's own run puts them. Figures reach
-the page because ``sim.plots`` shows every figure it writes inline when it runs in a kernel; each lesson
+link to the index and to the previous and next lesson; a lesson with check-yourself questions
+(``minidist_course.questions``) ends with them, their answers on ``answers.html``. ``index.html`` lists the
+lessons with their titles and exercises. The site needs no network: maths is typeset into MathML when the book
+is built (``minidist_course.book_maths``), and the pages load no script. A lesson is a script, so its page
+shows what running it prints: the value of a cell's last expression (``Out[]``) is not shown, and the
+temporary folder the figures went to is printed as ``figures``, where a reader's own run puts them. Figures
+reach the page because ``sim.plots`` shows every figure it writes inline when it runs in a kernel; each lesson
 writes its PNGs to a folder of its own (MINIDIST_FIGURES), never to the committed figures/, and the book
 checks that its page holds at least as many images as the lesson wrote. Needs the ``[notebook]`` extra.
 """
@@ -22,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import book_maths
+from . import book_maths, questions
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED_PNG = 'src="data:image/png;base64,'
@@ -125,12 +126,23 @@ def execute(path: Path, figures: Path, timeout: float = 600.0):
     return notebook
 
 
+def end_with_questions(notebook, lesson: str):
+    """The notebook with the lesson's check-yourself questions appended as a Markdown cell (if it has any;
+    their answers are on answers.html)."""
+    check = questions.questions_markdown(lesson)
+    if check:
+        from nbformat.v4 import new_markdown_cell
+
+        notebook.cells.append(new_markdown_cell(check))
+    return notebook
+
+
 def render_lesson(path: Path, figures: Path, nav: str = "", timeout: float = 600.0) -> tuple[str, int]:
     """(the HTML page, how many figures the lesson wrote) after executing the lesson in a kernel."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    notebook = execute(path, figures, timeout)
+    notebook = end_with_questions(execute(path, figures, timeout), path.name[:2])
     formulas: list[tuple[str, bool]] = []
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
@@ -154,7 +166,8 @@ def index_page(rows: list[tuple[Path, str, list[str]]]) -> str:
     for path, name, exercises in rows:
         lines.append(f'<tr><td>{path.name[:2]}</td><td><a href="{path.stem}.html">{html.escape(name)}</a>'
                      f'</td><td>{html.escape(", ".join(exercises))}</td></tr>')
-    return "\n".join(lines + ["</table>", "</body></html>", ""])
+    answers = '<p><a href="answers.html">Check yourself: the answers</a></p>'
+    return "\n".join(lines + ["</table>", answers, "</body></html>", ""])
 
 
 def build_book(out: Path, only: list[str] | None = None, root: Path = ROOT, echo=print) -> list[Path]:
@@ -170,7 +183,7 @@ def build_book(out: Path, only: list[str] | None = None, root: Path = ROOT, echo
     out = Path(out)
     paths = lessons(root, only)
     names = [f"{p.stem}.html" for p in paths]
-    check_output(out, ["index.html", *names])
+    check_output(out, ["index.html", "answers.html", *names])
     out.mkdir(parents=True, exist_ok=True)
     by_lesson: dict[str, list[str]] = {}
     for ex in load_registry(root).values():
@@ -191,4 +204,5 @@ def build_book(out: Path, only: list[str] | None = None, root: Path = ROOT, echo
         rows.append((path, titles[i], by_lesson.get(path.name, [])))
         (bar.write if echo is print else echo)(f"{target}: {written} figures written, {shown} shown")
     (out / "index.html").write_text(index_page(rows))
+    (out / "answers.html").write_text(questions.answers_page([p.name[:2] for p in paths], GENERATOR))
     return pages

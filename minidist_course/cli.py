@@ -8,6 +8,7 @@ from pathlib import Path
 
 from minidist.nn.checks import count_option, seconds_option
 
+from . import questions
 from .catalog import locations, render_markdown
 from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
@@ -268,3 +269,4 @@ def add_parser(sub) -> None:
                          "(tests/exercise_standins.json)")
     st.add_argument("--jobs", type=count_option(1), default=2, help="sessions at a time (default 2)")
     st.set_defaults(func=_reference_only(cmd_standins))
+    questions.add_parser(verbs)

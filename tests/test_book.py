@@ -3,6 +3,7 @@ input refused before anything runs; and (with the [notebook] extra) two lessons 
 hold every figure they wrote and that a real browser (Debian's chromium, where installed) shows offline
 with maths typeset, every image loaded and navigation that leads to pages that exist."""
 
+import html
 import json
 import re
 import subprocess
@@ -129,6 +130,20 @@ def test_a_lesson_page_holds_every_figure_the_lesson_wrote(site):
     assert {p: p.stat().st_mtime_ns for p in committed} == committed     # figures/ left alone
     for page in out.glob("*.html"):
         assert "<script" not in page.read_text()                         # nothing to fetch, nothing to run
+
+
+@pytest.mark.slow
+def test_a_lesson_page_ends_with_its_questions_and_the_answers_page_has_their_answers(site):
+    from minidist_course.questions import QUESTIONS
+
+    out, _ = site
+    page, answers = (out / "05_collectives.html").read_text(), (out / "answers.html").read_text()
+    assert "Check yourself" in page and page.rindex("Check yourself") > page.rindex("Exercises")
+    assert "answers.html#lesson-05" in page and 'id="lesson-05"' in answers
+    for q in QUESTIONS["05"]:
+        assert html.escape(q.why) not in page and html.escape(q.why) in answers
+    assert "Check yourself" not in (out / "02_optimizers.html").read_text()    # lesson 02 has none
+    assert 'href="answers.html"' in (out / "index.html").read_text()
 
 
 # Run in the page once it has loaded: what a reader would see, as JSON in a <pre> that --dump-dom prints.
