@@ -26,8 +26,11 @@ bytes / achieved bandwidth (Williams et al., "Roofline", 2008), so each op says 
     embeddings  gathers of token and position rows (FP32), backward a scatter-add into a zeroed V × d
              FP32 gradient
     optimizer   fused AdamW over FP32 weights: reads weight, gradient, m, v, writes weight, m, v (28 bytes
-             a parameter, per step); autocast casts each weight to BF16 every forward and its gradient
-             back (12 bytes a parameter, per micro-batch)
+             a parameter, per step). The casts as the modelled run does them: 16-bit weights beside FP32
+             masters (Megatron, weights "bf16") cast once per step after the update (read 4, write 2: 6
+             bytes a parameter of the rank's shard); PyTorch autocast over FP32 parameters (weights
+             "autocast") casts each weight to BF16 at every micro-batch's forward and its gradient back
+             to FP32 (12 bytes a parameter, per micro-batch): its parameters are FP32, so it must
 """
 
 from __future__ import annotations
@@ -157,9 +160,12 @@ def embedding_ops(model: ModelSpec, gpu: GPU, micro_batch: int, cp: int = 1,
             by_bytes(gpu, "embedding grads", 12 * d * tokens + 4 * model.vocab * d))
 
 
-def optimizer_ops(gpu: GPU, params: float, sharded_params: float, micro_batches: int) -> tuple[Op, ...]:
-    """Fused AdamW over ``sharded_params`` (28 bytes each), autocast's casts of ``params`` per micro-batch."""
-    return (by_bytes(gpu, "weight casts", 12 * params * micro_batches),
+def optimizer_ops(gpu: GPU, params: float, sharded_params: float, micro_batches: int,
+                  weights: str = "bf16") -> tuple[Op, ...]:
+    """Fused AdamW over ``sharded_params`` (28 bytes each); the casts: of the shard once per step (weights
+    "bf16", 6 bytes each) or of all ``params`` per micro-batch (weights "autocast", 12 bytes each)."""
+    casts = 6 * sharded_params if weights == "bf16" else 12 * params * micro_batches
+    return (by_bytes(gpu, "weight casts", casts),
             by_bytes(gpu, "adamw (fused)", 28 * sharded_params, 18 * sharded_params))
 
 
