@@ -65,3 +65,32 @@ def recompute_option(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"expected among {','.join(RECOMPUTE)} separated by commas, "
                                          f"got {text!r}")
     return parts
+
+
+LAYOUT_KEYS = {"dp": "dp", "ep": "ep", "pp": "pp", "tp": "tp", "cp": "cp", "zero": "zero",
+               "recompute": "recompute", "schedule": "schedule", "chunks": "chunks", "micro-batch": "micro_batch"}
+
+
+def layout_option(text: str) -> dict:
+    """'dp=32,pp=2,tp=2,zero=1,recompute=full' -> the Layout's fields; keys among LAYOUT_KEYS, sizes >= 1."""
+    from minidist.parallel.pipeline.registry import PLANNED
+
+    fields = {}
+    for part in text.split(","):
+        key, _, value = (p.strip() for p in part.partition("="))
+        if key not in LAYOUT_KEYS or not value:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs with KEY among {','.join(LAYOUT_KEYS)}, "
+                                             f"got {part.strip()!r}")
+        if key == "recompute" and value not in RECOMPUTE:
+            raise argparse.ArgumentTypeError(f"recompute= expects one of {','.join(RECOMPUTE)}, got {value!r}")
+        if key == "schedule" and value not in PLANNED:
+            raise argparse.ArgumentTypeError(f"schedule= expects one of {','.join(PLANNED)}, got {value!r}")
+        if key in ("recompute", "schedule"):
+            fields[LAYOUT_KEYS[key]] = value
+            continue
+        lowest = 0 if key == "zero" else 1
+        if not value.isdigit() or not lowest <= int(value) <= (3 if key == "zero" else LARGEST):
+            raise argparse.ArgumentTypeError(f"{key}= expects an integer "
+                                             f"{'0-3' if key == 'zero' else '>= 1'}, got {value!r}")
+        fields[LAYOUT_KEYS[key]] = int(value)
+    return fields

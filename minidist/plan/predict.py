@@ -96,7 +96,7 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     act = lay.micro_batch * model.seq / lay.cp * model.d_model * item        # one micro-batch's activations
     link = {axis: link_of(lay, axis, topo) for axis in ("tp", "cp", "ep", "dp", "pp")}
     ring = allreduce_cost("ring", lay.tp, int(act), link["tp"].alpha, link["tp"].beta).time
-    out["tp"] = 4 * per_stage * M * ring
+    out["tp"] = (4 + 2 * (lay.recompute == "full")) * per_stage * M * ring   # a recomputed forward: 2 more
     kv = 2 * act / lay.tp
     out["cp"] = 3 * (lay.cp - 1) * per_stage * M * (link["cp"].alpha + kv * link["cp"].beta)
     routed = model.top_k * act / lay.tp / lay.ep
@@ -145,7 +145,7 @@ def step_ops(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, 
     lay, gpu, fused = layout, hardware.gpu, hardware.fused
     dense, experts = params_per_rank(model, lay)
     sharded = dense / (lay.dp * lay.ep) + experts / lay.dp if lay.zero >= 1 else dense + experts
-    return {"layer": layer_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused),
+    return {"layer": layer_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused, hardware.attention),
             "head": head_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused),
             "embeddings": embedding_ops(model, gpu, lay.micro_batch, lay.cp, fused),
             "optimizer": optimizer_ops(gpu, dense + experts, sharded, lay.micro_batches(model),

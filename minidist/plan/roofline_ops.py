@@ -14,7 +14,12 @@ bytes / achieved bandwidth (Williams et al., "Roofline", 2008), so each op says 
              last k-step (epilogue: + 2mn / bandwidth). ``mainloop`` is the rate that makes this model give
              the measured 8192³ figure exactly. Forward y = x·W, dX = dy·Wᵀ, dW = xᵀ·dy: three matmuls
     attention FlashAttention-2 at its measured speed (gpus.py), its I/O: q, k, v, o (forward); q, k, v,
-             o, do read, dq (FP32 accumulator), dk, dv written (backward)
+             o, do read, dq (FP32 accumulator), dk, dv written (backward). ``attention="eager"`` (no
+             FlashAttention: PyTorch's math path, Megatron-LM before 2022): QKᵀ and PV as batched matmuls
+             over the full s × s scores (the mask saves nothing) at the matmul rate, then the scores in HBM:
+             per score 13 bytes forward (QKᵀ writes 2, the fused scale-mask-softmax reads and writes 4,
+             dropout 5 with its mask, PV reads 2), 19 backward (dP 2, P for dV 2, dropout 5, softmax 6,
+             dS read twice 4)
     elementwise  by bytes: the residual stream in FP32 (4d bytes a token), what a matmul reads or writes
              in BF16 (2d; 2f for the MLP's hidden), under PyTorch autocast with bias-free-of-charge
              matmuls (bias in cuBLAS's epilogue). ``fused`` (torch.compile) joins each residual add with
@@ -93,11 +98,17 @@ def by_bytes(gpu: GPU, name: str, nbytes: float, flops: float = 0.0, kernels: in
     return Op(name, flops, nbytes, nbytes / gpu.copy + kernels * LAUNCH, "memory")
 
 
-def attention(gpu: GPU, batch: int, seq: int, heads: int, head_dim: int, queries: int) -> list[Op]:
-    """Causal FlashAttention-2 of ``heads`` heads over sequences of seq, for ``queries`` of them per
-    sequence (seq / cp with context parallelism): forward and backward."""
+def attention(gpu: GPU, batch: int, seq: int, heads: int, head_dim: int, queries: int,
+              kernel: str = "flash") -> list[Op]:
+    """Causal FlashAttention-2 (or eager attention) of ``heads`` heads over sequences of seq, for
+    ``queries`` of them per sequence (seq / cp with context parallelism): forward and backward."""
     forward = 4 * batch * heads * seq * queries * head_dim / 2
     tensor = 2 * batch * queries * heads * head_dim                      # one of q, k, v, o in BF16
+    if kernel == "eager":
+        scores = batch * heads * queries * seq
+        return [Op(label, 2 * k * forward, per * scores + 4 * tensor,
+                   2 * k * forward / gpu.matmul + (per * scores + 4 * tensor) / gpu.copy + 4 * LAUNCH, "memory")
+                for label, k, per in (("attention (eager) fwd", 1, 13), ("attention (eager) bwd", 2, 19))]
     ops = []
     for label, flops, nbytes, backward in (("attention fwd", forward, 4 * tensor, False),
                                            ("attention bwd", 2.5 * forward, 8 * tensor + 4 * tensor, True)):
@@ -119,7 +130,7 @@ def elementwise(d: int, f: int, fused: bool) -> list[tuple[str, float, float]]:
 
 @lru_cache(maxsize=4096)   # the planner asks again for every layout of the same shapes
 def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int = 1,
-              fused: bool = True) -> tuple[Op, ...]:
+              fused: bool = True, attention_kernel: str = "flash") -> tuple[Op, ...]:
     """One transformer block, forward and backward, on one rank: micro_batch sequences, its tp share of
     heads and widths (and of the elementwise tokens: sequence parallelism), its cp share of the tokens."""
     d, f, s = model.d_model, model.ff, model.seq // cp
@@ -130,7 +141,7 @@ def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int
                              ("fc1", f // tp, d, routed), ("fc2", d, f // tp, routed)):
         ops += [matmul(gpu, f"{name} fwd", rows, n, k), matmul(gpu, f"{name} dX", rows, k, n),
                 matmul(gpu, f"{name} dW", k, n, rows)]
-    ops += attention(gpu, micro_batch, model.seq, model.heads // tp, d // model.heads, s)
+    ops += attention(gpu, micro_batch, model.seq, model.heads // tp, d // model.heads, s, attention_kernel)
     for name, forward, backward in elementwise(d, f * (model.top_k if model.moe else 1), fused):
         if forward:
             ops.append(by_bytes(gpu, f"{name} fwd", forward * tokens / tp))
