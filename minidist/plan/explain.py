@@ -10,8 +10,8 @@ the data sheet's peak is from the total; beside it, the memory per rank at the s
 from __future__ import annotations
 
 from .layouts import Layout
-from .model import ModelSpec
 from .memory import peak_breakdown, predict_memory
+from .model import ModelSpec
 from .predict import Hardware, step_compute, step_ops
 from .roofline_ops import Op
 

@@ -67,8 +67,8 @@ def recompute_option(text: str) -> tuple[str, ...]:
     return parts
 
 
-LAYOUT_KEYS = {"dp": "dp", "ep": "ep", "pp": "pp", "tp": "tp", "cp": "cp", "zero": "zero",
-               "recompute": "recompute", "schedule": "schedule", "chunks": "chunks", "micro-batch": "micro_batch"}
+LAYOUT_KEYS = {**{k: k for k in ("dp", "ep", "pp", "tp", "cp", "zero", "recompute", "schedule", "chunks")},
+               "micro-batch": "micro_batch"}
 
 
 def layout_option(text: str) -> dict:
@@ -79,10 +79,11 @@ def layout_option(text: str) -> dict:
     for part in text.split(","):
         key, _, value = (p.strip() for p in part.partition("="))
         if key not in LAYOUT_KEYS or not value:
-            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs with KEY among {','.join(LAYOUT_KEYS)}, "
-                                             f"got {part.strip()!r}")
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs, KEY among {','.join(LAYOUT_KEYS)}"
+                                             f", got {part.strip()!r}")
         if key == "recompute" and value not in RECOMPUTE:
-            raise argparse.ArgumentTypeError(f"recompute= expects one of {','.join(RECOMPUTE)}, got {value!r}")
+            raise argparse.ArgumentTypeError(f"recompute= expects one of {','.join(RECOMPUTE)}, "
+                                             f"got {value!r}")
         if key == "schedule" and value not in PLANNED:
             raise argparse.ArgumentTypeError(f"schedule= expects one of {','.join(PLANNED)}, got {value!r}")
         if key in ("recompute", "schedule"):

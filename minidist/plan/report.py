@@ -14,9 +14,8 @@ modes differ), the prediction the tests check against runs; ``--measure`` runs e
 from __future__ import annotations
 
 import argparse
-import sys
-
 import json
+import sys
 
 from minidist.cluster import Device, LinkModel
 from minidist.nn.checks import count_option
@@ -64,11 +63,12 @@ def plan(model: ModelSpec, hw: Hardware, layouts: list[Layout] | None = None, **
     return ranked + excluded
 
 
-LEGEND = """M: micro-batches per step on one pipeline (batch / (dp·ep·micro-batch)). Memory: bytes per rank at the
-step's peak moment (total; the loss's or the optimizer's, the larger), params/grads/optim the states held then,
-activ the activations and the loss's logits. comm: the communication's exposed seconds (only ZeRO-3's
-gathers overlap compute; the rest is counted whole). tok/s and TFLOP/s per GPU: Narayanan's model FLOPs
-without recomputation's extra pass (72·B·s·l·h²(...), throughput.py); MFU: that over the data sheet's peak."""
+LEGEND = """M: micro-batches per step on one pipeline (batch / (dp·ep·micro-batch)). Memory: bytes per rank
+at the step's peak moment (total: the loss's or the optimizer's, the larger), params/grads/optim the states,
+activ the activations and the loss's logits held then. comm: the communication's exposed seconds (only
+ZeRO-3's gathers overlap compute; the rest is counted whole). tok/s and TFLOP/s per GPU: Narayanan's model
+FLOPs without recomputation's extra pass (72·B·s·l·h²(...), throughput.py); MFU: that over the data sheet's
+peak."""
 
 
 def metrics(model: ModelSpec, p: Prediction, hw: Hardware) -> dict[str, float]:
@@ -78,7 +78,8 @@ def metrics(model: ModelSpec, p: Prediction, hw: Hardware) -> dict[str, float]:
             "data_bytes_per_rank": data_bytes(model, p.layout, hw.precision)}
 
 
-def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10, hw: Hardware | None = None) -> str:
+def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10,
+                hw: Hardware | None = None) -> str:
     """The table: the best ``top`` layouts (with hw: tokens/s, TFLOP/s per GPU and MFU too), a legend, then
     how many were excluded and a few reasons of each kind."""
     runnable = [p for p in predictions if p.excluded is None]
@@ -97,7 +98,8 @@ def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10, 
         held = m["activations"] + m["logits"] if m["loss moment"] >= m["optimizer moment"] else 0.0
         row = (f"{lay.name():<22}{lay.zero:>5} {lay.recompute:<10}{lay.micro_batches(model):>5}"
                + "".join(f"{v / mem_size:>{w}.2f}" for v, w in ((m["parameters"], 9), (m["gradients"], 8),
-                                                                (m["optimizer"], 8), (held, 8), (m["total"], 10)))
+                                                                (m["optimizer"], 8), (held, 8),
+                                                                (m["total"], 10)))
                + "".join(f"{v / time_size:>{w}.3f}" for v, w in ((t["compute"], 9), (t["bubble"], 8),
                                                                  (comm, 8), (t["total"], 9))))
         if hw:

@@ -106,8 +106,8 @@ def attention(gpu: GPU, batch: int, seq: int, heads: int, head_dim: int, queries
     tensor = 2 * batch * queries * heads * head_dim                      # one of q, k, v, o in BF16
     if kernel == "eager":
         scores = batch * heads * queries * seq
-        return [Op(label, 2 * k * forward, per * scores + 4 * tensor,
-                   2 * k * forward / gpu.matmul + (per * scores + 4 * tensor) / gpu.copy + 4 * LAUNCH, "memory")
+        return [Op(label, 2 * k * forward, per * scores + 4 * tensor, 2 * k * forward / gpu.matmul
+                   + (per * scores + 4 * tensor) / gpu.copy + 4 * LAUNCH, "memory")
                 for label, k, per in (("attention (eager) fwd", 1, 13), ("attention (eager) bwd", 2, 19))]
     ops = []
     for label, flops, nbytes, backward in (("attention fwd", forward, 4 * tensor, False),

@@ -1,7 +1,7 @@
 """Published training runs (minidist/plan/published.py): the numbers transcribed agree with one another, what
 is derived follows its formula, what a source does not state cannot be derived, and the planner's answers
 relate to them as lesson 19 claims (on 64 A100s somewhat above the published throughput, by less than 1.6×;
-NeMo's layouts fit 80 GB only with a sharded optimizer, and without FlashAttention also selective recomputation)."""
+NeMo's layouts fit 80 GB only with a sharded optimizer, without FlashAttention also selective recompute)."""
 
 from dataclasses import replace
 
@@ -60,8 +60,9 @@ def test_plan_nemo_layouts_fit_80_gb_only_sharded_and_recomputed(name, model):
     for attention in ("eager", "flash"):
         memory = {}
         for zero, recompute in ((0, "none"), (1, "none"), (0, "selective"), (1, "selective")):
-            lay = Layout(dp=run.gpus // (run.tp * run.pp), pp=run.pp, tp=run.tp, zero=zero, recompute=recompute,
-                         schedule="interleaved" if run.virtual_stages else "1f1b", chunks=run.virtual_stages or 2)
+            lay = Layout(dp=run.gpus // (run.tp * run.pp), pp=run.pp, tp=run.tp, zero=zero,
+                         recompute=recompute, schedule="interleaved" if run.virtual_stages else "1f1b",
+                         chunks=run.virtual_stages or 2)
             memory[zero, recompute] = predict_memory(model, lay, attention=attention)["total"]
         fits[attention] = [key for key, total in memory.items() if total <= 80e9]
     assert fits == {"eager": [(1, "selective")], "flash": [(1, "none"), (1, "selective")]}
