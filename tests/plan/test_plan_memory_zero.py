@@ -7,11 +7,16 @@ micro-batch; torch.cuda.max_memory_allocated over 10 steps after 3 warm-ups."""
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.__main__ import main
+from minidist.cluster import run
+from minidist.nn import GPT, CrossEntropyLoss
+from minidist.optim import Adam
+from minidist.parallel.data.zero import ZeRO
 from minidist.plan import Layout, ModelSpec, hardware, plan, predict_memory
 from minidist.plan.layouts import check_layout
 from minidist.plan.megatron import predicted_tflops
@@ -60,6 +65,24 @@ def test_zero3_sends_1_5_times_zero1_and_stages_1_2_the_all_reduce(dp, tp, stage
     plain, zero = (data_bytes(model, Layout(dp=dp, tp=tp, zero=z)) for z in (0, stage))
     assert zero == plain == pytest.approx(2 * (dp - 1) / dp * 2 * (model.total_params() / tp))
     assert data_bytes(model, Layout(dp=dp, tp=tp, zero=3)) == pytest.approx(1.5 * zero)
+
+
+def zero_step_bytes(comm, stage: int) -> int:
+    """Bytes this rank sends in one step of minidist's ZeRO (float32) on a tiny GPT."""
+    gpt = GPT(12, 8, 2, 16, 4, rng=np.random.default_rng(0))
+    zero = ZeRO(comm, gpt, lambda shards: Adam(shards), CrossEntropyLoss(), stage=stage)
+    rng = np.random.default_rng(1)
+    before = comm.stats.bytes_sent
+    zero.train_step(rng.integers(0, 12, size=(4, 8)), rng.integers(0, 12, size=(4, 8)))
+    return comm.stats.bytes_sent - before
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_zero_bytes_equal_the_simulated_clusters_for_every_stage(ranks):
+    spec = ModelSpec(layers=2, d_model=16, heads=4, seq=8, batch=8, vocab=12)
+    for stage in (1, 2, 3):
+        sent = run(zero_step_bytes, ranks, stage)
+        assert sent == [data_bytes(spec, Layout(dp=ranks, zero=stage), "fp32")] * ranks, stage
 
 
 def test_zero3_costs_more_than_zero1_unless_its_gathers_hide_and_pipelines_are_refused():
