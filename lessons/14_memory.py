@@ -323,9 +323,9 @@ for stage in (0, 1, 2, 3):
     lay = PlanLayout(dp=64, zero=stage)
     flash, eager = predict_memory(gpt7b, lay), predict_memory(gpt7b, lay, attention="eager")
     (moment, total), *parts = peak_breakdown(flash, micro_batches=lay.micro_batches(gpt7b))
-    print(f"ZeRO-{stage}: peak {total / 1e9:5.1f} GB at the {moment} (" + ", ".join(
-          f"{k} {v / 1e9:.1f}" for k, v in parts if v) + f"); eager attention {eager['total'] / 1e9:5.1f} GB; "
-          f"sent {data_bytes(gpt7b, lay) / 1e9:5.1f} GB a step")
+    held = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in parts if v)
+    print(f"ZeRO-{stage}: peak {total / 1e9:5.1f} GB at the {moment} ({held}); eager attention "
+          f"{eager['total'] / 1e9:5.1f} GB; sent {data_bytes(gpt7b, lay) / 1e9:5.1f} GB a step")
     assert eager["total"] - flash["total"] > 32 * 5 * 32 * 4096 ** 2 * 0.99   # the scores of 32 layers
 sent = {stage: data_bytes(gpt7b, PlanLayout(dp=64, zero=stage)) for stage in (1, 2, 3)}
 assert sent[1] == sent[2] and sent[3] == 1.5 * sent[1]
