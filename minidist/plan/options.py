@@ -7,6 +7,8 @@ argparse's one-line usage error naming the option (exit status 2), never a trace
                           80GiB (2**30 bytes), 512MB, 512MiB; finite and > 0
     zero_option           ZeRO stages as a comma list among 0, 1, 2, 3 ("0,1")
     recompute_option      recomputation choices as a comma list among none, selective, full
+    layout_option         one layout as KEY=VALUE pairs ("dp=32,pp=2,tp=2,zero=1,recompute=full"): keys dp,
+                          ep, pp, tp, cp, zero, recompute, schedule, chunks, micro-batch
 """
 
 from __future__ import annotations

@@ -31,8 +31,9 @@ from .presets import PRESETS, hardware  # noqa: F401  (hardware: the package's a
 from .throughput import throughput
 from .units import BYTES, SECONDS, format_bytes, unit  # noqa: F401  (format_bytes: the tables' and callers')
 
-MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: 16 bytes per parameter in mixed
-precision with Adam, Korthikanti's 16-bit activations, every op of a step on the GPU's achieved roofs
+MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: memory at the step's peak moment (16
+bytes per parameter in mixed precision with Adam, FlashAttention's activations or --attention eager's, the
+loss's logits; --weights), every op of a step on the GPU's achieved roofs
 (matmuls with tile and wave quantization, FlashAttention-2's measured speed, the elementwise passes,
 cross-entropy and AdamW by their bytes; --fused as torch.compile, --eager as PyTorch eager; --explain
 shows them), the bubble's closed form, the alpha-beta model per link level (--hardware, --topology,
