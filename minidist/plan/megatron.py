@@ -7,6 +7,10 @@ attention (``fused=False, attention="eager"``: FlashAttention came in 2022); the
 schedule and micro-batch 1 (the table gives neither; these are assumptions, not the paper's statement),
 data parallel over the rest, ZeRO 0. Nothing here was tuned on the rows.
 
+What it gives (planner / published TFLOP/s per GPU): 0.95 0.97 1.00 1.08 1.17 1.21 1.15 1.15 1.12 1.13 for
+1.7B ... 1T: eight rows within 15%, 39.1B and 76.1B above (the planner is optimistic where a pipeline of
+2-4 stages meets tensor parallelism of 8; the interleaved schedule would widen the gap by 2-4%).
+
     python -m minidist.plan.megatron      prints all ten rows: predicted and published TFLOP/s per GPU
 """
 

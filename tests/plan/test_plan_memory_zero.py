@@ -144,12 +144,3 @@ def test_bad_layout_is_one_line_exit_2(value, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) >= 1 and "error:" in err[-1] and "--layout" in err[-1]
 
-
-def test_every_plan_option_has_a_help_line():
-    import argparse
-
-    from minidist.plan.report import add_parser
-    sub = argparse.ArgumentParser().add_subparsers()
-    add_parser(sub)
-    actions = [a for a in sub.choices["plan"]._actions if a.option_strings and a.dest != "help"]
-    assert actions and all(a.help and a.help.strip() for a in actions)
