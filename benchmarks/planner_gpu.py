@@ -7,8 +7,10 @@ Exactly as issue 44 measured (benchmarks/planner_gpu.md): bf16 autocast, scaled_
 micro-batch of B sequences, the mean of ``steps`` steps after ``warmup`` warm-ups (torch.cuda.synchronize
 around them), eager and torch.compile. The prediction: ``python -m minidist plan ... --devices 1
 --hardware h100 --micro-batch B`` (``--eager`` for the eager column), whose H100 figures are only right
-on an H100. ``--shapes all`` adds shapes the planner was not tuned on (other L, d, T, B, V). Without
-CUDA (or without torch) it prints why and exits 0.
+on an H100. Each run also records its peak memory (torch.cuda.max_memory_allocated over the timed steps,
+reset after the warm-ups) beside the planner's peak (plan/memory.py, weights "autocast": this model's FP32
+parameters under autocast). ``--shapes all`` adds shapes the planner was not tuned on (other L, d, T, B,
+V). Without CUDA (or without torch) it prints why and exits 0.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import argparse
 import sys
 import time
 
-from minidist.plan import Layout, ModelSpec, hardware
+from minidist.plan import Layout, ModelSpec, hardware, predict_memory
 from minidist.plan.predict import predict_time
 
 # (layers, d_model, heads, seq, batch, vocab); the first two are the issue's table
@@ -61,8 +63,8 @@ def gpt(torch, L: int, d: int, heads: int, T: int, V: int):
     return GPT()
 
 
-def time_step(torch, shape, compiled: bool, steps: int, warmup: int) -> float:
-    """Mean milliseconds of one training step."""
+def time_step(torch, shape, compiled: bool, steps: int, warmup: int) -> tuple[float, float]:
+    """Mean milliseconds of one training step, and the peak GB allocated during the timed steps."""
     L, d, heads, T, B, V = shape
     model = gpt(torch, L, d, heads, T, V).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -80,17 +82,23 @@ def time_step(torch, shape, compiled: bool, steps: int, warmup: int) -> float:
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps * 1e3
+    return (time.perf_counter() - start) / steps * 1e3, torch.cuda.max_memory_allocated() / 1e9
 
 
 def predicted_ms(shape, fused: bool) -> float:
     model = ModelSpec(*shape)
-    hw = hardware("h100", 1, 1, fused=fused)
+    hw = hardware("h100", 1, 1, fused=fused, weights="autocast")      # FP32 parameters under autocast
     return predict_time(model, Layout(micro_batch=model.batch), hw)["total"] * 1e3
+
+
+def predicted_gb(shape) -> float:
+    model = ModelSpec(*shape)
+    return predict_memory(model, Layout(micro_batch=model.batch), weights="autocast")["total"] / 1e9
 
 
 def main(argv=None) -> int:
@@ -109,14 +117,15 @@ def main(argv=None) -> int:
         return 0
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; predictions for an H100 SXM 80GB")
     print(f"{'L':>3}{'d':>6}{'T':>6}{'B':>4}{'V':>7}  {'eager ms':>9}{'pred':>8}{'ratio':>7}  "
-          f"{'compile ms':>10}{'pred':>8}{'ratio':>7}")
+          f"{'compile ms':>10}{'pred':>8}{'ratio':>7}  {'peak GB eager':>13}{'compile':>8}{'pred':>7}")
     for shape in ISSUE + (MORE if args.shapes == "all" else []):
         L, d, _, T, B, V = shape
-        eager = time_step(torch, shape, False, args.steps, args.warmup)
-        compiled = time_step(torch, shape, True, args.steps, args.warmup)
+        eager, eager_gb = time_step(torch, shape, False, args.steps, args.warmup)
+        compiled, compiled_gb = time_step(torch, shape, True, args.steps, args.warmup)
         pe, pc = predicted_ms(shape, False), predicted_ms(shape, True)
         print(f"{L:>3}{d:>6}{T:>6}{B:>4}{V:>7}  {eager:>9.2f}{pe:>8.2f}{pe / eager:>7.2f}  "
-              f"{compiled:>10.2f}{pc:>8.2f}{pc / compiled:>7.2f}", flush=True)
+              f"{compiled:>10.2f}{pc:>8.2f}{pc / compiled:>7.2f}  {eager_gb:>13.2f}{compiled_gb:>8.2f}"
+              f"{predicted_gb(shape):>7.2f}", flush=True)
         torch.cuda.empty_cache()
     return 0
 

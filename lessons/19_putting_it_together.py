@@ -242,18 +242,18 @@ print("its Chrome trace (the experts between the F and B tasks; the all-to-alls 
 # %% [markdown]
 # ## 4. The planner
 #
-# `minidist.plan` enumerates every layout dp · ep · pp · tp · cp = D (with ZeRO-1 and full recomputation
-# as options), sets aside what does not divide (heads by tp, layers by pp, ...) and what does not fit, and
-# ranks the rest by predicted step time. Memory per rank: 16 bytes per parameter in mixed precision with
-# Adam (2 + 2 + 12, the ZeRO paper), divided as ZeRO shards them, plus Korthikanti's activations for the
-# micro-batches the schedule keeps in flight. Time: every op on the GPU's achieved roofs (lesson 21's
-# `--explain`), the bubble, and each group's collectives on the link it crosses (tensor innermost).
-#
-# First a laptop-sized model on 8 devices (two nodes of four V100s):
+# `minidist.plan` enumerates every layout dp · ep · pp · tp · cp = D (ZeRO stages and no, selective or full
+# recomputation as options), sets aside what does not divide (heads by tp, layers by pp, ...), what
+# parallelize refuses and what does not fit, and ranks the rest by predicted step time. Memory per rank at
+# the step's peak moment: 16 bytes per parameter (2 + 2 + 12, the ZeRO paper) as ZeRO shards them, the
+# activations (FlashAttention's) in flight and the loss's logits (lesson 14). Time: every op on the GPU's
+# achieved roofs (lesson 21), the bubble, each group's collectives on its link. First a laptop-sized model
+# on two V100 nodes of 4; the last columns, tokens/s and model TFLOP/s per GPU and MFU, are under the table:
 
 # %%
 small = ModelSpec(layers=4, d_model=256, heads=8, seq=256, batch=32, vocab=4096)
-print(format_plan(small, plan(small, hardware("v100", 8, 4)), top=6))
+v100s = hardware("v100", 8, 4)
+print(format_plan(small, plan(small, v100s), top=6, hw=v100s))
 
 # %% [markdown]
 # Then real sizes, on A100 nodes of 8: Llama-2's 7B and 70B shapes (32 layers, d = 4096, 32 heads; 80

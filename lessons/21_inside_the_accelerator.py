@@ -286,14 +286,16 @@ assert abs(acc_int8 - acc_fp32) <= 0.01 and 4 * int8_values == as_fp32 and as_fp
 
 # %%
 from minidist.plan import Layout, ModelSpec, hardware  # noqa: E402
-from minidist.plan.explain import format_explain  # noqa: E402
-from minidist.plan.predict import step_compute, step_ops  # noqa: E402
+from minidist.plan.explain import format_explain, format_memory  # noqa: E402
+from minidist.plan.predict import predict_memory, step_compute, step_ops  # noqa: E402
 
 gpt2 = ModelSpec(layers=12, d_model=768, heads=12, seq=1024, batch=16, vocab=50304)
 one_step = Layout(micro_batch=16)
-print(format_explain(gpt2, one_step, hardware("h100", 1, 1)))
-fused, eager = (step_compute(gpt2, one_step, hardware("h100", 1, 1, fused=f))["total"] for f in (True, False))
-ops = step_ops(gpt2, one_step, hardware("h100", 1, 1))
+measured_run = hardware("h100", 1, 1, weights="autocast")   # the measured run: FP32 parameters, autocast
+print(format_explain(gpt2, one_step, measured_run))
+fused, eager = (step_compute(gpt2, one_step, hardware("h100", 1, 1, fused=f, weights="autocast"))["total"]
+                for f in (True, False))
+ops = step_ops(gpt2, one_step, measured_run)
 flops = 12 * sum(op.flops for op in ops["layer"]) + sum(op.flops for op in ops["head"])
 measured = {"torch.compile": 42.19e-3, "eager": 51.22e-3}   # one H100 80GB, PyTorch 2.11 (planner_gpu.md)
 print(f"predicted {fused * 1e3:.1f} ms fused, {eager * 1e3:.1f} ms eager; measured 42.19 and 51.22 ms")
@@ -301,6 +303,24 @@ assert fused > 2.5 * flops / 989e12 and abs(fused / measured["torch.compile"] - 
 assert abs(eager / measured["eager"] - 1) < 0.2
 assert {op.roof for op in ops["layer"] if op.flops and "attention" not in op.name} == {"compute"}
 assert all(op.roof == "memory" for op in ops["layer"] if op.flops == 0)
+
+# %% [markdown]
+# The same step's memory, at its peak moment (`minidist/plan/memory.py`): the allocator's high-water mark is
+# the largest moment of the step, here the loss of the last micro-batch, when every layer's activations,
+# the weights' 16-bit copies and the loss's tensors at the vocabulary's size (16-bit logits, cross-entropy's
+# FP32 copy and its log-probabilities: 10 bytes a logit) are all alive; the optimizer's moment holds only
+# the 16 bytes a parameter. FlashAttention never writes the T × T scores: eager attention would keep
+# Korthikanti's 5·a·T² bytes a sequence per layer as well. The same H100 held 16.05 GB (issue 54).
+
+# %%
+flash_mem = predict_memory(gpt2, one_step, weights="autocast")
+eager_mem = predict_memory(gpt2, one_step, attention="eager", weights="autocast")
+print(format_memory(gpt2, one_step, measured_run, flash_mem))
+print(format_memory(gpt2, one_step, hardware("h100", 1, 1, attention="eager", weights="autocast"), eager_mem))
+saved = eager_mem["total"] - flash_mem["total"]
+print(f"FlashAttention saves {saved / 1e9:.2f} GB of scores; measured peak 16.05 GB")
+assert abs(flash_mem["total"] / 16.05e9 - 1) < 0.10 and flash_mem["logits"] > flash_mem["activations"]
+assert abs(saved - 12 * (5 * 12 * 1024 * 1024 * 16 - 4 * 12 * 1024 * 16)) < 1    # 12 layers' scores
 
 # %% [markdown]
 # **What to remember.** A systolic array gets its 92 T ops/s only when many rows stream through a tile

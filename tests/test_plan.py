@@ -31,10 +31,13 @@ def test_plan_activations_are_korthikantis():
     big = ModelSpec(layers=1, d_model=1024, heads=16, seq=2048, batch=1)
     for t in (1, 2, 8):
         paper = korthikanti_bytes(2048, 1, 1024, 16, t, True)
-        assert big.activation_bytes(1, t, 1, "none") == pytest.approx(paper)
-    assert big.activation_bytes(1, 2, 1, "selective") == pytest.approx(2048 * 1024 * 34 / 2)
+        assert big.activation_bytes(1, t, 1, "none", "eager") == pytest.approx(paper)
+        flash = big.activation_bytes(1, t, 1, "none")                 # no s² scores, the FP32 log-sum-exp
+        assert flash == pytest.approx((2048 * 1024 * 34 + 4 * 16 * 2048) / t)
+    assert big.activation_bytes(1, 2, 1, "selective", "eager") == pytest.approx(2048 * 1024 * 34 / 2)
     assert big.activation_bytes(1, 2, 1, "full") == pytest.approx(2 * 2048 * 1024 / 2)
-    assert big.activation_bytes(1, 1, 4, "selective") == pytest.approx(512 * 1024 * 34)   # context: s / c
+    assert big.activation_bytes(1, 1, 4, "selective", "eager") == pytest.approx(512 * 1024 * 34)  # s / c
+    assert big.activation_bytes(1, 2, 1, "selective") == big.activation_bytes(1, 2, 1, "none")  # flash: same
 
 
 def test_plan_memory_follows_zero():

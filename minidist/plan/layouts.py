@@ -5,7 +5,9 @@ order): tensor, then context, expert, data, pipeline — so the chattiest group 
 layer) is the one most likely to stay inside a node. The batch is split over dp · ep (the expert axis is
 data parallel for everything but the experts, which it shards: the Switch slide's "expert + data" layout).
 
-``check_layout`` says why a layout cannot run ("does not divide"); the planner adds "does not fit".
+``check_layout`` says why a layout cannot run ("does not divide", or "refused by parallelize": ZeRO-2/3 with
+a pipeline axis, which minidist's parallelize refuses as DeepSpeed does); the planner adds "does not fit".
+Refused layouts are kept and marked, not left out.
 """
 
 from __future__ import annotations
@@ -94,7 +96,12 @@ def check_layout(model: ModelSpec, layout: Layout) -> str | None:
         M = lay.micro_batches(m) if m.batch % (lay.dp * lay.ep * lay.micro_batch) == 0 else 0
         rules.append((M >= lay.pp, f"ZB-H1 needs M {M} >= pp {lay.pp}"))
     failed = [reason for ok, reason in rules if not ok]
-    return "does not divide: " + ", ".join(failed) if failed else None
+    if failed:
+        return "does not divide: " + ", ".join(failed)
+    if lay.zero >= 2 and lay.pp > 1:      # minidist/parallel/compose/refusals.py: as DeepSpeed
+        return (f"refused by parallelize: ZeRO-{lay.zero} runs without a pipeline axis (a stage accumulates "
+                "its micro-batches' gradients)")
+    return None
 
 
 def divisors(n: int) -> list[int]:
@@ -103,7 +110,7 @@ def divisors(n: int) -> list[int]:
     return small + [n // k for k in reversed(small) if k * k != n]
 
 
-def enumerate_layouts(model: ModelSpec, devices: int, *, zero=(0, 1), recompute=("none", "full"),
+def enumerate_layouts(model: ModelSpec, devices: int, *, zero=(0, 1), recompute=RECOMPUTE,
                       schedule: str = "1f1b", chunks: int = 2, micro_batch: int = 1) -> list[Layout]:
     """Every layout with dp · ep · pp · tp · cp = devices (ep > 1 only for an MoE model), for each ZeRO
     stage and recomputation given; ZeRO > 0 only with a data group."""

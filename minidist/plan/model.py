@@ -10,8 +10,10 @@ T sequence, E experts (0: dense) with top-k routing.
                    (k experts' MLPs of E), training = forward + 2 × forward
     activations    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
                    bytes per layer and micro-batch of b sequences at 16 bits, s = T/c tokens per rank,
-                   tensor and sequence parallel over t:  s·b·d·(34/t + 5·a·s/(d·t))
-                   selective recomputation drops the 5·a·s/d term (the attention matrices), full
+                   tensor and sequence parallel over t:  s·b·d·(34/t + 5·a·s/(d·t)) with attention "eager"
+                   (the scores, softmax and its dropout mask kept); FlashAttention ("flash", the default)
+                   keeps only its output (among the 34) and the FP32 log-sum-exp, 4·a·s·b/t, never the s²
+                   scores; selective recomputation drops the 5·a·s/d term (the same as flash), full
                    recomputation keeps only the layer's input, 2·s·b·d/t
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "eager")
 
 
 def check_int(name: str, value, minimum: int = 1) -> None:
@@ -93,14 +96,20 @@ class ModelSpec:
         active = self.layers * (4 * d * d + experts_used * 2 * d * self.ff) + self.vocab * d
         return 6 * active + 12 * self.layers * self.seq * self.d_model
 
-    def activation_bytes(self, micro_batch: int, tensor: int, context: int, recompute: str) -> float:
+    def activation_bytes(self, micro_batch: int, tensor: int, context: int, recompute: str,
+                         attention: str = "flash") -> float:
         """Korthikanti's bytes per layer per micro-batch at 16 bits (tensor + sequence parallel over t,
-        the sequence split over c); an MoE layer's MLP part (19·s·b·d of the 34) counts k times."""
+        the sequence split over c), the s² term only for eager attention (flash: its log-sum-exp); an MoE
+        layer's MLP part (19·s·b·d of the 34) counts k times."""
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         s, b, d, a, t = self.seq / context, micro_batch, self.d_model, self.heads, tensor
         if recompute == "full":
             return 2 * s * b * d / t
         per_token = 15 + 19 * (self.top_k if self.moe else 1)
-        attention = 0.0 if recompute == "selective" else 5 * a * s / d
-        return s * b * d * (per_token + attention) / t
+        if attention == "flash":
+            return (s * b * d * per_token + 4 * a * s * b) / t
+        scores = 0.0 if recompute == "selective" else 5 * a * s / d
+        return s * b * d * (per_token + scores) / t

@@ -7,6 +7,8 @@ argparse's one-line usage error naming the option (exit status 2), never a trace
                           80GiB (2**30 bytes), 512MB, 512MiB; finite and > 0
     zero_option           ZeRO stages as a comma list among 0, 1, 2, 3 ("0,1")
     recompute_option      recomputation choices as a comma list among none, selective, full
+    layout_option         one layout as KEY=VALUE pairs ("dp=32,pp=2,tp=2,zero=1,recompute=full"): keys dp,
+                          ep, pp, tp, cp, zero, recompute, schedule, chunks, micro-batch
 """
 
 from __future__ import annotations
@@ -65,3 +67,33 @@ def recompute_option(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"expected among {','.join(RECOMPUTE)} separated by commas, "
                                          f"got {text!r}")
     return parts
+
+
+LAYOUT_KEYS = {**{k: k for k in ("dp", "ep", "pp", "tp", "cp", "zero", "recompute", "schedule", "chunks")},
+               "micro-batch": "micro_batch"}
+
+
+def layout_option(text: str) -> dict:
+    """'dp=32,pp=2,tp=2,zero=1,recompute=full' -> the Layout's fields; keys among LAYOUT_KEYS, sizes >= 1."""
+    from minidist.parallel.pipeline.registry import PLANNED
+
+    fields = {}
+    for part in text.split(","):
+        key, _, value = (p.strip() for p in part.partition("="))
+        if key not in LAYOUT_KEYS or not value:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs, KEY among {','.join(LAYOUT_KEYS)}"
+                                             f", got {part.strip()!r}")
+        if key == "recompute" and value not in RECOMPUTE:
+            raise argparse.ArgumentTypeError(f"recompute= expects one of {','.join(RECOMPUTE)}, "
+                                             f"got {value!r}")
+        if key == "schedule" and value not in PLANNED:
+            raise argparse.ArgumentTypeError(f"schedule= expects one of {','.join(PLANNED)}, got {value!r}")
+        if key in ("recompute", "schedule"):
+            fields[LAYOUT_KEYS[key]] = value
+            continue
+        lowest = 0 if key == "zero" else 1
+        if not value.isdigit() or not lowest <= int(value) <= (3 if key == "zero" else LARGEST):
+            raise argparse.ArgumentTypeError(f"{key}= expects an integer "
+                                             f"{'0-3' if key == 'zero' else '>= 1'}, got {value!r}")
+        fields[LAYOUT_KEYS[key]] = int(value)
+    return fields

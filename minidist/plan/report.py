@@ -14,24 +14,26 @@ modes differ), the prediction the tests check against runs; ``--measure`` runs e
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from minidist.cluster import Device, LinkModel
-from minidist.cluster.topology import Topology
-from minidist.hardware.roofline import Machine
 from minidist.nn.checks import count_option
 from minidist.parallel.pipeline.registry import PLANNED
 
 from .explain import format_explain
-from .gpus import GPUS
-from .layouts import check_layout, enumerate_layouts
-from .model import RECOMPUTE, ModelSpec
-from .options import memory_option, recompute_option, size_option, zero_option
-from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
+from .layouts import Layout, check_layout, enumerate_layouts
+from .memory import WEIGHTS
+from .model import ATTENTION, RECOMPUTE, ModelSpec
+from .options import layout_option, memory_option, recompute_option, size_option, zero_option
+from .predict import PRECISIONS, Hardware, Prediction, data_bytes, predict_memory, predict_time
+from .presets import PRESETS, hardware  # noqa: F401  (hardware: the package's and callers')
+from .throughput import throughput
 from .units import BYTES, SECONDS, format_bytes, unit  # noqa: F401  (format_bytes: the tables' and callers')
 
-MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: 16 bytes per parameter in mixed
-precision with Adam, Korthikanti's 16-bit activations, every op of a step on the GPU's achieved roofs
+MODES_HELP = """Two modes. analytic (the default) prices a real GPU job: memory at the step's peak moment (16
+bytes per parameter in mixed precision with Adam, FlashAttention's activations or --attention eager's, the
+loss's logits; --weights), every op of a step on the GPU's achieved roofs
 (matmuls with tile and wave quantization, FlashAttention-2's measured speed, the elementwise passes,
 cross-entropy and AdamW by their bytes; --fused as torch.compile, --eager as PyTorch eager; --explain
 shows them), the bubble's closed form, the alpha-beta model per link level (--hardware, --topology,
@@ -40,41 +42,18 @@ shows them), the bubble's closed form, the alpha-beta model per link level (--ha
 collective's rounds; the tests find it equal to the cluster's clock and memory ledger on every layout of
 a tiny GPT on <= 8 ranks (--measure runs them)."""
 
-# Per device: (peak dense 16-bit FLOP/s, HBM bytes/s, memory bytes, link inside a node, link between nodes).
-# Vendors' data sheets: H100 SXM 989 TFLOP/s BF16, 3.35 TB/s, 80 GB, NVLink 450 GB/s per direction, one
-# 400 Gb/s InfiniBand NIC per GPU; A100 SXM 312 TFLOP/s, 2.0 TB/s, 80 GB, NVLink 300 GB/s, 200 Gb/s;
-# V100 125 TFLOP/s FP16, 0.9 TB/s, 32 GB, NVLink-2 150 GB/s, 100 Gb/s.
-PRESETS = {
-    "h100": (989e12, 3.35e12, 80e9, LinkModel(2e-6, 1 / 450e9), LinkModel(5e-6, 1 / 50e9)),
-    "a100": (312e12, 2.0e12, 80e9, LinkModel(2e-6, 1 / 300e9), LinkModel(5e-6, 1 / 25e9)),
-    "v100": (125e12, 0.9e12, 32e9, LinkModel(3e-6, 1 / 150e9), LinkModel(5e-6, 1 / 12.5e9)),
-}
-
-
-def hardware(preset: str, devices: int, per_node: int, memory: float | None = None,
-             precision: str = "mixed", fused: bool = True) -> Hardware:
-    """A Hardware from a preset ("h100", "a100", "v100"): devices in nodes of per_node; memory in bytes
-    overrides the preset's; its GPU's achieved roofs (gpus.py) price each op, fused or eager."""
-    if preset not in PRESETS:
-        raise ValueError(f"hardware must be one of {tuple(PRESETS)}, got {preset!r}")
-    if devices % per_node:
-        raise ValueError(f"{devices} devices do not fill nodes of {per_node}")
-    peak, bw, mem, intra, inter = PRESETS[preset]
-    topology = Topology(nodes=devices // per_node, per_node=per_node, intra=intra, inter=inter)
-    machine = Machine(peak=peak, memory_bw=bw, network_bw=1 / inter.beta)
-    return Hardware(mem if memory is None else memory, machine, topology, precision, GPUS[preset], fused)
-
-
-def plan(model: ModelSpec, hw: Hardware, **choices) -> list[Prediction]:
+def plan(model: ModelSpec, hw: Hardware, layouts: list[Layout] | None = None, **choices) -> list[Prediction]:
     """Every layout of hw's devices (choices: zero, recompute, schedule, chunks, micro_batch as in
-    enumerate_layouts), predicted; runnable ones first, fastest first; then the excluded, with reasons."""
+    enumerate_layouts), or the ``layouts`` given, predicted; runnable ones first, fastest first; then the
+    excluded, with reasons."""
     ranked, excluded = [], []
-    for layout in enumerate_layouts(model, hw.topology.size, **choices):
+    for layout in layouts if layouts is not None else enumerate_layouts(model, hw.topology.size, **choices):
         reason = check_layout(model, layout)
         if reason:
             excluded.append(Prediction(layout, excluded=reason))
             continue
-        p = Prediction(layout, predict_memory(model, layout, hw.precision), predict_time(model, layout, hw))
+        memory = predict_memory(model, layout, hw.precision, hw.attention, hw.weights)
+        p = Prediction(layout, memory, predict_time(model, layout, hw))
         if p.memory["total"] > hw.memory:
             p.excluded = f"does not fit: {format_bytes(p.memory['total'])} > {format_bytes(hw.memory)}"
             excluded.append(p)
@@ -85,14 +64,31 @@ def plan(model: ModelSpec, hw: Hardware, **choices) -> list[Prediction]:
     return ranked + excluded
 
 
-def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) -> str:
-    """The table: the best ``top`` layouts, then how many were excluded and a few reasons of each kind."""
+LEGEND = """M: micro-batches per step on one pipeline (batch / (dp·ep·micro-batch)). Memory: bytes per rank
+at the step's peak moment (total: the loss's or the optimizer's, the larger), params/grads/optim the states,
+activ the activations and the loss's logits held then. comm: the communication's exposed seconds (only
+ZeRO-3's gathers overlap compute; the rest is counted whole). tok/s and TFLOP/s per GPU: Narayanan's model
+FLOPs without recomputation's extra pass (72·B·s·l·h²(...), throughput.py); MFU: that over the data sheet's
+peak."""
+
+
+def metrics(model: ModelSpec, p: Prediction, hw: Hardware) -> dict[str, float]:
+    """The table's and --json's figures of one priced prediction."""
+    return {"step_s": p.time["total"], "memory_gb": p.memory["total"] / 1e9,
+            **throughput(model, p.time["total"], p.layout.devices, hw.machine.peak),
+            "data_bytes_per_rank": data_bytes(model, p.layout, hw.precision)}
+
+
+def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10,
+                hw: Hardware | None = None) -> str:
+    """The table: the best ``top`` layouts (with hw: tokens/s, TFLOP/s per GPU and MFU too), a legend, then
+    how many were excluded and a few reasons of each kind."""
     runnable = [p for p in predictions if p.excluded is None]
     mem_unit, mem_size = unit(max((p.memory["total"] for p in runnable[:top]), default=1e9), BYTES)
     time_unit, time_size = unit(max((p.time["total"] for p in runnable[:top]), default=1.0), SECONDS)
     head = (f"{'layout':<22}{'ZeRO':>5} {'recompute':<10}{'M':>5}{'params':>9}{'grads':>8}{'optim':>8}"
             f"{'activ':>8}{'total ' + mem_unit:>10}{'compute':>9}{'bubble':>8}{'comm':>8}"
-            f"{'step ' + time_unit:>9}")
+            f"{'step ' + time_unit:>9}" + (f"{'tok/s/GPU':>11}{'TFLOP/s':>9}{'MFU':>6}" if hw else ""))
     experts = f", {model.experts} experts top-{model.top_k}" if model.moe else ""
     lines = [f"model: {model.total_params():,} parameters, {model.layers} layers, d={model.d_model}, "
              f"{model.heads} heads, T={model.seq}, batch {model.batch}" + experts,
@@ -100,21 +96,43 @@ def format_plan(model: ModelSpec, predictions: list[Prediction], top: int = 10) 
     for p in runnable[:top]:
         m, t, lay = p.memory, p.time, p.layout
         comm = t["total"] - t["compute"] - t["bubble"]
-        lines.append(f"{lay.name():<22}{lay.zero:>5} {lay.recompute:<10}{lay.micro_batches(model):>5}"
-                     + "".join(f"{m[k] / mem_size:>{w}.2f}" for k, w in (("parameters", 9), ("gradients", 8),
-                                                                    ("optimizer", 8), ("activations", 8),
-                                                                    ("total", 10)))
-                     + "".join(f"{v / time_size:>{w}.3f}" for v, w in ((t["compute"], 9), (t["bubble"], 8),
-                                                                       (comm, 8), (t["total"], 9))))
+        held = m["activations"] + m["logits"] if m["loss moment"] >= m["optimizer moment"] else 0.0
+        row = (f"{lay.name():<22}{lay.zero:>5} {lay.recompute:<10}{lay.micro_batches(model):>5}"
+               + "".join(f"{v / mem_size:>{w}.2f}" for v, w in ((m["parameters"], 9), (m["gradients"], 8),
+                                                                (m["optimizer"], 8), (held, 8),
+                                                                (m["total"], 10)))
+               + "".join(f"{v / time_size:>{w}.3f}" for v, w in ((t["compute"], 9), (t["bubble"], 8),
+                                                                 (comm, 8), (t["total"], 9))))
+        if hw:
+            fig = metrics(model, p, hw)
+            row += f"{fig['tokens_per_s_per_gpu']:>11,.0f}{fig['tflops_per_gpu']:>9.1f}{fig['mfu']:>6.1%}"
+        lines.append(row)
     if not runnable:
         lines.append("no layout runs: every one is excluded (see below)")
+    lines.append(LEGEND)
     out = [p for p in predictions if p.excluded]
     lines.append(f"\n{len(runnable)} layouts run, {len(out)} excluded; for example:")
-    for kind in ("does not divide", "does not fit"):
+    for kind in ("does not divide", "refused", "does not fit"):
         for p in [p for p in out if p.excluded.startswith(kind)][:3]:
             lay = p.layout
             lines.append(f"  {lay.name():<22} ZeRO {lay.zero} {lay.recompute:<10} {p.excluded}")
     return "\n".join(lines)
+
+
+def format_json(model: ModelSpec, predictions: list[Prediction], hw: Hardware, top: int) -> str:
+    """One JSON object a line per layout: the best ``top`` runnable ones, then every excluded one (with
+    "excluded": why, and its figures null when it was not priced)."""
+    rows = []
+    runnable = [p for p in predictions if p.excluded is None][:top]
+    for p in runnable + [p for p in predictions if p.excluded]:
+        lay = p.layout
+        row = {"layout": lay.name(), "dp": lay.dp, "ep": lay.ep, "pp": lay.pp, "tp": lay.tp, "cp": lay.cp,
+               "zero": lay.zero, "recompute": lay.recompute, "schedule": lay.schedule,
+               "micro_batch": lay.micro_batch, "excluded": p.excluded}
+        figures = metrics(model, p, hw) if p.time else dict.fromkeys(
+            ("step_s", "memory_gb", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"))
+        rows.append(json.dumps({**row, **figures}))
+    return "\n".join(rows)
 
 
 SIZES = (("layers", None, "transformer blocks L"), ("d-model", None, "model width d"),
@@ -145,8 +163,20 @@ def add_parser(sub) -> None:
                    help="mixed (16-bit compute, FP32 master weights and Adam) or fp32 (default mixed)")
     p.add_argument("--schedule", default="1f1b", choices=PLANNED, help="pipeline schedule (default 1f1b)")
     p.add_argument("--zero", type=zero_option, default=(0, 1), help="ZeRO stages to consider, e.g. 0,1,2,3")
-    p.add_argument("--recompute", type=recompute_option, default=("none", "full"),
-                   help=f"recomputation to consider, among {','.join(RECOMPUTE)} (default none,full)")
+    p.add_argument("--recompute", type=recompute_option, default=RECOMPUTE,
+                   help=f"recomputation to consider, among {','.join(RECOMPUTE)} (default all three)")
+    p.add_argument("--layout", type=layout_option, default=None,
+                   help="analytic mode: price this one layout, e.g. dp=32,pp=2,tp=2 (also cp=, ep=, zero=, "
+                        "recompute=, schedule=, chunks=, micro-batch=; the sizes' product is --devices)")
+    p.add_argument("--json", action="store_true",
+                   help="analytic mode: one JSON object a line per layout (layout, step_s, memory_gb, "
+                        "tokens_per_s_per_gpu, tflops_per_gpu, mfu, ...) instead of the table")
+    p.add_argument("--attention", default="flash", choices=ATTENTION,
+                   help="analytic mode: flash (FlashAttention: no s x s scores kept, the default) or eager "
+                        "(the scores materialized, as without FlashAttention)")
+    p.add_argument("--weights", default="bf16", choices=WEIGHTS,
+                   help="analytic mode: bf16 (16-bit weights beside FP32 masters, cast once a step; default) "
+                        "or autocast (FP32 parameters cast at every micro-batch, PyTorch autocast)")
     kernels = p.add_mutually_exclusive_group()
     kernels.add_argument("--fused", dest="fused", action="store_true", default=True,
                          help="analytic mode: price torch.compile's fused kernels (the default)")
@@ -188,6 +218,18 @@ def check_devices(model: ModelSpec, devices: int, micro_batch: int) -> None:
                          f"· seq = {largest} devices")
 
 
+def given_layout(args) -> Layout:
+    """--layout's Layout (defaults: --schedule, --chunks, --micro-batch; ZeRO 0, no recomputation), its
+    sizes' product checked against --devices."""
+    fields = {"schedule": args.schedule, "chunks": args.chunks, "micro_batch": args.micro_batch,
+              **args.layout}
+    layout = Layout(**fields)
+    if layout.devices != args.devices:
+        raise ValueError(f"--layout uses dp·ep·pp·tp·cp = {layout.devices} devices, --devices says "
+                         f"{args.devices}")
+    return layout
+
+
 def cmd_plan(args) -> int:
     try:
         model = ModelSpec(args.layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.d_ff,
@@ -196,15 +238,22 @@ def cmd_plan(args) -> int:
         if args.mode == "minidist":
             return cmd_plan_minidist(model, args)
         per_node = parse_topology(args.topology, args.devices)
-        hw = hardware(args.hardware, args.devices, per_node, args.memory, args.precision, args.fused)
-        predictions = plan(model, hw, zero=args.zero, recompute=args.recompute,
+        hw = hardware(args.hardware, args.devices, per_node, args.memory, args.precision, args.fused,
+                      args.attention, args.weights)
+        layouts = None if args.layout is None else [given_layout(args)]
+        predictions = plan(model, hw, layouts, zero=args.zero, recompute=args.recompute,
                            schedule=args.schedule, chunks=args.chunks, micro_batch=args.micro_batch)
         best = next((p for p in predictions if p.excluded is None), None)
-        explained = format_explain(model, best.layout, hw) if args.explain and best else None
+        if args.explain and args.layout is not None and best is None:
+            best = predictions[0] if predictions[0].time else None      # explain a layout that does not fit
+        explained = format_explain(model, best.layout, hw, best.memory) if args.explain and best else None
     except ValueError as error:       # argparse's convention: one line naming the problem, exit status 2
         print(f"python -m minidist plan: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(format_plan(model, predictions, args.top))
+    if args.json:
+        print(format_json(model, predictions, hw, args.top))
+        return 0
+    print(format_plan(model, predictions, args.top, hw))
     if explained:
         print("\n" + explained)
     return 0

@@ -14,7 +14,12 @@ bytes / achieved bandwidth (Williams et al., "Roofline", 2008), so each op says 
              last k-step (epilogue: + 2mn / bandwidth). ``mainloop`` is the rate that makes this model give
              the measured 8192³ figure exactly. Forward y = x·W, dX = dy·Wᵀ, dW = xᵀ·dy: three matmuls
     attention FlashAttention-2 at its measured speed (gpus.py), its I/O: q, k, v, o (forward); q, k, v,
-             o, do read, dq (FP32 accumulator), dk, dv written (backward)
+             o, do read, dq (FP32 accumulator), dk, dv written (backward). ``attention="eager"`` (no
+             FlashAttention: PyTorch's math path, Megatron-LM before 2022): QKᵀ and PV as batched matmuls
+             over the full s × s scores (the mask saves nothing) at the matmul rate, then the scores in HBM:
+             per score 13 bytes forward (QKᵀ writes 2, the fused scale-mask-softmax reads and writes 4,
+             dropout 5 with its mask, PV reads 2), 19 backward (dP 2, P for dV 2, dropout 5, softmax 6,
+             dS read twice 4)
     elementwise  by bytes: the residual stream in FP32 (4d bytes a token), what a matmul reads or writes
              in BF16 (2d; 2f for the MLP's hidden), under PyTorch autocast with bias-free-of-charge
              matmuls (bias in cuBLAS's epilogue). ``fused`` (torch.compile) joins each residual add with
@@ -26,8 +31,11 @@ bytes / achieved bandwidth (Williams et al., "Roofline", 2008), so each op says 
     embeddings  gathers of token and position rows (FP32), backward a scatter-add into a zeroed V × d
              FP32 gradient
     optimizer   fused AdamW over FP32 weights: reads weight, gradient, m, v, writes weight, m, v (28 bytes
-             a parameter, per step); autocast casts each weight to BF16 every forward and its gradient
-             back (12 bytes a parameter, per micro-batch)
+             a parameter, per step). The casts as the modelled run does them: 16-bit weights beside FP32
+             masters (Megatron, weights "bf16") cast once per step after the update (read 4, write 2: 6
+             bytes a parameter of the rank's shard); PyTorch autocast over FP32 parameters (weights
+             "autocast") casts each weight to BF16 at every micro-batch's forward and its gradient back
+             to FP32 (12 bytes a parameter, per micro-batch): its parameters are FP32, so it must
 """
 
 from __future__ import annotations
@@ -90,11 +98,17 @@ def by_bytes(gpu: GPU, name: str, nbytes: float, flops: float = 0.0, kernels: in
     return Op(name, flops, nbytes, nbytes / gpu.copy + kernels * LAUNCH, "memory")
 
 
-def attention(gpu: GPU, batch: int, seq: int, heads: int, head_dim: int, queries: int) -> list[Op]:
-    """Causal FlashAttention-2 of ``heads`` heads over sequences of seq, for ``queries`` of them per
-    sequence (seq / cp with context parallelism): forward and backward."""
+def attention(gpu: GPU, batch: int, seq: int, heads: int, head_dim: int, queries: int,
+              kernel: str = "flash") -> list[Op]:
+    """Causal FlashAttention-2 (or eager attention) of ``heads`` heads over sequences of seq, for
+    ``queries`` of them per sequence (seq / cp with context parallelism): forward and backward."""
     forward = 4 * batch * heads * seq * queries * head_dim / 2
     tensor = 2 * batch * queries * heads * head_dim                      # one of q, k, v, o in BF16
+    if kernel == "eager":
+        scores = batch * heads * queries * seq
+        return [Op(label, 2 * k * forward, per * scores + 4 * tensor, 2 * k * forward / gpu.matmul
+                   + (per * scores + 4 * tensor) / gpu.copy + 4 * LAUNCH, "memory")
+                for label, k, per in (("attention (eager) fwd", 1, 13), ("attention (eager) bwd", 2, 19))]
     ops = []
     for label, flops, nbytes, backward in (("attention fwd", forward, 4 * tensor, False),
                                            ("attention bwd", 2.5 * forward, 8 * tensor + 4 * tensor, True)):
@@ -116,7 +130,7 @@ def elementwise(d: int, f: int, fused: bool) -> list[tuple[str, float, float]]:
 
 @lru_cache(maxsize=4096)   # the planner asks again for every layout of the same shapes
 def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int = 1,
-              fused: bool = True) -> tuple[Op, ...]:
+              fused: bool = True, attention_kernel: str = "flash") -> tuple[Op, ...]:
     """One transformer block, forward and backward, on one rank: micro_batch sequences, its tp share of
     heads and widths (and of the elementwise tokens: sequence parallelism), its cp share of the tokens."""
     d, f, s = model.d_model, model.ff, model.seq // cp
@@ -127,7 +141,7 @@ def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int
                              ("fc1", f // tp, d, routed), ("fc2", d, f // tp, routed)):
         ops += [matmul(gpu, f"{name} fwd", rows, n, k), matmul(gpu, f"{name} dX", rows, k, n),
                 matmul(gpu, f"{name} dW", k, n, rows)]
-    ops += attention(gpu, micro_batch, model.seq, model.heads // tp, d // model.heads, s)
+    ops += attention(gpu, micro_batch, model.seq, model.heads // tp, d // model.heads, s, attention_kernel)
     for name, forward, backward in elementwise(d, f * (model.top_k if model.moe else 1), fused):
         if forward:
             ops.append(by_bytes(gpu, f"{name} fwd", forward * tokens / tp))
@@ -157,9 +171,12 @@ def embedding_ops(model: ModelSpec, gpu: GPU, micro_batch: int, cp: int = 1,
             by_bytes(gpu, "embedding grads", 12 * d * tokens + 4 * model.vocab * d))
 
 
-def optimizer_ops(gpu: GPU, params: float, sharded_params: float, micro_batches: int) -> tuple[Op, ...]:
-    """Fused AdamW over ``sharded_params`` (28 bytes each), autocast's casts of ``params`` per micro-batch."""
-    return (by_bytes(gpu, "weight casts", 12 * params * micro_batches),
+def optimizer_ops(gpu: GPU, params: float, sharded_params: float, micro_batches: int,
+                  weights: str = "bf16") -> tuple[Op, ...]:
+    """Fused AdamW over ``sharded_params`` (28 bytes each); the casts: of the shard once per step (weights
+    "bf16", 6 bytes each) or of all ``params`` per micro-batch (weights "autocast", 12 bytes each)."""
+    casts = 6 * sharded_params if weights == "bf16" else 12 * params * micro_batches
+    return (by_bytes(gpu, "weight casts", casts),
             by_bytes(gpu, "adamw (fused)", 28 * sharded_params, 18 * sharded_params))
 
 

@@ -1,7 +1,7 @@
 """Published training runs (minidist/plan/published.py): the numbers transcribed agree with one another, what
 is derived follows its formula, what a source does not state cannot be derived, and the planner's answers
-relate to them as lesson 19 claims (on 64 A100s somewhat above the published throughput, by less than 1.5×;
-NeMo's layouts fit 80 GB only with a sharded optimizer and selective recomputation)."""
+relate to them as lesson 19 claims (on 64 A100s somewhat above the published throughput, by less than 1.6×;
+NeMo's layouts fit 80 GB only with a sharded optimizer, without FlashAttention also selective recompute)."""
 
 from dataclasses import replace
 
@@ -46,16 +46,23 @@ def test_plan_predicts_somewhat_more_throughput_than_published_on_64_gpus(label,
     best = next(p for p in plan(model, hardware("a100", 64, 8), zero=(0, 1),
                                 recompute=("none", "selective", "full")) if p.excluded is None)
     tokens = model.batch * model.seq / (64 * best.time["total"])
-    assert 1 < tokens / RUNS[f"llama2-{label}"].derived_tokens_per_gpu_second() < 1.5   # no stragglers here
+    # no stragglers here; 7B: 1.54x, since with FlashAttention's memory dp64 ZeRO-1 fits unrecomputed
+    assert 1 < tokens / RUNS[f"llama2-{label}"].derived_tokens_per_gpu_second() < 1.6
 
 
 @pytest.mark.parametrize("name, model", [("nemo-llama2-7b", LLAMA7), ("nemo-llama2-70b", LLAMA70)])
 def test_plan_nemo_layouts_fit_80_gb_only_sharded_and_recomputed(name, model):
+    """Without FlashAttention (the s² scores kept) NeMo's layouts fit 80 GB only with a sharded optimizer
+    and selective recomputation; with it, selective recomputation saves nothing: ZeRO-1 alone fits."""
     run = RUNS[name]
     model = replace(model, batch=run.batch_sequences)
-    memory = {}
-    for zero, recompute in ((0, "none"), (1, "none"), (0, "selective"), (1, "selective")):
-        lay = Layout(dp=run.gpus // (run.tp * run.pp), pp=run.pp, tp=run.tp, zero=zero, recompute=recompute,
-                     schedule="interleaved" if run.virtual_stages else "1f1b", chunks=run.virtual_stages or 2)
-        memory[zero, recompute] = predict_memory(model, lay)["total"]
-    assert [key for key, total in memory.items() if total <= 80e9] == [(1, "selective")]
+    fits = {}
+    for attention in ("eager", "flash"):
+        memory = {}
+        for zero, recompute in ((0, "none"), (1, "none"), (0, "selective"), (1, "selective")):
+            lay = Layout(dp=run.gpus // (run.tp * run.pp), pp=run.pp, tp=run.tp, zero=zero,
+                         recompute=recompute, schedule="interleaved" if run.virtual_stages else "1f1b",
+                         chunks=run.virtual_stages or 2)
+            memory[zero, recompute] = predict_memory(model, lay, attention=attention)["total"]
+        fits[attention] = [key for key, total in memory.items() if total <= 80e9]
+    assert fits == {"eager": [(1, "selective")], "flash": [(1, "none"), (1, "selective")]}
