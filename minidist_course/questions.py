@@ -162,10 +162,11 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
           "on one node of 8 A100s of 40 GB. How many GB per rank would data parallelism with "
           "ZeRO-1 need, and which layout (with its ZeRO stage and recomputation) does the planner "
           "rank first?",
-          ("dp2 pp2 tp2", "ZeRO-1", "selective", 118.8956928), "ZeRO-1 over 8 still replicates 4 "
-          "bytes of fp16 weights and gradients per parameter plus every layer's activations: 119 "
-          "GB. The weights must be split (tensor × pipeline = 4); two replicas, ZeRO-1 and "
-          "selective recomputation bring it to 39.5 GB, the fastest of the layouts that fit."),
+          ("dp2 pp2 tp2", "ZeRO-1", "none", 86.009728), "ZeRO-1 over 8 still replicates 4 bytes "
+          "of bf16 weights and gradients per parameter plus every layer's activations: 86 GB. The "
+          "weights must be split (tensor × pipeline = 4); two replicas with ZeRO-1 bring it to 39.5 "
+          "GB, the fastest of the layouts that fit. Selective recomputation would save nothing here: "
+          "it drops only the attention scores, which flash attention never stores."),
         Q("interleaved_bubble",
           "1F1B on 4 stages with 8 micro-batches idles 3/11 of the time. With three model chunks "
           "per rank (interleaved, v = 3), what is the bubble?",
