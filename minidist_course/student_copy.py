@@ -58,6 +58,8 @@ def check_output(text: str, path: str) -> None:
 
 def select(known: list[str], only: list[str] | None = None, keep: list[str] | None = None) -> list[str]:
     """The exercises to cut: ``only`` (default: all known) minus ``keep``; unknown ids are an error."""
+    if only is not None and not only:
+        raise MarkerError("only=[]: expected the ids of the exercises to cut (None: all of them)")
     unknown = sorted((set(only or []) | set(keep or [])) - set(known))
     if unknown:
         raise MarkerError(f"unknown exercise(s) {unknown}; the library has regions for {known}")
