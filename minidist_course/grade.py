@@ -166,7 +166,9 @@ def check_submission(submission: Path, regions: list[Region]) -> None:
     if not submission.is_dir():
         raise ValueError(f"submission {submission} is not a directory")
     files = sorted({r.path for r in regions})
-    present = [f for f in files if (submission / f).is_file()]   # (links out are refused per exercise)
+    # Something where an exercise's file belongs: a course copy (a folder or a link out there is refused
+    # per exercise, by submission_text, and the others are graded).
+    present = [f for f in files if (submission / f).exists() or (submission / f).is_symlink()]
     if not (submission / "minidist" / "__init__.py").is_file() or not present:
         raise ValueError(
             f"{submission} is not a copy of the course: a copy (made by `python -m minidist exercises "
