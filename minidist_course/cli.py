@@ -86,7 +86,7 @@ def cmd_list(args) -> int:
 
 def cmd_make(args) -> int:
     cut = make_student_copy(args.root, Path(args.dest), only=_ids(args.only),
-                             keep=_ids(args.keep, "--keep"))
+                            keep=_ids(args.keep, "--keep"), hints=args.hints)
     print(f"student copy written to {args.dest}; exercises cut: {', '.join(cut) or '(none)'}")
     return 0
 
@@ -243,6 +243,9 @@ def add_parser(sub) -> None:
     make.add_argument("dest")
     make.add_argument("--only", action="append", metavar="ID", help="cut only these (repeatable or a,b)")
     make.add_argument("--keep", action="append", metavar="ID", help="leave these solved (repeatable or a,b)")
+    make.add_argument("--hints", choices=("none", "outline", "full"), default="outline",
+                      help="what a cut region tells: none, outline (the statement and idea; default) or "
+                           "full (and the region's hints)")
     make.set_defaults(func=_reference_only(cmd_make))
     gr = verbs.add_parser("grade", help="grade student copies with the reference tests")
     gr.add_argument("submissions", nargs="+", help="one or more student copies (e.g. SUBMISSIONS/*)")
