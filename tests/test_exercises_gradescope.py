@@ -16,15 +16,13 @@ import pytest
 
 from minidist.__main__ import main
 from minidist_course import grade_class, make_student_copy
-from minidist_course.gradescope import results_json
+from minidist_course.gradescope import find_copy, results_json
 from minidist_course.markers import all_regions
 from tests.test_exercises_catalog import MADE_BY_THE_TOOLING
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = ["error_feedback", "stale_synchronous_bound"]          # two exercises with few, quick own tests
 VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}   # Gradescope's documented values
-
-pytestmark = pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student copy has no reference to grade with")
 
 
 def check_schema(results: dict) -> None:
@@ -59,6 +57,7 @@ def submissions(tmp_path: Path) -> dict[str, Path]:
     return {"solved": solved, "blank": blank, "broken": broken, "refused": refused}
 
 
+@pytest.mark.skipif(MADE_BY_THE_TOOLING, reason="a student copy has no reference to grade with")
 @pytest.mark.slow
 def test_the_autograder_zip_grades_as_exercises_grade_does(tmp_path, capsys):
     archive = tmp_path / "autograder.zip"
@@ -111,3 +110,14 @@ def test_the_autograder_zip_grades_as_exercises_grade_does(tmp_path, capsys):
     refused = found["refused"]
     assert refused["score"] == 0.0 and refused["max_score"] == 2.0 and "not a copy of the course" in \
         refused["output"] and [t["name"] for t in refused["tests"]] == IDS
+
+
+def test_a_copy_uploaded_as_a_zip_of_its_folder_is_found_one_level_down(tmp_path):
+    upload = tmp_path / "submission"
+    (upload / "week4-ada" / "minidist").mkdir(parents=True)
+    (upload / "week4-ada" / "minidist" / "__init__.py").write_text("")
+    (upload / "__MACOSX").mkdir()                                  # what macOS's zip adds beside it
+    assert find_copy(upload) == upload / "week4-ada"
+    (upload / "other").mkdir()                                     # two candidates: no guess
+    assert find_copy(upload) == upload
+    assert find_copy(upload / "week4-ada") == upload / "week4-ada"
