@@ -111,6 +111,9 @@ def cmd_book(args) -> int:
     except LessonFailed as failed:
         print(f"python -m minidist book: {failed}", file=sys.stderr)
         return 1
+    except ValueError as err:                  # OUT could not be made after all (permissions, a race)
+        print(f"python -m minidist book: error: {err}", file=sys.stderr)
+        return 2
     print(f"{len(pages)} lesson pages and index.html written to {args.out}")
     return 0
 

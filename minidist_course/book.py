@@ -72,11 +72,20 @@ def check_output(out: Path, names: list[str]) -> None:
     """Refuse (ValueError) an ``out`` that is not a folder, or that holds one of ``names`` not written by
     the book: the book never overwrites a user's file."""
     out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise ValueError(f"OUT: {str(out)!r} is a link to {os.readlink(out)!r}, which does not exist; "
+                         "give a folder (new or the book's)")
     if out.exists() and not out.is_dir():
         raise ValueError(f"OUT: expected a folder for the site, got the file {str(out)!r}")
+    blocking = [p for p in out.parents if p.exists() and not p.is_dir()]
+    if blocking:
+        raise ValueError(f"OUT: {str(out)!r} lies under the file {str(blocking[-1])!r}; a folder cannot be "
+                         "made there")
     for name in names:
         target = out / name
-        if target.exists() and (not target.is_file() or GENERATOR not in target.read_text(errors="replace")):
+        ours = target.is_file() and not target.is_symlink() \
+            and GENERATOR in target.read_text(errors="replace")
+        if (target.exists() or target.is_symlink()) and not ours:
             raise ValueError(f"OUT: {str(target)!r} exists and was not written by the book; "
                              "choose an empty or new folder")
 
@@ -184,7 +193,10 @@ def build_book(out: Path, only: list[str] | None = None, root: Path = ROOT, echo
     paths = lessons(root, only)
     names = [f"{p.stem}.html" for p in paths]
     check_output(out, ["index.html", "answers.html", *names])
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:                  # e.g. no permission: one line, as for the checks above
+        raise ValueError(f"OUT: cannot make the folder {str(out)!r}: {err.strerror}") from err
     by_lesson: dict[str, list[str]] = {}
     for ex in load_registry(root).values():
         by_lesson.setdefault(Path(ex.lesson).name, []).append(ex.id)

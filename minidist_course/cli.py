@@ -1,4 +1,4 @@
-"""``python -m minidist exercises list | make | grade | check | map`` (see lessons/TEACHING.md)."""
+"""``python -m minidist exercises list | make | grade | autograder | check | map`` (lessons/TEACHING.md)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from pathlib import Path
 
 from minidist.nn.checks import count_option, seconds_option
 
-from . import questions
+from . import gradescope, questions
 from .catalog import locations, render_markdown
 from .classroom import grade_class
 from .exercise_map import build_map, load_map, own_exercise
 from .isolation import check_each_alone, own_tests
 from .markers import MarkerError, all_regions, read_registry
+from .options import OptionError
+from .options import exercise_ids as _ids
 from .report import check_outputs, format_markdown, format_text, student_names, write_csv, write_output
 from .student_copy import STUDENT_STAMP, make_student_copy
 
@@ -26,7 +28,7 @@ to {what} here ({why}). Instructors run `exercises {verb}` in the reference repo
 work: `python -m pytest --exercise NAME` (one exercise; lessons/EXERCISES.md lists them) or
 `python -m pytest` (everything: what is left fails)."""
 WHAT = {"make": "cut", "grade": "grade against", "check": "check", "map": "map", "standins": "replace",
-        "mutants": "mutate", "list": "list"}
+        "mutants": "mutate", "list": "list", "autograder": "grade against"}
 
 
 def _reference_only(func):
@@ -40,17 +42,13 @@ def _reference_only(func):
                       file=sys.stderr)
                 return 2
             return func(args)
+        except OptionError as err:
+            print(f"exercises {args.verb}: {err}", file=sys.stderr)
+            return 2
         except MarkerError as err:
             print(f"exercises {args.verb}: the solution markers are not right: {err}", file=sys.stderr)
             return 2
     return run
-
-
-def _ids(values: list[str] | None) -> list[str] | None:
-    """Repeatable options that also take comma-separated lists: ["a,b", "c"] -> ["a", "b", "c"]."""
-    if not values:
-        return None
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
 def cmd_list(args) -> int:
@@ -87,7 +85,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_make(args) -> int:
-    cut = make_student_copy(args.root, Path(args.dest), only=_ids(args.only), keep=_ids(args.keep))
+    cut = make_student_copy(args.root, Path(args.dest), only=_ids(args.only),
+                            keep=_ids(args.keep, "--keep"), hints=args.hints)
     print(f"student copy written to {args.dest}; exercises cut: {', '.join(cut) or '(none)'}")
     return 0
 
@@ -141,6 +140,12 @@ class Progress:
 
 def cmd_grade(args) -> int:
     submissions = [Path(s) for s in args.submissions]
+    if args.gradescope:                       # one submission, perhaps unpacked one folder deep
+        if len(submissions) != 1:
+            print(f"exercises grade: --gradescope grades one submission; got {len(submissions)}",
+                  file=sys.stderr)
+            return 2
+        submissions = [gradescope.find_copy(submissions[0])]
     names = student_names(submissions)
     progress = Progress()
     try:
@@ -151,6 +156,8 @@ def cmd_grade(args) -> int:
                               echo=progress.echo, progress=progress.update)
     except ValueError as err:
         print(f"exercises grade: {err}", file=sys.stderr)
+        if args.gradescope and not isinstance(err, OptionError):   # the student sees why: nothing graded
+            gradescope.write_refused(Path(args.gradescope), args.root, args.only, str(err))
         return 2
     finally:
         progress.close()
@@ -159,6 +166,8 @@ def cmd_grade(args) -> int:
         for name, report in zip(names, reports, strict=True):
             write_output(Path(args.out) / f"{name}.md", format_markdown(report))
             write_output(Path(args.out) / f"{name}.json", json.dumps(report.as_dict(), indent=1) + "\n")
+    if args.gradescope:
+        gradescope.write_results(Path(args.gradescope), gradescope.results_json(reports[0]))
     if args.csv:
         write_csv(reports, Path(args.csv), names)
         print(f"scores written to {args.csv}", file=sys.stderr)
@@ -234,6 +243,9 @@ def add_parser(sub) -> None:
     make.add_argument("dest")
     make.add_argument("--only", action="append", metavar="ID", help="cut only these (repeatable or a,b)")
     make.add_argument("--keep", action="append", metavar="ID", help="leave these solved (repeatable or a,b)")
+    make.add_argument("--hints", choices=("none", "outline", "full"), default="outline",
+                      help="what a cut region tells: none, outline (the statement and idea; default) or "
+                           "full (and the region's hints)")
     make.set_defaults(func=_reference_only(cmd_make))
     gr = verbs.add_parser("grade", help="grade student copies with the reference tests")
     gr.add_argument("submissions", nargs="+", help="one or more student copies (e.g. SUBMISSIONS/*)")
@@ -249,7 +261,10 @@ def add_parser(sub) -> None:
     gr.add_argument("--markdown", action="store_true", help="feedback as Markdown: failing tests, messages")
     gr.add_argument("--csv", help="write one row per submission to this file")
     gr.add_argument("--out", help="write NAME.md and NAME.json per submission into this directory")
+    gr.add_argument("--gradescope", metavar="RESULTS_JSON",
+                    help="write Gradescope's results.json of the (one) submission to this file")
     gr.set_defaults(func=_reference_only(cmd_grade))
+    gradescope.add_autograder_parser(verbs, _reference_only)
     ck = verbs.add_parser("check", help="CI: each exercise, solved alone, passes its own tests")
     ck.add_argument("--only", action="append", metavar="ID", help="check only these exercises")
     ck.add_argument("--jobs", type=count_option(1), default=2, help="copies checked at a time (default 2)")

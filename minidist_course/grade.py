@@ -109,6 +109,29 @@ class Reference:
                        if len(ids) > 1 and set(ids) <= set(graded)})
 
 
+def submission_text(submission: Path, path: str) -> str:
+    """The text of the submission's file ``path``, read only where it lies inside the submission.
+
+    ValueError, in one line, for what cannot be graded as the student's own file: no such file, a link
+    (anywhere on the path) that leads out of the submission (to the reference or a classmate's copy), a
+    folder or anything else where a file belongs, a file that cannot be read or is not text."""
+    top = Path(submission).resolve()
+    where = top / path
+    try:
+        real = where.resolve(strict=True)
+    except (OSError, RuntimeError):              # missing, a dangling or looping link
+        raise ValueError(f"the submission has no {path}") from None
+    if not real.is_relative_to(top):
+        raise ValueError(f"a link that leads out of the submission (to {real}): a submission is graded "
+                         "on its own files only")
+    if not real.is_file():
+        raise ValueError("not a file (a folder or a special file) where the exercise's file belongs")
+    try:
+        return real.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot be read ({getattr(err, 'strerror', None) or err})") from None
+
+
 NOT_GRADED = ("figures/", "benchmarks/")     # no test reads them: grading trees leave them out
 MARK = re.compile(r"""mark\.exercise\(\s*["'](\w+)["']""")          # a test marked by hand
 
@@ -125,13 +148,11 @@ def build_grading_tree(submission: Path, ref: Reference, tree: Path, exercises: 
     write_cut_files(ref.root, tree, regions, exercises)
     errors: dict[str, str] = {}
     for path in sorted({r.path for r in regions if r.exercise in exercises}):
-        text, student_file = (tree / path).read_text(), submission / path
+        text = (tree / path).read_text()
         for ex in sorted({r.exercise for r in regions if r.path == path and r.exercise in exercises}):
             names = {r.function for r in regions if r.path == path and r.exercise == ex}
             try:
-                if not student_file.exists():
-                    raise ValueError(f"the submission has no {path}")
-                text = splice_functions(text, student_file.read_text(), names)
+                text = splice_functions(text, submission_text(submission, path), names)
             except (ValueError, SyntaxError) as err:
                 errors[ex] = f"{path}: {err}"
         (tree / path).write_text(text)
@@ -145,7 +166,9 @@ def check_submission(submission: Path, regions: list[Region]) -> None:
     if not submission.is_dir():
         raise ValueError(f"submission {submission} is not a directory")
     files = sorted({r.path for r in regions})
-    present = [f for f in files if (submission / f).is_file()]
+    # Something where an exercise's file belongs: a course copy (a folder or a link out there is refused
+    # per exercise, by submission_text, and the others are graded).
+    present = [f for f in files if (submission / f).exists() or (submission / f).is_symlink()]
     if not (submission / "minidist" / "__init__.py").is_file() or not present:
         raise ValueError(
             f"{submission} is not a copy of the course: a copy (made by `python -m minidist exercises "
@@ -162,10 +185,10 @@ def student_keys(submission: Path, regions: list[Region], exercises: list[str]) 
     parts: dict[str, list[str]] = {ex: [] for ex in exercises}
     for path in sorted({r.path for r in regions if r.exercise in exercises}):
         try:
-            lines = (Path(submission) / path).read_text().splitlines()
+            lines = submission_text(submission, path).splitlines()
             spans = function_spans("\n".join(lines))
-        except (OSError, SyntaxError, ValueError) as err:
-            lines, spans = [], {None: type(err).__name__}
+        except (SyntaxError, ValueError) as err:
+            lines, spans = [], {None: f"{type(err).__name__}: {err}"}
         for ex in sorted({r.exercise for r in regions if r.path == path and r.exercise in exercises}):
             for name in sorted({r.function for r in regions if r.path == path and r.exercise == ex}):
                 if None in spans:
@@ -237,6 +260,8 @@ def assemble(submission: Path, graded: list[str], done: dict, seconds: float, wo
 
 def graded_ids(regions: list[Region], exercises: list[str] | None) -> list[str]:
     known = sorted({r.exercise for r in regions})
+    if exercises is not None and not exercises:
+        raise ValueError("exercises=[]: expected the ids of the exercises to grade (None: all of them)")
     ids = sorted(exercises) if exercises else known
     unknown = sorted(set(ids) - set(known))
     if unknown:

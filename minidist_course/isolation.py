@@ -71,6 +71,8 @@ def check_each_alone(root: Path, exercises: list[str] | None = None, jobs: int =
                      limit: float = 900.0, echo=print) -> list[AloneResult]:
     """Run check_alone for every exercise (or the given ones), ``jobs`` at a time; echo each result."""
     jobs, limit = check_count(jobs, "jobs"), check_real(limit, "limit", 0, strict=True)
+    if exercises is not None and not exercises:
+        raise ValueError("exercises=[]: expected the ids of the exercises to check (None: all of them)")
     root = Path(root).resolve()
     ids = exercises or sorted({r.exercise for r in all_regions(root)})
     tests = own_tests(root)

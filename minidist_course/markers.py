@@ -12,8 +12,9 @@ they enclose, inside a function)::
         ...the solution...
         # END SOLUTION
 
-The student copy keeps the signature and docstring, the prompt's lines (the hint), and replaces the rest
-of the region by ``raise NotImplementedError("exercise ring_allreduce: see lessons/05_collectives.py")``.
+The student copy keeps the signature and docstring, comments chosen by ``exercises make --hints`` (the
+prompt's lines are the ``full`` level's; student_copy.py), and replaces the rest of the region by
+``raise NotImplementedError("exercise ring_allreduce: see lessons/05_collectives.py")``.
 The registry of exercises (id, lesson, statement, hint) is registry.py; where each lives, its markers.
 """
 

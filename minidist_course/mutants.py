@@ -122,6 +122,8 @@ def grade_mutants(root: Path, exercises: list[str] | None = None, jobs: int = 2,
     """Grade every mutant of the given exercises (default: all) as a submission of its exercise alone."""
     jobs = check_count(jobs, "jobs")
     ref = Reference.read(root)
+    if exercises is not None and not exercises:
+        raise ValueError("exercises=[]: expected the ids of the exercises whose mutants to grade (None: all)")
     chosen = [m for m in MUTANTS if exercises is None or m.exercise in exercises]
     unknown = sorted(set(exercises or []) - {m.exercise for m in MUTANTS})
     if unknown:

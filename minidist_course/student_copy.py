@@ -8,7 +8,17 @@ when it is a git checkout) to ``dest`` and rewrites each library file that holds
   follows the raise in its block;
 * a kept region keeps its solution code; only its marker and prompt lines go.
 
-``only`` names the exercises to cut (default: all), ``keep`` the ones to leave solved. The copy's
+``only`` names the exercises to cut (default: all), ``keep`` the ones to leave solved. ``hints`` says how
+much a cut region still tells (HINT_LEVELS); at every level the function keeps its signature and the
+docstring that states its contract (shapes, formula):
+
+* ``none``: the raise alone;
+* ``outline`` (the default): comments with the exercise's statement and idea, the prose of
+  lessons/EXERCISES.md (registry.py), then the raise;
+* ``full``: the outline, then the region's own hint lines (its ``# BEGIN PROMPT`` block), then the raise.
+
+The grader never reads a copy's hints (it takes the student's functions whole), so the level changes no
+grade. The copy's
 README.md is addressed to students (what to implement, how to check one exercise, how to run the
 lessons) and the instructor's guide (lessons/TEACHING.md) stays out. The copy's minidist/__init__.py ends
 with a call that makes a lesson run directly stop kindly at an unsolved exercise (unsolved.py). No marker
@@ -18,6 +28,7 @@ line survives, every rewritten file must parse, and the same input gives the sam
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 from .catalog import student_readme
@@ -42,6 +53,24 @@ from minidist_course.unsolved import stop_lessons_kindly as _stop_lessons_kindly
 _stop_lessons_kindly()
 """
 INSTRUCTOR_ONLY = ("lessons/TEACHING.md",)
+HINT_LEVELS = ("none", "outline", "full")
+
+
+def hint_lines(region: Region, exercise, hints: str) -> list[str]:
+    """The comment lines a cut region keeps above its raise at level ``hints`` (module docstring)."""
+    if hints not in HINT_LEVELS:
+        raise ValueError(f"hints={hints!r}: expected one of {', '.join(HINT_LEVELS)}")
+    if hints == "none":
+        return []
+
+    def comment(text: str) -> list[str]:
+        return textwrap.wrap(text, width=110, initial_indent=f"{region.indent}# ",
+                             subsequent_indent=f"{region.indent}#   ")
+
+    lines = comment(f"Exercise {exercise.id} ({exercise.lesson}): {exercise.statement}")
+    if exercise.hint:
+        lines += comment(f"Idea: {exercise.hint}")
+    return lines + (region.prompt if hints == "full" else [])
 
 
 def check_output(text: str, path: str) -> None:
@@ -58,19 +87,24 @@ def check_output(text: str, path: str) -> None:
 
 def select(known: list[str], only: list[str] | None = None, keep: list[str] | None = None) -> list[str]:
     """The exercises to cut: ``only`` (default: all known) minus ``keep``; unknown ids are an error."""
+    if only is not None and not only:
+        raise MarkerError("only=[]: expected the ids of the exercises to cut (None: all of them)")
     unknown = sorted((set(only or []) | set(keep or [])) - set(known))
     if unknown:
         raise MarkerError(f"unknown exercise(s) {unknown}; the library has regions for {known}")
     return sorted(set(known if only is None else only) - set(keep or []))
 
 
-def write_cut_files(root: Path, dest: Path, regions: list[Region], cut: list[str]) -> None:
-    """Rewrite, in dest, every file of root that holds regions: cut the exercises ``cut``, keep the rest."""
+def write_cut_files(root: Path, dest: Path, regions: list[Region], cut: list[str], hints: str = "full"
+                    ) -> None:
+    """Rewrite, in dest, every file of root that holds regions: cut the exercises ``cut`` (their regions
+    keep the comments of level ``hints``), keep the rest."""
     registry = read_registry(root)
 
     def rule(region: Region, lines: list[str]) -> list[str]:
         if region.exercise in cut:
-            return cut_lines(region, registry[region.exercise].lesson)
+            ex = registry[region.exercise]
+            return hint_lines(region, ex, hints) + cut_lines(region, ex.lesson)[-1:]   # [-1]: the raise
         return solution_lines(region, lines)
 
     rewrite_files(root, dest, regions, rule, cut_trailing=lambda region: region.exercise in cut,
@@ -78,22 +112,24 @@ def write_cut_files(root: Path, dest: Path, regions: list[Region], cut: list[str
 
 
 def make_student_copy(root: Path, dest: Path, only: list[str] | None = None,
-                      keep: list[str] | None = None) -> list[str]:
+                      keep: list[str] | None = None, hints: str = "outline") -> list[str]:
     """Write the student copy to ``dest``; return the ids of the exercises that were cut."""
+    if hints not in HINT_LEVELS:
+        raise ValueError(f"hints={hints!r}: expected one of {', '.join(HINT_LEVELS)}")
     root, dest = Path(root).resolve(), Path(dest).resolve()
     regions = all_regions(root)
     known = sorted({r.exercise for r in regions})
     cut = select(known, only, keep)
     _check_reached(root, known)
     copy_tree(root, dest, exclude=INSTRUCTOR_ONLY)
-    write_cut_files(root, dest, regions, cut)
+    write_cut_files(root, dest, regions, cut, hints)
     readme = dest / "README.md"
     original = readme.read_text() if readme.exists() else "# minidist\n"
     readme.write_text(student_readme(original, read_registry(root), regions, cut))
     init = dest / "minidist" / "__init__.py"
     if (dest / "minidist_course" / "unsolved.py").exists():    # (a toy course may have none)
         init.write_text(init.read_text() + LESSON_HOOK)
-    (dest / STUDENT_STAMP).write_text(json.dumps({"cut": cut}, indent=1) + "\n")
+    (dest / STUDENT_STAMP).write_text(json.dumps({"cut": cut, "hints": hints}, indent=1) + "\n")
     return cut
 
 

@@ -9,9 +9,11 @@ import pytest
 
 from minidist_course import (
     MarkerError,
+    all_regions,
     build_map,
     find_regions,
     grade,
+    grade_class,
     grade_submission,
     make_student_copy,
     read_registry,
@@ -137,16 +139,50 @@ def test_map_records_which_test_reaches_which_exercise(toy_repo):
 
 
 def test_student_copy_cuts_regions_keeps_docstrings_and_is_reproducible(toy_repo, tmp_path):
-    make_student_copy(toy_repo, tmp_path / "a")
-    make_student_copy(toy_repo, tmp_path / "b")
+    make_student_copy(toy_repo, tmp_path / "a", hints="full")
+    make_student_copy(toy_repo, tmp_path / "b", hints="full")
     text = (tmp_path / "a" / "minidist" / "toy.py").read_text()
     assert text == (tmp_path / "b" / "minidist" / "toy.py").read_text()
     ast.parse(text)
     assert "SOLUTION" not in text.replace("'# BEGIN SOLUTION'", "") and "PROMPT" not in text
     assert "return a + b" not in text and "y = 2 * x" not in text
-    assert '    """Return a + b."""\n    # Hint: Python has an operator for this.\n' \
+    assert '    """Return a + b."""\n    # Exercise toy_add (lessons/01_toy.py): add two numbers\n' \
+           "    # Hint: Python has an operator for this.\n" \
            "    raise NotImplementedError('exercise toy_add: see lessons/01_toy.py')" in text
     assert "            raise NotImplementedError('exercise toy_scale" in text
+
+
+HINTS_AT = {   # what the cut toy_scale region holds at each level (its exercise has an idea, no prompt)
+    "none": "            raise NotImplementedError",
+    "outline": "            # Exercise toy_scale (lessons/01_toy.py): double a number\n"
+               "            # Idea: multiply\n            raise NotImplementedError",
+}
+
+
+@pytest.mark.slow
+def test_hint_levels_keep_the_docstring_add_steps_and_change_no_grade(toy_repo, tmp_path):
+    texts, copies = {}, []
+    for level in ("none", "outline", "full"):
+        make_student_copy(toy_repo, tmp_path / level, hints=level)
+        toy = tmp_path / level / "minidist" / "toy.py"
+        texts[level] = toy.read_text()
+        assert json.loads((tmp_path / level / ".minidist-student.json").read_text())["hints"] == level
+        tree = ast.parse(texts[level])                      # the contract stays at every level
+        add = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "add")
+        assert ast.get_docstring(add) == "Return a + b."
+        toy.write_text(splice_functions(texts[level], TOY, {"add"}))          # solve toy_add alone
+        copies.append(tmp_path / level)
+    assert '"""Return a + b."""\n    raise NotImplementedError' in texts["none"] and "#" not in \
+        texts["none"].split("def scale")[1].split("return y")[0]
+    for level, expected in HINTS_AT.items():
+        assert expected in texts[level], level
+    assert "Hint: Python has an operator" in texts["full"] and "Hint:" not in texts["outline"]
+    assert "Exercise toy_add (lessons/01_toy.py): add two numbers" in texts["outline"]
+    with pytest.raises(ValueError, match="hints='some'"):
+        make_student_copy(toy_repo, tmp_path / "x", hints="some")
+    assert not (tmp_path / "x").exists()
+    scores = [[r.score for r in report.exercises] for report in grade_class(copies, toy_repo)]
+    assert scores == [[1.0, 0.0]] * 3
 
 
 def test_student_copy_only_keeps_other_solutions_without_markers(toy_repo, tmp_path):
@@ -244,3 +280,20 @@ def test_student_copy_gets_a_readme_for_students_and_no_instructor_guide(toy_rep
     assert "python -m pytest --exercise" in readme and "python -m minidist run" in readme
     assert readme.endswith("## Layout\n\nsmall\n")
     assert not (tmp_path / "s" / "lessons" / "TEACHING.md").exists()
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(not find_regions((REPO / "minidist" / "optim" / "adam.py").read_text(), "adam.py"),
+                    reason="a student copy has no regions (its functions keep the docstrings checked here)")
+def test_every_function_that_holds_an_exercise_states_its_contract_in_a_docstring():
+    """`exercises make --hints none` leaves a cut function its signature and docstring only."""
+    lacking = []
+    for region in all_regions(REPO):
+        node = ast.parse((REPO / region.path).read_text())
+        for name in region.function.split("."):
+            node = next(n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == name)
+        if len(ast.get_docstring(node) or "") < 20:
+            lacking.append(f"{region.path}: {region.function}")
+    assert not lacking, f"exercise functions without a docstring stating the contract: {lacking}"

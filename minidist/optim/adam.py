@@ -85,6 +85,11 @@ class Adam(Optimizer):
         return state
 
     def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, np.ndarray]) -> None:
+        """One Adam step of one parameter, in place: w (any shape), its gradient g, its state.
+
+        m ← β1 m + (1 − β1) g, v ← β2 v + (1 − β2) g² (state["exp_avg"], state["exp_avg_sq"], in place);
+        with amsgrad, v below is the running max state["max_exp_avg_sq"] ← max(it, v);
+        w ← w − γ · (m / (1 − β1ᵗ)) / (sqrt(v / (1 − β2ᵗ)) + ε), t = self.step_count."""
         if self.weight_decay != 0:
             if self.decoupled_weight_decay:
                 w *= 1 - self.lr * self.weight_decay  # AdamW: shrink the weights themselves
