@@ -291,6 +291,74 @@ plt.close(fig)
 # and activations stream memory.
 
 # %% [markdown]
+# ## 5. The collectives NCCL uses: two binary trees, Van de Geijn's broadcast, permute, the bucket algorithm
+#
+# The tutorial's table of algorithms (after Pjesivac-Grbovic) lists, for large messages, the "Double
+# Binary Tree" and "Van de Geijn Algorithm" for broadcast and reduce, and "Permute" among the collectives.
+# NCCL's tree allreduce is the double binary tree (Sanders, Speck and Träff 2009): half the array on each
+# of two binary trees, every rank interior in at most one of them, so no rank forwards more than one half
+# downwards. Van de Geijn's broadcast scatters the array and allgathers it around the ring; that
+# allgather, and the reduce-scatter before it in ring.py, is what Chan et al. 2007 ("Collective
+# communication: theory, practice, and experience") call the *bucket algorithm*. Here it carries B's row
+# blocks around the ring in a distributed GEMM: C = A B with A's row blocks fixed, P steps.
+
+# %%
+from minidist.collectives import permute, ring_gemm, van_de_geijn_broadcast  # noqa: E402
+from minidist.collectives.double_tree import binary_tree  # noqa: E402
+from minidist.collectives.primitives import broadcast  # noqa: E402
+
+P8, BIG = 8, 1 << 20                      # 8 ranks; 1 Mi float32 = 4 MiB, well past α/β
+
+
+def nccl_collectives(comm, n):
+    x = np.arange(n, dtype=np.int64) * (comm.rank + 1)           # integers: every sum is exact
+    out = {}
+    for name, call in (("tree", lambda: allreduce(comm, x, algorithm="tree")),
+                       ("double_tree", lambda: allreduce(comm, x, algorithm="double_tree")),
+                       ("binomial broadcast", lambda: broadcast(comm, x.astype(np.float32))),
+                       ("van de Geijn", lambda: van_de_geijn_broadcast(comm, x.astype(np.float32)))):
+        comm.barrier()
+        before = (comm.stats.bytes_sent, comm.clock)
+        out[name] = (call(), comm.stats.bytes_sent - before[0], comm.clock - before[1])
+    return out
+
+
+for parent, children in (binary_tree(P8, 0), binary_tree(P8, 1)):
+    print("tree: root", parent.index(None), " children", {r: c for r, c in enumerate(children) if c})
+for n in (256, BIG):
+    runs = run(nccl_collectives, P8, n)
+    total = np.arange(n, dtype=np.int64) * sum(range(1, P8 + 1))
+    for name in runs[0]:
+        worst = max(r[name][1] for r in runs)
+        print(f"n = {n:>7}  {name:>18}: most bytes sent by a rank {worst:>9}, "
+              f"time {max(r[name][2] for r in runs) * 1e6:8.1f} us")
+    assert all(np.array_equal(r[name][0], total) for r in runs for name in ("tree", "double_tree"))
+    assert all(np.array_equal(r["van de Geijn"][0], np.arange(n, dtype=np.float32)) for r in runs)
+    worst = {name: max(r[name][1] for r in runs) for name in runs[0]}
+    assert worst["double_tree"] <= 4 * -(-n // 2) * 8 < worst["tree"] == 3 * n * 8   # ~2n against log2(P) n
+    assert worst["van de Geijn"] == 2 * (P8 - 1) * n // P8 * 4 < worst["binomial broadcast"] == 3 * n * 4
+    vdg, tree = (max(r[name][2] for r in runs) for name in ("van de Geijn", "binomial broadcast"))
+    assert (vdg < tree) == (n == BIG)     # scatter + allgather wins for large arrays, the tree for small
+
+# The lecture's permute: x0 x1 x2 x3 -> x1 x0 x3 x2.
+swapped = run(lambda comm: permute(comm, np.array([comm.rank]), [1, 0, 3, 2]), 4)
+assert [int(y[0]) for y in swapped] == [1, 0, 3, 2]
+rng = np.random.default_rng(0)
+A, B = rng.integers(-9, 9, (12, 10)), rng.integers(-9, 9, (10, 6))
+blocks = run(lambda comm: ring_gemm(comm, np.array_split(A, 4)[comm.rank], np.array_split(B, 4)[comm.rank]),
+             4)
+assert np.array_equal(np.concatenate(blocks), A @ B)                # exact: the one-process product
+print("permute [1, 0, 3, 2]:", [int(y[0]) for y in swapped], "  ring GEMM on 4 ranks equals A @ B")
+
+# %% [markdown]
+# The double tree halves the most any rank sends (≈ 2n against the binomial root's log2 P · n), but each
+# half still goes whole from level to level, so on this clock it takes about the binomial tree's time for
+# large arrays (and twice its latency for small ones, one tree after the other): NCCL
+# gets its bandwidth by also cutting each half into small chunks and pipelining them down the trees
+# (`chain_broadcast` shows pipelining). Van de Geijn's broadcast sends 2(P − 1)/P · n from the root
+# instead of log2 P · n and wins once n β dwarfs the P α it pays in latency; for 256 elements the tree wins.
+
+# %% [markdown]
 # ## Exercises
 #
 # * `hierarchical_allreduce` — `minidist/collectives/hierarchical.py`: reduce-scatter inside the node,

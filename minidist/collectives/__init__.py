@@ -21,6 +21,7 @@ from minidist.collectives.dissemination import dissemination_barrier
 from minidist.collectives.double_tree import double_tree_allreduce
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS
 from minidist.collectives.partial import sum_gradients, sum_partial_gradients
+from minidist.collectives.permute import permute
 from minidist.collectives.primitives import (
                                              allgather,
                                              alltoall,
@@ -32,12 +33,12 @@ from minidist.collectives.primitives import (
                                              reduce_scatter,
                                              scatter,
 )
-from minidist.collectives.permute import permute
 from minidist.collectives.ring_gemm import ring_gemm
 from minidist.collectives.shared_memory import shared_empty
 from minidist.collectives.van_de_geijn import van_de_geijn_broadcast
 
 __all__ = ["ALGORITHMS", "TOPOLOGY_ALGORITHMS", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
-           "bruck_allgather", "chain_broadcast", "choose_algorithm", "dissemination_barrier", "double_tree_allreduce",
-           "gather", "pairwise_allreduce", "permute", "reduce", "reduce_scatter", "ring_gemm", "scatter",
-           "shared_empty", "sum_gradients", "sum_partial_gradients", "van_de_geijn_broadcast"]
+           "bruck_allgather", "chain_broadcast", "choose_algorithm", "dissemination_barrier",
+           "double_tree_allreduce", "gather", "pairwise_allreduce", "permute", "reduce", "reduce_scatter",
+           "ring_gemm", "scatter", "shared_empty", "sum_gradients", "sum_partial_gradients",
+           "van_de_geijn_broadcast"]

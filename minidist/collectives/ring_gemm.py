@@ -33,7 +33,8 @@ def ring_gemm(comm, a_rows: np.ndarray, b_rows: np.ndarray) -> np.ndarray:
     a_rows, b_rows = check_array(a_rows, "a_rows"), check_array(b_rows, "b_rows")
     p, r, tag = comm.world_size, comm.rank, TAGS["ring_gemm"]
     if a_rows.ndim != 2 or b_rows.ndim != 2:
-        raise ValueError(f"ring_gemm: a_rows and b_rows must be 2-D, got shapes {a_rows.shape}, {b_rows.shape}")
+        raise ValueError(f"ring_gemm: a_rows and b_rows must be 2-D, got shapes {a_rows.shape}, "
+                         f"{b_rows.shape}")
     k = a_rows.shape[1]
     if b_rows.shape[0] != split_sizes(k, p)[r]:
         raise ValueError(f"ring_gemm: b_rows on rank {r} must have {split_sizes(k, p)[r]} rows (block {r} "
