@@ -1,7 +1,9 @@
 """Double binary tree allreduce (NCCL's "tree" algorithm): half the array on each of two binary trees.
 
 Sanders, Speck and Träff 2009 ("Two-tree algorithms for full bandwidth broadcast, reduction and scan");
-NCCL 2.4 uses it for allreduce. A binomial tree (tree.py) sends the whole array over each of its root's
+NCCL 2.4 uses it for allreduce; the "Hardware Accelerators for Training
+DNNs" tutorial's table (after Pjesivac-Grbovic) lists the double binary tree for large broadcasts and
+reductions. A binomial tree (tree.py) sends the whole array over each of its root's
 ⌈log2 P⌉ edges; a single binary tree leaves its leaves' send links idle on the way down. Two trees fix
 both: tree A and tree B, where every rank is interior (has children) in at most one of them, so every
 rank forwards at most one half downwards.

@@ -1,7 +1,8 @@
 """permute: rank r sends its array to rank perm[r] and receives the array of rank perm⁻¹[r].
 
-The "Hardware Accelerators for Training DNNs" tutorial lists permute among the collectives (a cyclic
-shift, perm[r] = r + 1 mod P, is one step of a ring; a transpose of a process grid is another). Every
+The "Hardware Accelerators for Training DNNs" tutorial's table of collectives opens with permute: before
+x0 x1 x2 x3 on nodes 0-3, after x1 x0 x3 x2 (perm = [1, 0, 3, 2]). A cyclic shift, perm[r] = r + 1 mod P,
+is one step of a ring. Every
 rank sends one message and receives one (none where perm[r] = r): one exchange, so
 
     T = α + n β        (n: the bytes of one rank's array; every rank at once)

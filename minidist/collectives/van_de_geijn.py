@@ -2,8 +2,10 @@
 
 Barnett, Payne, van de Geijn and Watts 1994 ("Broadcasting on meshes with wormhole routing"); in Chan et
 al. 2007 ("Collective communication: theory, practice, and experience") as the long-vector broadcast
-"scatter + bucket allgather". The binomial-tree broadcast (primitives.broadcast) sends the whole array
-down each of ⌈log2 P⌉ levels: the root sends ⌈log2 P⌉·n. Cut into P chunks (np.array_split) instead:
+"scatter + bucket allgather"; the "Hardware Accelerators for Training DNNs" tutorial's table lists the
+"Van de Geijn Algorithm" for large broadcasts. The binomial-tree broadcast (primitives.broadcast) sends
+the whole array down each of ⌈log2 P⌉ levels: the root sends ⌈log2 P⌉·n. Cut into P chunks
+(np.array_split) instead:
 
 1. scatter: the root sends chunk j to rank j (P − 1 messages, (P − 1)/P · n elements);
 2. allgather: ring.ring_allgather, the bucket algorithm (P − 1 steps, each rank passes a chunk right).
