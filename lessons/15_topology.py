@@ -9,7 +9,8 @@
 # 2. times the flat ring against the hierarchical and the 2-D torus allreduce on the simulated clock,
 #    against the closed forms, and finds the crossover with recursive doubling;
 # 3. places a data × pipeline × tensor grid, and a data × spatial grid, well and badly;
-# 4. draws the roofline (Williams, Waterman, Patterson): per layer, and for distributed training.
+# 4. draws the roofline (Williams, Waterman, Patterson): per layer, and for distributed training;
+# 5. runs the collectives NCCL uses; 6. prices real machines (DGX-1, PCIe-only node, fat tree) link by link.
 #
 # All times are simulated (the clock of `minidist.cluster`), except one measurement of NumPy's matmul.
 
@@ -284,6 +285,40 @@ save_figure(fig, "15_roofline.png")
 plt.close(fig)
 
 # %% [markdown]
+# ## 6. Real machines: the DGX-1's cube-mesh, a PCIe-only node, a fat tree
+#
+# `minidist.cluster.machines` prices each pair of GPUs by its own link, at its source's bandwidth: NVLink 1
+# 20 GB/s per link (the GP100 slide's "160GB/s NV Link": 4 links × 2 directions), PCIe 3.0 x16 15.75 GB/s.
+# The DGX-1 joins two NVLink quads by links i — i + 4; its other 12 pairs go over PCIe. A ring in rank order
+# crosses 3 → 4 and 7 → 0, both PCIe; the ring 0 1 2 3 7 6 5 4 stays on NVLink, and Rabenseifner's partners
+# (r XOR 4, 2, 1) are all NVLink. A fat tree's hosts are 2, 4 or 6 Gigabit Ethernet links apart.
+
+# %%
+from minidist.cluster.machines import dgx1, fat_tree, pcie_node  # noqa: E402
+
+
+def allreduce_ms(comm):
+    x, out = np.ones(1 << 20, np.float32), {}
+    for algorithm in ("ring", "rabenseifner"):
+        comm.barrier()
+        start = comm.clock
+        allreduce(comm, x, algorithm=algorithm)
+        out[algorithm] = (comm.clock - start) * 1e3
+    return out
+
+
+machines = {"DGX-1, GPU order": dgx1(), "DGX-1, NVLink ring": dgx1(order=[0, 1, 2, 3, 7, 6, 5, 4]),
+            "PCIe-only node": pcie_node(), "4-ary fat tree": fat_tree(4)}
+runs = {name: run(allreduce_ms, topo.size, link=topo) for name, topo in machines.items()}
+times = {(name, a): max(r[a] for r in runs[name]) for name in machines for a in ("ring", "rabenseifner")}
+for (name, algorithm), ms in times.items():
+    print(f"{name:>26}  {algorithm:>12}: {ms:7.3f} ms")
+dgx, nv, pcie = "DGX-1, GPU order", "DGX-1, NVLink ring", "PCIe-only node"
+assert abs(times[dgx, "ring"] / times[pcie, "ring"] - 1) < 0.01          # two PCIe hops set the ring's pace
+assert times[nv, "ring"] < 0.85 * times[dgx, "ring"]                     # placed on NVLink: 20 / 15.75 faster
+assert times[dgx, "rabenseifner"] < times[dgx, "ring"]                   # XOR 4, 2, 1: every partner a link
+
+# %% [markdown]
 # **What to remember.** Map the communication to the hierarchy: on a cluster whose network is 10× slower
 # than its nodes, reduce inside the node first (4.4× here for large arrays); small arrays still prefer few
 # messages. Keep the group that moves the most bytes (tensor, or spatial with large images) inside a node.
@@ -303,9 +338,8 @@ plt.close(fig)
 # blocks around the ring in a distributed GEMM: C = A B with A's row blocks fixed, P steps.
 
 # %%
-from minidist.collectives import permute, ring_gemm, van_de_geijn_broadcast  # noqa: E402
+from minidist.collectives import broadcast, permute, ring_gemm, van_de_geijn_broadcast  # noqa: E402
 from minidist.collectives.double_tree import binary_tree  # noqa: E402
-from minidist.collectives.primitives import broadcast  # noqa: E402
 
 P8, BIG = 8, 1 << 20                      # 8 ranks; 1 Mi float32 = 4 MiB, well past α/β
 
