@@ -9,7 +9,8 @@
 # 2. times the flat ring against the hierarchical and the 2-D torus allreduce on the simulated clock,
 #    against the closed forms, and finds the crossover with recursive doubling;
 # 3. places a data × pipeline × tensor grid, and a data × spatial grid, well and badly;
-# 4. draws the roofline (Williams, Waterman, Patterson): per layer, and for distributed training.
+# 4. draws the roofline (Williams, Waterman, Patterson): per layer, and for distributed training;
+# 5. runs the collectives NCCL uses; 6. prices real machines (DGX-1, PCIe-only node, fat tree) link by link.
 #
 # All times are simulated (the clock of `minidist.cluster`), except one measurement of NumPy's matmul.
 
@@ -284,11 +285,112 @@ save_figure(fig, "15_roofline.png")
 plt.close(fig)
 
 # %% [markdown]
+# ## 6. Real machines: the DGX-1's cube-mesh, a PCIe-only node, a fat tree
+#
+# `minidist.cluster.machines` prices each pair of GPUs by its own link, at its source's bandwidth: NVLink 1
+# 20 GB/s per link (the GP100 slide's "160GB/s NV Link": 4 links × 2 directions), PCIe 3.0 x16 15.75 GB/s.
+# The DGX-1 joins two NVLink quads by links i — i + 4; its other 12 pairs go over PCIe. A ring in rank order
+# crosses 3 → 4 and 7 → 0, both PCIe; the ring 0 1 2 3 7 6 5 4 stays on NVLink, and Rabenseifner's partners
+# (r XOR 4, 2, 1) are all NVLink. A fat tree's hosts are 2, 4 or 6 Gigabit Ethernet links apart.
+
+# %%
+from minidist.cluster.machines import dgx1, fat_tree, pcie_node  # noqa: E402
+
+
+def allreduce_ms(comm):
+    x, out = np.ones(1 << 20, np.float32), {}
+    for algorithm in ("ring", "rabenseifner"):
+        comm.barrier()
+        start = comm.clock
+        allreduce(comm, x, algorithm=algorithm)
+        out[algorithm] = (comm.clock - start) * 1e3
+    return out
+
+
+machines = {"DGX-1, GPU order": dgx1(), "DGX-1, NVLink ring": dgx1(order=[0, 1, 2, 3, 7, 6, 5, 4]),
+            "PCIe-only node": pcie_node(), "4-ary fat tree": fat_tree(4)}
+runs = {name: run(allreduce_ms, topo.size, link=topo) for name, topo in machines.items()}
+times = {(name, a): max(r[a] for r in runs[name]) for name in machines for a in ("ring", "rabenseifner")}
+for (name, algorithm), ms in times.items():
+    print(f"{name:>26}  {algorithm:>12}: {ms:7.3f} ms")
+dgx, nv, pcie = "DGX-1, GPU order", "DGX-1, NVLink ring", "PCIe-only node"
+assert abs(times[dgx, "ring"] / times[pcie, "ring"] - 1) < 0.01          # two PCIe hops set the ring's pace
+assert times[nv, "ring"] < 0.85 * times[dgx, "ring"]                     # placed on NVLink: 20 / 15.75 faster
+assert times[dgx, "rabenseifner"] < times[dgx, "ring"]                   # XOR 4, 2, 1: every partner a link
+
+# %% [markdown]
 # **What to remember.** Map the communication to the hierarchy: on a cluster whose network is 10× slower
 # than its nodes, reduce inside the node first (4.4× here for large arrays); small arrays still prefer few
 # messages. Keep the group that moves the most bytes (tensor, or spatial with large images) inside a node.
 # The roofline says whether a layer waits for arithmetic, memory or the network: big matmuls compute, norms
 # and activations stream memory.
+
+# %% [markdown]
+# ## 5. The collectives NCCL uses: two binary trees, Van de Geijn's broadcast, permute, the bucket algorithm
+#
+# The tutorial's table of algorithms (after Pjesivac-Grbovic) lists, for large messages, the "Double
+# Binary Tree" and "Van de Geijn Algorithm" for broadcast and reduce, and "Permute" among the collectives.
+# NCCL's tree allreduce is the double binary tree (Sanders, Speck and Träff 2009): half the array on each
+# of two binary trees, every rank interior in at most one of them, so no rank forwards more than one half
+# downwards. Van de Geijn's broadcast scatters the array and allgathers it around the ring; that
+# allgather, and the reduce-scatter before it in ring.py, is what Chan et al. 2007 ("Collective
+# communication: theory, practice, and experience") call the *bucket algorithm*. Here it carries B's row
+# blocks around the ring in a distributed GEMM: C = A B with A's row blocks fixed, P steps.
+
+# %%
+from minidist.collectives import broadcast, permute, ring_gemm, van_de_geijn_broadcast  # noqa: E402
+from minidist.collectives.double_tree import binary_tree  # noqa: E402
+
+P8, BIG = 8, 1 << 20                      # 8 ranks; 1 Mi float32 = 4 MiB, well past α/β
+
+
+def nccl_collectives(comm, n):
+    x = np.arange(n, dtype=np.int64) * (comm.rank + 1)           # integers: every sum is exact
+    out = {}
+    for name, call in (("tree", lambda: allreduce(comm, x, algorithm="tree")),
+                       ("double_tree", lambda: allreduce(comm, x, algorithm="double_tree")),
+                       ("binomial broadcast", lambda: broadcast(comm, x.astype(np.float32))),
+                       ("van de Geijn", lambda: van_de_geijn_broadcast(comm, x.astype(np.float32)))):
+        comm.barrier()
+        before = (comm.stats.bytes_sent, comm.clock)
+        out[name] = (call(), comm.stats.bytes_sent - before[0], comm.clock - before[1])
+    return out
+
+
+for parent, children in (binary_tree(P8, 0), binary_tree(P8, 1)):
+    print("tree: root", parent.index(None), " children", {r: c for r, c in enumerate(children) if c})
+for n in (256, BIG):
+    runs = run(nccl_collectives, P8, n)
+    total = np.arange(n, dtype=np.int64) * sum(range(1, P8 + 1))
+    for name in runs[0]:
+        worst = max(r[name][1] for r in runs)
+        print(f"n = {n:>7}  {name:>18}: most bytes sent by a rank {worst:>9}, "
+              f"time {max(r[name][2] for r in runs) * 1e6:8.1f} us")
+    assert all(np.array_equal(r[name][0], total) for r in runs for name in ("tree", "double_tree"))
+    assert all(np.array_equal(r["van de Geijn"][0], np.arange(n, dtype=np.float32)) for r in runs)
+    worst = {name: max(r[name][1] for r in runs) for name in runs[0]}
+    assert worst["double_tree"] <= 4 * -(-n // 2) * 8 < worst["tree"] == 3 * n * 8   # ~2n against log2(P) n
+    assert worst["van de Geijn"] == 2 * (P8 - 1) * n // P8 * 4 < worst["binomial broadcast"] == 3 * n * 4
+    vdg, tree = (max(r[name][2] for r in runs) for name in ("van de Geijn", "binomial broadcast"))
+    assert (vdg < tree) == (n == BIG)     # scatter + allgather wins for large arrays, the tree for small
+
+# The lecture's permute: x0 x1 x2 x3 -> x1 x0 x3 x2.
+swapped = run(lambda comm: permute(comm, np.array([comm.rank]), [1, 0, 3, 2]), 4)
+assert [int(y[0]) for y in swapped] == [1, 0, 3, 2]
+rng = np.random.default_rng(0)
+A, B = rng.integers(-9, 9, (12, 10)), rng.integers(-9, 9, (10, 6))
+blocks = run(lambda comm: ring_gemm(comm, np.array_split(A, 4)[comm.rank], np.array_split(B, 4)[comm.rank]),
+             4)
+assert np.array_equal(np.concatenate(blocks), A @ B)                # exact: the one-process product
+print("permute [1, 0, 3, 2]:", [int(y[0]) for y in swapped], "  ring GEMM on 4 ranks equals A @ B")
+
+# %% [markdown]
+# The double tree halves the most any rank sends (≈ 2n against the binomial root's log2 P · n), but each
+# half still goes whole from level to level, so on this clock it takes about the binomial tree's time for
+# large arrays (and twice its latency for small ones, one tree after the other): NCCL
+# gets its bandwidth by also cutting each half into small chunks and pipelining them down the trees
+# (`chain_broadcast` shows pipelining). Van de Geijn's broadcast sends 2(P − 1)/P · n from the root
+# instead of log2 P · n and wins once n β dwarfs the P α it pays in latency; for 256 elements the tree wins.
 
 # %% [markdown]
 # ## Exercises

@@ -9,9 +9,10 @@ This file holds the entry point, the two algorithms of the first lecture slides,
   and receives (P − 1)·n, the workers n each. With receives free in the α-β model the root's sends are
   the bottleneck: T = P (α + n β).
 
-The others live in ring.py (``ring``), tree.py (``tree``) and halving_doubling.py (``recursive_doubling``,
-``rabenseifner``); every algorithm's steps are described once in minidist.sim.collective_rounds and
-priced, exactly or by the slides' formula, by minidist.sim.collective_cost. ``shared_memory``
+The others live in ring.py (``ring``), tree.py (``tree``), halving_doubling.py (``recursive_doubling``,
+``rabenseifner``) and double_tree.py (``double_tree``, NCCL's two binary trees); every algorithm's steps
+are described once in minidist.sim.collective_rounds and priced, exactly or by the slides' formula, by
+minidist.sim.collective_cost. ``shared_memory``
 (shared_memory.py) reads the other ranks' arrays in the cluster's shared memory instead of sending
 messages (not in ``ALGORITHMS``: where the ranks share no memory it runs the ring). Sources: the "Scaling
 Up Training" slides (naive vs manager vs ring and their work counts), the "Hardware Accelerators for
@@ -42,6 +43,7 @@ from minidist.collectives.common import (
     flat_copy,
     largest_power_of_two,
 )
+from minidist.collectives.double_tree import double_tree_allreduce
 from minidist.collectives.halving_doubling import rabenseifner_allreduce, recursive_doubling_allreduce
 from minidist.collectives.hierarchical import TOPOLOGY_ALGORITHMS, choose_by_topology
 from minidist.collectives.ring import ring_allreduce
@@ -103,6 +105,7 @@ ALGORITHMS = {
     "tree": tree_allreduce,
     "recursive_doubling": recursive_doubling_allreduce,
     "rabenseifner": rabenseifner_allreduce,
+    "double_tree": double_tree_allreduce,
 }
 
 SHARED = {"shared_memory": shared_memory_allreduce}     # through the shared area where there is one

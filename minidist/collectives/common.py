@@ -41,7 +41,7 @@ TAGS = {
     "broadcast": 1, "reduce": 2, "gather": 3, "scatter": 4, "allgather": 5, "reduce_scatter": 6,
     "alltoall": 7, "bruck_allgather": 8, "chain_broadcast": 9, "dissemination_barrier": 10,
     "naive": 11, "parameter_server": 12, "ring": 13, "tree": 14, "recursive_doubling": 15,
-    "rabenseifner": 16,
+    "rabenseifner": 16, "double_tree": 17, "van_de_geijn_broadcast": 18, "permute": 19, "ring_gemm": 20,
 }
 
 

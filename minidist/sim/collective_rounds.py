@@ -9,9 +9,12 @@
     rabenseifner
     pairwise                    collectives/primitives.py ``pairwise_allreduce`` (reduce_scatter, allgather)
     alltoall                    collectives/primitives.py ``alltoall`` (the array: the P chunks, in order)
+    double_tree                 collectives/double_tree.py (chunk 0 on tree A, chunk 1 on tree B)
+    van_de_geijn                collectives/van_de_geijn.py (a broadcast from rank 0: scatter, ring allgather)
 
 A transfer moves chunks ``lo..hi-1`` of the array, cut into ``parts`` chunks with np.array_split
-(``parts`` is P for ring, pairwise and alltoall, P' for Rabenseifner, 1 for whole-array algorithms), and
+(``parts`` is P for ring, pairwise, alltoall and van_de_geijn, P' for Rabenseifner, 2 for double_tree, 1
+for whole-array algorithms), and
 either adds them into the receiver's copy (``reduce=True``) or overwrites it. The pattern does not depend
 on the array's length: short arrays just send empty chunks. collective_cost.py prices a schedule on the
 cluster's α-β clock; schedule_figure.py draws it (lesson 05).
@@ -25,6 +28,7 @@ from functools import lru_cache
 import numpy as np
 
 from minidist.collectives.common import largest_power_of_two
+from minidist.collectives.double_tree import binary_tree, height
 from minidist.collectives.pieces import split_sizes
 from minidist.nn.checks import check_count
 
@@ -135,21 +139,45 @@ def _rabenseifner(p: int) -> list:
     return steps + ([fold_out] if fold_out else [])
 
 
+def _double_tree(p: int) -> list:
+    """Reduce A, reduce B (by height, leaves first), broadcast A, broadcast B (by height, root first): the
+    order double_tree_allreduce runs them on every rank."""
+    levels = range(p.bit_length())                                    # heights 0 .. ⌊log2 P⌋
+    position = [[(r + 1 - shift) % p or p for r in range(p)] for shift in (0, 1)]  # rank -> position
+    reduce, broadcast = [], []
+    for chunk, shift in enumerate((0, 1)):
+        parent, children = binary_tree(p, shift)
+        for h in levels:
+            reduce.append([Transfer(r, parent[r], chunk, chunk + 1, True) for r in range(p)
+                           if parent[r] is not None and height(position[shift][r]) == h])
+        for h in reversed(levels):
+            broadcast.append([Transfer(r, c, chunk, chunk + 1, False) for r in range(p)
+                              if height(position[shift][r]) == h for c in children[r]])
+    return reduce + broadcast
+
+
+def _van_de_geijn(p: int) -> list:
+    scatter = [Transfer(0, j, j, j + 1, False) for j in range(1, p)]
+    return [scatter] + _ring(p)[p - 1:]
+
+
 _BUILDERS = {"naive": _naive, "parameter_server": _parameter_server, "ring": _ring, "tree": _tree,
              "recursive_doubling": _recursive_doubling, "rabenseifner": _rabenseifner,
-             "pairwise": _pairwise, "alltoall": _alltoall}
+             "pairwise": _pairwise, "alltoall": _alltoall, "double_tree": _double_tree,
+             "van_de_geijn": _van_de_geijn}
 COLLECTIVES = tuple(_BUILDERS)
 
 
 @lru_cache(maxsize=256, typed=True)  # True is no world size (check_count), though it hashes as 1
 def schedule(algorithm: str, world_size: int) -> Schedule:
     """The step-by-step transfers of ``allreduce(..., algorithm=algorithm)`` (or of ``pairwise_allreduce``,
-    ``alltoall``: algorithm "pairwise", "alltoall") on world_size ranks."""
+    ``alltoall``, ``van_de_geijn_broadcast`` from rank 0: "pairwise", "alltoall", "van_de_geijn") on
+    world_size ranks."""
     if algorithm not in _BUILDERS:
         raise ValueError(f"algorithm must be one of {COLLECTIVES}, got {algorithm!r}")
     check_count(world_size, "world_size")
     whole = {"rabenseifner": largest_power_of_two(world_size), "naive": 1, "parameter_server": 1, "tree": 1,
-             "recursive_doubling": 1}
+             "recursive_doubling": 1, "double_tree": 2}
     parts = whole.get(algorithm, world_size)
     steps = _BUILDERS[algorithm](world_size) if world_size > 1 else []
     return Schedule(algorithm, world_size, parts, tuple(tuple(step) for step in steps if step),

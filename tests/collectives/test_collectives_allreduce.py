@@ -104,7 +104,7 @@ def test_auto_uses_the_threshold_tuned_for_minidist(world_size, nbytes, n, expec
 
 def test_algorithm_names():
     assert set(ALGORITHMS) == {"naive", "parameter_server", "ring", "tree", "recursive_doubling",
-                               "rabenseifner"}
+                               "rabenseifner", "double_tree"}
 
 
 @pytest.mark.parametrize("world_size", [2, 5])

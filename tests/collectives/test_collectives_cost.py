@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.cluster import LinkModel, run
-from minidist.collectives import allreduce, alltoall, pairwise_allreduce
+from minidist.collectives import allreduce, alltoall, pairwise_allreduce, van_de_geijn_broadcast
 from minidist.sim.collective_cost import FORMULAS, allreduce_cost, collective_seconds, price
 from minidist.sim.collective_rounds import COLLECTIVES, chunk_sizes, schedule
 
@@ -39,6 +39,8 @@ def _measure(comm, lengths, dtype=np.float32):
                 pairwise_allreduce(comm, x)
             elif algorithm == "alltoall":  # piece j of the array to rank j
                 alltoall(comm, np.array_split(x, comm.world_size))
+            elif algorithm == "van_de_geijn":  # a broadcast from rank 0
+                van_de_geijn_broadcast(comm, x, root=0)
             else:
                 allreduce(comm, x, algorithm=algorithm)
             out[algorithm, n] = ({k: v - s[k] for k, v in vars(comm.stats).items()}, comm.clock - t)
@@ -158,6 +160,40 @@ def test_every_schedule_is_an_allreduce(p, algorithm):
     for r in range(p):
         for c in range(plan.parts):
             assert held[r][c] == {k: 1 for k in range(p)}, (algorithm, p, r, c)
+
+
+@given(p=st.integers(1, 24))
+def test_double_tree_schedule_is_an_allreduce(p):
+    """Symbolic replay as above: chunk 0 on tree A, chunk 1 on tree B, every contribution once."""
+    plan = schedule("double_tree", p)
+    held = [[{r: 1} for _ in range(2)] for r in range(p)]
+    for step in plan.steps:
+        snapshot = [[dict(c) for c in chunks] for chunks in held]
+        for t in step:
+            incoming = snapshot[t.src][t.lo]
+            if t.reduce:
+                for k, v in incoming.items():
+                    held[t.dst][t.lo][k] = held[t.dst][t.lo].get(k, 0) + v
+            else:
+                held[t.dst][t.lo] = dict(incoming)
+    assert all(held[r][c] == {k: 1 for k in range(p)} for r in range(p) for c in range(2)), p
+
+
+@given(p=st.integers(1, 40), n=st.integers(0, 300), itemsize=st.sampled_from([1, 4, 8]))
+def test_double_tree_and_van_de_geijn_closed_forms(p, n, itemsize):
+    """double_tree: 4(P − 1) messages and 2(P − 1)·n elements in all, at most 4 messages and 4⌈n/2⌉ per
+    rank. van_de_geijn (P | n): root 2(P − 1) messages and 2(P − 1)/P·n, the others P − 1 and (P − 1)/P·n."""
+    tree = price(schedule("double_tree", p), n, itemsize, LINK)
+    assert sum(tree.messages_sent) == sum(tree.messages_received) == 4 * (p - 1)
+    assert sum(tree.bytes_sent) == sum(tree.bytes_received) == 2 * (p - 1) * n * itemsize
+    assert max(tree.messages_sent) <= 4 and max(tree.bytes_sent) <= 4 * -(-n // 2) * itemsize
+    n -= n % p
+    vdg = price(schedule("van_de_geijn", p), n, itemsize, LINK)
+    share = (p - 1) * n // p * itemsize
+    assert vdg.bytes_sent == [2 * share] + [share] * (p - 1) if p > 1 else vdg.bytes_sent == [0]
+    assert vdg.messages_sent == ([2 * (p - 1)] + [p - 1] * (p - 1) if p > 1 else [0])
+    closed = 2 * (p - 1) * LINK.alpha + 2 * share * LINK.beta
+    assert math.isclose(vdg.time, closed, rel_tol=1e-12, abs_tol=1e-18)
 
 
 def test_collective_seconds_waits_for_the_larger_piece():
