@@ -14,6 +14,7 @@ mesh — then the trainer is built (prepare) and each rank takes its elements (s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -39,12 +40,13 @@ from .shards import assemble, rank_arrays, take_back
 
 
 def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | None = None,
-         disk_bytes_per_second: float | None = None) -> Path:
+         loader=None, disk_bytes_per_second: float | None = None) -> Path:
     """Write the checkpoint of ``trainer`` after ``step`` steps to ROOT/step-N (module docstring); returns
     its path. rngs: {name: numpy Generator} whose states are kept; extra: JSON-able caller state (e.g. the
-    data loader's position). disk_bytes_per_second: when given, the simulated clock is charged each rank's
-    write, bytes / bandwidth (the barriers are charged anyway). Collective: every rank of trainer.mesh
-    calls it."""
+    data loader's position). loader: this rank's data loader (anything with state_dict() -> JSON, e.g.
+    minidist.data.Loader): its state goes into this rank's file. disk_bytes_per_second: when given, the
+    simulated clock is charged each rank's write, bytes / bandwidth (the barriers are charged anyway).
+    Collective: every rank of trainer.mesh calls it."""
     if trainer.units is None:
         raise ValueError("save: the trainer is not built yet (call it after a step or trainer.prepare)")
     if trainer.recipe is not None:
@@ -52,6 +54,9 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
                          "checkpointed; save a plain-precision run")
     if not isinstance(step, int) or step < 0:
         raise ValueError(f"save: step must be an integer >= 0, got {step!r}")
+    arrays = rank_arrays(trainer)
+    if loader is not None:
+        arrays[LOADER] = np.array(json.dumps(loader_state(loader)))
     comm, root = trainer.mesh.comm, Path(root)
     final, temporary = step_dir(root, step), root / f".tmp-{PREFIX}{step:08d}"
     if comm.rank == 0:
@@ -61,7 +66,7 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
         temporary.mkdir()
     comm.barrier()
     with open(temporary / rank_file(comm.rank), "wb") as f:
-        np.savez(f, **rank_arrays(trainer))
+        np.savez(f, **arrays)
         f.flush()
         os.fsync(f.fileno())
         if disk_bytes_per_second:
@@ -76,6 +81,17 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
         sync_directory(root)
     comm.barrier()
     return final
+
+
+LOADER = "loader_state"         # the key of a rank's loader state (JSON text) in its file
+
+
+def loader_state(loader) -> dict:
+    for name in ("state_dict", "load_state_dict"):
+        if not callable(getattr(loader, name, None)):
+            raise TypeError(f"loader must have .{name}() (e.g. a minidist.data.Loader), got "
+                            f"{type(loader).__name__}")
+    return loader.state_dict()
 
 
 def manifest_of(trainer, step: int, directory: Path, rngs: dict, extra: dict) -> dict:
@@ -99,10 +115,11 @@ def sync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def load(trainer, root, *, rngs: dict | None = None) -> dict:
+def load(trainer, root, *, rngs: dict | None = None, loader=None) -> dict:
     """Resume ``trainer`` (built by parallelize on this model, any mesh) from ROOT's newest complete
     checkpoint, or from the checkpoint directory ROOT itself. rngs: {name: Generator} given the saved
-    states in place. Returns {"step", "extra", "directory"}. ValueError naming the file at fault, raised
+    states in place; loader: given its state from this rank's file (load_state_dict). Returns {"step",
+    "extra", "directory"}. ValueError naming the file at fault, raised
     before the model, the optimizer or a generator changes. Collective: every rank of the mesh calls it."""
     root = Path(root)
     directory = root if (root / MANIFEST).exists() else latest(root)
@@ -120,6 +137,12 @@ def load(trainer, root, *, rngs: dict | None = None) -> dict:
     for name in manifest["files"]:
         with np.load(directory / name, allow_pickle=False) as arrays:
             files[str(directory / name)] = dict(arrays)
+    if loader is not None:
+        loader_state(loader)
+        mine = files.get(str(directory / rank_file(trainer.mesh.comm.rank)), {})
+        if LOADER not in mine:
+            raise ValueError(f"{directory / rank_file(trainer.mesh.comm.rank)}: no data loader state in "
+                             "this rank's file (saved without loader=, or by fewer ranks)")
     total = sum(int(np.prod(shape)) for _, shape, _ in manifest["model"])
     dtype = np.result_type(*[dtype for _, _, dtype in manifest["model"]])
     saved = manifest["optimizer"]
@@ -129,6 +152,8 @@ def load(trainer, root, *, rngs: dict | None = None) -> dict:
     if type(optimizer).__name__ != saved["class"] or list(optimizer.state[0]) != saved["state_names"]:
         raise ValueError(f"{directory / MANIFEST}: saved with {saved['class']} (state "
                          f"{saved['state_names']}), this trainer's optimizer is {type(optimizer).__name__}")
+    if loader is not None:
+        loader.load_state_dict(json.loads(str(mine[LOADER])))   # checks it first; the last refusal
     take_back(trainer, flat, saved["step_count"])
     optimizer.lr = saved["lr"]
     for name, g in (rngs or {}).items():
