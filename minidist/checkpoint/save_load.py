@@ -36,6 +36,7 @@ from .manifest import (
     step_dir,
     write_json,
 )
+from .mixed import check_mixed, mixed_state, restore_mixed
 from .shards import assemble, rank_arrays, take_back
 
 
@@ -49,9 +50,6 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
     Collective: every rank of trainer.mesh calls it."""
     if trainer.units is None:
         raise ValueError("save: the trainer is not built yet (call it after a step or trainer.prepare)")
-    if trainer.recipe is not None:
-        raise ValueError("save: a mixed-precision trainer's master weights and loss scale are not "
-                         "checkpointed; save a plain-precision run")
     if not isinstance(step, int) or step < 0:
         raise ValueError(f"save: step must be an integer >= 0, got {step!r}")
     arrays = rank_arrays(trainer)
@@ -103,7 +101,8 @@ def manifest_of(trainer, step: int, directory: Path, rngs: dict, extra: dict) ->
                           "step_count": optimizer.step_count, "state_names": list(optimizer.state[0])},
             "files": {n: {"bytes": (directory / n).stat().st_size, "sha256": sha256(directory / n)}
                       for n in names},
-            "random": {name: g.bit_generator.state for name, g in rngs.items()}, "extra": extra}
+            "random": {name: g.bit_generator.state for name, g in rngs.items()}, "extra": extra,
+            "mixed": mixed_state(trainer)}
 
 
 def sync_directory(path: Path) -> None:
@@ -129,6 +128,7 @@ def load(trainer, root, *, rngs: dict | None = None, loader=None) -> dict:
     check_model(directory, manifest, trainer)
     check_files(directory, manifest)
     check_mesh(directory, manifest, trainer)
+    check_mixed(directory, manifest, trainer)
     for name in rngs or {}:
         if name not in manifest.get("random", {}):
             raise ValueError(f"{directory / MANIFEST}: no random state named {name!r} was saved "
@@ -155,6 +155,7 @@ def load(trainer, root, *, rngs: dict | None = None, loader=None) -> dict:
     if loader is not None:
         loader.load_state_dict(json.loads(str(mine[LOADER])))   # checks it first; the last refusal
     take_back(trainer, flat, saved["step_count"])
+    restore_mixed(trainer, manifest.get("mixed"))
     optimizer.lr = saved["lr"]
     for name, g in (rngs or {}).items():
         g.bit_generator.state = manifest["random"][name]
@@ -171,5 +172,3 @@ def check_mesh(directory: Path, manifest: dict, trainer) -> None:
     if s["context"] > 1 and seq_len % (2 * s["context"]):
         raise ValueError(f"{where}: sequences of {seq_len} do not split into 2·context = "
                          f"{2 * s['context']} zigzag chunks on this mesh")
-    if trainer.recipe is not None or trainer.mixed is not None:
-        raise ValueError(f"{where}: a mixed-precision trainer cannot take a plain-precision checkpoint")
