@@ -166,7 +166,7 @@ def check_mesh(directory: Path, manifest: dict, trainer) -> None:
     """ValueError naming the manifest when this trainer's mesh cannot take the checkpoint's sequences."""
     seq_len, s = manifest["seq_len"], trainer.mesh.sizes
     where = directory / MANIFEST
-    if trainer.units is not None and trainer.seq_len != seq_len:
+    if trainer.units is not None and trainer.seq_len not in (None, seq_len):    # (None: held whole)
         raise ValueError(f"{where}: saved for sequences of {seq_len}, this trainer was built for "
                          f"{trainer.seq_len}")
     if s["context"] > 1 and seq_len % (2 * s["context"]):
