@@ -155,3 +155,11 @@ def test_train_recipe_refuses_bad_flags_in_one_line(flags, says, tmp_path, capsy
     last = err.strip().splitlines()[-1]
     assert last.startswith("python -m minidist train: error: ") and says in last, err
     assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_train_recipe_a_lost_rank_without_restarts_ends_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MINIDIST_TRAIN_KILL", "1:2")
+    status = main(["train", *TINY, "--data", "2", "--out", str(tmp_path), "--sample", "0"])
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err and (tmp_path / "killed-1-2").exists()
+    assert err.strip().splitlines()[-1].startswith("python -m minidist train: error: ") and "rank 1" in err

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from minidist.checkpoint import run_resilient
-from minidist.cluster import run
+from minidist.cluster import ClusterError, run
 from minidist.data import load_text
 from minidist.nn.checks import count_option
 
@@ -171,13 +171,17 @@ def train(args) -> int:
     if not args.resume and (args.out / CHECKPOINTS).exists():
         shutil.rmtree(args.out / CHECKPOINTS)          # a new run: the last one's checkpoints go
     work = (train_on_rank, ranks(config), config, corpus, out, last, history)
-    if args.restarts:
-        done = run_resilient(*work, root=args.out / CHECKPOINTS, restarts=args.restarts, timeout=None)
-        results = done.results
-        if done.failures:
-            print(done.report(), flush=True)
-    else:
-        results = run(*work, timeout=None)
+    try:
+        if args.restarts:
+            done = run_resilient(*work, root=args.out / CHECKPOINTS, restarts=args.restarts, timeout=None)
+            results = done.results
+            if done.failures:
+                print(done.report(), flush=True)
+        else:
+            results = run(*work, timeout=None)
+    except ClusterError as lost:                       # a rank died (and the restarts ran out)
+        print(f"python -m minidist train: error: {str(lost).splitlines()[0]}", file=sys.stderr)
+        return 1
     if "refused" in (results[0] or {}):
         return fail(results[0]["refused"])
     record, wall = results[0], time.perf_counter() - started
