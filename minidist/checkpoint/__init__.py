@@ -3,6 +3,7 @@
     manifest.py    a checkpoint's directory, its manifest (mesh, step, model, optimizer, checksums)
     shards.py      what each rank saves (its elements, by label) and how any mesh takes them back
     save_load.py   save(trainer, root, step, ...) / load(trainer, root, ...): atomic, checked
+    mixed.py       what a mixed-precision run adds: the loss scaler's state, the rounding generator's
     held.py        held_by(comm, model, optimizer): the same for DataParallel, the Pipeline, one process
     resilient.py   run_resilient(fn, world_size, *args, root, restarts): restart from the last checkpoint
 

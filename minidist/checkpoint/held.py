@@ -43,9 +43,19 @@ class HeldParameters:
 
 class _Ranks:
     def __init__(self, comm):
-        self.comm, self.sizes = comm, {"data": comm.world_size, "context": 1}
+        self.comm = _Alone() if comm is None else comm
+        self.sizes = {"data": self.comm.world_size, "context": 1}
+
+
+class _Alone:
+    """One process, no cluster: rank 0 of 1 (its barrier has no one to wait for)."""
+    rank, world_size = 0, 1
+
+    def barrier(self) -> None:
+        pass
 
 
 def held_by(comm, model, optimizer) -> HeldParameters:
-    """The handle save and load take for ``model`` and its ``optimizer`` on this rank of ``comm``."""
+    """The handle save and load take for ``model`` and its ``optimizer`` on this rank of ``comm`` (None: one
+    process outside a cluster, e.g. to read a checkpoint into an unsplit model)."""
     return HeldParameters(comm, model, optimizer)

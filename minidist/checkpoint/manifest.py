@@ -8,7 +8,8 @@ and ``manifest.json``:
     optimizer   the optimizer's class, lr, hyper-parameters, step counter, state names
     seq_len     the sequence length the split was built for
     files       {file name: {"bytes": size, "sha256": digest}} of every rank's file
-    random      {name: a numpy Generator's bit_generator.state}; extra: the caller's (the loader's place)
+    random      {name: a numpy Generator's bit_generator.state}; extra: the caller's
+    mixed       None, or a mixed-precision run's loss scaler, counters and rounding generator (mixed.py)
 
 The manifest is written last, inside a temporary directory renamed into place (save_load.py): a directory
 named step-N is complete, and the newest one is the run's last checkpoint.

@@ -74,9 +74,9 @@ def run_resilient(fn, world_size, *args, root, restarts: int = 1, **options) -> 
     raise AssertionError("unreachable")
 
 
-def resume(trainer, root, *, rngs: dict | None = None) -> int:
-    """Load root's newest complete checkpoint into trainer (and rngs) if there is one; returns the step
-    to go on from (0: none saved yet)."""
+def resume(trainer, root, *, rngs: dict | None = None, loader=None) -> int:
+    """Load root's newest complete checkpoint into trainer (and rngs, loader) if there is one; returns the
+    step to go on from (0: none saved yet)."""
     if latest(Path(root)) is None:
         return 0
-    return load(trainer, root, rngs=rngs)["step"]
+    return load(trainer, root, rngs=rngs, loader=loader)["step"]

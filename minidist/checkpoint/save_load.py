@@ -14,6 +14,7 @@ mesh — then the trainer is built (prepare) and each rank takes its elements (s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -35,23 +36,25 @@ from .manifest import (
     step_dir,
     write_json,
 )
+from .mixed import check_mixed, mixed_state, restore_mixed
 from .shards import assemble, rank_arrays, take_back
 
 
 def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | None = None,
-         disk_bytes_per_second: float | None = None) -> Path:
+         loader=None, disk_bytes_per_second: float | None = None) -> Path:
     """Write the checkpoint of ``trainer`` after ``step`` steps to ROOT/step-N (module docstring); returns
     its path. rngs: {name: numpy Generator} whose states are kept; extra: JSON-able caller state (e.g. the
-    data loader's position). disk_bytes_per_second: when given, the simulated clock is charged each rank's
-    write, bytes / bandwidth (the barriers are charged anyway). Collective: every rank of trainer.mesh
-    calls it."""
+    data loader's position). loader: this rank's data loader (anything with state_dict() -> JSON, e.g.
+    minidist.data.Loader): its state goes into this rank's file. disk_bytes_per_second: when given, the
+    simulated clock is charged each rank's write, bytes / bandwidth (the barriers are charged anyway).
+    Collective: every rank of trainer.mesh calls it."""
     if trainer.units is None:
         raise ValueError("save: the trainer is not built yet (call it after a step or trainer.prepare)")
-    if trainer.recipe is not None:
-        raise ValueError("save: a mixed-precision trainer's master weights and loss scale are not "
-                         "checkpointed; save a plain-precision run")
     if not isinstance(step, int) or step < 0:
         raise ValueError(f"save: step must be an integer >= 0, got {step!r}")
+    arrays = rank_arrays(trainer)
+    if loader is not None:
+        arrays[LOADER] = np.array(json.dumps(loader_state(loader)))
     comm, root = trainer.mesh.comm, Path(root)
     final, temporary = step_dir(root, step), root / f".tmp-{PREFIX}{step:08d}"
     if comm.rank == 0:
@@ -61,7 +64,7 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
         temporary.mkdir()
     comm.barrier()
     with open(temporary / rank_file(comm.rank), "wb") as f:
-        np.savez(f, **rank_arrays(trainer))
+        np.savez(f, **arrays)
         f.flush()
         os.fsync(f.fileno())
         if disk_bytes_per_second:
@@ -78,6 +81,17 @@ def save(trainer, root, step: int, *, rngs: dict | None = None, extra: dict | No
     return final
 
 
+LOADER = "loader_state"         # the key of a rank's loader state (JSON text) in its file
+
+
+def loader_state(loader) -> dict:
+    for name in ("state_dict", "load_state_dict"):
+        if not callable(getattr(loader, name, None)):
+            raise TypeError(f"loader must have .{name}() (e.g. a minidist.data.Loader), got "
+                            f"{type(loader).__name__}")
+    return loader.state_dict()
+
+
 def manifest_of(trainer, step: int, directory: Path, rngs: dict, extra: dict) -> dict:
     optimizer = trainer.optimizer
     names = [f"{rank_file(r)}" for r in range(trainer.mesh.comm.world_size)]
@@ -87,7 +101,8 @@ def manifest_of(trainer, step: int, directory: Path, rngs: dict, extra: dict) ->
                           "step_count": optimizer.step_count, "state_names": list(optimizer.state[0])},
             "files": {n: {"bytes": (directory / n).stat().st_size, "sha256": sha256(directory / n)}
                       for n in names},
-            "random": {name: g.bit_generator.state for name, g in rngs.items()}, "extra": extra}
+            "random": {name: g.bit_generator.state for name, g in rngs.items()}, "extra": extra,
+            "mixed": mixed_state(trainer)}
 
 
 def sync_directory(path: Path) -> None:
@@ -99,10 +114,11 @@ def sync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def load(trainer, root, *, rngs: dict | None = None) -> dict:
+def load(trainer, root, *, rngs: dict | None = None, loader=None) -> dict:
     """Resume ``trainer`` (built by parallelize on this model, any mesh) from ROOT's newest complete
     checkpoint, or from the checkpoint directory ROOT itself. rngs: {name: Generator} given the saved
-    states in place. Returns {"step", "extra", "directory"}. ValueError naming the file at fault, raised
+    states in place; loader: given its state from this rank's file (load_state_dict). Returns {"step",
+    "extra", "directory"}. ValueError naming the file at fault, raised
     before the model, the optimizer or a generator changes. Collective: every rank of the mesh calls it."""
     root = Path(root)
     directory = root if (root / MANIFEST).exists() else latest(root)
@@ -112,6 +128,7 @@ def load(trainer, root, *, rngs: dict | None = None) -> dict:
     check_model(directory, manifest, trainer)
     check_files(directory, manifest)
     check_mesh(directory, manifest, trainer)
+    check_mixed(directory, manifest, trainer)
     for name in rngs or {}:
         if name not in manifest.get("random", {}):
             raise ValueError(f"{directory / MANIFEST}: no random state named {name!r} was saved "
@@ -120,6 +137,12 @@ def load(trainer, root, *, rngs: dict | None = None) -> dict:
     for name in manifest["files"]:
         with np.load(directory / name, allow_pickle=False) as arrays:
             files[str(directory / name)] = dict(arrays)
+    if loader is not None:
+        loader_state(loader)
+        mine = files.get(str(directory / rank_file(trainer.mesh.comm.rank)), {})
+        if LOADER not in mine:
+            raise ValueError(f"{directory / rank_file(trainer.mesh.comm.rank)}: no data loader state in "
+                             "this rank's file (saved without loader=, or by fewer ranks)")
     total = sum(int(np.prod(shape)) for _, shape, _ in manifest["model"])
     dtype = np.result_type(*[dtype for _, _, dtype in manifest["model"]])
     saved = manifest["optimizer"]
@@ -129,7 +152,10 @@ def load(trainer, root, *, rngs: dict | None = None) -> dict:
     if type(optimizer).__name__ != saved["class"] or list(optimizer.state[0]) != saved["state_names"]:
         raise ValueError(f"{directory / MANIFEST}: saved with {saved['class']} (state "
                          f"{saved['state_names']}), this trainer's optimizer is {type(optimizer).__name__}")
+    if loader is not None:
+        loader.load_state_dict(json.loads(str(mine[LOADER])))   # checks it first; the last refusal
     take_back(trainer, flat, saved["step_count"])
+    restore_mixed(trainer, manifest.get("mixed"))
     optimizer.lr = saved["lr"]
     for name, g in (rngs or {}).items():
         g.bit_generator.state = manifest["random"][name]
@@ -140,11 +166,9 @@ def check_mesh(directory: Path, manifest: dict, trainer) -> None:
     """ValueError naming the manifest when this trainer's mesh cannot take the checkpoint's sequences."""
     seq_len, s = manifest["seq_len"], trainer.mesh.sizes
     where = directory / MANIFEST
-    if trainer.units is not None and trainer.seq_len != seq_len:
+    if trainer.units is not None and trainer.seq_len not in (None, seq_len):    # (None: held whole)
         raise ValueError(f"{where}: saved for sequences of {seq_len}, this trainer was built for "
                          f"{trainer.seq_len}")
     if s["context"] > 1 and seq_len % (2 * s["context"]):
         raise ValueError(f"{where}: sequences of {seq_len} do not split into 2·context = "
                          f"{2 * s['context']} zigzag chunks on this mesh")
-    if trainer.recipe is not None or trainer.mixed is not None:
-        raise ValueError(f"{where}: a mixed-precision trainer cannot take a plain-precision checkpoint")

@@ -18,6 +18,12 @@ out each: no shared memory, so nothing in /dev/shm. The guarantees are the clust
 an epoch left early (``break``, an exception, Ctrl-C in the loop) stops every worker — asked, then
 terminated, then killed — and closes every pipe; workers ignore Ctrl-C (the parent handles it) and die
 with their parent. Cost: one pickled copy of every batch through a pipe.
+
+Resuming (a checkpoint keeps it, minidist.checkpoint.save(..., loader=)): ``state_dict()`` is
+{"epoch": epochs finished, "position": batches of this epoch handed to the loop, "sampler": its state};
+after ``load_state_dict(state)`` the next epoch starts at that position, so a run resumed mid-epoch sees
+exactly the batches of an uninterrupted one. Given a DistributedSampler, the loader draws each epoch's
+batches from it (``set_epoch(epoch)``, then ``batched``): epoch and position are then the whole state.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from multiprocess.connection import wait
 from minidist.cluster.process_setup import check_picklable, die_with_parent, one_blas_thread, signals_deferred
 from minidist.nn.checks import check_count, check_real
 
+from .sampler import DistributedSampler, batched
+
 GRACE = 1.0      # seconds a worker gets to leave on its own before it is terminated (then killed)
 
 
@@ -48,24 +56,33 @@ class LoaderError(RuntimeError):
 
 
 class Loader:
-    """Loader(fetch, batches, *, num_workers=0, prefetch=2, timeout=60.0, start_method=None).
+    """Loader(fetch, batches, *, batch_size=None, num_workers=0, prefetch=2, timeout=60.0, start_method=None).
 
     Args:
         fetch: ``fetch(indices) -> batch``, e.g. ``lambda idx: (x[idx], y[idx])``; runs in the workers.
-        batches: the index arrays of one epoch, in order (e.g. ``sampler.batched(sampler.indices(), 64)``).
+        batches: the index arrays of one epoch, in order (e.g. ``sampler.batched(sampler.indices(), 64)``),
+            the same every epoch; or a DistributedSampler, each epoch's order (then give batch_size).
+        batch_size: with a sampler, the indices per batch (the last batch of an epoch may be short).
         num_workers: k >= 0 processes (0: load in this process when the loop asks).
         prefetch: q >= 1 requests each worker may hold ahead of the loop (torch's prefetch_factor).
         timeout: seconds to wait for one batch before giving up (None or math.inf: no limit).
         start_method: "fork" (Linux default) or "spawn" (then fetch must be picklable).
 
     ``for batch in loader:`` runs one epoch; workers start with the epoch and end with it.
-    ``worker_pids`` lists the processes of the last epoch (for tests).
+    ``worker_pids`` lists the processes of the last epoch (for tests). ``epoch`` (epochs finished) and
+    ``position`` (batches handed out in this epoch) are what state_dict saves.
     """
 
-    def __init__(self, fetch: Callable[[Any], Any], batches: Sequence, *, num_workers: int = 0,
-                 prefetch: int = 2, timeout: float | None = 60.0, start_method: str | None = None):
+    def __init__(self, fetch: Callable[[Any], Any], batches: Sequence | DistributedSampler, *,
+                 batch_size: int | None = None, num_workers: int = 0, prefetch: int = 2,
+                 timeout: float | None = 60.0, start_method: str | None = None):
         if not callable(fetch):
             raise TypeError(f"fetch must be a function of one batch's indices, got {type(fetch).__name__}")
+        self.sampler = batches if isinstance(batches, DistributedSampler) else None
+        if (self.sampler is None) != (batch_size is None):
+            raise ValueError("batch_size goes with a DistributedSampler as batches (and only then), got "
+                             f"batches = {type(batches).__name__}, batch_size = {batch_size!r}")
+        self.batch_size = None if batch_size is None else check_count(batch_size, "batch_size")
         check_count(num_workers, "num_workers", 0), check_count(prefetch, "prefetch")
         if timeout == math.inf:   # as the cluster's run: inf is no limit (selectors cannot wait that long)
             timeout = None
@@ -77,20 +94,62 @@ class Loader:
                              f"got {start_method!r}")
         if method == "spawn" and num_workers > 0:
             check_picklable(fetch, ())
-        self.fetch, self.batches = fetch, list(batches)
+        self.fetch, self.batches = fetch, list(batches) if self.sampler is None else self._drawn(0)
         self.num_workers, self.prefetch, self.timeout = int(num_workers), int(prefetch), timeout
         self.start_method = method
         self.worker_pids: list[int] = []
+        self.epoch = self.position = self._start = 0
 
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __iter__(self) -> Iterator[Any]:
-        if self.num_workers == 0:
-            return (self.fetch(indices) for indices in self.batches)
-        return self._epoch()
+    def _drawn(self, epoch: int) -> list:
+        self.sampler.set_epoch(epoch)
+        return batched(self.sampler.indices(), self.batch_size)
 
-    def _epoch(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:
+        """One epoch, from batch ``position`` when load_state_dict set one (else from the first)."""
+        if self.sampler is not None:
+            self.batches = self._drawn(self.epoch)
+        start, self._start = self._start, 0
+        self.position, left = start, self.batches[start:]
+        if self.num_workers == 0:
+            return self._counted(self.fetch(indices) for indices in left)
+        return self._counted(self._epoch(left))
+
+    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        try:
+            for batch in batches:
+                self.position += 1           # handed to the loop: a checkpoint now resumes after it
+                yield batch
+            self.epoch, self.position = self.epoch + 1, 0
+        finally:
+            batches.close()                  # an epoch left early stops its workers now
+
+    def state_dict(self) -> dict:
+        """{"epoch", "position", "sampler"} (JSON): where the loop is; the sampler's state or None."""
+        return {"epoch": self.epoch, "position": self.position,
+                "sampler": None if self.sampler is None else self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Go on from ``state``: the next epoch iterated starts at its position. ValueError, before anything
+        changes, for a state of another loader (keys, a sampler of another split, a position past the
+        epoch's batches)."""
+        if not isinstance(state, dict) or set(state) != {"epoch", "position", "sampler"}:
+            raise ValueError(f"loader state must be a dict with keys epoch, position, sampler, got {state!r}")
+        epoch, position = check_count(state["epoch"], "loader epoch", 0), check_count(state["position"],
+                                                                                    "loader position", 0)
+        if (state["sampler"] is None) != (self.sampler is None):
+            raise ValueError(f"loader state has sampler {state['sampler']!r}; this loader "
+                             f"{'has none' if self.sampler is None else 'has one'}")
+        count = len(self.batches) if self.sampler is None else -(-self.sampler.num_samples // self.batch_size)
+        if position > count:
+            raise ValueError(f"loader position {position} is past the epoch's {count} batches")
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])     # checks the split first
+        self.epoch, self.position, self._start = epoch, position, position
+
+    def _epoch(self, batches: list) -> Iterator[Any]:
         k, ctx = self.num_workers, multiprocess.get_context(self.start_method)
         procs, tasks, results = [], [], []
         try:
@@ -109,22 +168,22 @@ class Loader:
                     task_out.close()
                     result_in.close()
             self.worker_pids = [p.pid for p in procs]
-            ahead = min(len(self.batches), k * self.prefetch)
+            ahead = min(len(batches), k * self.prefetch)
             for i in range(ahead):                     # fill every worker's queue
-                self._ask(tasks, i)
-            for i in range(len(self.batches)):
+                self._ask(tasks, batches, i)
+            for i in range(len(batches)):
                 batch = self._receive(i, procs[i % k], results[i % k])
-                if i + ahead < len(self.batches):      # one out, one in: k·q requests stay in flight
-                    self._ask(tasks, i + ahead)
+                if i + ahead < len(batches):           # one out, one in: k·q requests stay in flight
+                    self._ask(tasks, batches, i + ahead)
                 yield batch
         finally:
             _stop(procs, tasks, results)
 
-    def _ask(self, tasks, i: int) -> None:
+    def _ask(self, tasks, batches: list, i: int) -> None:
         """Request batch i from worker i mod k. A worker that has failed already cannot take it: its
         error (or death) is reported when the loop reaches the batch it failed on."""
         try:
-            tasks[i % self.num_workers].send((i, self.batches[i]))
+            tasks[i % self.num_workers].send((i, batches[i]))
         except (BrokenPipeError, ConnectionResetError):
             pass
 

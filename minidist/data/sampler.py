@@ -80,6 +80,24 @@ class DistributedSampler:
         return order[self.rank:self.total_size:p].astype(np.int64)
         # END SOLUTION
 
+    def state_dict(self) -> dict:
+        """{"epoch", "seed", "dataset_size", "num_replicas", "shuffle", "drop_last"}: JSON. No generator
+        state: the order is a pure function of (seed, epoch), so these numbers are all of it."""
+        return {"epoch": self.epoch, "seed": self.seed, "dataset_size": self.dataset_size,
+                "num_replicas": self.num_replicas, "shuffle": self.shuffle, "drop_last": self.drop_last}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Go on from ``state`` (state_dict's): its epoch. ValueError, before anything changes, when it is
+        of another split (seed, dataset_size, num_replicas, shuffle or drop_last differ)."""
+        mine = self.state_dict()
+        if not isinstance(state, dict) or set(state) != set(mine):
+            raise ValueError(f"sampler state must be a dict with keys {sorted(mine)}, got {state!r}")
+        for key in ("seed", "dataset_size", "num_replicas", "shuffle", "drop_last"):
+            if state[key] != mine[key]:
+                raise ValueError(f"sampler state is of another split: {key} = {state[key]!r}, this "
+                                 f"sampler's is {mine[key]!r}")
+        self.set_epoch(state["epoch"])
+
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
 

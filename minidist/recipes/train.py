@@ -6,28 +6,36 @@ five axes — ``Mesh`` + ``parallelize``, nothing else of the parallel package.
     python -m minidist train --data 2 --pipeline 2 --tensor 2 --micro-batches 4 --check
     python -m minidist train --data 2 --expert 4 --check          # a Switch model: 4 experts a layer
     python -m minidist train --resume --steps 100 --data 4         # on from runs/train, another layout
+    python -m minidist train --restarts 2 --save-every 10          # a rank lost: on from the last checkpoint
 
 It prints a line per step (the loss: cross-entropy + router losses; simulated and wall time of the step),
 the validation loss on held-out text every --eval-every steps and at the end, and a sample of generated
 text; it writes loss.png and the checkpoint into --out (train_files.py). ``--check`` runs the same steps
 again in this process on the unsplit model and prints the largest differences of the parameters and the
 losses: in float64 a layout trains like one process to rounding (≤ 1e-9, else the exit status is 1).
+
+Checkpoints are minidist.checkpoint's (weights and AdamW's moments, per rank; train_files.py): --resume goes
+on from the newest, in any layout, as if never stopped; ``--restarts N`` runs through
+checkpoint.run_resilient: when a rank dies the run restarts from the newest checkpoint, up to N times, and
+prints each failure. Test hook: MINIDIST_TRAIN_KILL="RANK:STEP" makes rank RANK die before step STEP, once.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from minidist.cluster import run
+from minidist.checkpoint import run_resilient
+from minidist.cluster import ClusterError, run
 from minidist.data import load_text
 from minidist.nn.checks import count_option
 
-from .train_files import load_checkpoint, plot_losses, save_checkpoint
+from .train_files import CHECKPOINTS, plot_losses, saved_run
 from .train_loop import AXES, build_model, one_process, train_on_rank, validation_batches, validation_loss
 
 # The model's shape: with --resume these come from the checkpoint (given again, they must agree).
@@ -75,8 +83,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     run.add_argument("--sample", **count(0), default=200, help="characters to generate (default 200)")
     run.add_argument("--prompt", default="The ", help="the sample's start (default 'The ')")
     run.add_argument("--out", type=Path, default=Path("runs/train"), help="default runs/train")
-    run.add_argument("--resume", action="store_true", help="go on from the checkpoint in --out (the model's "
-                     "flags come from it; the optimizer starts afresh)")
+    run.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out (the "
+                     "model's flags come from it; weights and AdamW's moments, onto any layout)")
+    run.add_argument("--save-every", **count(1), help="steps between checkpoints (default: --eval-every)")
+    run.add_argument("--restarts", **count(0), default=0, help="restart from the newest checkpoint when a "
+                     "rank dies, up to N times (default 0)")
     run.add_argument("--check", action="store_true", help="rerun the steps in one process and compare")
     p.set_defaults(func=cmd_train)
     return p
@@ -98,16 +109,16 @@ def fail(message) -> int:
 
 
 def configure(args, corpus):
-    """(config, start state, start step, history) from the flags and, with --resume, the checkpoint."""
-    state, step, history, saved = None, 0, {"train": [], "val": []}, {}
+    """(config, start step, history) from the flags and, with --resume, the newest checkpoint."""
+    step, history, saved = 0, {"train": [], "val": []}, {}
     if args.resume:
-        state, meta = load_checkpoint(args.out)
-        step, history, saved = meta["step"], meta["history"], meta["config"]
+        step, saved, history = saved_run(args.out)
     given = {axis: getattr(args, axis) for axis in AXES if getattr(args, axis) is not None}
     config = {axis: given.get(axis, 1) if given else DEFAULT_LAYOUT.get(axis, 1) for axis in AXES}
     config.update({key: getattr(args, key) for key in ("zero", "schedule", "micro_batches", "chunks",
                                                        "sequence_parallel", "steps", "batch", "lr",
                                                        "eval_every")})
+    config["save_every"] = args.save_every or args.eval_every
     for key, default in MODEL.items():
         flag = getattr(args, key)
         if saved and flag is not None and flag != saved[key]:
@@ -124,7 +135,7 @@ def configure(args, corpus):
         raise ValueError(f"--block must be below the {len(corpus.val)} held-out characters")
     corpus.encode(args.prompt)                 # ValueError for a character the corpus does not have
     build_model(config, corpus.vocab_size)     # ValueError for a shape the model refuses (heads vs d, ...)
-    return config, state, step, history
+    return config, step, history
 
 
 def ranks(config: dict) -> int:
@@ -147,7 +158,7 @@ def cmd_train(args) -> int:
 def train(args) -> int:
     corpus = load_text()
     try:
-        config, start_state, start_step, history = configure(args, corpus)
+        config, start_step, history = configure(args, corpus)
     except (FileNotFoundError, ValueError) as err:
         return fail(err)
     model = build_model(config, corpus.vocab_size)
@@ -156,22 +167,32 @@ def train(args) -> int:
           f"micro-batches {config['micro_batches']}, zero {config['zero']}; {config['steps']} steps of "
           f"{config['batch']} × {config['block']} characters, AdamW lr {config['lr']:g}"
           + (f", from step {start_step}" if start_step else ""), flush=True)
-    started = time.perf_counter()
-    results = run(train_on_rank, ranks(config), config, corpus, start_state, start_step, timeout=None)
+    started, last, out = time.perf_counter(), start_step + config["steps"], str(args.out)
+    if not args.resume and (args.out / CHECKPOINTS).exists():
+        shutil.rmtree(args.out / CHECKPOINTS)          # a new run: the last one's checkpoints go
+    work = (train_on_rank, ranks(config), config, corpus, out, last, history)
+    try:
+        if args.restarts:
+            done = run_resilient(*work, root=args.out / CHECKPOINTS, restarts=args.restarts, timeout=None)
+            results = done.results
+            if done.failures:
+                print(done.report(), flush=True)
+        else:
+            results = run(*work, timeout=None)
+    except ClusterError as lost:                       # a rank died (and the restarts ran out)
+        print(f"python -m minidist train: error: {str(lost).splitlines()[0]}", file=sys.stderr)
+        return 1
     if "refused" in (results[0] or {}):
         return fail(results[0]["refused"])
     record, wall = results[0], time.perf_counter() - started
-    history["train"] += [list(pair) for pair in record["losses"]]
-    history["val"] += [list(pair) for pair in record["val"]]
-    last = start_step + config["steps"]
+    history = record["history"]
     print(f"{config['steps']} steps in {wall:.1f} s wall, {sum(s for _, s in record['sim']) * 1e3:.2f} ms "
           f"simulated; validation {record['val'][-1][1]:.4f} (unigram baseline {corpus.unigram_loss():.4f})")
     report_sample(config, corpus, record["state"], args.prompt, args.sample)
-    saved = save_checkpoint(args.out, record["state"], config, last, history)
     objective = "cross-entropy + router losses" if config["experts"] else "cross-entropy"
     figure = plot_losses(args.out, history, f"{type(model).__name__}, {layout_text(config)}", objective)
-    print(f"wrote {saved}, {saved.with_suffix('.json')} (step {last}) and {figure}")
-    return report_check(config, corpus, start_state, start_step, record) if args.check else 0
+    print(f"wrote {args.out / CHECKPOINTS} (step {last}) and {figure}")
+    return report_check(config, corpus, out, start_step, record) if args.check else 0
 
 
 def report_sample(config: dict, corpus, state: dict, prompt: str, length: int) -> None:
@@ -186,13 +207,13 @@ def report_sample(config: dict, corpus, state: dict, prompt: str, length: int) -
     print(f"sample (temperature 0.8, top-k 10):\n{corpus.decode(tokens[0])}")
 
 
-def report_check(config: dict, corpus, start_state, start_step: int, record: dict) -> int:
+def report_check(config: dict, corpus, out: str, start_step: int, record: dict) -> int:
     """Run the steps in one process; print the largest differences; 1 if float64 and one of them is beyond
     the tolerance."""
     started = time.perf_counter()
-    state, losses = one_process(config, corpus, start_state, start_step)
+    state, losses = one_process(config, corpus, out, start_step, start_step + config["steps"])
     params = max(float(np.max(np.abs(record["state"][name] - value))) for name, value in state.items())
-    loss = max(abs(a - b) for (_, a), (_, b) in zip(record["losses"], losses))
+    loss = max((abs(a - dict(losses)[step]) for step, a in record["losses"]), default=0.0)
     val = validation_loss(build_model(config, corpus.vocab_size, evaluation=True), state,
                           validation_batches(corpus, config))
     print(f"check: one process, same weights, batches and AdamW ({time.perf_counter() - started:.1f} s): "

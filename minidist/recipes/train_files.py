@@ -1,57 +1,49 @@
 """The files of a training run in its folder (``--out``):
 
-    checkpoint.npz    the full state dict ({name: array}, the unsplit model's names and dtype)
-    checkpoint.json   {"step": the steps trained, "config": the flags, "history": {"train": [[step, loss]],
-                      "val": [[step, loss]]}} — what --resume reads back (the optimizer's moments are not
-                      kept: a resumed AdamW starts afresh)
-    loss.png          training and validation loss against the step
+    checkpoints/step-N/   minidist.checkpoint's checkpoint after step N (every --save-every steps and at the
+                          end): each rank's shard of the weights and AdamW's moments, and the manifest, whose
+                          "extra" is {"config": the flags, "history": {"train": [[step, loss]], "val":
+                          [[step, loss]]}} — what --resume and --restarts go on from (onto any layout)
+    loss.png              training and validation loss against the step
 
-Under mpiexec only rank 0 writes (minidist.cluster.mpi_rank).
+Under mpiexec only rank 0 writes the figure (minidist.cluster.mpi_rank).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
-
+from minidist.checkpoint import held_by, latest, load, read_manifest
 from minidist.cluster.mpi_rank import is_quiet_rank
 from minidist.sim.plots import write_png
 
-WEIGHTS, META, FIGURE = "checkpoint.npz", "checkpoint.json", "loss.png"
+CHECKPOINTS, FIGURE = "checkpoints", "loss.png"
 
 
-def save_checkpoint(out: Path, state: dict, config: dict, step: int, history: dict) -> Path:
-    """Write checkpoint.npz and checkpoint.json into ``out`` (created if missing); returns the .npz path."""
-    out = Path(out)
-    if is_quiet_rank():
-        return out / WEIGHTS
-    out.mkdir(parents=True, exist_ok=True)
-    np.savez(out / WEIGHTS, **state)
-    meta = {"step": step, "config": config, "history": history}
-    (out / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    return out / WEIGHTS
+def saved_run(out: Path) -> tuple[int, dict, dict]:
+    """(step, config, history) of the newest checkpoint under ``out``. FileNotFoundError when there is none;
+    ValueError when it is not one of `python -m minidist train`."""
+    directory = latest(Path(out) / CHECKPOINTS)
+    if directory is None:
+        raise FileNotFoundError(f"no checkpoint to resume from: {Path(out) / CHECKPOINTS} holds no "
+                                "complete step-N")
+    manifest = read_manifest(directory)
+    if not {"config", "history"} <= set(manifest.get("extra", {})):
+        raise ValueError(f"{directory} is not a checkpoint of `python -m minidist train`")
+    return manifest["step"], manifest["extra"]["config"], manifest["extra"]["history"]
 
 
-def load_checkpoint(out: Path) -> tuple[dict, dict]:
-    """(state dict, the .json's contents) of the checkpoint in ``out``. FileNotFoundError when there is
-    none; ValueError when the two files do not belong together."""
-    out = Path(out)
-    for name in (WEIGHTS, META):
-        if not (out / name).is_file():
-            raise FileNotFoundError(f"no checkpoint to resume from: {out / name} does not exist")
-    meta = json.loads((out / META).read_text(encoding="utf-8"))
-    if not {"step", "config", "history"} <= set(meta):
-        raise ValueError(f"{out / META} is not a checkpoint of `python -m minidist train`")
-    with np.load(out / WEIGHTS) as arrays:
-        state = {name: arrays[name] for name in arrays.files}
-    return state, meta
+def load_unsplit(model, optimizer, directory: Path) -> dict:
+    """Load the checkpoint in ``directory`` (any layout's) into the unsplit ``model`` and its ``optimizer``,
+    in this process; returns load's {"step", "extra", "directory"}."""
+    return load(held_by(None, model, optimizer), directory)
 
 
 def plot_losses(out: Path, history: dict, title: str, objective: str = "cross-entropy") -> Path:
     """loss.png in ``out``: the training objective per step (``objective`` names it) and the validation
-    loss where it was measured, integer steps on the x axis, one legend."""
+    loss where it was measured, integer steps on the x axis, one legend. (Under mpiexec: rank 0 only.)"""
+    if is_quiet_rank():
+        return Path(out) / FIGURE
     import matplotlib
 
     matplotlib.use("Agg")

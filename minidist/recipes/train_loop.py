@@ -17,13 +17,19 @@ Validation and sampling run an unsplit copy that drops no token (capacity factor
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
+from minidist.checkpoint import latest, load, save
+from minidist.checkpoint.manifest import step_dir
 from minidist.nn import GPT, CrossEntropyLoss, SwitchTransformer
 from minidist.optim import AdamW
 from minidist.parallel import Mesh, parallelize
+
+from .train_files import CHECKPOINTS, load_unsplit
 
 AXES = ("data", "pipeline", "tensor", "context", "expert")
 SWITCH_ROUTING = dict(capacity_factor=1.25, aux_loss_coef=0.01, z_loss_coef=0.001)
@@ -77,25 +83,36 @@ def make_optimizer(config: dict):
     return lambda params: AdamW(params, lr=config["lr"])
 
 
-def steps_of(config: dict, start_step: int) -> range:
-    return range(start_step + 1, start_step + config["steps"] + 1)
+def kill_hook(out: Path, rank: int, step: int) -> None:
+    """MINIDIST_TRAIN_KILL="RANK:STEP" (a test hook): rank RANK dies (os._exit(1)) before step STEP, once per
+    --out (it leaves out/killed-RANK-STEP), so a --restarts run resumes and does not meet it again."""
+    target = os.environ.get("MINIDIST_TRAIN_KILL")
+    marker = Path(out) / f"killed-{target.replace(':', '-')}" if target else None
+    if target and target == f"{rank}:{step}" and not marker.exists():
+        marker.touch()
+        os._exit(1)
 
 
-def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_step: int):
-    """One rank of the run: parallelize, then ``config["steps"]`` steps after ``start_step``. Rank 0 prints a
-    line per step and the validation loss before training (once the first step has run: a layout refused
-    there computes nothing), every ``eval_every`` steps and at the end, and returns
-    {"losses", "val", "sim", "wall", "state"} (lists of (step, value); the final full state dict); the other
-    ranks return None. A layout parallelize refuses returns {"refused": its message} on every rank."""
-    model = build_model(config, corpus.vocab_size)
-    if start_state is not None:
-        model.load_state_dict(start_state)
+def train_on_rank(comm, config: dict, corpus, out: str, end_step: int, history: dict):
+    """One rank of the run: parallelize, resume from out/checkpoints' newest checkpoint (weights, AdamW's
+    moments, the history) if there is one, train up to ``end_step``, saving a checkpoint every
+    ``save_every`` steps and at the end. Rank 0 prints a line per step and the validation loss before
+    training (once the first step has run: a layout refused there computes nothing), every ``eval_every``
+    steps and at the end, and returns {"losses", "val", "sim", "wall", "state", "history", "start"}
+    (this attempt's (step, value) lists, the final full state dict, the run's whole history, the step it
+    started from); the other ranks return None. A layout parallelize refuses returns {"refused": its
+    message} on every rank."""
+    model, root = build_model(config, corpus.vocab_size), Path(out) / CHECKPOINTS
     try:
         trainer = parallelize(model, Mesh(comm, **{axis: config[axis] for axis in AXES}),
                               loss_fn=CrossEntropyLoss(), optimizer=make_optimizer(config),
                               micro_batches=config["micro_batches"], schedule=config["schedule"],
                               chunks=config["chunks"], zero=config["zero"],
                               sequence_parallel=config["sequence_parallel"])
+        start = 0
+        if latest(root) is not None:                    # (load builds the split: a refusal comes here)
+            saved = load(trainer, root)
+            start, history = saved["step"], saved["extra"]["history"]
     except (TypeError, ValueError) as refused:        # the same refusal on every rank, before any message
         return {"refused": str(refused)}
     lead = comm.rank == 0
@@ -106,11 +123,14 @@ def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_st
     def evaluate(step: int, state: dict) -> None:
         if lead:
             record["val"].append((step, validation_loss(evaluator, state, val)))
+            history["val"].append(list(record["val"][-1]))
             print(f"step {step:5d}  validation {record['val'][-1][1]:.4f}", flush=True)
 
-    initial = trainer.full_state_dict() if start_step == 0 else None     # evaluated once step 1 ran
-    steps = steps_of(config, start_step)
+    initial = trainer.full_state_dict() if start == 0 else None     # evaluated once step 1 ran
+    steps = range(start + 1, end_step + 1)
+    state = trainer.full_state_dict() if not steps else None
     for step in steps:
+        kill_hook(out, comm.rank, step)
         x, y = train_batch(corpus, config, step)
         clock, wall = comm.clock, time.perf_counter()
         try:
@@ -122,6 +142,7 @@ def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_st
         sim, wall = comm.clock - clock, time.perf_counter() - wall
         for name, value in (("losses", loss), ("sim", sim), ("wall", wall)):
             record[name].append((step, value))
+        history["train"].append([step, loss])
         if initial is not None:                        # the layout trains: the validation before it
             evaluate(0, initial)
             initial = None
@@ -131,16 +152,19 @@ def train_on_rank(comm, config: dict, corpus, start_state: dict | None, start_st
         if step % config["eval_every"] == 0 or step == steps[-1]:
             state = trainer.full_state_dict()          # collective: every rank takes part
             evaluate(step, state)
-    return {**record, "state": state} if lead else None     # the last step's state: evaluated above
+        if step % config["save_every"] == 0 or step == steps[-1]:
+            save(trainer, root, step, extra={"config": config, "history": history})   # (rank 0's is kept)
+    return {**record, "state": state, "history": history, "start": start} if lead else None
 
 
-def one_process(config: dict, corpus, start_state: dict | None, start_step: int):
-    """The same steps on the unsplit model in this process: (its state_dict, [(step, objective)])."""
+def one_process(config: dict, corpus, out: str, start_step: int, end_step: int):
+    """The same steps on the unsplit model in this process, from the checkpoint of ``start_step`` (its
+    weights and AdamW's moments) when it is not 0: (its state_dict, [(step, objective)])."""
     model = build_model(config, corpus.vocab_size)
-    if start_state is not None:
-        model.load_state_dict(start_state)
     optimizer, loss_fn, losses = make_optimizer(config)(model.parameters()), CrossEntropyLoss(), []
-    for step in steps_of(config, start_step):
+    if start_step:
+        load_unsplit(model, optimizer, step_dir(Path(out) / CHECKPOINTS, start_step))
+    for step in range(start_step + 1, end_step + 1):
         x, y = train_batch(corpus, config, step)
         model.zero_grad()
         loss = loss_fn.forward(model.forward(x), y)

@@ -1,6 +1,7 @@
 """Loader: the same batches bitwise for any number of workers; a worker's error ends the epoch with its
 traceback; nothing is left behind (processes, pipes, shared memory) after an error or an epoch cut short."""
 
+import json
 import math
 import os
 import signal
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from minidist.data.loader import Loader, LoaderError
-from minidist.data.sampler import batched
+from minidist.data.sampler import DistributedSampler, batched
 
 ROOT = Path(__file__).resolve().parents[2]
 X = np.random.default_rng(0).normal(size=(103, 5)).astype(np.float32)
@@ -193,3 +194,41 @@ def test_timeout_inf_means_no_limit_and_a_bool_is_not_seconds():
     for bad, error in ((True, TypeError), ("1", TypeError), (math.nan, ValueError), (-1.0, ValueError)):
         with pytest.raises(error, match="Loader timeout"):
             Loader(fetch, [], timeout=bad)
+
+
+def sampled_loader(k: int, rank: int = 1) -> Loader:
+    return Loader(fetch, DistributedSampler(len(Y), 3, rank, seed=7), batch_size=8, num_workers=k)
+
+
+def test_a_loader_resumed_from_its_state_gives_the_rest_of_the_run():
+    """Two epochs of a sampler's batches, cut after every batch count c: a fresh loader given the state
+    (with 0 or 2 workers) hands out exactly the batches an uninterrupted loader hands out after c."""
+    whole = sampled_loader(0)
+    reference = [y.tolist() for _ in range(2) for _, y in whole]
+    assert len(reference) == 10 and reference[0] != reference[5]        # 35 a rank, 5 batches; reshuffled
+    for cut in (0, 3, 5, 7):
+        first, seen = sampled_loader(0), []
+        while len(seen) < cut:
+            for _, y in first:
+                seen.append(y.tolist())
+                if len(seen) == cut:
+                    break
+        state = first.state_dict()
+        assert state["epoch"] * 5 + state["position"] == cut
+        second = sampled_loader(2 if cut == 3 else 0)
+        second.load_state_dict(json.loads(json.dumps(state)))
+        while second.epoch < 2:
+            seen += [y.tolist() for _, y in second]
+        assert seen == reference, cut
+
+
+def test_a_loader_refuses_the_state_of_another_loader():
+    loader, state = sampled_loader(0), sampled_loader(0).state_dict()
+    for change, message in (({"position": 6}, "position 6 is past the epoch's 5 batches"),
+                            ({"sampler": dict(state["sampler"], seed=8)}, "seed = 8"),
+                            ({"sampler": None}, "this loader has one"), ({"epoch": -1}, "loader epoch")):
+        with pytest.raises(ValueError, match=message):
+            loader.load_state_dict(dict(state, **change))
+    assert loader.state_dict() == state
+    with pytest.raises(ValueError, match="batch_size goes with a DistributedSampler"):
+        Loader(fetch, batched(np.arange(4), 2), batch_size=2)
