@@ -27,7 +27,7 @@ def test_error_falls_with_the_chunk_to_near_sqrt_n():
     sequential = error(None)
     falling = [error(c) for c in (1, 2, 4, 8, 16, 32, 64)]
     assert falling[0] == sequential                       # chunks of one product: the sequential sum
-    assert all(b < a for a, b in zip(falling, falling[1:])), falling
+    assert all(b < a for a, b in zip(falling[:-1], falling[1:], strict=True)), falling
     assert falling[-1] < sequential / 20                  # chunked << unchunked
     assert error(4096) == sequential                      # one chunk of n: sequential again
 
