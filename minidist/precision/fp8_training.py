@@ -34,6 +34,7 @@ from .accumulation import LowpAccumulation
 from .formats import FP8_E5M2, FP16, FloatFormat
 from .mixed import MixedPrecisionTrainer
 from .scaling import DynamicLossScaler, _check_positive
+from .storage import HalfStoredActivations
 
 
 class EnhancedLossScaler(DynamicLossScaler):
@@ -87,11 +88,13 @@ def clip_grad_norm_(grads: list[np.ndarray], max_norm: float) -> float:
 
 def fp8_trainer(model: Module, optimizer, loss_fn, rng: np.random.Generator, *, scaler=None,
                 fmt: FloatFormat = FP8_E5M2, master_fmt: FloatFormat = FP16,
-                accum_fmt: FloatFormat | None = FP16, chunk: int | None = 64) -> MixedPrecisionTrainer:
+                accum_fmt: FloatFormat | None = FP16, chunk: int | None = 64,
+                half_storage: bool = True) -> MixedPrecisionTrainer:
     """The recipe as a MixedPrecisionTrainer: W, A, E, G in ``fmt``, masters rounded stochastically to
     ``master_fmt`` after each update, ``scaler`` (default: an EnhancedLossScaler with floor 2^10); the
     Linear layers' GEMMs add their products in ``accum_fmt`` in chunks of ``chunk`` (None: sequentially),
-    or in float32 with accum_fmt=None."""
+    or in float32 with accum_fmt=None; half_storage: the Linear layers keep their saved inputs in 2 bytes
+    (``storage.HalfStoredActivations``, exact)."""
     if scaler is None:
         scaler = EnhancedLossScaler([(0, 2.0**10)])
     accumulation = None if accum_fmt is None else LowpAccumulation(accum_fmt, chunk, operand_fmt=fmt)
@@ -99,6 +102,8 @@ def fp8_trainer(model: Module, optimizer, loss_fn, rng: np.random.Generator, *, 
                                     master_fmt=master_fmt, update_rounding="stochastic", rng=rng)
     if accumulation is not None:
         trainer.runner.attachments.append(accumulation)   # after the trainer: its products are redone first
+    if half_storage:
+        trainer.runner.attachments.append(HalfStoredActivations())
     return trainer
 
 

@@ -11,11 +11,19 @@ BF16 element, 1 per FP8 element. ``load`` gives float32 back for computing.
 
 Round trips are exact: load(store(x)) == quantize(x) for every x, and store(load(s)) == s for every
 stored pattern s (NaN patterns come back as the format's canonical NaN).
+
+``HalfStoredActivations`` applies it where the recipe stores tensors between forward and backward: each
+plain Linear unit's saved input (the activation its dW needs) is kept as np.float16 when its values are
+float16 values (FP16 and FP8 activations are), so the ledger's activation bytes halve and, float16 → float32
+being exact, backward computes bitwise the same.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from minidist.nn.linear import Linear
+from minidist.nn.runner import Attachment
 
 from .bits import decode, encode
 from .formats import FP16, FloatFormat, check_format, code_dtype, fits_in
@@ -46,3 +54,16 @@ def load(stored: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     if fmt == FP16:
         return stored.astype(np.float32)
     return decode(stored, fmt, dtype=np.float32)
+
+
+class HalfStoredActivations(Attachment):
+    """A runner attachment: after each plain Linear unit's forward, its saved input becomes np.float16 if
+    that is exact (else it stays as it is). Append it after the recipe's attachments."""
+
+    def after_forward(self, i, layer, y):
+        saved = getattr(layer, "_x2d", None) if type(layer) is Linear else None
+        if saved is not None and saved.dtype == np.float32:
+            half = saved.astype(np.float16)
+            if np.array_equal(half.astype(np.float32), saved):    # exact: NaN and a float32-only value stay
+                layer._x2d = half
+        return y

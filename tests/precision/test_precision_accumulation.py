@@ -69,8 +69,9 @@ def test_fp8_trainer_accumulates_in_fp16_chunks_by_default():
     rng = np.random.default_rng(1)
     model = Sequential(Linear(6, 4, rng=rng), ReLU(), Linear(4, 3, rng=rng))
     trainer = fp8_trainer(model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), rng)
-    accumulation = trainer.runner.attachments[-1]
+    accumulation = trainer.runner.attachments[1]
     assert isinstance(accumulation, LowpAccumulation)
     assert (accumulation.accum_fmt, accumulation.chunk) == (FP16, 64)
-    plain = fp8_trainer(model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), rng, accum_fmt=None)
+    plain = fp8_trainer(model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), rng, accum_fmt=None,
+                        half_storage=False)
     assert plain.runner.attachments == [plain]

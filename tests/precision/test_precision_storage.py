@@ -5,7 +5,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minidist.nn import Linear, ReLU, Sequential
+from minidist.nn.loss import CrossEntropyLoss
+from minidist.optim import SGD
 from minidist.precision import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, decode, quantize
+from minidist.precision.fp8_training import fp8_trainer
 from minidist.precision.storage import load, store
 from minidist.sim.memory import held_bytes
 
@@ -47,3 +51,22 @@ def test_bad_input():
         store(np.ones(2, dtype=np.int32), BF16)
     with pytest.raises(TypeError, match="stored as uint16"):
         load(np.ones(2, dtype=np.float32), BF16)
+
+
+def test_the_recipe_keeps_linear_inputs_in_2_bytes_and_trains_bitwise_alike():
+    x = np.random.default_rng(0).standard_normal((16, 6)).astype(np.float32)
+    target = np.arange(16) % 3
+    held, grads = [], []
+    for half in (False, True):
+        model = Sequential(Linear(6, 8, rng=np.random.default_rng(1)), ReLU(),
+                           Linear(8, 3, rng=np.random.default_rng(2)))
+        trainer = fp8_trainer(model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(),
+                              np.random.default_rng(3), accum_fmt=None, half_storage=half)
+        trainer.forward_backward(x, target)
+        kept = np.float16 if half else np.float32
+        assert model[0]._x2d.dtype == kept and model[2]._x2d.dtype == kept
+        held.append(held_bytes(model)["activations"])
+        grads.append([p.grad.copy() for p in model.parameters()])
+    assert held[0] - held[1] == 2 * (16 * 6 + 16 * 8)           # two bytes saved per stored input element
+    for a, b in zip(*grads, strict=True):
+        assert np.array_equal(a, b)
