@@ -17,7 +17,8 @@ One step, with the slides' "apply gradient clipping ... on gradients after 1/s s
 The paper's loss-scale results on ResNet-50: s = 1,000 failed to converge, 4,000 lost 2.3% accuracy,
 10,000 converged fully — hence "enhanced" loss scaling: the dynamic scale gets a floor that rises on a
 schedule (``EnhancedLossScaler``), so early overflows cannot push it down to where gradients vanish.
-Inside the emulated GEMMs the products are summed in float32; lesson 03 shows chunked FP16 sums apart.
+Inside the GEMMs (Wang et al. 2018, whom the slides follow: "FP16 is used for accumulation") the products
+are summed in FP16 in chunks of 64 (``accumulation.LowpAccumulation``); ``accum_fmt=None`` sums in float32.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ import numpy as np
 
 from minidist.nn.module import Module
 
+from .accumulation import LowpAccumulation
 from .formats import FP8_E5M2, FP16, FloatFormat
 from .mixed import MixedPrecisionTrainer
 from .scaling import DynamicLossScaler, _check_positive
+from .storage import HalfStoredActivations
 
 
 class EnhancedLossScaler(DynamicLossScaler):
@@ -84,13 +87,24 @@ def clip_grad_norm_(grads: list[np.ndarray], max_norm: float) -> float:
 
 
 def fp8_trainer(model: Module, optimizer, loss_fn, rng: np.random.Generator, *, scaler=None,
-                fmt: FloatFormat = FP8_E5M2, master_fmt: FloatFormat = FP16) -> MixedPrecisionTrainer:
+                fmt: FloatFormat = FP8_E5M2, master_fmt: FloatFormat = FP16,
+                accum_fmt: FloatFormat | None = FP16, chunk: int | None = 64,
+                half_storage: bool = True) -> MixedPrecisionTrainer:
     """The recipe as a MixedPrecisionTrainer: W, A, E, G in ``fmt``, masters rounded stochastically to
-    ``master_fmt`` after each update, ``scaler`` (default: an EnhancedLossScaler with floor 2^10)."""
+    ``master_fmt`` after each update, ``scaler`` (default: an EnhancedLossScaler with floor 2^10); the
+    Linear layers' GEMMs add their products in ``accum_fmt`` in chunks of ``chunk`` (None: sequentially),
+    or in float32 with accum_fmt=None; half_storage: the Linear layers keep their saved inputs in 2 bytes
+    (``storage.HalfStoredActivations``, exact)."""
     if scaler is None:
         scaler = EnhancedLossScaler([(0, 2.0**10)])
-    return MixedPrecisionTrainer(model, optimizer, loss_fn, fmt, grad_fmt=fmt, scaler=scaler,
-                                 master_fmt=master_fmt, update_rounding="stochastic", rng=rng)
+    accumulation = None if accum_fmt is None else LowpAccumulation(accum_fmt, chunk, operand_fmt=fmt)
+    trainer = MixedPrecisionTrainer(model, optimizer, loss_fn, fmt, grad_fmt=fmt, scaler=scaler,
+                                    master_fmt=master_fmt, update_rounding="stochastic", rng=rng)
+    if accumulation is not None:
+        trainer.runner.attachments.append(accumulation)   # after the trainer: its products are redone first
+    if half_storage:
+        trainer.runner.attachments.append(HalfStoredActivations())
+    return trainer
 
 
 @dataclass

@@ -35,11 +35,12 @@ from .rounding import ROUNDINGS, quantize
 
 
 def lowp_matmul(a: np.ndarray, b: np.ndarray, operand_fmt: FloatFormat = FP8_E5M2,
-                accum_fmt: FloatFormat = FP16, chunk: int | None = None, rounding: str = "nearest",
+                accum_fmt: FloatFormat = FP16, chunk: int | None = 64, rounding: str = "nearest",
                 rng: np.random.Generator | None = None) -> np.ndarray:
     """c = a @ b with operands rounded to operand_fmt and every addition rounded into accum_fmt.
 
-    chunk=None accumulates sequentially; chunk=CL sums chunks of CL products first (Wang et al. 2018).
+    chunk=CL (default 64, Wang et al. 2018) sums chunks of CL products first, each chunk's sum then added
+    into the total in accum_fmt too (as Wang et al.); chunk=None accumulates sequentially.
     rounding applies to the accumulator ("stochastic" needs rng). Returns float64 values of accum_fmt
     (Inf/NaN where the accumulator overflows).
     """
@@ -55,7 +56,7 @@ def lowp_matmul(a: np.ndarray, b: np.ndarray, operand_fmt: FloatFormat = FP8_E5M
 
 
 def lowp_dot(x: np.ndarray, y: np.ndarray, operand_fmt: FloatFormat = FP8_E5M2, accum_fmt: FloatFormat = FP16,
-             chunk: int | None = None, rounding: str = "nearest",
+             chunk: int | None = 64, rounding: str = "nearest",
              rng: np.random.Generator | None = None) -> np.ndarray:
     """T dot products at once: x, y (T, K) → c (T,), c[t] = Σ_k x[t, k]·y[t, k], as lowp_matmul sums."""
     check_float_array(x, "lowp_dot x", ndim=2)
