@@ -26,7 +26,14 @@ from .explain import format_explain
 from .gpus import GPUS
 from .layouts import check_layout, enumerate_layouts
 from .model import RECOMPUTE, ModelSpec
-from .options import memory_option, recompute_option, size_option, zero_option
+from .options import (
+    check_plan_options,
+    memory_option,
+    recompute_option,
+    record_mode_defaults,
+    size_option,
+    zero_option,
+)
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
 from .units import BYTES, SECONDS, format_bytes, unit  # noqa: F401  (format_bytes: the tables' and callers')
 
@@ -162,6 +169,7 @@ def add_parser(sub) -> None:
     p.add_argument("--measure", action="store_true", help="minidist mode: run each layout one step too")
     p.add_argument("--zero1", action="store_true", help="minidist mode: ZeRO-1 over the data axis (D > 1)")
     p.set_defaults(func=cmd_plan)
+    record_mode_defaults(p)
 
 
 def parse_topology(text: str | None, devices: int) -> int:
@@ -190,6 +198,7 @@ def check_devices(model: ModelSpec, devices: int, micro_batch: int) -> None:
 
 def cmd_plan(args) -> int:
     try:
+        check_plan_options(args)
         model = ModelSpec(args.layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.d_ff,
                           args.experts, args.top_k)
         check_devices(model, args.devices, args.micro_batch)

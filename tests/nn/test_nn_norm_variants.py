@@ -147,5 +147,5 @@ def test_batch_renorm_without_clipping_room_is_batch_norm():
     np.testing.assert_allclose(renorm.backward(dy), norm.backward(dy), **TOL)
     with pytest.raises(ValueError, match="r_max >= 1"):
         BatchRenorm2d(3, r_max=0.5)
-    with pytest.raises(ValueError, match="r_max >= 1"):
+    with pytest.raises(ValueError, match="d_max must be a finite number >= 0"):
         BatchRenorm2d(3, d_max=float("nan"))
