@@ -17,8 +17,7 @@ import math
 from collections.abc import Iterable
 
 from minidist.nn.checks import check_distinct, is_count
-
-from .shards import check_communicator
+from minidist.parallel.shards import check_communicator
 
 AXES = ("data", "pipeline", "context", "expert", "tensor")      # rank order: slowest first
 
