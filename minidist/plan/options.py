@@ -7,11 +7,6 @@ argparse's one-line usage error naming the option (exit status 2), never a trace
                           80GiB (2**30 bytes), 512MB, 512MiB; finite and > 0
     zero_option           ZeRO stages as a comma list among 0, 1, 2, 3 ("0,1")
     recompute_option      recomputation choices as a comma list among none, selective, full
-
-and, once parsed, ``check_plan_options``: an option given "--" as its value (argparse drops it: the
-option holds [] and skips its type and choices) and an option of the other mode (``--measure`` in
-analytic mode, ``--explain`` in minidist mode: an option set away from its default that the chosen mode
-does not read) are a one-line error too, never a traceback or an option quietly ignored.
 """
 
 from __future__ import annotations
@@ -70,28 +65,3 @@ def recompute_option(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"expected among {','.join(RECOMPUTE)} separated by commas, "
                                          f"got {text!r}")
     return parts
-
-
-# the options only one mode reads (their dests); the sizes, --top and --memory are both modes'
-ONLY = {"analytic": ("topology", "hardware", "precision", "schedule", "zero", "recompute", "fused", "explain",
-                     "chunks", "micro_batch"),
-        "minidist": ("flops", "alpha", "beta", "measure", "zero1")}
-
-
-def record_mode_defaults(parser: argparse.ArgumentParser) -> None:
-    """Keep the defaults of the one-mode options on the parsed arguments, for ``check_plan_options``."""
-    parser.set_defaults(mode_defaults={dest: parser.get_default(dest) for dest in sum(ONLY.values(), ())})
-
-
-def check_plan_options(args: argparse.Namespace) -> None:
-    """ValueError naming the option: one given "--" (a list: no option of ``plan`` takes several values),
-    or one of the mode not chosen set away from its default (``record_mode_defaults``)."""
-    for dest, value in vars(args).items():
-        if isinstance(value, list):
-            raise ValueError(f"argument --{dest.replace('_', '-')}: expected a value, got '--'")
-    other = "minidist" if args.mode == "analytic" else "analytic"
-    given = [dest for dest in ONLY[other] if getattr(args, dest) != args.mode_defaults[dest]]
-    if given:
-        option = "--eager" if given[0] == "fused" else f"--{given[0].replace('_', '-')}"
-        raise ValueError(f"{option} is an option of {other} mode, not read in {args.mode} mode "
-                         f"(--mode {other} reads it)")

@@ -26,14 +26,8 @@ from .explain import format_explain
 from .gpus import GPUS
 from .layouts import check_layout, enumerate_layouts
 from .model import RECOMPUTE, ModelSpec
-from .options import (
-    check_plan_options,
-    memory_option,
-    recompute_option,
-    record_mode_defaults,
-    size_option,
-    zero_option,
-)
+from .mode_options import check_plan_options, record_mode_defaults
+from .options import memory_option, recompute_option, size_option, zero_option
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
 from .units import BYTES, SECONDS, format_bytes, unit  # noqa: F401  (format_bytes: the tables' and callers')
 
