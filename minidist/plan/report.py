@@ -25,8 +25,8 @@ from minidist.parallel.pipeline.registry import PLANNED
 from .explain import format_explain
 from .gpus import GPUS
 from .layouts import check_layout, enumerate_layouts
-from .model import RECOMPUTE, ModelSpec
 from .mode_options import check_plan_options, record_mode_defaults
+from .model import RECOMPUTE, ModelSpec
 from .options import memory_option, recompute_option, size_option, zero_option
 from .predict import PRECISIONS, Hardware, Prediction, predict_memory, predict_time
 from .units import BYTES, SECONDS, format_bytes, unit  # noqa: F401  (format_bytes: the tables' and callers')
