@@ -318,7 +318,8 @@ CHECKS = [
 ]
 
 
-PARALLEL_LINES = 7400      # issue 53: 8,700 before, every chapter kept; a ratchet from now on
+PARALLEL_LINES = 7412      # issue 53: 8,700 -> 7,400, every chapter kept; a ratchet since (+12: issue 58's
+                           # argument checks at the call, in sync, pipedream, weight_stash and mesh)
 
 
 def counts(root: Path = ROOT) -> dict[str, list[str]]:

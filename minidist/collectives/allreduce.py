@@ -111,6 +111,17 @@ ALGORITHMS = {
 SHARED = {"shared_memory": shared_memory_allreduce}     # through the shared area where there is one
 
 
+def check_algorithm(algorithm) -> str:
+    """``algorithm`` if ``allreduce`` takes it (a name of ALGORITHMS, TOPOLOGY_ALGORITHMS, SHARED, "mpi" or
+    "auto"), else ValueError listing them: what a caller checks when it is given the name."""
+    if not (isinstance(algorithm, str) and (algorithm in ALGORITHMS or algorithm in TOPOLOGY_ALGORITHMS
+                                            or algorithm in SHARED or algorithm in ("mpi", "auto"))):
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
+                         f"(on a Topology), 'shared_memory', 'mpi' (under mpiexec) or 'auto', "
+                         f"got {algorithm!r}")
+    return algorithm
+
+
 def mpi_allreduce(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """``allreduce(..., algorithm="mpi")``: MPI_Allreduce of x (MPI backend only; not in the ledger)."""
     if not hasattr(comm, "mpi_allreduce"):
@@ -155,6 +166,7 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
     check_comm(comm)
     x = check_array(x)
     check_op(op, x.dtype)
+    check_algorithm(algorithm)
     if algorithm == "auto":   # on a Topology, hierarchical/torus when predicted faster (hierarchical.py)
         algorithm = choose_by_topology(comm, x.nbytes) or choose_algorithm(
             x.nbytes, x.size, comm.world_size, shared_bytes=shared_area_bytes(comm),
@@ -165,10 +177,6 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algorithm: str = "ring",
         return result
     table = TOPOLOGY_ALGORITHMS if algorithm in TOPOLOGY_ALGORITHMS else SHARED if algorithm in SHARED \
         else ALGORITHMS
-    if algorithm not in table:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, {sorted(TOPOLOGY_ALGORITHMS)} "
-                         f"(on a Topology), 'shared_memory', 'mpi' (under mpiexec) or 'auto', "
-                         f"got {algorithm!r}")
     result = working_buffer(x, out)
     flat = result.reshape(-1)            # a view: the algorithms work on the result's memory
     if comm.world_size > 1:

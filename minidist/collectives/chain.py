@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from minidist.collectives.common import TAGS, agree, check_array, check_comm, check_root
+from minidist.nn.checks import check_count, check_real
 
 
 def chain_broadcast(comm, x: np.ndarray | None, root: int = 0, segments: int = 4) -> np.ndarray:
@@ -51,8 +52,19 @@ def chain_broadcast(comm, x: np.ndarray | None, root: int = 0, segments: int = 4
     return np.concatenate(pieces).copy()
 
 
+def _check_costs(world_size: int, nbytes: int, alpha: float, beta: float) -> None:
+    """P >= 1 ranks, n >= 0 bytes, α and β finite and >= 0 (else the formulas take roots of negative or
+    NaN numbers), or the error naming the argument."""
+    check_count(world_size, "world_size")
+    check_count(nbytes, "nbytes", 0)
+    check_real(alpha, "alpha", 0.0)
+    check_real(beta, "beta", 0.0)
+
+
 def chain_broadcast_time(world_size: int, nbytes: int, segments: int, alpha: float, beta: float) -> float:
     """Closed form for equal segments: (P − 1 + S − 1)·(α + nβ/S); 0 for one rank."""
+    _check_costs(world_size, nbytes, alpha, beta)
+    segments = check_count(segments, "segments")
     if world_size == 1:
         return 0.0
     return (world_size - 1 + segments - 1) * (alpha + nbytes * beta / segments)
@@ -60,6 +72,7 @@ def chain_broadcast_time(world_size: int, nbytes: int, segments: int, alpha: flo
 
 def best_segments(world_size: int, nbytes: int, alpha: float, beta: float) -> int:
     """The S that minimises chain_broadcast_time: d/dS = 0 at S = sqrt((P − 2)·nβ/α), rounded, ≥ 1."""
+    _check_costs(world_size, nbytes, alpha, beta)
     if world_size <= 2 or alpha == 0:
         return 1 if world_size <= 2 else max(1, nbytes)
     guess = math.sqrt((world_size - 2) * nbytes * beta / alpha)

@@ -71,6 +71,8 @@ def check_array(x, what: str = "x") -> np.ndarray:
 
 
 def check_root(comm, root: int) -> int:
+    if isinstance(root, (bool, np.bool_)):           # True == 1 in Python, but a bool is not a rank
+        raise TypeError(f"root must be a rank, an integer in [0, {comm.world_size}), got the bool {root!r}")
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.world_size:
         raise ValueError(f"root must be a rank in [0, {comm.world_size}), got {root!r}")
     return int(root)

@@ -13,11 +13,9 @@ is batch norm's with the gradient reaching x̂ multiplied by r (the paper's Algo
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from minidist.nn.checks import check_count
+from minidist.nn.checks import check_count, check_eps, check_real
 
 from .module import Module, Parameter, check_float_array
 from .norm import _normalize_backward
@@ -34,13 +32,10 @@ class BatchRenorm2d(Module):
     def __init__(self, num_features: int, r_max: float = 3.0, d_max: float = 5.0, momentum: float = 0.01,
                  eps: float = 1e-5, affine: bool = True, *, dtype=np.float32):
         check_count(num_features, "BatchRenorm2d: num_features")
-        values = (r_max, d_max, momentum, eps)
-        if not all(math.isfinite(v) for v in values) or r_max < 1 or d_max < 0 or not 0 <= momentum <= 1 \
-                or eps <= 0:
-            raise ValueError(f"BatchRenorm2d needs finite r_max >= 1, d_max >= 0, 0 <= momentum <= 1, "
-                             f"eps > 0; got r_max={r_max}, d_max={d_max}, momentum={momentum}, eps={eps}")
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
-        self.r_max, self.d_max = float(r_max), float(d_max)
+        self.r_max, self.d_max = check_real(r_max, "BatchRenorm2d: r_max", 1.0), \
+            check_real(d_max, "BatchRenorm2d: d_max", 0.0)
+        self.momentum = check_real(momentum, "BatchRenorm2d: momentum", 0.0, maximum=1.0)
+        self.num_features, self.eps = int(num_features), check_eps(eps, "BatchRenorm2d")
         self.weight = Parameter(np.ones(num_features, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_features, dtype=dtype)) if affine else None
         self.register_buffer("running_mean", np.zeros(num_features, dtype=dtype))

@@ -35,19 +35,41 @@ def check_count(value, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_real(value, name: str, minimum: float = -math.inf, *, strict: bool = False) -> float:
-    """``value`` as a float: a finite real number >= ``minimum`` (> with ``strict``). TypeError for a
-    non-number (a string, a bool), ValueError for NaN, ±Inf or a value out of range."""
+def check_real(value, name: str, minimum: float = -math.inf, *, strict: bool = False,
+               maximum: float = math.inf) -> float:
+    """``value`` as a float: a finite real number >= ``minimum`` (> with ``strict``) and <= ``maximum``.
+    TypeError for a non-number (a string, a bool), ValueError for NaN, ±Inf or a value out of range."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     value = float(value)
-    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+    if not math.isfinite(value) or value < minimum or (strict and value == minimum) or value > maximum:
         relation = ">" if strict else ">="
         raise ValueError(
-            f"{name} must be a finite number{'' if minimum == -math.inf else f' {relation} {minimum:g}'}, "
-            f"got {value!r}"
+            f"{name} must be a finite number{'' if minimum == -math.inf else f' {relation} {minimum:g}'}"
+            f"{'' if maximum == math.inf else f' and <= {maximum:g}'}, got {value!r}"
         )
     return value
+
+
+def check_eps(eps, layer: str) -> float:
+    """A normalisation's ε (added to a variance before the square root) as a float: finite and > 0, or
+    the error of ``check_real`` naming "<layer>: eps" (NaN or Inf would turn every output into NaN or 0)."""
+    return check_real(eps, f"{layer}: eps", 0.0, strict=True)
+
+
+def check_distinct(names, what: str) -> None:
+    """ValueError if ``names`` repeats one: "mesh axis names must be distinct, got ['data', 'data']"."""
+    names = list(names)
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} must be distinct, got {names}")
+
+
+def check_same_length(first, second, names: str) -> None:
+    """ValueError unless the sized ``first`` and ``second`` (named ``names``, "xs and targets") have one
+    length: "xs and targets must have one length (one target per input), got 3 and 2"."""
+    if len(first) != len(second):
+        raise ValueError(f"{names} must have one length (one item of each per step), "
+                         f"got {len(first)} and {len(second)}")
 
 
 def check_rank(rank, world_size: int, name: str = "rank") -> int:

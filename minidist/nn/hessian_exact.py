@@ -44,6 +44,30 @@ ACTIVATIONS = {
 }
 
 
+def _check_batch(layers: list, loss_fn, x, y) -> np.ndarray:
+    """ValueError unless x is (N >= 1, in) with the first Linear's in, and y holds N integer labels in
+    [0, C) (CrossEntropyLoss) or is the output's (N, C) (MSELoss), C the last Linear's out. Returns y."""
+    linears = [layer for layer in layers if isinstance(layer, Linear)]
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or len(x) == 0:
+        raise ValueError(f"x must be a (N, in_features) array with N >= 1, "
+                         f"got {getattr(x, 'shape', type(x).__name__)}")
+    width = linears[0].weight.data.shape[1] if linears else x.shape[1]
+    if x.shape[1] != width:
+        raise ValueError(f"x must have the first Linear's in_features = {width} columns, got shape {x.shape}")
+    n, out, y = x.shape[0], linears[-1].weight.data.shape[0] if linears else width, np.asarray(y)
+    if isinstance(loss_fn, CrossEntropyLoss):
+        if y.dtype.kind not in "iu":
+            raise TypeError(f"y must hold integer class labels for CrossEntropyLoss, got dtype {y.dtype}")
+        if y.shape != (n,):
+            raise ValueError(f"y must hold one label per row of x, shape ({n},), got shape {y.shape}")
+        if y.min() < 0 or y.max() >= out:
+            raise ValueError(f"y's labels must lie in [0, {out}) (the model's {out} classes), "
+                             f"got range [{y.min()}, {y.max()}]")
+    elif y.shape != (n, out):
+        raise ValueError(f"y must have the output's shape ({n}, {out}) for MSELoss, got shape {y.shape}")
+    return y
+
+
 def exact_hessian_vector_product(model: Module, loss_fn, x: np.ndarray, y: np.ndarray,
                                  v: list[np.ndarray]) -> list[np.ndarray]:
     """H·v of the loss of an MLP on (x (N, in), y), exactly: arrays shaped like model.parameters().
@@ -58,8 +82,7 @@ def exact_hessian_vector_product(model: Module, loss_fn, x: np.ndarray, y: np.nd
     if not isinstance(loss_fn, (CrossEntropyLoss, MSELoss)):
         raise TypeError(f"loss_fn must be CrossEntropyLoss or MSELoss, got {type(loss_fn).__name__}")
     direction = {id(p): d for p, d in zip(_check_direction(model, v), v)}
-    if not isinstance(x, np.ndarray) or x.ndim != 2:
-        raise ValueError(f"x must be a (N, in_features) array, got {getattr(x, 'shape', type(x).__name__)}")
+    y = _check_batch(layers, loss_fn, x, y)
 
     # forward, with tangents; keep each layer's input (a Linear's x, an activation's z) and its tangent
     h, rh, kept = x.astype(np.float64), np.zeros(x.shape), []
@@ -79,7 +102,7 @@ def exact_hessian_vector_product(model: Module, loss_fn, x: np.ndarray, y: np.nd
     if isinstance(loss_fn, CrossEntropyLoss):
         n, p = h.shape[0], softmax(h, axis=1)
         d = p.copy()
-        d[np.arange(n), np.asarray(y)] -= 1
+        d[np.arange(n), y] -= 1
         d, rd = d / n, p * (rh - np.sum(p * rh, axis=1, keepdims=True)) / n
     else:
         d, rd = 2 * (h - y) / h.size, 2 * rh / h.size

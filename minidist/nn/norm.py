@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from minidist.nn.checks import check_count, is_count
+from minidist.nn.checks import check_count, check_eps, check_real, is_count
 
 from .module import Module, Parameter, check_float_array
 
@@ -46,10 +46,8 @@ class _BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  *, dtype=np.float32):
         check_count(num_features, f"{type(self).__name__}: num_features")
-        if not 0.0 <= momentum <= 1.0 or eps <= 0:
-            raise ValueError(f"{type(self).__name__} needs 0 <= momentum <= 1 and eps > 0, "
-                             f"got momentum={momentum}, eps={eps}")
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
+        self.momentum = check_real(momentum, f"{type(self).__name__}: momentum", 0.0, maximum=1.0)
+        self.num_features, self.eps = int(num_features), check_eps(eps, type(self).__name__)
         self.weight = Parameter(np.ones(num_features, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_features, dtype=dtype)) if affine else None
         self.register_buffer("running_mean", np.zeros(num_features, dtype=dtype))
@@ -145,12 +143,12 @@ class LayerNorm(Module):
             if isinstance(normalized_shape, (int, np.integer))
             else tuple(normalized_shape)
         )
-        if not shape or not all(is_count(s) for s in shape) or eps <= 0:
+        if not shape or not all(is_count(s) for s in shape):
             raise ValueError(
-                f"LayerNorm needs a non-empty normalized_shape of integer sizes >= 1 and eps > 0, "
-                f"got {normalized_shape!r}, eps={eps}"
+                f"LayerNorm needs a non-empty normalized_shape of integer sizes >= 1, "
+                f"got {normalized_shape!r}"
             )
-        self.normalized_shape, self.eps = tuple(int(s) for s in shape), float(eps)
+        self.normalized_shape, self.eps = tuple(int(s) for s in shape), check_eps(eps, type(self).__name__)
         self.weight = Parameter(np.ones(self.normalized_shape, dtype=dtype)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, dtype=dtype)) if elementwise_affine else None
         self._x_hat: np.ndarray | None = None
@@ -197,10 +195,11 @@ class GroupNorm(Module):
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
                  *, dtype=np.float32):
-        if not (is_count(num_groups) and is_count(num_channels)) or num_channels % num_groups or eps <= 0:
+        if not (is_count(num_groups) and is_count(num_channels)) or num_channels % num_groups:
             raise ValueError(f"GroupNorm needs num_channels ({num_channels}) divisible by num_groups "
-                             f"({num_groups}), both integers >= 1, and eps > 0")
-        self.num_groups, self.num_channels, self.eps = int(num_groups), int(num_channels), float(eps)
+                             f"({num_groups}), both integers >= 1")
+        self.eps = check_eps(eps, type(self).__name__)
+        self.num_groups, self.num_channels = int(num_groups), int(num_channels)
         self.weight = Parameter(np.ones(num_channels, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_channels, dtype=dtype)) if affine else None
         self._x_hat: np.ndarray | None = None

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from minidist.nn.checks import check_count
+from minidist.nn.checks import check_count, check_eps
 
 from .module import Module, Parameter, check_float_array
 
@@ -50,10 +50,11 @@ class OnlineNorm(Module):
         dtype=np.float32,
     ):
         check_count(num_features, "OnlineNorm: num_features")
-        if not (0.0 <= alpha_fwd < 1.0 and 0.0 <= alpha_bkw <= 1.0 and eps > 0):
-            raise ValueError(f"OnlineNorm needs 0 <= alpha_fwd < 1, 0 <= alpha_bkw <= 1 and eps > 0, got "
-                             f"alpha_fwd={alpha_fwd}, alpha_bkw={alpha_bkw}, eps={eps}")
-        self.num_features, self.eps = int(num_features), float(eps)
+        self.eps = check_eps(eps, "OnlineNorm")
+        if not (0.0 <= alpha_fwd < 1.0 and 0.0 <= alpha_bkw <= 1.0):
+            raise ValueError(f"OnlineNorm needs 0 <= alpha_fwd < 1 and 0 <= alpha_bkw <= 1, got "
+                             f"alpha_fwd={alpha_fwd}, alpha_bkw={alpha_bkw}")
+        self.num_features = int(num_features)
         self.alpha_fwd, self.alpha_bkw = float(alpha_fwd), float(alpha_bkw)
         self.weight = Parameter(np.ones(num_features, dtype=dtype)) if affine else None
         self.bias = Parameter(np.zeros(num_features, dtype=dtype)) if affine else None

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from minidist.nn.checks import is_count
+from minidist.nn.checks import check_distinct, is_count
+from minidist.parallel.shards import check_communicator
 
 AXES = ("data", "pipeline", "context", "expert", "tensor")      # rank order: slowest first
 
@@ -29,7 +30,9 @@ class MeshShape:
     """
 
     def __init__(self, sizes: dict[str, int] | Iterable[tuple[str, int]]):
-        self.sizes = dict(sizes)
+        pairs = list(sizes.items() if isinstance(sizes, dict) else sizes)
+        check_distinct([axis for axis, _ in pairs], "mesh axis names")
+        self.sizes = dict(pairs)
         for axis, size in self.sizes.items():
             if not is_count(size):
                 raise ValueError(f"mesh axis {axis!r} must have an integer size >= 1, got {size!r}")
@@ -87,6 +90,7 @@ class Mesh:
     """
 
     def __init__(self, comm, **sizes: int):
+        check_communicator("comm", comm, optional=False)
         unknown = sorted(set(sizes) - set(AXES))
         if unknown:
             raise ValueError(f"unknown mesh axes {unknown}; the axes are {AXES}")
@@ -100,6 +104,7 @@ class Mesh:
     def of_shape(cls, comm, shape: MeshShape) -> Mesh:
         """A mesh of any named axes in any order (grids/data_spatial.py's data × spatial and its
         placements) over comm; shape.world_size must be comm's."""
+        check_communicator("comm", comm, optional=False)
         if shape.world_size != comm.world_size:
             raise ValueError(f"{shape} has {shape.world_size} ranks, the world size is {comm.world_size}")
         mesh = cls.__new__(cls)

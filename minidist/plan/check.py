@@ -19,6 +19,8 @@ batch split into D·e token sets of M micro-batches each.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -75,6 +77,13 @@ class GridLayout:
         return sizes + ("" if self.pipe == 1 else f" {self.schedule}") + (" zero1" if self.zero1 else "")
 
 
+@functools.lru_cache(maxsize=64)
+def divisors(n: int) -> list[int]:
+    """The divisors of n >= 1, ascending (trial division up to √n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
 def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
                      fewest_micro_batches: bool = False, zero1: bool = False) -> list[GridLayout]:
     """Every layout of spec's GPT on at most max_ranks ranks (module docstring), smallest world first; with
@@ -95,7 +104,7 @@ def runnable_layouts(spec: ModelSpec, max_ranks: int = 8,
                             continue
                         step = pipe if schedule in ("interleaved", "chimera") else 1
                         rows = spec.batch // data // expert
-                        counts = [m for m in range(pipe, rows + 1, step) if rows % m == 0]
+                        counts = [m for m in divisors(rows) if m >= pipe and m % step == 0]
                         out += [GridLayout(data, pipe, context, tensor, schedule, m, expert)
                                 for m in counts[:1 if fewest_micro_batches else None]]
     if zero1:
@@ -127,9 +136,12 @@ def build_model(spec: ModelSpec, seed: int = 3, dtype=np.float64, groups: int = 
 
 
 def predict(spec: ModelSpec, layout: GridLayout, device: Device | None = None,
-            link: LinkModel | None = None) -> list[dict[str, float]]:
-    """predict_grid for the layout: per pipeline rank seconds, states, activations, peak."""
-    return predict_grid(spec, Sequential(*build_model(spec).units()), layout.table(), layout.stages,
+            link: LinkModel | None = None, units: Sequential | None = None) -> list[dict[str, float]]:
+    """predict_grid for the layout: per pipeline rank seconds, states, activations, peak. units: spec's
+    model as ``Sequential(*model.units())`` (built here if None; only its shapes and FLOPs are read, so one
+    build serves every layout)."""
+    units = Sequential(*build_model(spec).units()) if units is None else units
+    return predict_grid(spec, units, layout.table(), layout.stages,
                         layout.micro_batches, layout.data, layout.tensor, layout.context, device=device,
                         link=link, expert=layout.expert, zero1=layout.zero1)
 

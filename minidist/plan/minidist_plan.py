@@ -11,17 +11,59 @@ every collective's rounds — and check.py finds it equal to runs of all 171 lay
 ranks, and of every layout with an expert axis of a tiny Switch model (``--experts E --top-k E``: every
 token to every expert, so the routing is known without running); ``--zero1`` shards AdamW over D.
 A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
+
+What it answers: a model it can build (float64 parameters and gradients, 16·Ψ bytes, once to predict,
+once per rank to ``--measure``) within half the machine's physical memory and BUILD_LIMIT bytes (about
+half a minute's building), at most the cluster's MAX_RANKS ranks, and task tables of n = M·stages
+(micro-batch, stage) pairs with Σ n² at most WALK_LIMIT over the layouts (walking a table on the clock
+costs about n² steps: 0.5-0.7 µs each on a loaded laptop, measured at B = 1024 on 8 and 64 ranks); a
+larger size is refused in one line before anything is built (``check_size``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from minidist.cluster import Device, LinkModel
+from minidist.cluster.launcher import MAX_RANKS
+from minidist.nn import Sequential
 
-from .check import GridLayout, measure, predict, runnable_layouts
+from .check import GridLayout, build_model, measure, predict, runnable_layouts
 from .model import ModelSpec
 from .units import format_bytes
+
+WALK_LIMIT = 5 * 10**7     # Σ (M·stages)² over the layouts: about 30 s of table walks on a loaded laptop
+BUILD_LIMIT = 8e9          # bytes of float64 parameters and gradients built at once (5·10^8 parameters)
+MEASURE_LIMIT = 10**8      # --measure: ranks × layouts × Ψ parameters built and trained (on shared cores)
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_size(spec: ModelSpec, devices: int, measured: bool = False) -> None:
+    """ValueError, before anything is built, unless minidist mode can answer for spec on ``devices``
+    ranks within a minute (module docstring): a layout of D ranks, if there is one, splits the batch into
+    B / D micro-batches or more, so (B / D)² > WALK_LIMIT is refused before the layouts are listed."""
+    copies = devices if measured else 1                    # --measure: every rank builds the whole model
+    model_bytes, memory = 16 * spec.total_params() * copies, physical_memory()
+    limit = min(BUILD_LIMIT, memory / 2) if memory else BUILD_LIMIT
+    if devices > MAX_RANKS:
+        raise ValueError(f"--devices {devices}: the simulated cluster runs at most {MAX_RANKS} ranks")
+    if model_bytes > limit:
+        where = f" on {copies} ranks" if measured else ""
+        raise ValueError(f"minidist mode builds the model in float64{where}: {spec.total_params():,} "
+                         f"parameters and their gradients need "
+                         f"{format_bytes(model_bytes)}, more than the {format_bytes(limit)} it builds (the "
+                         f"smaller of {format_bytes(BUILD_LIMIT)} and half this machine's memory)")
+    if (spec.batch // devices) ** 2 > WALK_LIMIT:
+        raise ValueError(f"--batch {spec.batch} on {devices} devices: a layout walks "
+                         f"{spec.batch // devices:,} micro-batches or more, beyond minidist mode's limit")
 
 
 @dataclass
@@ -45,9 +87,18 @@ def plan_minidist(spec: ModelSpec, devices: int, device: Device | None = None, l
     with ``zero1`` the layouts with D > 1, ZeRO-1 on) on exactly ``devices`` ranks (check.runnable_layouts),
     predicted in minidist mode (and run once each if ``measured``); those that fit device.memory first,
     fastest first, then the ones that do not fit."""
+    check_size(spec, devices, measured)
     device, link = device or Device(), link or LinkModel()
     layouts = [lay for lay in runnable_layouts(spec, devices, zero1=zero1) if lay.world == devices]
-    plans = [GridPlan(lay, worst(predict(spec, lay, device, link))) for lay in layouts]
+    walk = sum((lay.micro_batches * lay.stages) ** 2 for lay in layouts)
+    if walk > WALK_LIMIT:
+        raise ValueError(f"{len(layouts)} layouts of {devices} ranks: their task tables cost {walk:,} steps "
+                         f"to walk, more than minidist mode's {WALK_LIMIT:,} (a smaller --batch)")
+    if measured and devices * len(layouts) * spec.total_params() > MEASURE_LIMIT:
+        raise ValueError(f"--measure trains {len(layouts)} layouts of a {spec.total_params():,}-parameter "
+                         f"model on {devices} ranks: more than the {MEASURE_LIMIT:,} parameter-steps it runs")
+    units = Sequential(*build_model(spec).units()) if layouts else None      # one build for every layout
+    plans = [GridPlan(lay, worst(predict(spec, lay, device, link, units))) for lay in layouts]
     for p in plans:
         if p.predicted["peak"] > device.memory:
             p.excluded = f"does not fit: {format_bytes(p.predicted['peak'])} > {format_bytes(device.memory)}"

@@ -24,6 +24,7 @@ from minidist.parallel.pipeline.registry import PLANNED
 from .explain import format_explain
 from .layouts import Layout, check_layout, enumerate_layouts
 from .memory import WEIGHTS
+from .mode_options import check_plan_options, record_mode_defaults
 from .model import ATTENTION, RECOMPUTE, ModelSpec
 from .options import layout_option, memory_option, recompute_option, size_option, zero_option
 from .predict import PRECISIONS, Hardware, Prediction, data_bytes, predict_memory, predict_time
@@ -192,6 +193,7 @@ def add_parser(sub) -> None:
     p.add_argument("--measure", action="store_true", help="minidist mode: run each layout one step too")
     p.add_argument("--zero1", action="store_true", help="minidist mode: ZeRO-1 over the data axis (D > 1)")
     p.set_defaults(func=cmd_plan)
+    record_mode_defaults(p)
 
 
 def parse_topology(text: str | None, devices: int) -> int:
@@ -232,6 +234,7 @@ def given_layout(args) -> Layout:
 
 def cmd_plan(args) -> int:
     try:
+        check_plan_options(args)
         model = ModelSpec(args.layers, args.d_model, args.heads, args.seq, args.batch, args.vocab, args.d_ff,
                           args.experts, args.top_k)
         check_devices(model, args.devices, args.micro_batch)

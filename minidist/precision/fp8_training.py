@@ -73,17 +73,33 @@ class EnhancedLossScaler(DynamicLossScaler):
         super().update(found_inf)
 
 
-def clip_grad_norm_(grads: list[np.ndarray], max_norm: float) -> float:
+def clip_grad_norm_(grads: list[np.ndarray] | np.ndarray, max_norm: float) -> float:
     """Scale the gradient arrays in place so that their joint Euclidean norm is at most max_norm, as
     torch.nn.utils.clip_grad_norm_ does: g ← g · max_norm / (|g| + 1e-6) when that factor is < 1.
+    grads: a list of floating-point arrays, or one array (one gradient, as torch takes one tensor).
     Returns |g| before clipping (Inf/NaN if a gradient holds one; then nothing is changed)."""
     max_norm = _check_positive(max_norm, "max_norm")
+    grads = _check_gradients(grads)
     total = math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads))
     factor = max_norm / (total + 1e-6)
     if math.isfinite(total) and factor < 1.0:
         for g in grads:
             g *= g.dtype.type(factor)
     return total
+
+
+def _check_gradients(grads) -> list[np.ndarray]:
+    """grads as a list of floating-point ndarrays (clipped in place: a list or an integer array could not
+    be), or TypeError naming the first that is not one."""
+    if isinstance(grads, np.ndarray):
+        grads = [grads]
+    if not isinstance(grads, (list, tuple)):
+        raise TypeError(f"grads must be an ndarray or a list of ndarrays, got {type(grads).__name__}")
+    for i, g in enumerate(grads):
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+            got = f"dtype {g.dtype}" if isinstance(g, np.ndarray) else type(g).__name__
+            raise TypeError(f"grads[{i}] must be a floating-point ndarray (scaled in place), got {got}")
+    return list(grads)
 
 
 def fp8_trainer(model: Module, optimizer, loss_fn, rng: np.random.Generator, *, scaler=None,

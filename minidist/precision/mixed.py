@@ -115,6 +115,9 @@ class MixedPrecisionTrainer(Recipe):
             raise ValueError(f"update_rounding must be one of {ROUNDINGS}, got {update_rounding!r}")
         if update_rounding == "stochastic" and rng is None:
             raise ValueError("update_rounding='stochastic' needs rng=np.random.default_rng(seed)")
+        if rng is not None and not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(seed)), "
+                            f"got {type(rng).__name__} {rng!r}")
         self.update_rounding, self.rng = update_rounding, rng
         self.params = model.parameters()
         for p in self.params:

@@ -145,7 +145,7 @@ def test_batch_renorm_without_clipping_room_is_batch_norm():
     renorm, norm = BatchRenorm2d(3, r_max=1.0, d_max=0.0, dtype=np.float64), BatchNorm2d(3, dtype=np.float64)
     np.testing.assert_allclose(renorm.forward(x), norm.forward(x), **TOL)
     np.testing.assert_allclose(renorm.backward(dy), norm.backward(dy), **TOL)
-    with pytest.raises(ValueError, match="r_max >= 1"):
+    with pytest.raises(ValueError, match="r_max must be a finite number >= 1"):
         BatchRenorm2d(3, r_max=0.5)
-    with pytest.raises(ValueError, match="r_max >= 1"):
+    with pytest.raises(ValueError, match="d_max must be a finite number >= 0"):
         BatchRenorm2d(3, d_max=float("nan"))

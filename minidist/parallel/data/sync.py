@@ -17,6 +17,7 @@ replicas). ZeRO's sharded sync: zero_sync.py.
 from __future__ import annotations
 
 from minidist.collectives import allreduce, shared_empty
+from minidist.collectives.allreduce import check_algorithm
 from minidist.nn.flat import flatten, views
 from minidist.nn.module import Module
 
@@ -46,6 +47,7 @@ class GradientSync(GradientReadiness):
     def __init__(self, model: Module, data=None, *, algorithm: str = "ring",
                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES, overlap: bool = True, mixed=None,
                  inf_group=None, clock=None, gradient_as_bucket_view: bool = False):
+        check_algorithm(algorithm)
         super().__init__(model)
         check_communicator("data", data)
         check_communicator("inf_group", inf_group)

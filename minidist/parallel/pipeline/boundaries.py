@@ -22,7 +22,7 @@ from minidist.nn.module import Sequential
 def check_boundaries(boundaries, num_layers: int, num_stages: int) -> list[int]:
     """Return boundaries as a list of ints, or raise ValueError saying what a valid split looks like."""
     b = list(boundaries)
-    valid = (len(b) == num_stages + 1 and all(is_count(v, 0) for v in b)
+    valid = (num_stages >= 1 and len(b) == num_stages + 1 and all(is_count(v, 0) for v in b)
              and b[0] == 0 and b[-1] == num_layers and all(b[i] < b[i + 1] for i in range(num_stages)))
     if not valid:
         raise ValueError(f"stage boundaries {b} do not split {num_layers} layers into {num_stages} stages: "

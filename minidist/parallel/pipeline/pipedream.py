@@ -23,10 +23,10 @@ for float64 models and M a power of two).
 
 from __future__ import annotations
 
-from minidist.nn.checks import check_count, check_rank
+from minidist.nn.checks import check_count, check_rank, check_same_length
 from minidist.nn.module import Sequential
 
-from .boundaries import split_by_layers
+from .boundaries import check_boundaries, split_by_layers
 
 
 def version_used(num_stages: int, stage: int, micro_batch: int, vertical_sync: bool = False) -> int:
@@ -45,6 +45,8 @@ def replay(model: Sequential, loss_fn, xs, targets, make_optimizer, boundaries,
     model: the Sequential (trained in place: it ends at the latest weights); xs, targets: the M
     micro-batches; make_optimizer(params) -> an optimizer, called once per stage; boundaries: the
     stages' layer indices [0, b_1, ..., L]. Returns the M losses."""
+    check_same_length(xs, targets, "xs and targets")
+    boundaries = check_boundaries(boundaries, len(model), len(boundaries) - 1)
     P = len(boundaries) - 1
     stages = [Sequential(*model.layers[boundaries[s]:boundaries[s + 1]]).parameters() for s in range(P)]
     optimizers = [make_optimizer(params) for params in stages]
@@ -71,6 +73,7 @@ def synchronous(model: Sequential, loss_fn, xs, targets, make_optimizer, num_mic
     micro-batches in groups of M, each group's gradient Σ_m (1/M)·∇loss_m at the group's weights (no
     staleness), one optimizer step per group (a flush). Returns the losses of the micro-batches."""
     M = check_count(num_micro_batches, "num_micro_batches")
+    check_same_length(xs, targets, "xs and targets")
     if len(xs) % M:
         raise ValueError(f"{len(xs)} micro-batches do not make groups of num_micro_batches = {M}")
     optimizer, losses = make_optimizer(model.parameters()), []

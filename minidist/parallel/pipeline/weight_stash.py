@@ -84,6 +84,8 @@ class WeightStash(Attachment):
 
     def end_backward(self) -> None:
         """Apply the gradient to the latest weights (a copy of them: w_{t+1}); drop unneeded versions."""
+        if not self.in_flight:
+            raise ValueError("end_backward without a forward in flight: WeightStash pairs F and B in order")
         self.in_flight.popleft()
         self.applied.append(self.latest)
         for p, w in zip(self.params, self.versions[self.latest]):
