@@ -260,6 +260,76 @@ save_figure(fig, "23_sharp_and_flat.png")
 plt.close(fig)
 
 # %% [markdown]
+# ## 5. Saddle points: gradient descent can stop on one, SGD does not
+#
+# The tutorial's "Loss Function Surface" slide: "large NNs have no local minima, only saddle points and a
+# global minima" and "SG algorithms can easily escape from saddle points" (after Pascanu et al. and
+# Dauphin et al.). A finite sum with a strict saddle (Hessian eigenvalues +1 and −1) at the origin:
+#
+#     f(x, y) = (1/n) Σᵢ fᵢ(x, y),   fᵢ = x²/2 − y²/2 + y⁴/4 + aᵢ·y,   Σᵢ aᵢ = 0,
+#
+# so f = x²/2 − y²/2 + y⁴/4: a saddle at (0, 0), minima f = −1/4 at (0, ±1). The line y = 0 is the
+# saddle's stable manifold: there ∂f/∂y = −y + y³ + mean(a) = 0 *exactly*, and full-batch gradient
+# descent started on it slides into the saddle and never leaves. A mini-batch B gives ∂f_B/∂y =
+# −y + y³ + mean_B(a): the same step plus noise in y, which the negative curvature then amplifies by
+# (1 + η) per step. (The aᵢ are multiples of 1/4, so their float sum is exactly 0.)
+
+# %%
+SADDLE_A = np.array([-1.0, -0.75, -0.5, -0.25, 0.25, 0.5, 0.75, 1.0])   # aᵢ, n = 8, Σ aᵢ = 0 exactly
+SADDLE_LR, SADDLE_STEPS, SADDLE_BATCH = 0.1, 300, 2
+
+
+def saddle_gradient(point: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """∇ of (1/|a|) Σ fᵢ at point = (x, y): (x, −y + y³ + mean(a))."""
+    x, y = point
+    return np.array([x, -y + y**3 + a.mean()])
+
+
+def descend_saddle(seed: int | None) -> np.ndarray:
+    """Trajectory (steps + 1, 2) from (1, 0); seed None: full batch, else mini-batches of SADDLE_BATCH."""
+    rng, point = np.random.default_rng(seed), np.array([1.0, 0.0])
+    path = [point]
+    for _ in range(SADDLE_STEPS):
+        a = SADDLE_A if seed is None else rng.choice(SADDLE_A, SADDLE_BATCH, replace=False)
+        point = point - SADDLE_LR * saddle_gradient(point, a)
+        path.append(point)
+    return np.array(path)
+
+
+gd_path = descend_saddle(None)
+assert np.all(gd_path[:, 1] == 0.0)                              # GD's y is exactly 0 at every step
+assert abs(gd_path[-1, 0]) < 1e-8                                 # ... and x reaches the saddle
+print(f"GD from (1, 0): after {SADDLE_STEPS} steps at ({gd_path[-1, 0]:.1e}, {gd_path[-1, 1]}), "
+      f"f = {gd_path[-1, 0] ** 2 / 2:.1e} (the saddle's value, 0)")
+sgd_paths = {seed: descend_saddle(seed) for seed in range(5)}
+for seed, path in sgd_paths.items():
+    arrival = int(np.argmax(np.abs(np.abs(path[:, 1]) - 1) < 0.1))   # first step within 0.1 of |y| = 1
+    x, y = path[-1]
+    print(f"SGD seed {seed}: |y| within 0.1 of the minimum after {arrival} steps; ends at ({x:.1e}, "
+          f"{y:+.3f}), f = {x**2 / 2 - y**2 / 2 + y**4 / 4:+.3f}")
+    assert 0 < arrival < 100                                       # escaped, and reached a minimum
+    assert np.all(np.abs(np.abs(path[150:, 1]) - 1) < 0.3)          # ... and stays near it
+
+fig, ax = plt.subplots(figsize=(7.5, 3.2), constrained_layout=True)
+ax.plot(gd_path[:, 1], color="black", lw=2, label="GD (full batch): y = 0 exactly")
+for seed, path in sgd_paths.items():
+    ax.plot(path[:, 1], lw=0.8, label=f"SGD, batch {SADDLE_BATCH}, seed {seed}")
+ax.axhline(1, color="gray", ls=":", lw=0.8)
+ax.axhline(-1, color="gray", ls=":", lw=0.8)
+ax.set(xlabel="step", ylabel="y  (minima at ±1)", title="From (1, 0) on the saddle's stable manifold")
+ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1, 0.5))
+save_figure(fig, "23_saddle.png")
+plt.close(fig)
+
+# %% [markdown]
+# Gradient descent needs no noise to *approach* the saddle and has nothing to *leave* it with: exactly on
+# the stable manifold (a set of measure zero, so a random start almost surely misses it, but a start near
+# it lingers there for long) its y-step is 0. The mini-batch's noise is what SGD adds, and along the
+# negative-curvature direction it grows until the quartic term stops it at a minimum. (Not every saddle
+# yields to this noise: two hidden units with equal weights get equal gradients from every mini-batch, so
+# SGD keeps them equal too; that symmetry is broken by the random initialisation, not by sampling.)
+
+# %% [markdown]
 # ## What to remember
 #
 # * H·v costs a few backward passes (differences of gradients, or the backward pass differentiated);
@@ -271,3 +341,5 @@ plt.close(fig)
 # * Between the initial and final weights the training loss falls smoothly: no bump, no local minimum
 #   on the way (Goodfellow et al.) — the landscape's difficulty is not where the slides' pictures of
 #   "ugly" minima put it.
+# * A strict saddle stops full-batch gradient descent started on its stable manifold (y stayed exactly 0);
+#   the mini-batch's noise alone took SGD to a minimum, for every seed, within 50 steps.
