@@ -34,7 +34,8 @@ settings.register_profile("grading", max_examples=8, deadline=None, derandomize=
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-EXERCISE_MAP = Path(__file__).resolve().parent / "exercise_map.json"
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISE_MAP = ROOT / "tests" / "exercise_map.json"
 # Tests that pass on a trivially wrong stand-in of the one exercise they reach (minidist_course/
 # standins.py): they do not test it, so `--exercise` (and the grade) leaves them out.
 STANDIN_PASSES = Path(__file__).resolve().parent / "exercise_standins.json"
@@ -52,8 +53,18 @@ def exercises_of(item) -> set[str]:
     return {m.args[0] for m in item.iter_markers("exercise") if m.args}
 
 
+def _exercise_map() -> dict:
+    global _MAP
+    if _MAP is None:
+        _MAP = json.loads(EXERCISE_MAP.read_text()) if EXERCISE_MAP.exists() else {}
+    return _MAP
+
+
+_MAP = None
+
+
 def pytest_collection_modifyitems(config, items):
-    mapping = json.loads(EXERCISE_MAP.read_text()) if EXERCISE_MAP.exists() else {}
+    mapping = _exercise_map()
     for item in items:
         for exercise in mapping.get(item.nodeid, []):
             item.add_marker(pytest.mark.exercise(exercise))
@@ -67,6 +78,8 @@ def pytest_collection_modifyitems(config, items):
     wanted = set(config.getoption("--exercise"))
     if not wanted:
         return
+    from minidist_course.own_tests import counts_here   # the one rule `exercises list` and the grade count by
+
     weak = {}
     if STANDIN_PASSES.exists() and not os.environ.get("MINIDIST_ALL_REACHING_TESTS"):
         weak = {(ex, test) for ex, tests in json.loads(STANDIN_PASSES.read_text()).items() for test in tests}
@@ -74,9 +87,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         reached = exercises_of(item)
         passes_a_standin = len(reached) == 1 and (next(iter(reached)), item.nodeid) in weak
-        (selected if reached and reached <= wanted and not passes_a_standin else deselected).append(item)
+        chosen = reached and reached <= wanted and not passes_a_standin and counts_here(ROOT, item.nodeid)
+        (selected if chosen else deselected).append(item)
     config.hook.pytest_deselected(items=deselected)
+    selected.sort(key=lambda item: not item.get_closest_marker("diagnose"))   # diagnosing checks first
     items[:] = selected
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under --exercise, skip the test files that hold none of the named exercises' tests (a file's
+    module-level skip, e.g. pyarrow's, must not show among an exercise's results)."""
+    wanted = set(config.getoption("--exercise"))
+    if not wanted or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    rel = collection_path.resolve().relative_to(ROOT).as_posix() if collection_path.is_relative_to(ROOT) \
+        else None
+    if rel is None or "mark.exercise(" in collection_path.read_text():
+        return None
+    return not any(test.startswith(rel + "::") and set(ids) <= wanted
+                   for test, ids in _exercise_map().items())
 
 
 @pytest.fixture(scope="session", autouse=True)
