@@ -1,6 +1,7 @@
-"""Wrong rings fail first with a diagnosing message (issue 55): each ring mutant of `exercises mutants`
-and five more wrong solutions (off-by-one chunk, wrong direction, missing reduction, wrong order,
-in-place aliasing), planted with mutants.py's machinery, are named by phase, step and chunk."""
+"""Wrong all-reduces fail first with a diagnosing message (issue 55): each ring, tree and parameter-server
+mutant of `exercises mutants`, five more wrong rings (off-by-one chunk, wrong direction, missing
+reduction, wrong order, in-place aliasing) and two more wrong trees and servers, planted with mutants.py's
+machinery, are named by phase and step, tree level, or the rank whose gradient is missing."""
 
 import types
 from pathlib import Path
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import tests.collectives.ring_diagnosis as diagnosis
+import tests.collectives.tree_server_diagnosis as tree_server
 from minidist.cluster import ClusterError, run
-from minidist_course.mutants import MUTANTS, RING, Mutant, mutated_source
+from minidist_course.mutants import MUTANTS, RING, SERVER, TREE, Mutant, mutated_source
 
 ROOT = Path(__file__).resolve().parent.parent
 GATHER_STEP = ("comm.sendrecv(ring_chunk(flat, p, r - s), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag,\n"
@@ -32,9 +34,25 @@ WRONG_RINGS = (
     Mutant("ring_allreduce", "in-place aliasing: all-gather receives into the chunk it sends", RING,
            GATHER_STEP, GATHER_STEP.replace("out=ring_chunk(flat, p, r - s - 1)", "out=ring_chunk(flat, p, r - s)")),
 )
+WRONG_TREES = (
+    Mutant("tree_allreduce", "missing reduction: the reduce overwrites with the child's sum", TREE,
+           "comm.recv(r + mask, tag=tag, out=flat, op=op)", "comm.recv(r + mask, tag=tag, out=flat)"),
+    Mutant("tree_allreduce", "in-place aliasing: receives the child into flat, then adds flat to itself", TREE,
+           "comm.recv(r + mask, tag=tag, out=flat, op=op)",
+           "incoming = comm.recv(r + mask, tag=tag, out=flat)\n            flat += incoming"),
+)
+WRONG_SERVERS = (
+    Mutant("parameter_server_allreduce", "off-by-one: the server skips the last worker", SERVER,
+           "    for worker in range(p):  # reduce", "    for worker in range(p - 1):  # reduce"),
+    Mutant("parameter_server_allreduce", "wrong order: each worker gets the total so far", SERVER,
+           "op=op)\n    for worker in range(p):\n        if worker != root:\n            comm.send(",
+           "op=op)\n            comm.send("),
+)
 CASES = [m for m in MUTANTS if m.path == RING] + list(WRONG_RINGS)
+TREE_CASES = [m for m in MUTANTS if m.path in (TREE, SERVER)] + list(WRONG_TREES + WRONG_SERVERS)
 NAMES_A_PHASE = ("reduce-scatter step", "after reduce-scatter", "after all-gather", "all-gather step",
                  "all-gather (step", "reduce-scatter (step", "with op=")
+NAMES_A_LEVEL_OR_RANK = ("tree reduce, level", "tree broadcast: rank", "parameter server: ", "with op=")
 
 
 def first_diagnosis(monkeypatch, mutant: Mutant) -> str:
@@ -64,3 +82,27 @@ def test_the_off_by_one_ring_is_told_which_chunk_it_holds(monkeypatch):
     message = first_diagnosis(monkeypatch, OFF_BY_ONE)
     assert message == ("after reduce-scatter step 0, rank 0 should hold the partial sum of chunk 2 over "
                        "ranks [0, 3]; it holds rank 0's chunk 2 + rank 3's chunk 3"), message
+
+
+def tree_server_diagnosis(monkeypatch, mutant: Mutant) -> str:
+    module = types.ModuleType("mutated")
+    exec(compile(mutated_source(ROOT, mutant), mutant.path, "exec"), module.__dict__)
+    algorithm = "tree" if mutant.path == TREE else "parameter_server"
+    monkeypatch.setattr(tree_server, f"{algorithm}_allreduce", getattr(module, f"{algorithm}_allreduce"))
+    diagnose = tree_server.diagnose_tree if mutant.path == TREE else tree_server.diagnose_server
+    try:
+        found = diagnose(run(tree_server.traffic_trace, 5, algorithm, 3, timeout=30)) or \
+            tree_server.diagnose_op(run(tree_server.traffic_trace, 5, algorithm, 3, "max", timeout=30), "max")
+    except ClusterError as err:
+        found = str(err)
+    assert found, f"{mutant.kind}: the diagnosing checks found nothing wrong"
+    return found
+
+
+@pytest.mark.parametrize("mutant", TREE_CASES,
+                         ids=[m.exercise[:4] + "-" + m.kind.split(":")[0] + f"-{i}" for i, m in enumerate(TREE_CASES)])
+def test_a_wrong_tree_or_server_is_named_by_level_or_missing_rank(monkeypatch, mutant):
+    message = tree_server_diagnosis(monkeypatch, mutant)
+    print(f"{mutant.kind}: {message}")
+    assert any(phrase in message for phrase in NAMES_A_LEVEL_OR_RANK), f"{mutant.kind}: {message}"
+    assert "rank" in message, f"{mutant.kind}: {message}"
