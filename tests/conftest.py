@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config, items):
     wanted = set(config.getoption("--exercise"))
     if not wanted:
         return
-    from minidist_course.own_tests import counts_here   # the one rule `exercises list` and the grade count by
+    from minidist_course.own_tests import counts_here  # the one rule `exercises list` and the grade count by
 
     weak = {}
     if STANDIN_PASSES.exists() and not os.environ.get("MINIDIST_ALL_REACHING_TESTS"):

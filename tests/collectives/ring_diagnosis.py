@@ -122,7 +122,8 @@ def diagnose_ring(results, n: int) -> str | None:
     everyone = set(range(p))
     for r, (rs_steps, _, _, _) in enumerate(results):
         if p > 1 and rs_steps and len(rs_steps) != p - 1:
-            return f"reduce-scatter on rank {r}: {len(rs_steps)} sendrecv steps; the ring takes P − 1 = {p - 1}"
+            return (f"reduce-scatter on rank {r}: {len(rs_steps)} sendrecv steps; the ring takes "
+                    f"P − 1 = {p - 1}")
     for s in range(p - 1):
         for r, (rs_steps, _, _, _) in enumerate(results):
             if len(rs_steps) <= s:
@@ -130,19 +131,19 @@ def diagnose_ring(results, n: int) -> str | None:
             sent, flat = rs_steps[s]
             sent_chunk = (r - s - 1) % p
             if sent != size[sent_chunk]:
-                return (f"reduce-scatter step {s}: rank {r} sent {sent} elements; a ring step sends one chunk, "
-                        f"chunk {sent_chunk} of {size[sent_chunk]} elements")
+                return (f"reduce-scatter step {s}: rank {r} sent {sent} elements; a ring step sends one "
+                        f"chunk, chunk {sent_chunk} of {size[sent_chunk]} elements")
             for c in range(p):
                 want = history[s][r][c]
                 seen = chunk_message(p, flat[bounds[c]:bounds[c + 1]], c, want)
                 if seen:
-                    return (f"after reduce-scatter step {s}, rank {r} should hold the partial sum of chunk {c} "
-                            f"over ranks {sorted(want)}; it holds {seen}")
+                    return (f"after reduce-scatter step {s}, rank {r} should hold the partial sum of "
+                            f"chunk {c} over ranks {sorted(want)}; it holds {seen}")
     for r, (_, after_rs, _, _) in enumerate(results):
         seen = chunk_message(p, after_rs[bounds[r]:bounds[r + 1]], r, everyone)
         if seen:
-            return (f"after reduce-scatter, ring_chunk(flat, P, {r}) on rank {r} should be the full sum of chunk "
-                    f"{r} over ranks {sorted(everyone)}; it holds {seen}")
+            return (f"after reduce-scatter, ring_chunk(flat, P, {r}) on rank {r} should be the full sum of "
+                    f"chunk {r} over ranks {sorted(everyone)}; it holds {seen}")
     for r, (_, _, ag_steps, after_ag) in enumerate(results):
         if p > 1 and len(ag_steps) not in (0, p - 1):
             return f"all-gather on rank {r}: {len(ag_steps)} sendrecv steps; the ring takes P − 1 = {p - 1}"
@@ -166,6 +167,6 @@ def diagnose_ring_op(results, n: int, op: str) -> str | None:
         chunk = after_rs[bounds[r]:bounds[r + 1]]
         if chunk.size and not np.all(chunk == want):
             hint = " (the sum: op= was not applied)" if chunk[0] == p * (p + 1) // 2 else ""
-            return (f"with op={op!r}, after reduce-scatter ring_chunk(flat, P, {r}) on rank {r} should be the "
-                    f"{op} over the ranks' values 1..{p}, {want}; it holds {int(chunk[0])}{hint}")
+            return (f"with op={op!r}, after reduce-scatter ring_chunk(flat, P, {r}) on rank {r} should be "
+                    f"the {op} over the ranks' values 1..{p}, {want}; it holds {int(chunk[0])}{hint}")
     return None

@@ -69,7 +69,8 @@ def diagnose_tree(results) -> str | None:
         want = list(range(r, min(r + low, p)))
         level = low.bit_length() - 1
         if not sent:
-            return f"tree reduce, level {level}: rank {r} sent nothing; it should send ranks {want} to rank {r - low}"
+            return (f"tree reduce, level {level}: rank {r} sent nothing; it should send ranks {want} to "
+                    f"rank {r - low}")
         dst, message = sent[0]
         if dst != r - low:
             return (f"tree reduce, level {level}: rank {r} sent its partial sum to rank {dst}; its parent is "
@@ -97,7 +98,8 @@ def diagnose_server(results, root: int = 0) -> str | None:
             return (f"parameter server: worker rank {r} sent to ranks {[dst for dst, _ in sent]}; a worker "
                     f"sends its gradient once, to the server (rank {root})")
         if said(p, sent[0][1]) != f"ranks [{r}]":
-            return f"parameter server: worker rank {r} should send its own gradient; it sent {said(p, sent[0][1])}"
+            return (f"parameter server: worker rank {r} should send its own gradient; it sent "
+                    f"{said(p, sent[0][1])}")
     for dst, message in results[root][0]:
         got = ranks_in(p, message.flat[0]) if message.size else everyone
         if got != everyone:
@@ -105,7 +107,8 @@ def diagnose_server(results, root: int = 0) -> str | None:
             twice = sorted({q for q in got if got.count(q) > 1})
             what = (f"lacks rank(s) {missing}'s gradient" if missing else "") + \
                    (" and " if missing and twice else "") + (f"counts rank(s) {twice} twice" if twice else "")
-            return f"parameter server: the total the server sends rank {dst} {what or 'is ' + said(p, message)}"
+            what = what or "is " + said(p, message)
+            return f"parameter server: the total the server sends rank {dst} {what}"
     for r in range(p):
         if said(p, results[r][1]) != f"ranks {everyone}":
             return (f"parameter server: rank {r} should end with the sum over ranks {everyone}; it holds "
@@ -120,6 +123,6 @@ def diagnose_op(results, op: str) -> str | None:
     for r, (_, result) in enumerate(results):
         if result.size and not np.all(result == want):
             hint = " (the sum: op= was not applied)" if result.flat[0] == p * (p + 1) // 2 else ""
-            return (f"with op={op!r}, rank {r} should end with the {op} over the ranks' values 1..{p}, {want}; "
-                    f"it holds {int(result.flat[0])}{hint}")
+            return (f"with op={op!r}, rank {r} should end with the {op} over the ranks' values 1..{p}, "
+                    f"{want}; it holds {int(result.flat[0])}{hint}")
     return None
