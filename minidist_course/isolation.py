@@ -8,7 +8,6 @@ checked ``jobs`` at a time, each pytest in its own process group (runner.py).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -19,8 +18,8 @@ from pathlib import Path
 
 from minidist.nn.checks import check_count, check_real
 
-from .exercise_map import STANDINS_PATH, load_map, own_exercise
 from .markers import all_regions
+from .own_tests import own_tests
 from .runner import run_watched
 from .student_copy import make_student_copy
 
@@ -32,19 +31,6 @@ class AloneResult:
     ok: bool
     seconds: float
     detail: str
-
-
-def own_tests(root: Path) -> dict[str, list[str]]:
-    """{exercise: its own tests (those that reach it alone and do not pass on a stand-in of it)}, from
-    tests/exercise_map.json and tests/exercise_standins.json."""
-    path = Path(root) / STANDINS_PATH
-    weak = {(ex, t) for ex, tests in json.loads(path.read_text()).items() for t in tests} if path.exists() \
-        else set()
-    found: dict[str, list[str]] = {}
-    for test, ids in load_map(root).items():
-        if (ex := own_exercise(ids)) is not None and (ex, test) not in weak:
-            found.setdefault(ex, []).append(test)
-    return found
 
 
 def check_alone(root: Path, exercise: str, tests: list[str], limit: float) -> AloneResult:

@@ -16,10 +16,11 @@ import ast
 import importlib.util
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .exercise_map import STANDINS_PATH, load_map, own_exercise
+from .exercise_map import STANDINS_PATH, UNMAPPED_PREFIXES, load_map, own_exercise
 
 ORACLES = ("torch", "ml_dtypes")    # extras whose tests still check the exercise
 SKIP_NEEDS = re.compile(r"importorskip\(\s*[\"'](?P<module>\w+)[\"']|(?P<mpi>\bmpi_available\()")
@@ -29,42 +30,84 @@ def _needs(source: str) -> set[str]:
     return {m["module"] or "mpi4py" for m in SKIP_NEEDS.finditer(source)}
 
 
+EXPLICIT = re.compile(r"mark\.exercise\(\s*[\"'](?P<id>\w+)[\"']")
+
+
+@dataclass(frozen=True)
+class TestFile:
+    """What one test file's source says: the extras the whole module needs, and per test function the
+    extras it needs besides and the exercises it is marked with (``pytest.mark.exercise``, its own or the
+    module's ``pytestmark``)."""
+    needs: frozenset[str]
+    function_needs: dict[str, frozenset[str]]
+    function_marks: dict[str, frozenset[str]]
+    parametrized: frozenset[str]
+
+
 @lru_cache(maxsize=256)
-def file_extras(path: Path) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
-    """(what the whole module needs, {test function name: what it needs besides}) of one test file."""
+def read_test_file(path: Path) -> TestFile:
     text = path.read_text()
     tree = ast.parse(text)
     top: set[str] = set()
     marks: dict[str, str] = {}
-    functions: dict[str, frozenset[str]] = {}
+    module_marks: set[str] = set()
+    needs, explicit, parametrized = {}, {}, set()
     for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.Expr)):
-            source = ast.get_source_segment(text, node) or ""
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                    isinstance(node.targets[0], ast.Name):
-                marks[node.targets[0].id] = source      # e.g. needs_mpi = pytest.mark.skipif(...)
-            elif isinstance(node, ast.Assign) or "importorskip" in source:
+        source = ast.get_source_segment(text, node) or ""
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            marks[node.targets[0].id] = source      # e.g. needs_mpi = pytest.mark.skipif(...)
+            if node.targets[0].id == "pytestmark":
+                module_marks |= {m["id"] for m in EXPLICIT.finditer(source)}
+            if "importorskip" in source:
                 top |= _needs(source)
+        elif isinstance(node, (ast.Assign, ast.Expr)) and "importorskip" in source:
+            top |= _needs(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             source = ast.get_source_segment(text, node) or ""
-            for deco in node.decorator_list:
-                name = deco.id if isinstance(deco, ast.Name) else ""
-                source += "\n" + marks.get(name, ast.get_source_segment(text, deco) or "")
-            functions[node.name] = frozenset(_needs(source))
-    top |= {m for name, src in marks.items() for m in _needs(src) if "importorskip" in src}
-    return frozenset(top), functions
+            decorators = "\n".join(marks.get(deco.id, "") if isinstance(deco, ast.Name) else
+                                   ast.get_source_segment(text, deco) or "" for deco in node.decorator_list)
+            needs[node.name] = frozenset(_needs(source + "\n" + decorators))
+            explicit[node.name] = frozenset(module_marks | {m["id"] for m in EXPLICIT.finditer(decorators)})
+            if "parametrize" in decorators:
+                parametrized.add(node.name)
+    return TestFile(frozenset(top), needs, explicit, frozenset(parametrized))
+
+
+def _split(test_id: str) -> tuple[str, str]:
+    path, _, rest = test_id.partition("::")
+    return path, rest.split("::")[-1].split("[")[0]
 
 
 def test_extras(root: Path, test_id: str) -> set[str]:
     """The optional modules a test needs ("tests/x.py::test_y[3]" -> e.g. {"torch"})."""
-    path, _, rest = test_id.partition("::")
-    name = rest.split("::")[-1].split("[")[0]
+    path, name = _split(test_id)
     file = Path(root) / path
     if not file.exists():
         return set()
-    top, functions = file_extras(file.resolve())
-    return set(top | functions.get(name, frozenset()))
+    facts = read_test_file(file.resolve())
+    return set(facts.needs | facts.function_needs.get(name, frozenset()))
+
+
+def reached(root: Path) -> dict[str, list[str]]:
+    """{test id: the exercises it carries}: the map's, and the marks tests/conftest.py adds from the source
+    (``pytest.mark.exercise``) — also for tests the map does not list yet (unparametrized ones: a
+    parametrized test's ids come from its run: `exercises map`)."""
+    mapping = {test: set(ids) for test, ids in load_map(root).items()}
+    bases = {_split(test) for test in mapping}
+    for file in sorted((Path(root) / "tests").rglob("test_*.py")):
+        rel = file.relative_to(root).as_posix()
+        if rel.startswith(UNMAPPED_PREFIXES) or "mark.exercise(" not in file.read_text():
+            continue
+        facts = read_test_file(file.resolve())
+        for name, ids in facts.function_marks.items():
+            if not ids:
+                continue
+            for test in [t for t in mapping if _split(t) == (rel, name)]:
+                mapping[test] |= ids
+            if (rel, name) not in bases and name not in facts.parametrized:
+                mapping[f"{rel}::{name}"] = set(ids)
+    return {test: sorted(ids) for test, ids in mapping.items()}
 
 
 @lru_cache(maxsize=16)
@@ -73,7 +116,7 @@ def importable(module: str) -> bool:
 
 
 def counts_here(root: Path, test_id: str) -> bool:
-    """Whether the test can be an exercise's own test here: only oracles among its extras, all installed."""
+    """Whether the test can count for an exercise here: only oracles among its extras, all installed."""
     extras = test_extras(root, test_id)
     return all(extra in ORACLES and importable(extra) for extra in extras)
 
@@ -85,7 +128,7 @@ def own_tests(root: Path, standins: bool = True) -> dict[str, list[str]]:
     weak = {(ex, t) for ex, tests in json.loads(path.read_text()).items() for t in tests} \
         if standins and path.exists() else set()
     found: dict[str, list[str]] = {}
-    for test, ids in load_map(root).items():
+    for test, ids in reached(root).items():
         ex = own_exercise(ids)
         if ex is not None and (ex, test) not in weak and counts_here(root, test):
             found.setdefault(ex, []).append(test)

@@ -10,7 +10,8 @@ copy: a test that reaches a cut exercise must fail there (strict xfail), every o
 
 Profiles (choose with HYPOTHESIS_PROFILE=...): "default" keeps the whole suite within minutes on a
 2-core machine; "thorough" runs many more examples; "grading" (the grader's) few examples, derandomized,
-and no shrinking: a failing example is reported as found. Neither has a deadline: processes outnumber cores
+and no shrinking: a failing example is reported as found; "student" (a student's `--exercise` run,
+tests/student_mode.py) fewer still. Neither has a deadline: processes outnumber cores
 in the cluster tests, so timings are noisy by design.
 """
 
@@ -22,11 +23,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from tests import student_mode
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 settings.register_profile("default", max_examples=20, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("thorough", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("student", max_examples=5, deadline=None, derandomize=True, database=None,
+                          phases=[Phase.explicit, Phase.generate],
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("grading", max_examples=8, deadline=None, derandomize=True, database=None,
                           phases=[Phase.explicit, Phase.generate],
@@ -78,7 +84,15 @@ def pytest_collection_modifyitems(config, items):
     wanted = set(config.getoption("--exercise"))
     if not wanted:
         return
-    from minidist_course.own_tests import counts_here  # the one rule `exercises list` and the grade count by
+    selected, deselected = exercise_selection(items, wanted)
+    config.hook.pytest_deselected(items=deselected)
+    items[:] = selected
+
+
+def exercise_selection(items, wanted: set[str]) -> tuple[list, list]:
+    """(selected, deselected): the tests `--exercise` runs for the exercises named, diagnosing checks
+    first. Counted by the rule `exercises list` and the grade use (minidist_course/own_tests.py)."""
+    from minidist_course.own_tests import counts_here
 
     weak = {}
     if STANDIN_PASSES.exists() and not os.environ.get("MINIDIST_ALL_REACHING_TESTS"):
@@ -89,9 +103,20 @@ def pytest_collection_modifyitems(config, items):
         passes_a_standin = len(reached) == 1 and (next(iter(reached)), item.nodeid) in weak
         chosen = reached and reached <= wanted and not passes_a_standin and counts_here(ROOT, item.nodeid)
         (selected if chosen else deselected).append(item)
-    config.hook.pytest_deselected(items=deselected)
-    selected.sort(key=lambda item: not item.get_closest_marker("diagnose"))   # diagnosing checks first
-    items[:] = selected
+    selected.sort(key=lambda item: not item.get_closest_marker("diagnose"))
+    return selected, deselected
+
+
+def pytest_configure(config):
+    student_mode.configure(config)
+
+
+def pytest_runtest_setup(item):
+    student_mode.setup(item)
+
+
+def pytest_runtest_logreport(report):
+    student_mode.logreport(report)
 
 
 def pytest_ignore_collect(collection_path, config):
