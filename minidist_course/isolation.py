@@ -42,7 +42,8 @@ def check_alone(root: Path, exercise: str, tests: list[str], limit: float) -> Al
         make_student_copy(root, copy, keep=[exercise])
         files = sorted({t.split("::")[0] for t in tests})
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--exercise", exercise, *files]
-        env = dict(os.environ, PYTHONPATH=str(copy), MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        env = dict(os.environ, PYTHONPATH=str(copy), MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1",
+                   MINIDIST_ALL_TESTS="1")   # every test, not a student's quick run (tests/student_mode.py)
         out = run_watched(cmd, copy, env, Path(tmp) / "pytest.log", limit)
     summary = (out.log_tail.strip().splitlines() or ["(no output)"])[-1]
     ok = out.returncode == 0

@@ -34,7 +34,7 @@ EXPLICIT = re.compile(r"mark\.exercise\(\s*[\"'](?P<id>\w+)[\"']")
 
 
 @dataclass(frozen=True)
-class TestFile:
+class SourceFacts:
     """What one test file's source says: the extras the whole module needs, and per test function the
     extras it needs besides and the exercises it is marked with (``pytest.mark.exercise``, its own or the
     module's ``pytestmark``)."""
@@ -45,15 +45,19 @@ class TestFile:
 
 
 @lru_cache(maxsize=256)
-def read_test_file(path: Path) -> TestFile:
+def read_source_facts(path: Path) -> SourceFacts:
     text = path.read_text()
-    tree = ast.parse(text)
+    tree, lines = ast.parse(text), text.splitlines()
+
+    def segment(node) -> str:     # the node's whole lines (ast.get_source_segment re-splits the text)
+        return "\n".join(lines[node.lineno - 1:node.end_lineno])
+
     top: set[str] = set()
     marks: dict[str, str] = {}
     module_marks: set[str] = set()
     needs, explicit, parametrized = {}, {}, set()
     for node in tree.body:
-        source = ast.get_source_segment(text, node) or ""
+        source = segment(node)
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             marks[node.targets[0].id] = source      # e.g. needs_mpi = pytest.mark.skipif(...)
             if node.targets[0].id == "pytestmark":
@@ -64,14 +68,14 @@ def read_test_file(path: Path) -> TestFile:
             top |= _needs(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            source = ast.get_source_segment(text, node) or ""
+            source = segment(node)
             decorators = "\n".join(marks.get(deco.id, "") if isinstance(deco, ast.Name) else
-                                   ast.get_source_segment(text, deco) or "" for deco in node.decorator_list)
+                                   segment(deco) for deco in node.decorator_list)
             needs[node.name] = frozenset(_needs(source + "\n" + decorators))
             explicit[node.name] = frozenset(module_marks | {m["id"] for m in EXPLICIT.finditer(decorators)})
             if "parametrize" in decorators:
                 parametrized.add(node.name)
-    return TestFile(frozenset(top), needs, explicit, frozenset(parametrized))
+    return SourceFacts(frozenset(top), needs, explicit, frozenset(parametrized))
 
 
 def _split(test_id: str) -> tuple[str, str]:
@@ -79,13 +83,13 @@ def _split(test_id: str) -> tuple[str, str]:
     return path, rest.split("::")[-1].split("[")[0]
 
 
-def test_extras(root: Path, test_id: str) -> set[str]:
+def extras_of(root: Path, test_id: str) -> set[str]:
     """The optional modules a test needs ("tests/x.py::test_y[3]" -> e.g. {"torch"})."""
     path, name = _split(test_id)
     file = Path(root) / path
     if not file.exists():
         return set()
-    facts = read_test_file(file.resolve())
+    facts = read_source_facts(file.resolve())
     return set(facts.needs | facts.function_needs.get(name, frozenset()))
 
 
@@ -94,16 +98,18 @@ def reached(root: Path) -> dict[str, list[str]]:
     (``pytest.mark.exercise``) — also for tests the map does not list yet (unparametrized ones: a
     parametrized test's ids come from its run: `exercises map`)."""
     mapping = {test: set(ids) for test, ids in load_map(root).items()}
-    bases = {_split(test) for test in mapping}
+    bases: dict[tuple[str, str], list[str]] = {}
+    for test in mapping:
+        bases.setdefault(_split(test), []).append(test)
     for file in sorted((Path(root) / "tests").rglob("test_*.py")):
         rel = file.relative_to(root).as_posix()
         if rel.startswith(UNMAPPED_PREFIXES) or "mark.exercise(" not in file.read_text():
             continue
-        facts = read_test_file(file.resolve())
+        facts = read_source_facts(file.resolve())
         for name, ids in facts.function_marks.items():
             if not ids:
                 continue
-            for test in [t for t in mapping if _split(t) == (rel, name)]:
+            for test in bases.get((rel, name), ()):
                 mapping[test] |= ids
             if (rel, name) not in bases and name not in facts.parametrized:
                 mapping[f"{rel}::{name}"] = set(ids)
@@ -117,7 +123,7 @@ def importable(module: str) -> bool:
 
 def counts_here(root: Path, test_id: str) -> bool:
     """Whether the test can count for an exercise here: only oracles among its extras, all installed."""
-    extras = test_extras(root, test_id)
+    extras = extras_of(root, test_id)
     return all(extra in ORACLES and importable(extra) for extra in extras)
 
 

@@ -14,6 +14,8 @@ from minidist.cluster import ClusterError, run
 from minidist_course.mutants import MUTANTS, RING, RING_STEP, SERVER, TREE, Mutant, mutated_source
 
 ROOT = Path(__file__).resolve().parent.parent
+if "# BEGIN SOLUTION ring_allreduce" not in (ROOT / "minidist/collectives/ring.py").read_text():
+    pytest.skip("a student copy: the reference solutions these tests use are cut", allow_module_level=True)
 GATHER_STEP = ("comm.sendrecv(ring_chunk(flat, p, r - s), dst=(r + 1) % p, src=(r - 1) % p, sendtag=tag,\n"
                "                      recvtag=tag, out=ring_chunk(flat, p, r - s - 1))")
 SCATTER_LOOP = "for s in range(p - 1):  # send my chunk right"
