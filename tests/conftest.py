@@ -92,7 +92,11 @@ def pytest_collection_modifyitems(config, items):
 def exercise_selection(items, wanted: set[str]) -> tuple[list, list]:
     """(selected, deselected): the tests `--exercise` runs for the exercises named, diagnosing checks
     first. Counted by the rule `exercises list` and the grade use (minidist_course/own_tests.py)."""
-    from minidist_course.own_tests import counts_here
+    try:
+        from minidist_course.own_tests import counts_here
+    except ImportError:      # a toy course (the tooling tests' own) without the rule: no test needs an extra
+        def counts_here(root, test_id):
+            return True
 
     weak = {}
     if STANDIN_PASSES.exists() and not os.environ.get("MINIDIST_ALL_REACHING_TESTS"):
