@@ -1,7 +1,8 @@
 """Wrong backward passes and optimizers fail first with a diagnosing message (issue 55): five wrong
 Linear backwards and five wrong SGD/Adam updates (off-by-one, wrong direction, missing scale, wrong order,
 in-place aliasing), planted with mutants.py's machinery, are named by dX/dW/db and the first index off,
-or by the step and the state that diverged."""
+or by the step and the state that diverged; the softmax_backward and lamb_trust_ratio mutants of
+`exercises mutants` by the axis or the case."""
 
 import functools
 import types
@@ -10,9 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidist_course.mutants import Mutant, mutated_source
-from tests.nn.backward_diagnosis import diagnose_backward
-from tests.optim.optimizer_diagnosis import adam_reference, diagnose_optimizer, sgd_reference
+from minidist_course.mutants import MUTANTS, Mutant, mutated_source
+from tests.nn.backward_diagnosis import diagnose_backward, diagnose_softmax_backward
+from tests.optim.optimizer_diagnosis import (
+    adam_reference,
+    diagnose_optimizer,
+    diagnose_trust_ratio,
+    sgd_reference,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 if "# BEGIN SOLUTION linear" not in (ROOT / "minidist/nn/linear.py").read_text():
@@ -82,3 +88,20 @@ def test_a_wrong_update_is_named_by_its_step_and_state(mutant):
     print(f"{mutant.kind}: {message}")
     assert ", step " in message and ("state[" in message or "the parameter" in message), \
         f"{mutant.kind}: {message}"
+
+
+SOFTMAX_LAMB = [m for m in MUTANTS if m.exercise in ("softmax_backward", "lamb_trust_ratio")]
+
+
+@pytest.mark.parametrize("mutant", SOFTMAX_LAMB,
+                         ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
+def test_the_softmax_and_lamb_mutants_are_named_by_axis_or_case(mutant):
+    module = planted(mutant)
+    if mutant.exercise == "softmax_backward":
+        message = diagnose_softmax_backward(module.softmax_backward, np.random.default_rng(3))
+        expected = "softmax_backward along axis "
+    else:
+        message = diagnose_trust_ratio(module.lamb_trust_ratio)
+        expected = "lamb_trust_ratio with "
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and message.startswith(expected), f"{mutant.kind}: {message}"

@@ -54,3 +54,24 @@ def diagnose_backward(module, x: np.ndarray, rng: np.random.Generator, what: str
             return (f"{what} backward: a second backward should add into {name}.grad ({label} twice); it "
                     f"holds {first_off(label, p.grad, 2 * analytic[name])} — add, do not assign")
     return None
+
+
+def softmax_jacobian_product(y: np.ndarray, dy: np.ndarray, axis: int) -> np.ndarray:
+    """Jᵀ·dy with the Jacobian diag(y) − y·yᵀ of every softmax row along ``axis`` built explicitly."""
+    y_rows, dy_rows = np.moveaxis(y, axis, -1), np.moveaxis(dy, axis, -1)
+    jacobian = np.einsum("...i,ij->...ij", y_rows, np.eye(y_rows.shape[-1])) - \
+        np.einsum("...i,...j->...ij", y_rows, y_rows)
+    return np.moveaxis(np.einsum("...ij,...j->...i", jacobian, dy_rows), -1, axis)
+
+
+def diagnose_softmax_backward(softmax_backward, rng: np.random.Generator) -> str | None:
+    """The first axis along which softmax_backward(y, dy, axis) differs from Jᵀ·dy, with its index."""
+    x = rng.standard_normal((2, 3, 4))
+    for axis in (-1, 0, 1):
+        y = np.exp(x - x.max(axis=axis, keepdims=True))
+        y /= y.sum(axis=axis, keepdims=True)
+        dy = rng.standard_normal(x.shape)
+        wrong = first_off("dx", softmax_backward(y, dy, axis=axis), softmax_jacobian_product(y, dy, axis))
+        if wrong:
+            return f"softmax_backward along axis {axis} of shape {x.shape}: {wrong}"
+    return None

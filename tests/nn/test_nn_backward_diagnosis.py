@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from minidist.nn import BatchNorm1d, Conv2d, Linear
-from tests.nn.backward_diagnosis import diagnose_backward
+from tests.nn.backward_diagnosis import diagnose_backward, diagnose_softmax_backward
 
 
 @pytest.mark.exercise("linear")
@@ -39,3 +39,12 @@ def test_batchnorm_dx_dgamma_dbeta_match_central_differences():
         norm.weight.data[...] = rng.standard_normal(c)
         wrong = diagnose_backward(norm, rng.standard_normal((n, c)), rng, f"BatchNorm1d({c}), batch {n}")
         assert wrong is None, wrong
+
+
+@pytest.mark.exercise("softmax_backward")
+@pytest.mark.diagnose
+def test_softmax_backward_is_the_jacobian_product_along_every_axis():
+    from minidist.nn.softmax import softmax_backward
+
+    wrong = diagnose_softmax_backward(softmax_backward, np.random.default_rng(3))
+    assert wrong is None, wrong

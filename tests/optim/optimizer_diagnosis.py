@@ -56,3 +56,17 @@ def diagnose_optimizer(make, reference, what: str, steps: int = 4, seed: int = 0
         if wrong:
             return f"{what}, step {t}: {wrong}"
     return None
+
+
+def diagnose_trust_ratio(lamb_trust_ratio) -> str | None:
+    """lamb_trust_ratio(w, u) on layers whose norms are known; the first wrong case, said with the norms."""
+    cases = ((np.array([3.0, 4.0]), np.array([0.0, 2.5]), 2.0, "|w| = 5, |u| = 2.5"),
+             (np.zeros(3), np.ones(3), 1.0, "w = 0 (a freshly zeroed layer)"),
+             (np.ones(4), np.zeros(4), 1.0, "u = 0 (nothing to do)"),
+             (np.zeros(2), np.zeros(2), 1.0, "w = 0 and u = 0"))
+    for w, u, want, what in cases:
+        got = float(lamb_trust_ratio(w, u))
+        if not np.isclose(got, want, rtol=1e-12):
+            hint = {0.5: " (that is |u| / |w|)", 4.0: " (that is the squared norms' ratio)"}.get(got, "")
+            return f"lamb_trust_ratio with {what}: expected {want}, got {got}{hint}"
+    return None

@@ -7,7 +7,12 @@ import functools
 import pytest
 
 from minidist.optim import SGD, Adam
-from tests.optim.optimizer_diagnosis import adam_reference, diagnose_optimizer, sgd_reference
+from tests.optim.optimizer_diagnosis import (
+    adam_reference,
+    diagnose_optimizer,
+    diagnose_trust_ratio,
+    sgd_reference,
+)
 
 SGD_CASES = (dict(momentum=0.9), dict(momentum=0.9, dampening=0.5), dict(momentum=0.8, nesterov=True),
              dict(momentum=0.9, weight_decay=0.1))
@@ -30,3 +35,12 @@ def test_adam_moments_and_parameter_follow_the_recurrence():
         wrong = diagnose_optimizer(functools.partial(Adam, lr=0.01, **options),
                                    functools.partial(adam_reference, lr=0.01, **options), f"Adam({options})")
         assert wrong is None, wrong
+
+
+@pytest.mark.exercise("lamb_trust_ratio")
+@pytest.mark.diagnose
+def test_lamb_trust_ratio_is_the_norm_ratio_with_its_zero_cases():
+    from minidist.optim.lamb import lamb_trust_ratio
+
+    wrong = diagnose_trust_ratio(lamb_trust_ratio)
+    assert wrong is None, wrong
