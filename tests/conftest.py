@@ -7,6 +7,9 @@ test and carries all their marks. `--exercise X` (repeatable) selects a test whe
 reaches is among those named: `--exercise ring_allreduce` runs ring's own tests, adding
 `--exercise linear` also the tests that reach both. `--expect-exercises-cut` is CI's check on a student
 copy: a test that reaches a cut exercise must fail there (strict xfail), every other test must pass.
+Under `--exercise`, tests needing an extra the exercise does not need (minidist_course/own_tests.py, the
+count `exercises list` and the grade share) are left out, files holding none of the selection are not
+collected, `@pytest.mark.diagnose` checks run first, and a student's run is quick (tests/student_mode.py).
 
 Profiles (choose with HYPOTHESIS_PROFILE=...): "default" keeps the whole suite within minutes on a
 2-core machine; "thorough" runs many more examples; "grading" (the grader's) few examples, derandomized,
