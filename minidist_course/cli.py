@@ -11,7 +11,7 @@ from minidist.nn.checks import count_option, seconds_option
 from . import gradescope, questions
 from .catalog import locations, render_markdown
 from .classroom import grade_class
-from .exercise_map import build_map, load_map, own_exercise
+from .exercise_map import build_map, own_exercise
 from .isolation import check_each_alone, own_tests
 from .markers import MarkerError, all_regions, read_registry
 from .options import OptionError
@@ -64,22 +64,23 @@ def cmd_list(args) -> int:
     if args.markdown:
         sys.stdout.write(render_markdown(args.root))
         return 0
+    from .own_tests import reached  # the marks `pytest --exercise` and the grader see
+
     registry, regions = read_registry(args.root), all_regions(args.root)
-    own: dict[str, int] = {}
+    own = {ex: len(tests) for ex, tests in own_tests(args.root).items()}
+    mapping = reached(args.root)
     shared: dict[str, int] = {}
-    for ids in load_map(args.root).values():
-        counts = own if own_exercise(ids) else shared
-        for ex in set(ids):
-            counts[ex] = counts.get(ex, 0) + 1
+    for ids in mapping.values():
+        for ex in set(ids) if own_exercise(ids) is None else ():
+            shared[ex] = shared.get(ex, 0) + 1
     for ex_id, ex in registry.items():
         print(f"{ex_id:28s} {own.get(ex_id, 0):3d} own tests, {shared.get(ex_id, 0):3d} integration  "
               f"{ex.lesson:28s} {locations(regions, ex_id)}")
         print(f"{'':28s} {ex.statement}")
-    mapping = load_map(args.root)
     alone = sum(own_exercise(ids) is not None for ids in mapping.values())
-    own_left = sum(len(tests) for tests in own_tests(args.root).values())
-    print(f"tests/exercise_map.json: {len(mapping)} tests reach an exercise: {alone} reach one "
-          f"({alone - own_left} of them pass on a stand-in and are left out: {own_left} own tests), "
+    own_left = sum(own.values())
+    print(f"{len(mapping)} tests reach an exercise: {alone} reach one ({alone - own_left} of them pass on a "
+          f"stand-in or need an extra they cannot use here, and are left out: {own_left} own tests), "
           f"{len(mapping) - alone} integration")
     return 0
 

@@ -8,7 +8,6 @@ checked ``jobs`` at a time, each pytest in its own process group (runner.py).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -19,8 +18,8 @@ from pathlib import Path
 
 from minidist.nn.checks import check_count, check_real
 
-from .exercise_map import STANDINS_PATH, load_map, own_exercise
 from .markers import all_regions
+from .own_tests import own_tests
 from .runner import run_watched
 from .student_copy import make_student_copy
 
@@ -34,19 +33,6 @@ class AloneResult:
     detail: str
 
 
-def own_tests(root: Path) -> dict[str, list[str]]:
-    """{exercise: its own tests (those that reach it alone and do not pass on a stand-in of it)}, from
-    tests/exercise_map.json and tests/exercise_standins.json."""
-    path = Path(root) / STANDINS_PATH
-    weak = {(ex, t) for ex, tests in json.loads(path.read_text()).items() for t in tests} if path.exists() \
-        else set()
-    found: dict[str, list[str]] = {}
-    for test, ids in load_map(root).items():
-        if (ex := own_exercise(ids)) is not None and (ex, test) not in weak:
-            found.setdefault(ex, []).append(test)
-    return found
-
-
 def check_alone(root: Path, exercise: str, tests: list[str], limit: float) -> AloneResult:
     if not tests:
         return AloneResult(exercise, 0, False, 0.0, "no own test: add a test that reaches only this "
@@ -56,7 +42,8 @@ def check_alone(root: Path, exercise: str, tests: list[str], limit: float) -> Al
         make_student_copy(root, copy, keep=[exercise])
         files = sorted({t.split("::")[0] for t in tests})
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--exercise", exercise, *files]
-        env = dict(os.environ, PYTHONPATH=str(copy), MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        env = dict(os.environ, PYTHONPATH=str(copy), MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1",
+                   MINIDIST_ALL_TESTS="1")   # every test, not a student's quick run (tests/student_mode.py)
         out = run_watched(cmd, copy, env, Path(tmp) / "pytest.log", limit)
     summary = (out.log_tail.strip().splitlines() or ["(no output)"])[-1]
     ok = out.returncode == 0

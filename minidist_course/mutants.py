@@ -106,15 +106,20 @@ MUTANTS = (
 )
 
 
-def write_mutant(root: Path, dest: Path, mutant: Mutant) -> None:
-    """A submission at dest holding the mutated file (the reference with ``old`` replaced once)."""
+def mutated_source(root: Path, mutant: Mutant) -> str:
+    """The text of the mutated file: the reference's with ``old`` replaced once."""
     text = (Path(root) / mutant.path).read_text()
     if text.count(mutant.old) != 1:
         raise ValueError(f"mutant {mutant.exercise} ({mutant.kind}): its text occurs "
                          f"{text.count(mutant.old)} times in {mutant.path}, not once: update "
                          f"minidist_course/mutants.py")
+    return text.replace(mutant.old, mutant.new)
+
+
+def write_mutant(root: Path, dest: Path, mutant: Mutant) -> None:
+    """A submission at dest holding the mutated file."""
     (dest / mutant.path).parent.mkdir(parents=True, exist_ok=True)
-    (dest / mutant.path).write_text(text.replace(mutant.old, mutant.new))
+    (dest / mutant.path).write_text(mutated_source(root, mutant))
 
 
 def grade_mutants(root: Path, exercises: list[str] | None = None, jobs: int = 2, timeout: float = 30.0,

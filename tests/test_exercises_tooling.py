@@ -91,6 +91,7 @@ def write_toy_repo(root: Path, toy: str = TOY) -> Path:
     (root / "tests").mkdir()
     (root / "tests" / "__init__.py").write_text("")
     shutil.copy(CONFTEST, root / "tests" / "conftest.py")
+    shutil.copy(CONFTEST.with_name("student_mode.py"), root / "tests" / "student_mode.py")
     (root / "tests" / "test_toy.py").write_text(TESTS)
     return root
 

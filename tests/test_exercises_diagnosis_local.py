@@ -1,0 +1,107 @@
+"""Wrong backward passes and optimizers fail first with a diagnosing message (issue 55): five wrong
+Linear backwards and five wrong SGD/Adam updates (off-by-one, wrong direction, missing scale, wrong order,
+in-place aliasing), planted with mutants.py's machinery, are named by dX/dW/db and the first index off,
+or by the step and the state that diverged; the softmax_backward and lamb_trust_ratio mutants of
+`exercises mutants` by the axis or the case."""
+
+import functools
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minidist_course.mutants import MUTANTS, Mutant, mutated_source
+from tests.nn.backward_diagnosis import diagnose_backward, diagnose_softmax_backward
+from tests.optim.optimizer_diagnosis import (
+    adam_reference,
+    diagnose_optimizer,
+    diagnose_trust_ratio,
+    sgd_reference,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+if "# BEGIN SOLUTION linear" not in (ROOT / "minidist/nn/linear.py").read_text():
+    pytest.skip("a student copy: the reference solutions these tests use are cut", allow_module_level=True)
+LINEAR, SGD_FILE, ADAM_FILE = "minidist/nn/linear.py", "minidist/optim/sgd.py", "minidist/optim/adam.py"
+WRONG_BACKWARDS = (
+    Mutant("linear", "off-by-one: db sums over the wrong axis", LINEAR, "dy2d.sum(axis=0)",
+           "dy2d.sum(axis=1)[:1]"),
+    Mutant("linear", "wrong direction: dx through W transposed the other way", LINEAR,
+           "dx = dy2d @ self.weight.data", "dx = -(dy2d @ self.weight.data)"),
+    Mutant("linear", "missing scale: dW halved", LINEAR, "self.weight.grad += dy2d.T @ self._x2d",
+           "self.weight.grad += 0.5 * (dy2d.T @ self._x2d)"),
+    Mutant("linear", "wrong order: dW from x first, dy second", LINEAR,
+           "self.weight.grad += dy2d.T @ self._x2d",
+           "self.weight.grad += (self._x2d.T @ dy2d).T[:, ::-1]"),
+    Mutant("linear", "in-place aliasing: assigns the gradient instead of adding", LINEAR,
+           "self.bias.grad += dy2d.sum(axis=0)", "self.bias.grad[...] = dy2d.sum(axis=0)"),
+)
+SGD_DECAY, SGD_ADD = ("                buf *= momentum\n",
+                      "                buf += g if dampening == 0 else (1 - dampening) * g\n")
+WRONG_UPDATES = (
+    Mutant("adam", "off-by-one: bias correction with β^(t+1)", ADAM_FILE,
+           "bias_correction1 = 1 - beta1**t",
+           "bias_correction1 = 1 - beta1**(t + 1)"),
+    Mutant("adam", "wrong direction: steps up the gradient", ADAM_FILE,
+           "w -= (self.lr / bias_correction1) * (m / denom)",
+           "w += (self.lr / bias_correction1) * (m / denom)"),
+    Mutant("adam", "missing scale: v without (1 − β2)", ADAM_FILE, "v += (1 - beta2) * (g * g)",
+           "v += g * g"),
+    Mutant("sgd_momentum", "wrong order: adds g before scaling the buffer by μ", SGD_FILE,
+           SGD_DECAY + SGD_ADD, SGD_ADD + SGD_DECAY),
+    Mutant("sgd_momentum", "in-place aliasing: the first step rebinds the buffer", SGD_FILE,
+           "buf[...] = g", "buf = g.copy()"),
+)
+
+
+def planted(mutant: Mutant) -> types.ModuleType:
+    package = mutant.path.removesuffix(".py").replace("/", ".").rpartition(".")[0]
+    module = types.ModuleType(f"{package}._mutated")
+    module.__package__ = package      # the file's relative imports resolve against the real package
+    exec(compile(mutated_source(ROOT, mutant), mutant.path, "exec"), module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize("mutant", WRONG_BACKWARDS, ids=[m.kind.split(":")[0] for m in WRONG_BACKWARDS])
+def test_a_wrong_backward_is_named_by_its_array_and_first_index(mutant):
+    rng = np.random.default_rng(0)
+    layer = planted(mutant).Linear(3, 2, rng=rng, dtype=np.float64)
+    message = diagnose_backward(layer, rng.standard_normal((4, 3)), rng, "Linear(3, 2)")
+    assert message is not None, f"{mutant.kind}: nothing found"
+    print(f"{mutant.kind}: {message}")
+    named = any(f"backward: {name}" in message for name in ("dX", "dW", "db")) or "second backward" in message
+    assert named, f"{mutant.kind}: {message}"
+    assert "first index off" in message or "add, do not assign" in message, f"{mutant.kind}: {message}"
+
+
+@pytest.mark.parametrize("mutant", WRONG_UPDATES, ids=[m.kind.split(":")[0] for m in WRONG_UPDATES])
+def test_a_wrong_update_is_named_by_its_step_and_state(mutant):
+    module = planted(mutant)
+    if mutant.exercise == "adam":
+        message = diagnose_optimizer(lambda params: module.Adam(params, lr=0.01),
+                                     functools.partial(adam_reference, lr=0.01), "Adam")
+    else:
+        message = diagnose_optimizer(lambda params: module.SGD(params, lr=0.1, momentum=0.9),
+                                     functools.partial(sgd_reference, lr=0.1, momentum=0.9), "SGD")
+    assert message is not None, f"{mutant.kind}: nothing found"
+    print(f"{mutant.kind}: {message}")
+    assert ", step " in message and ("state[" in message or "the parameter" in message), \
+        f"{mutant.kind}: {message}"
+
+
+SOFTMAX_LAMB = [m for m in MUTANTS if m.exercise in ("softmax_backward", "lamb_trust_ratio")]
+
+
+@pytest.mark.parametrize("mutant", SOFTMAX_LAMB,
+                         ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
+def test_the_softmax_and_lamb_mutants_are_named_by_axis_or_case(mutant):
+    module = planted(mutant)
+    if mutant.exercise == "softmax_backward":
+        message = diagnose_softmax_backward(module.softmax_backward, np.random.default_rng(3))
+        expected = "softmax_backward along axis "
+    else:
+        message = diagnose_trust_ratio(module.lamb_trust_ratio)
+        expected = "lamb_trust_ratio with "
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and message.startswith(expected), f"{mutant.kind}: {message}"
