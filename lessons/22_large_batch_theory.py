@@ -24,6 +24,7 @@ import numpy as np
 
 from minidist.data import iterate_batches, load_digits
 from minidist.nn import CrossEntropyLoss
+from minidist.nn.noise_scale import gradient_noise_scale, per_example_gradients
 from minidist.optim import LAMB, SGD, Adam
 from minidist.recipes.demo import accuracy, digits_mlp
 from minidist.sim.plots import figures_dir, save_figure
@@ -69,26 +70,9 @@ assert steps_needed == 24 and abs(lr_needed - 0.2056) < 1e-4
 criterion = CrossEntropyLoss()
 
 
-def per_example_gradients(model):
-    """(N, parameters) array: the gradient of each training example's loss."""
-    rows = []
-    for i in range(N):
-        model.zero_grad()
-        criterion.forward(model(DATA.x_train[i:i + 1]), DATA.y_train[i:i + 1])
-        model.backward(criterion.backward())
-        rows.append(np.concatenate([p.grad.ravel() for p in model.parameters()]).astype(np.float64))
-    return np.stack(rows)
-
-
-def noise_scale(grads):
-    """McCandlish et al.'s simple noise scale B_noise = tr(Σ) / |G|² from per-example gradients."""
-    mean = grads.mean(axis=0)
-    return ((grads - mean) ** 2).sum(axis=1).mean() / (mean @ mean), mean
-
-
 model = digits_mlp(np.random.default_rng([22, 0]))
-grads = per_example_gradients(model)
-b_noise_init, full_gradient = noise_scale(grads)
+grads = per_example_gradients(model, criterion, DATA.x_train, DATA.y_train)   # (N, parameters)
+b_noise_init, full_gradient = gradient_noise_scale(grads)   # tr(Σ)/|G|², G
 trace = ((grads - full_gradient) ** 2).sum(axis=1).mean()
 rng = np.random.default_rng([22, 1])
 sizes = 2 ** np.arange(0, 9)
@@ -121,7 +105,8 @@ for _ in range(10):
         criterion.forward(model(DATA.x_train[idx]), DATA.y_train[idx])
         model.backward(criterion.backward())
         optimizer.step()
-b_noise_trained, _ = noise_scale(per_example_gradients(model))
+trained_grads = per_example_gradients(model, criterion, DATA.x_train, DATA.y_train)
+b_noise_trained, _ = gradient_noise_scale(trained_grads)
 print(f"B_noise at initialisation: {b_noise_init:.1f}; after 10 epochs (test accuracy "
       f"{accuracy(model, DATA.x_test, DATA.y_test):.1%}): {b_noise_trained:.0f}")
 for B in (32, 512):
