@@ -59,7 +59,7 @@ def worker(comm, grid, algorithm):
 
 @pytest.mark.parametrize("grid, algorithm", [((2, 1), "ring"), ((1, 3), "tree"), ((2, 2), "naive"),
                                              ((3, 1), "parameter_server"), ((2, 2), "recursive_doubling"),
-                                             ((1, 2), "rabenseifner")])
+                                             ((1, 2), "rabenseifner"), ((3, 1), "double_tree")])
 def test_spatial_batchnorm_training_equals_single_process(grid, algorithm):
     assert algorithm in ALGORITHMS
     reference = make_model()
@@ -74,7 +74,8 @@ def test_spatial_batchnorm_training_equals_single_process(grid, algorithm):
 
 
 def test_every_algorithm_is_covered():
-    covered = {"ring", "tree", "naive", "parameter_server", "recursive_doubling", "rabenseifner"}
+    covered = {"ring", "tree", "naive", "parameter_server", "recursive_doubling", "rabenseifner",
+               "double_tree"}
     assert covered == set(ALGORITHMS)
 
 
