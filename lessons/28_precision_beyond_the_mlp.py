@@ -147,8 +147,9 @@ for r in results.values():
 #   5 · 64 · 32 bytes; storage n · 10,240 bytes: *linear* in depth, exactly.
 # - **√n checkpoints** (`Checkpoint` on each of √n segments of √n blocks, Chen et al. 2016): √n segment
 #   inputs, √n · 8,192 bytes, for one extra forward pass.
-# - **store nothing** but the input: to backpropagate block l, recompute blocks 1…l from x. O(1) storage,
-#   and n(n + 1)/2 block forwards: here the *quadratic* appears, as compute.
+# - **store nothing** but the input: to backpropagate block l, recompute blocks 1…l from x. O(1) storage
+#   (one block's arrays at a time, were each dropped after use; `backward_storing_nothing` below only
+#   counts the forwards), and n(n + 1)/2 block forwards: here the *quadratic* appears, as compute.
 #
 # So in this chain the ledger shows storage linear in depth, not quadratic; the quadratic is the price in
 # recompute of storing nothing, which checkpointing cuts to one extra forward at √n storage. (A net whose
