@@ -2,7 +2,8 @@
 Linear backwards and five wrong SGD/Adam updates (off-by-one, wrong direction, missing scale, wrong order,
 in-place aliasing), planted with mutants.py's machinery, are named by dX/dW/db and the first index off,
 or by the step and the state that diverged; the softmax_backward and lamb_trust_ratio mutants of
-`exercises mutants` by the axis or the case."""
+`exercises mutants` by the axis or the case; wrong cross_entropy_backward, lstm_cell_backward and
+sync_batchnorm_backward solutions by dlogits and the shape, the gate or dc_prev, and dX/dγ/dβ on a rank."""
 
 import functools
 import types
@@ -11,14 +12,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import minidist.parallel.sync_batchnorm as sync_batchnorm
 from minidist_course.mutants import MUTANTS, Mutant, mutated_source
-from tests.nn.backward_diagnosis import diagnose_backward, diagnose_softmax_backward
+from tests.nn.backward_diagnosis import (
+    diagnose_backward,
+    diagnose_cross_entropy,
+    diagnose_lstm_cell,
+    diagnose_softmax_backward,
+)
 from tests.optim.optimizer_diagnosis import (
     adam_reference,
     diagnose_optimizer,
     diagnose_trust_ratio,
     sgd_reference,
 )
+from tests.parallel.sync_batchnorm_diagnosis import diagnose_sync_batchnorm
 
 ROOT = Path(__file__).resolve().parent.parent
 if "# BEGIN SOLUTION linear" not in (ROOT / "minidist/nn/linear.py").read_text():
@@ -105,3 +113,57 @@ def test_the_softmax_and_lamb_mutants_are_named_by_axis_or_case(mutant):
         expected = "lamb_trust_ratio with "
     print(f"{mutant.kind}: {message}")
     assert message is not None and message.startswith(expected), f"{mutant.kind}: {message}"
+
+
+LOSS, RNN, SYNC_BN = "minidist/nn/loss.py", "minidist/nn/rnn.py", "minidist/parallel/sync_batchnorm.py"
+WRONG_CROSS_ENTROPY = (
+    Mutant("cross_entropy_backward", "missing scale: no / N", LOSS, "        dlogits /= n\n", ""),
+    Mutant("cross_entropy_backward", "off-by-one: subtracts 1 at the next class", LOSS,
+           "dlogits[np.arange(n), self._target] -= 1",
+           "dlogits[np.arange(n), (self._target + 1) % dlogits.shape[1]] -= 1"),
+    Mutant("cross_entropy_backward", "wrong direction: softmax + onehot", LOSS,
+           "dlogits[np.arange(n), self._target] -= 1", "dlogits[np.arange(n), self._target] += 1"),
+    Mutant("cross_entropy_backward", "wrong scale on sequences: divides by B, not B·T", LOSS,
+           "n = self._probs.shape[0]", "n = self._probs.shape[0]\n        scale = self._logits_shape[0]"
+           "\n        dlogits = self._probs.copy()\n        dlogits[np.arange(n), self._target] -= 1"
+           "\n        return (dlogits / scale).reshape(self._logits_shape)"),
+)
+WRONG_LSTM = (
+    Mutant("lstm_cell_backward", "missing term: h's path into c without tanh'", RNN,
+           "dc = dc + dh * o * (1.0 - tanh_c ** 2)", "dc = dc + dh * o"),
+    Mutant("lstm_cell_backward", "wrong order: the f and g gates swapped", RNN,
+           "df * f * (1.0 - f), dg * (1.0 - g ** 2)", "dg * (1.0 - g ** 2), df * f * (1.0 - f)"),
+    Mutant("lstm_cell_backward", "missing scale: dc_prev without the forget gate", RNN,
+           "return dgates, dc * f", "return dgates, dc"),
+    Mutant("lstm_cell_backward", "wrong derivative: σ' of o as 1 − o", RNN, "do * o * (1.0 - o)",
+           "do * (1.0 - o)"),
+)
+WRONG_SYNC_BN = (
+    Mutant("sync_batchnorm_backward", "missing allreduce: dx from this rank's sums", SYNC_BN,
+           "total = self._allreduce(local) if need_total else local", "total = local"),
+    Mutant("sync_batchnorm_backward", "wrong sums: dγ, dβ the global ones", SYNC_BN,
+           "sums = total if self.global_parameter_gradients else local", "sums = total"),
+    Mutant("sync_batchnorm_backward", "missing term: no path through σ²", SYNC_BN,
+           "return self._inv_std * (g - g_mean - x_hat * gx_mean)", "return self._inv_std * (g - g_mean)"),
+)
+BACKWARD_CASES = WRONG_CROSS_ENTROPY + WRONG_LSTM + WRONG_SYNC_BN
+
+
+@pytest.mark.parametrize("mutant", BACKWARD_CASES,
+                         ids=[f"{m.exercise}-{m.kind.split(':')[0]}" for m in BACKWARD_CASES])
+def test_a_wrong_loss_lstm_or_sync_batchnorm_backward_names_its_gradient(monkeypatch, mutant):
+    module = planted(mutant)
+    if mutant.exercise == "cross_entropy_backward":
+        message = diagnose_cross_entropy(module.CrossEntropyLoss, np.random.default_rng(4))
+        expected = ("CrossEntropyLoss backward, logits (", ": dlogits: first index off")
+    elif mutant.exercise == "lstm_cell_backward":
+        message = diagnose_lstm_cell(module.lstm_cell_forward, module.lstm_cell_backward,
+                                     np.random.default_rng(5))
+        expected = ("lstm_cell_backward (", "first index off")
+    else:
+        monkeypatch.setattr(sync_batchnorm, "SyncBatchNorm", module.SyncBatchNorm)   # the forked ranks see it
+        found = (diagnose_sync_batchnorm(w, np.random.default_rng(w)) for w in (1, 2, 3))
+        message = next(filter(None, found), None)
+        expected = ("SyncBatchNorm backward, global batch (", " on rank ")
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and all(part in message for part in expected), f"{mutant.kind}: {message}"
