@@ -3,7 +3,8 @@ Linear backwards and five wrong SGD/Adam updates (off-by-one, wrong direction, m
 in-place aliasing), planted with mutants.py's machinery, are named by dX/dW/db and the first index off,
 or by the step and the state that diverged; the softmax_backward and lamb_trust_ratio mutants of
 `exercises mutants` by the axis or the case; wrong cross_entropy_backward, lstm_cell_backward and
-sync_batchnorm_backward solutions by dlogits and the shape, the gate or dc_prev, and dX/dγ/dβ on a rank."""
+sync_batchnorm_backward solutions by dlogits and the shape, the gate or dc_prev, and dX/dγ/dβ on a rank;
+wrong dynamic_loss_scaling updates by the step, the flag and the scale or clean-step count."""
 
 import functools
 import types
@@ -27,6 +28,7 @@ from tests.optim.optimizer_diagnosis import (
     sgd_reference,
 )
 from tests.parallel.sync_batchnorm_diagnosis import diagnose_sync_batchnorm
+from tests.precision.scaling_diagnosis import diagnose_loss_scaler
 
 ROOT = Path(__file__).resolve().parent.parent
 if "# BEGIN SOLUTION linear" not in (ROOT / "minidist/nn/linear.py").read_text():
@@ -167,3 +169,26 @@ def test_a_wrong_loss_lstm_or_sync_batchnorm_backward_names_its_gradient(monkeyp
         expected = ("SyncBatchNorm backward, global batch (", " on rank ")
     print(f"{mutant.kind}: {message}")
     assert message is not None and all(part in message for part in expected), f"{mutant.kind}: {message}"
+
+
+SCALING = "minidist/precision/scaling.py"
+WRONG_SCALERS = (
+    Mutant("dynamic_loss_scaling", "off-by-one: grows one clean step late", SCALING,
+           "if self.clean_steps == self.growth_interval:", "if self.clean_steps > self.growth_interval:"),
+    Mutant("dynamic_loss_scaling", "missing reset: an overflow keeps the clean-step count", SCALING,
+           "            self.scale *= self.backoff_factor\n            self.clean_steps = 0\n",
+           "            self.scale *= self.backoff_factor\n"),
+    Mutant("dynamic_loss_scaling", "wrong direction: an overflow grows the scale", SCALING,
+           "self.scale *= self.backoff_factor", "self.scale *= self.growth_factor"),
+    Mutant("dynamic_loss_scaling", "missing guard: grows into Inf", SCALING,
+           "                if math.isfinite(grown):  # as GradScaler: never grow into Inf\n"
+           "                    self.scale = grown", "                self.scale = grown"),
+)
+
+
+@pytest.mark.parametrize("mutant", WRONG_SCALERS, ids=[m.kind.split(":")[0] for m in WRONG_SCALERS])
+def test_a_wrong_loss_scaler_is_named_by_step_flag_and_quantity(mutant):
+    message = diagnose_loss_scaler(planted(mutant).DynamicLossScaler)
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and ", step " in message and "(found_inf=" in message, message
+    assert any(f"{quantity} should be " in message for quantity in ("the scale", "clean_steps")), message
