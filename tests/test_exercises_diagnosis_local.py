@@ -4,7 +4,8 @@ in-place aliasing), planted with mutants.py's machinery, are named by dX/dW/db a
 or by the step and the state that diverged; the softmax_backward and lamb_trust_ratio mutants of
 `exercises mutants` by the axis or the case; wrong cross_entropy_backward, lstm_cell_backward and
 sync_batchnorm_backward solutions by dlogits and the shape, the gate or dc_prev, and dX/dγ/dβ on a rank;
-wrong dynamic_loss_scaling updates by the step, the flag and the scale or clean-step count."""
+wrong dynamic_loss_scaling updates by the step, the flag and the scale or clean-step count; wrong
+stochastic_rounding by x, its two neighbours and what was picked or how often."""
 
 import functools
 import types
@@ -28,6 +29,7 @@ from tests.optim.optimizer_diagnosis import (
     sgd_reference,
 )
 from tests.parallel.sync_batchnorm_diagnosis import diagnose_sync_batchnorm
+from tests.precision.rounding_diagnosis import diagnose_stochastic_round
 from tests.precision.scaling_diagnosis import diagnose_loss_scaler
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,3 +194,26 @@ def test_a_wrong_loss_scaler_is_named_by_step_flag_and_quantity(mutant):
     print(f"{mutant.kind}: {message}")
     assert message is not None and ", step " in message and "(found_inf=" in message, message
     assert any(f"{quantity} should be " in message for quantity in ("the scale", "clean_steps")), message
+
+
+ROUNDING = "minidist/precision/rounding.py"
+PICK = "rounded = np.where(bernoulli(p_up, rng), lo + spacing, lo)"
+WRONG_ROUNDINGS = (
+    Mutant("stochastic_rounding", "wrong direction: picks lo with P(hi)", ROUNDING, PICK,
+           "rounded = np.where(bernoulli(p_up, rng), lo, lo + spacing)"),
+    Mutant("stochastic_rounding", "off-by-one binade: spacing of 2^e, not 2^(e−1)", ROUNDING,
+           "np.maximum(e - 1, fmt.emin)", "np.maximum(e, fmt.emin)"),
+    Mutant("stochastic_rounding", "missing clamp: subnormals with a normal spacing", ROUNDING,
+           "np.maximum(e - 1, fmt.emin) - fmt.man_bits", "(e - 1) - fmt.man_bits"),
+    Mutant("stochastic_rounding", "wrong rule: rounds to nearest, no draw", ROUNDING, PICK,
+           "rounded = np.where(p_up >= 0.5, lo + spacing, lo)"),
+)
+
+
+@pytest.mark.parametrize("mutant", WRONG_ROUNDINGS, ids=[m.kind.split(":")[0] for m in WRONG_ROUNDINGS])
+def test_a_wrong_stochastic_rounding_is_named_by_x_its_neighbours_and_the_rate(mutant):
+    message = diagnose_stochastic_round(planted(mutant).stochastic_round)
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and message.startswith("stochastic_round(x = "), message
+    assert "the neighbours are " in message, message
+    assert "which is neither" in message or "rounded away" in message, message
