@@ -5,7 +5,8 @@ or by the step and the state that diverged; the softmax_backward and lamb_trust_
 `exercises mutants` by the axis or the case; wrong cross_entropy_backward, lstm_cell_backward and
 sync_batchnorm_backward solutions by dlogits and the shape, the gate or dc_prev, and dX/dγ/dβ on a rank;
 wrong dynamic_loss_scaling updates by the step, the flag and the scale or clean-step count; wrong
-stochastic_rounding by x, its two neighbours and what was picked or how often."""
+stochastic_rounding by x, its two neighbours and what was picked or how often; wrong gpipe_schedule by
+the stage, the task and its tick."""
 
 import functools
 import types
@@ -28,6 +29,7 @@ from tests.optim.optimizer_diagnosis import (
     diagnose_trust_ratio,
     sgd_reference,
 )
+from tests.parallel.schedule_diagnosis import diagnose_gpipe
 from tests.parallel.sync_batchnorm_diagnosis import diagnose_sync_batchnorm
 from tests.precision.rounding_diagnosis import diagnose_stochastic_round
 from tests.precision.scaling_diagnosis import diagnose_loss_scaler
@@ -217,3 +219,24 @@ def test_a_wrong_stochastic_rounding_is_named_by_x_its_neighbours_and_the_rate(m
     assert message is not None and message.startswith("stochastic_round(x = "), message
     assert "the neighbours are " in message, message
     assert "which is neither" in message or "rounded away" in message, message
+
+
+PIPELINE = "minidist/parallel/pipeline/schedule.py"
+GPIPE_B = "ticks[(M + P - 1) + (P - 1 - s) + m].append(Op(s, \"B\", m))"
+WRONG_GPIPES = (
+    Mutant("gpipe_schedule", "wrong direction: the backward wave starts at stage 0", PIPELINE, GPIPE_B,
+           "ticks[(M + P - 1) + s + m].append(Op(s, \"B\", m))"),
+    Mutant("gpipe_schedule", "off-by-one: the backwards start a tick early", PIPELINE, GPIPE_B,
+           "ticks[(M + P - 2) + (P - 1 - s) + m].append(Op(s, \"B\", m))"),
+    Mutant("gpipe_schedule", "wrong order: the backwards take the micro-batches last first", PIPELINE,
+           GPIPE_B,
+           "ticks[(M + P - 1) + (P - 1 - s) + (M - 1 - m)].append(Op(s, \"B\", m))"),
+)
+
+
+@pytest.mark.parametrize("mutant", WRONG_GPIPES, ids=[m.kind.split(":")[0] for m in WRONG_GPIPES])
+def test_a_wrong_gpipe_schedule_is_named_by_stage_task_and_tick(mutant):
+    message = diagnose_gpipe(planted(mutant).gpipe_schedule)
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and message.startswith("gpipe_schedule(P="), message
+    assert "stage " in message and "should be at tick " in message, message
