@@ -190,14 +190,6 @@ WRONG_SCALERS = (
 )
 
 
-@pytest.mark.parametrize("mutant", WRONG_SCALERS, ids=[m.kind.split(":")[0] for m in WRONG_SCALERS])
-def test_a_wrong_loss_scaler_is_named_by_step_flag_and_quantity(mutant):
-    message = diagnose_loss_scaler(planted(mutant).DynamicLossScaler)
-    print(f"{mutant.kind}: {message}")
-    assert message is not None and ", step " in message and "(found_inf=" in message, message
-    assert any(f"{quantity} should be " in message for quantity in ("the scale", "clean_steps")), message
-
-
 ROUNDING = "minidist/precision/rounding.py"
 PICK = "rounded = np.where(bernoulli(p_up, rng), lo + spacing, lo)"
 WRONG_ROUNDINGS = (
@@ -210,15 +202,6 @@ WRONG_ROUNDINGS = (
     Mutant("stochastic_rounding", "wrong rule: rounds to nearest, no draw", ROUNDING, PICK,
            "rounded = np.where(p_up >= 0.5, lo + spacing, lo)"),
 )
-
-
-@pytest.mark.parametrize("mutant", WRONG_ROUNDINGS, ids=[m.kind.split(":")[0] for m in WRONG_ROUNDINGS])
-def test_a_wrong_stochastic_rounding_is_named_by_x_its_neighbours_and_the_rate(mutant):
-    message = diagnose_stochastic_round(planted(mutant).stochastic_round)
-    print(f"{mutant.kind}: {message}")
-    assert message is not None and message.startswith("stochastic_round(x = "), message
-    assert "the neighbours are " in message, message
-    assert "which is neither" in message or "rounded away" in message, message
 
 
 PIPELINE = "minidist/parallel/pipeline/schedule.py"
@@ -234,9 +217,24 @@ WRONG_GPIPES = (
 )
 
 
-@pytest.mark.parametrize("mutant", WRONG_GPIPES, ids=[m.kind.split(":")[0] for m in WRONG_GPIPES])
-def test_a_wrong_gpipe_schedule_is_named_by_stage_task_and_tick(mutant):
-    message = diagnose_gpipe(planted(mutant).gpipe_schedule)
+#: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which)
+STEP_DIAGNOSES = {
+    "dynamic_loss_scaling": (lambda module: diagnose_loss_scaler(module.DynamicLossScaler),
+                             ("DynamicLossScaler(", ", step ", "(found_inf="),
+                             ("the scale should be ", "clean_steps should be ")),
+    "stochastic_rounding": (lambda module: diagnose_stochastic_round(module.stochastic_round),
+                            ("stochastic_round(x = ", "the neighbours are "),
+                            ("which is neither", "rounded away")),
+    "gpipe_schedule": (lambda module: diagnose_gpipe(module.gpipe_schedule),
+                       ("gpipe_schedule(P=", ": stage "), ("should be at tick ",)),
+}
+STEP_CASES = WRONG_SCALERS + WRONG_ROUNDINGS + WRONG_GPIPES
+
+
+@pytest.mark.parametrize("mutant", STEP_CASES, ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
+def test_a_wrong_scaler_rounding_or_schedule_is_named_by_step_case_or_tick(mutant):
+    diagnose, every, one_of = STEP_DIAGNOSES[mutant.exercise]
+    message = diagnose(planted(mutant))
     print(f"{mutant.kind}: {message}")
-    assert message is not None and message.startswith("gpipe_schedule(P="), message
-    assert "stage " in message and "should be at tick " in message, message
+    assert message is not None and all(part in message for part in every), f"{mutant.kind}: {message}"
+    assert any(part in message for part in one_of), f"{mutant.kind}: {message}"
