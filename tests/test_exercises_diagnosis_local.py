@@ -6,7 +6,7 @@ or by the step and the state that diverged; the softmax_backward and lamb_trust_
 sync_batchnorm_backward solutions by dlogits and the shape, the gate or dc_prev, and dX/dγ/dβ on a rank;
 wrong dynamic_loss_scaling updates by the step, the flag and the scale or clean-step count; wrong
 stochastic_rounding by x, its two neighbours and what was picked or how often; wrong gpipe_schedule by
-the stage, the task and its tick."""
+the stage, the task and its tick; wrong magnitude_prune masks by the count or the first weight misplaced."""
 
 import functools
 import types
@@ -23,6 +23,7 @@ from tests.nn.backward_diagnosis import (
     diagnose_lstm_cell,
     diagnose_softmax_backward,
 )
+from tests.nn.pruning_diagnosis import diagnose_magnitude_mask
 from tests.optim.optimizer_diagnosis import (
     adam_reference,
     diagnose_optimizer,
@@ -216,6 +217,15 @@ WRONG_GPIPES = (
            "ticks[(M + P - 1) + (P - 1 - s) + (M - 1 - m)].append(Op(s, \"B\", m))"),
 )
 
+PRUNING = "minidist/nn/pruning.py"
+WRONG_PRUNINGS = (
+    Mutant("magnitude_prune", "wrong direction: prunes the largest", PRUNING,
+           "keep[order[:n_pruned]] = False", "keep[order[::-1][:n_pruned]] = False"),
+    Mutant("magnitude_prune", "missing abs: prunes the most negative", PRUNING,
+           "np.argsort(np.abs(weight), axis=None", "np.argsort(weight, axis=None"),
+    Mutant("magnitude_prune", "off-by-one count: floor instead of round", PRUNING,
+           "n_pruned = round(sparsity * weight.size)", "n_pruned = int(sparsity * weight.size)"),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which)
 STEP_DIAGNOSES = {
@@ -227,8 +237,11 @@ STEP_DIAGNOSES = {
                             ("which is neither", "rounded away")),
     "gpipe_schedule": (lambda module: diagnose_gpipe(module.gpipe_schedule),
                        ("gpipe_schedule(P=", ": stage "), ("should be at tick ",)),
+    "magnitude_prune": (lambda module: diagnose_magnitude_mask(module.magnitude_mask),
+                        ("magnitude_mask(weight of shape ", ", sparsity "),
+                        ("in magnitude order", "weights; it prunes ")),
 }
-STEP_CASES = WRONG_SCALERS + WRONG_ROUNDINGS + WRONG_GPIPES
+STEP_CASES = WRONG_SCALERS + WRONG_ROUNDINGS + WRONG_GPIPES + WRONG_PRUNINGS
 
 
 @pytest.mark.parametrize("mutant", STEP_CASES, ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
