@@ -1,17 +1,24 @@
 """Wrong all-reduces fail first with a diagnosing message (issue 55): each ring, tree and parameter-server
 mutant of `exercises mutants`, five more wrong rings (off-by-one chunk, wrong direction, missing
 reduction, wrong order, in-place aliasing) and two more wrong trees and servers, planted with mutants.py's
-machinery, are named by phase and step, tree level, or the rank whose gradient is missing."""
+machinery, are named by phase and step, tree level, or the rank whose gradient is missing; wrong
+hierarchical all-reduces by the level (inside the node, across nodes), the rank and the element; wrong
+bucketed allreduces (dp_bucketed_allreduce) by the gradient, element and rank, or the allreduce count."""
 
+import sys
 import types
 from pathlib import Path
 
 import pytest
 
+import minidist.collectives.hierarchical as hierarchical
+import minidist.parallel.data.buckets as buckets
 import tests.collectives.ring_diagnosis as diagnosis
 import tests.collectives.tree_server_diagnosis as tree_server
 from minidist.cluster import ClusterError, run
 from minidist_course.mutants import MUTANTS, RING, RING_STEP, SERVER, TREE, Mutant, mutated_source
+from tests.collectives.hierarchical_diagnosis import diagnose_hierarchical
+from tests.parallel.bucket_diagnosis import diagnose_bucket
 
 ROOT = Path(__file__).resolve().parent.parent
 if "# BEGIN SOLUTION ring_allreduce" not in (ROOT / "minidist/collectives/ring.py").read_text():
@@ -110,3 +117,62 @@ def test_a_wrong_tree_or_server_is_named_by_level_or_missing_rank(monkeypatch, m
     print(f"{mutant.kind}: {message}")
     assert any(phrase in message for phrase in NAMES_A_LEVEL_OR_RANK), f"{mutant.kind}: {message}"
     assert "rank" in message, f"{mutant.kind}: {message}"
+
+
+HIERARCHICAL = "minidist/collectives/hierarchical.py"
+WRONG_HIERARCHICAL = (
+    Mutant("hierarchical_allreduce", "missing level: no allreduce across nodes", HIERARCHICAL,
+           "    piece = recursive_doubling_allreduce(inter, piece, op)  # 2.", "    # 2."),
+    Mutant("hierarchical_allreduce", "wrong order: the pieces gathered in reverse", HIERARCHICAL,
+           "np.concatenate(allgather(intra, piece))", "np.concatenate(allgather(intra, piece)[::-1])"),
+    Mutant("hierarchical_allreduce", "wrong group: the second level inside the node again", HIERARCHICAL,
+           "piece = recursive_doubling_allreduce(inter, piece, op)  # 2.",
+           "piece = recursive_doubling_allreduce(intra, piece, op)  # 2."),
+)
+NAMES_A_HIERARCHICAL_LEVEL = ("after the reduce-scatter inside node", "after the allreduce across nodes",
+                              "after the allgather inside node")
+
+
+@pytest.mark.parametrize("mutant", WRONG_HIERARCHICAL, ids=[m.kind.split(":")[0] for m in WRONG_HIERARCHICAL])
+def test_a_wrong_hierarchical_allreduce_is_named_by_level_rank_and_element(monkeypatch, mutant):
+    module = types.ModuleType("minidist.collectives._mutated")
+    module.__package__ = "minidist.collectives"
+    exec(compile(mutated_source(ROOT, mutant), HIERARCHICAL, "exec"), module.__dict__)
+    monkeypatch.setattr(hierarchical, "hierarchical_allreduce", module.hierarchical_allreduce)
+    message = diagnose_hierarchical(2, 2, 8) or diagnose_hierarchical(2, 3, 5)   # 8: even pieces, no crash
+    print(f"{mutant.kind}: {message}")
+    assert message is not None, f"{mutant.kind}: nothing found"
+    assert any(level in message for level in NAMES_A_HIERARCHICAL_LEVEL) and ", rank " in message, \
+        f"{mutant.kind}: {message}"
+    assert "element " in message or "holds shape" in message, f"{mutant.kind}: {message}"
+
+
+BUCKETS = "minidist/parallel/data/buckets.py"
+BUCKET_ALLREDUCE = '    allreduce(comm, flat, op="sum", algorithm=algorithm, out=flat)\n'
+WRONG_BUCKETS = (
+    Mutant("dp_bucketed_allreduce", "wrong traffic: one allreduce per gradient", BUCKETS, BUCKET_ALLREDUCE,
+           '    for g in grads:\n        allreduce(comm, g.reshape(-1), op="sum", algorithm=algorithm, '
+           'out=g.reshape(-1))\n    flat = np.concatenate([g.ravel() for g in grads])\n'),
+    Mutant("dp_bucketed_allreduce", "off-by-one: the offset advances by g.size - 1", BUCKETS,
+           "        offset += g.size\n", "        offset += g.size - 1\n"),
+    Mutant("dp_bucketed_allreduce", "in-place aliasing: rebinds g instead of writing into it", BUCKETS,
+           "g[...] = flat[offset:offset + g.size].reshape(g.shape)",
+           "g = flat[offset:offset + g.size].reshape(g.shape)"),
+    Mutant("dp_bucketed_allreduce", "wrong order: the gradients flattened in reverse", BUCKETS,
+           "np.concatenate([g.ravel() for g in grads], out=buffer)",
+           "np.concatenate([g.ravel() for g in grads[::-1]], out=buffer)"),
+)
+
+
+@pytest.mark.parametrize("mutant", WRONG_BUCKETS, ids=[m.kind.split(":")[0] for m in WRONG_BUCKETS])
+def test_a_wrong_bucketed_allreduce_is_named_by_gradient_element_and_rank(monkeypatch, mutant):
+    module = types.ModuleType("minidist.parallel.data._mutated")
+    module.__package__ = "minidist.parallel.data"
+    monkeypatch.setitem(sys.modules, module.__name__, module)      # its @dataclass looks itself up there
+    exec(compile(mutated_source(ROOT, mutant), BUCKETS, "exec"), module.__dict__)
+    monkeypatch.setattr(buckets, "allreduce_bucket", module.allreduce_bucket)
+    message = diagnose_bucket(2) or diagnose_bucket(3)
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and message.startswith("allreduce_bucket over ") and ": rank " in message, \
+        f"{mutant.kind}: {message}"
+    assert "gradient " in message or "ONE allreduce" in message, f"{mutant.kind}: {message}"

@@ -6,6 +6,7 @@ import pytest
 
 from minidist.cluster import Topology, run
 from minidist.collectives import allreduce
+from tests.collectives.hierarchical_diagnosis import diagnose_hierarchical
 
 REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
 
@@ -16,6 +17,14 @@ def _data(rank: int, n: int) -> np.ndarray:
 
 def _all_ops(comm, n):
     return [allreduce(comm, _data(comm.rank, n), op=op, algorithm="hierarchical") for op in REDUCE]
+
+
+@pytest.mark.exercise("hierarchical_allreduce")
+@pytest.mark.diagnose
+def test_each_level_holds_the_right_ranks_sums_piece_by_piece():
+    for nodes, per_node, n in ((2, 2, 8), (2, 3, 5), (1, 4, 3), (4, 1, 2)):
+        wrong = diagnose_hierarchical(nodes, per_node, n)
+        assert wrong is None, wrong
 
 
 @pytest.mark.exercise("hierarchical_allreduce")

@@ -75,3 +75,49 @@ def diagnose_softmax_backward(softmax_backward, rng: np.random.Generator) -> str
         if wrong:
             return f"softmax_backward along axis {axis} of shape {x.shape}: {wrong}"
     return None
+
+
+def diagnose_cross_entropy(loss_class, rng: np.random.Generator) -> str | None:
+    """The first dlogits of ``loss_class().backward()`` off from central differences of the mean loss,
+    for (N, C) and (B, T, C) logits, named by shape and first index (expected: (softmax − onehot) / N)."""
+    for shape in ((4, 3), (1, 5), (2, 3, 4)):
+        logits = 3 * rng.standard_normal(shape)
+        target = rng.integers(0, shape[-1], shape[:-1])
+        criterion = loss_class()
+        criterion.forward(logits, target)
+        got = criterion.backward()
+        want = numerical_gradient(lambda z=logits, t=target: loss_class().forward(z, t), logits)
+        wrong = first_off("dlogits", got, want)
+        if wrong:
+            n = int(np.prod(shape[:-1]))
+            return (f"CrossEntropyLoss backward, logits {shape}, N = {n} positions: {wrong} "
+                    f"(expected (softmax − onehot(t)) / {n})")
+    return None
+
+
+LSTM_GATES = "ifgo"
+
+
+def diagnose_lstm_cell(cell_forward, cell_backward, rng: np.random.Generator) -> str | None:
+    """The first of dgates (by gate i, f, g, o) and dc_prev that lstm_cell_backward gets wrong, against
+    central differences of L = Σ gh ⊙ h + Σ gc ⊙ c through lstm_cell_forward, with the first index off."""
+    n, hidden = 3, 2
+    gates, c_prev = rng.standard_normal((n, 4 * hidden)), rng.standard_normal((n, hidden))
+    gh, gc = rng.standard_normal((n, hidden)), rng.standard_normal((n, hidden))
+
+    def loss() -> float:
+        h, c, _ = cell_forward(gates, c_prev)
+        return float(np.sum(gh * h) + np.sum(gc * c))
+
+    dgates, dc_prev = cell_backward(gh, gc, cell_forward(gates, c_prev)[2])
+    want_gates, want_c = numerical_gradient(loss, gates), numerical_gradient(loss, c_prev)
+    if np.shape(dgates) != want_gates.shape:
+        return f"lstm_cell_backward: dgates shape {np.shape(dgates)}, expected {want_gates.shape} (N, 4H)"
+    for k, gate in enumerate(LSTM_GATES):
+        cols = slice(k * hidden, (k + 1) * hidden)
+        wrong = first_off(f"dgates of gate {gate} (columns {cols.start}:{cols.stop})",
+                          np.asarray(dgates)[:, cols], want_gates[:, cols], rtol=1e-6)
+        if wrong:
+            return f"lstm_cell_backward (N={n}, H={hidden}, gates i, f, g, o): {wrong}"
+    wrong = first_off("dc_prev", dc_prev, want_c)
+    return f"lstm_cell_backward (N={n}, H={hidden}): {wrong}" if wrong else None

@@ -6,6 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.nn import magnitude_mask
+from tests.nn.pruning_diagnosis import diagnose_magnitude_mask
+
+
+@pytest.mark.exercise("magnitude_prune")
+@pytest.mark.diagnose
+def test_the_mask_prunes_round_sparsity_n_of_the_smallest_magnitudes():
+    wrong = diagnose_magnitude_mask(magnitude_mask)
+    assert wrong is None, wrong
 
 
 def test_prunes_the_smallest_magnitudes():

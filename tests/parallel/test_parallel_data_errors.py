@@ -1,4 +1,5 @@
-"""Bad input to data parallelism: clear errors on every rank, never a hang."""
+"""Bad input to data parallelism: clear errors on every rank, never a hang; and the bucketed allreduce's
+diagnosing check (which gradient, element and rank is wrong, or how many allreduces a bucket cost)."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 from minidist.parallel.data.buckets import assign_buckets
 from minidist.precision import FP16, MixedPrecisionTrainer
+from tests.parallel.bucket_diagnosis import diagnose_bucket
 
 
 def _mlp(seed, hidden=5, dtype=np.float64):
@@ -145,3 +147,11 @@ def _diverging(comm):
 def test_parallel_data_check_every_step_catches_a_drifting_replica():
     with pytest.raises(ClusterError, match=r"not bitwise identical.*rank\(s\) \[1\]"):
         run(_diverging, 2, timeout=30)
+
+
+@pytest.mark.exercise("dp_bucketed_allreduce")
+@pytest.mark.diagnose
+def test_a_bucket_is_one_allreduce_whose_sums_land_in_their_own_gradients():
+    for world in (1, 2, 3):
+        wrong = diagnose_bucket(world)
+        assert wrong is None, wrong

@@ -23,12 +23,20 @@ from minidist.parallel.pipeline.schedule import (
     place_in_ticks,
     stage_ops,
 )
+from tests.parallel.schedule_diagnosis import diagnose_gpipe
 
 P_AND_M = {"num_stages": st.integers(1, 8), "num_micro_batches": st.integers(1, 16)}
 
 
 def _tick_of(schedule):
     return {op: t for t, tick in enumerate(schedule) for op in tick}
+
+
+@pytest.mark.exercise("gpipe_schedule")
+@pytest.mark.diagnose
+def test_every_gpipe_task_sits_at_its_wave_tick():
+    wrong = diagnose_gpipe(gpipe_schedule)
+    assert wrong is None, wrong
 
 
 @pytest.mark.exercise("gpipe_schedule")

@@ -27,6 +27,7 @@ from minidist.nn import (
 from minidist.optim import SGD
 from minidist.parallel.data import DataParallel
 from minidist.parallel.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
+from tests.parallel.sync_batchnorm_diagnosis import diagnose_sync_batchnorm, global_bn, sync_backward_worker
 
 RTOL = 1e-9
 STEPS = 3
@@ -197,19 +198,12 @@ def test_convert_sync_batchnorm_keeps_parameters_and_statistics():
 
 # -- the exercise: SyncBatchNorm's backward, against finite differences of the global function ---------
 
-def global_bn(x, gamma, beta, eps=1e-5):
-    """The full-batch function, written out: (N, C) -> (N, C)."""
-    mean, var = x.mean(axis=0), ((x - x.mean(axis=0)) ** 2).mean(axis=0)
-    return gamma * (x - mean) / np.sqrt(var + eps) + beta
-
-
-def exercise_worker(comm, x, dy, gamma, beta):
-    lo, hi = split_range(len(x), comm.world_size, comm.rank)
-    layer = SyncBatchNorm(x.shape[1], comm=comm, algorithm="recursive_doubling", dtype=np.float64)
-    layer.weight.data[...], layer.bias.data[...] = gamma, beta
-    layer.forward(x[lo:hi])
-    dx = layer.backward(dy[lo:hi])
-    return dx, layer.weight.grad, layer.bias.grad
+@pytest.mark.exercise("sync_batchnorm_backward")
+@pytest.mark.diagnose
+def test_sync_batchnorm_dx_dgamma_dbeta_rank_by_rank():
+    for world in (1, 2, 3):
+        wrong = diagnose_sync_batchnorm(world, np.random.default_rng(world))
+        assert wrong is None, wrong
 
 
 @pytest.mark.exercise("sync_batchnorm_backward")
@@ -218,7 +212,7 @@ def test_sync_batchnorm_backward_matches_finite_differences(world):
     rng = np.random.default_rng(world)
     x, dy = 1.0 + rng.standard_normal((7, 3)), rng.standard_normal((7, 3))
     gamma, beta = rng.uniform(0.5, 2.0, 3), rng.standard_normal(3)
-    results = run(exercise_worker, world, x, dy, gamma, beta, timeout=60)
+    results = run(sync_backward_worker, world, x, dy, gamma, beta, timeout=60)
     numeric = {}
     for name, v in (("x", x), ("gamma", gamma), ("beta", beta)):
         grad = np.zeros_like(v)

@@ -4,10 +4,18 @@ import numpy as np
 import pytest
 
 from minidist.precision import DynamicLossScaler, StaticLossScaler
+from tests.precision.scaling_diagnosis import diagnose_loss_scaler
 
 DLS = pytest.mark.exercise("dynamic_loss_scaling")
 # a scripted overflow pattern: True = this step's gradients hold Inf/NaN
 PATTERN = [False, False, False, True, False, True, True, False, False, False, False, False, False, False]
+
+
+@DLS
+@pytest.mark.diagnose
+def test_update_follows_gradscalers_rule_step_by_step():
+    wrong = diagnose_loss_scaler(DynamicLossScaler)
+    assert wrong is None, wrong
 
 
 def run_scaler(scaler, pattern):

@@ -15,10 +15,18 @@ import pytest
 
 from minidist.precision import BF16, FP8_E4M3, FP8_E5M2, FP16, FloatFormat, decode, quantize, stochastic_round
 from minidist.precision.fast_rounding import _uniform_below
+from tests.precision.rounding_diagnosis import diagnose_stochastic_round
 
 N = 40_000
 Z_BOUND = 5.0
 SR = pytest.mark.exercise("stochastic_rounding")
+
+
+@SR
+@pytest.mark.diagnose
+def test_stochastic_round_picks_the_two_neighbours_at_the_right_rate_case_by_case():
+    wrong = diagnose_stochastic_round(stochastic_round)
+    assert wrong is None, wrong
 
 
 def fast(x, fmt, rng, saturate=False):
