@@ -158,7 +158,7 @@ assert np.isnan(table["BatchNorm"][0])
 assert min(table["OnlineNorm"][:2]) > 0.7 and table["OnlineNorm"][1] > table["BatchNorm"][1] + 0.05
 assert table["SyncBN (P=4)"][1] > table["BatchNorm"][1]
 
-fig, ax = plt.subplots(figsize=(6, 3.6))
+fig, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
 for name, row in table.items():
     ax.plot(BATCHES, row, marker="o", label=name)
 ax.set(xscale="log", xticks=BATCHES, xticklabels=[str(b) for b in BATCHES], xlabel="per-rank batch size",
