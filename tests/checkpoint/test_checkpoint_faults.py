@@ -41,9 +41,10 @@ def load_and_report(comm, root):
     return load(trainer, root, rngs={"batches": rng})["step"], trainer.full_state_dict()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def saved(tmp_path_factory):
-    """A checkpoint at step 2 and a save at step 4 killed mid-way: (root, the step-2 directory)."""
+    """A checkpoint at step 2 and a save at step 4 killed mid-way: (root, the step-2 directory).
+    Per test, not per module: the training reaches exercises, and a student copy must see each test do so."""
     root = tmp_path_factory.mktemp("ckpt")
     with pytest.raises(ClusterError, match="rank 0"):
         run(save_twice_killed_in_second, 2, str(root), timeout=120)
