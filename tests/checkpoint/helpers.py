@@ -33,14 +33,19 @@ def train(trainer, rng, steps: int) -> list[float]:
     return [trainer.train_step(*draw(rng)) for _ in range(steps)]
 
 
-def one_process(steps: int, switch: bool = False) -> dict:
-    """The unsplit model's state_dict after ``steps`` AdamW steps on the run's batches."""
-    model, rng = build(switch), np.random.default_rng(9)
-    optimizer, loss_fn = AdamW(model.parameters(), lr=1e-2), CrossEntropyLoss()
+def adamw_steps(model, loss_fn, batches, steps: int) -> dict:
+    """The model's state_dict after ``steps`` AdamW steps (lr 1e-2) in one process, batches() each."""
+    optimizer = AdamW(model.parameters(), lr=1e-2)
     for _ in range(steps):
-        x, y = draw(rng)
+        x, y = batches()
         model.zero_grad()
         loss_fn.forward(model.forward(x), y)
         model.backward(loss_fn.backward())
         optimizer.step()
     return model.state_dict()
+
+
+def one_process(steps: int, switch: bool = False) -> dict:
+    """The unsplit model's state_dict after ``steps`` AdamW steps on the run's batches."""
+    rng = np.random.default_rng(9)
+    return adamw_steps(build(switch), CrossEntropyLoss(), lambda: draw(rng), steps)

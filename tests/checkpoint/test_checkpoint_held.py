@@ -13,6 +13,8 @@ from minidist.nn import Linear, MSELoss, Sequential, Tanh
 from minidist.optim import AdamW
 from minidist.parallel import DataParallel, Pipeline
 
+from .helpers import adamw_steps
+
 
 def mlp():
     rng = np.random.default_rng(3)
@@ -52,15 +54,8 @@ def both(comm, root):
 
 
 def one_process(steps):
-    model, rng, loss_fn = mlp(), np.random.default_rng(9), MSELoss()
-    optimizer = AdamW(model.parameters(), lr=1e-2)
-    for _ in range(steps):
-        x, y = draw(rng)
-        model.zero_grad()
-        loss_fn.forward(model.forward(x), y)
-        model.backward(loss_fn.backward())
-        optimizer.step()
-    return model.state_dict()
+    rng = np.random.default_rng(9)
+    return adamw_steps(mlp(), MSELoss(), lambda: draw(rng), steps)
 
 
 def test_data_parallel_and_pipeline_checkpoints(tmp_path):
