@@ -287,7 +287,8 @@ assert abs(acc_int8 - acc_fp32) <= 0.01 and 4 * int8_values == as_fp32 and as_fp
 # %%
 from minidist.plan import Layout, ModelSpec, hardware  # noqa: E402
 from minidist.plan.explain import format_explain, format_memory  # noqa: E402
-from minidist.plan.predict import predict_memory, step_compute, step_ops  # noqa: E402
+from minidist.plan.memory import predict_memory  # noqa: E402
+from minidist.plan.predict import step_compute, step_ops  # noqa: E402
 
 gpt2 = ModelSpec(layers=12, d_model=768, heads=12, seq=1024, batch=16, vocab=50304)
 one_step = Layout(micro_batch=16)

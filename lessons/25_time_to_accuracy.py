@@ -34,7 +34,7 @@ from minidist.nn.runner import units
 from minidist.optim import SGD, LinearScalingRule
 from minidist.parallel.data.buckets import assign_buckets, ready_layers
 from minidist.parallel.data.overlap import step_time
-from minidist.plan.report import PRESETS
+from minidist.plan.presets import PRESETS
 from minidist.recipes.demo import accuracy, digits_mlp
 from minidist.sim.collective_cost import collective_seconds
 from minidist.sim.plots import figures_dir, save_figure

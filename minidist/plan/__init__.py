@@ -13,9 +13,11 @@ ranked table: ``plan --mode minidist``).
 """
 
 from .layouts import Layout, check_layout, enumerate_layouts
+from .memory import predict_memory
 from .model import ModelSpec
-from .predict import Hardware, Prediction, predict_memory, predict_time
-from .report import format_plan, hardware, plan
+from .predict import Hardware, Prediction, predict_time
+from .presets import hardware
+from .report import format_plan, plan
 
 __all__ = ["Hardware", "Layout", "ModelSpec", "Prediction", "check_layout", "enumerate_layouts",
            "format_plan", "hardware", "plan", "predict_memory", "predict_time"]

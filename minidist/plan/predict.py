@@ -28,7 +28,7 @@ from minidist.sim.collective_cost import allreduce_cost
 
 from .gpus import GPU
 from .layouts import Layout
-from .memory import PRECISIONS, WEIGHTS, params_per_rank, predict_memory  # noqa: F401  (callers')
+from .memory import PRECISIONS, WEIGHTS, params_per_rank
 from .model import ATTENTION, ModelSpec
 from .roofline_ops import Op, embedding_ops, head_ops, layer_ops, optimizer_ops, seconds
 

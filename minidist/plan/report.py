@@ -23,12 +23,12 @@ from minidist.parallel.pipeline.registry import PLANNED
 
 from .explain import format_explain
 from .layouts import Layout, check_layout, enumerate_layouts
-from .memory import WEIGHTS
+from .memory import WEIGHTS, predict_memory
 from .mode_options import check_plan_options, record_mode_defaults
 from .model import ATTENTION, RECOMPUTE, ModelSpec
 from .options import layout_option, memory_option, recompute_option, size_option, zero_option
-from .predict import PRECISIONS, Hardware, Prediction, data_bytes, predict_memory, predict_time
-from .presets import PRESETS, hardware  # noqa: F401  (hardware: the package's and callers')
+from .predict import PRECISIONS, Hardware, Prediction, data_bytes, predict_time
+from .presets import PRESETS, hardware
 from .throughput import throughput
 from .units import BYTES, SECONDS, format_bytes, unit  # noqa: F401  (format_bytes: the tables' and callers')
 
