@@ -1,0 +1,70 @@
+"""Wrong parallel solutions fail first with a diagnosing message (issue 55): planted with mutants.py's
+machinery (`exercises mutants` has none for these exercises), wrong stale-synchronous bounds are named by
+the worker, how far ahead of the slowest it is and the bound; wrong error feedbacks by the step and the
+message or the residual (and what the residual reads as)."""
+
+from pathlib import Path
+
+import pytest
+
+from minidist_course.mutants import MUTANTS, Mutant
+from tests.parallel.error_feedback_diagnosis import diagnose_error_feedback
+from tests.parallel.staleness_diagnosis import diagnose_may_start
+from tests.test_exercises_diagnosis_local import planted
+
+ROOT = Path(__file__).resolve().parent.parent
+if "# BEGIN SOLUTION halo_exchange" not in (ROOT / "minidist/parallel/spatial/comm.py").read_text():
+    pytest.skip("a student copy: the reference solutions these tests use are cut", allow_module_level=True)
+MINE = ("halo_exchange", "megatron_mlp", "error_feedback", "stale_synchronous_bound", "zero1_shard_update",
+        "moe_dispatch")
+
+SCHEDULE = "minidist/parallel/asynchronous/schedule.py"
+BOUND = "return pushes[worker] - min(pushes) <= bound"
+WRONG_BOUNDS = (
+    Mutant("stale_synchronous_bound", "off-by-one: strictly less than s", SCHEDULE, BOUND,
+           "return pushes[worker] - min(pushes) < bound"),
+    Mutant("stale_synchronous_bound", "wrong direction: how far behind the fastest", SCHEDULE, BOUND,
+           "return max(pushes) - pushes[worker] <= bound"),
+    Mutant("stale_synchronous_bound", "missing case: no bound stops everyone", SCHEDULE,
+           "if bound is None:\n        return True", "if bound is None:\n        return False"),
+    Mutant("stale_synchronous_bound", "wrong reference: ahead of the mean, not the slowest", SCHEDULE, BOUND,
+           "return pushes[worker] - sum(pushes) / len(pushes) <= bound"),
+)
+ERROR_FEEDBACK = "minidist/parallel/compression/error_feedback.py"
+RESIDUAL = "self.residual = corrected - self.codec.decode(message)"
+WRONG_FEEDBACKS = (
+    Mutant("error_feedback", "missing correction: encodes g, not g + r", ERROR_FEEDBACK,
+           "message = self.codec.encode(corrected)", "message = self.codec.encode(grad)"),
+    Mutant("error_feedback", "wrong residual: g − decode, not c − decode", ERROR_FEEDBACK, RESIDUAL,
+           "self.residual = grad - self.codec.decode(message)"),
+    Mutant("error_feedback", "wrong direction: decode − c", ERROR_FEEDBACK, RESIDUAL,
+           "self.residual = self.codec.decode(message) - corrected"),
+    Mutant("error_feedback", "in-place aliasing: adds to the residual it replaced", ERROR_FEEDBACK, RESIDUAL,
+           "self.residual += corrected - self.codec.decode(message)"),
+)
+
+#: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which)
+DIAGNOSES = {
+    "stale_synchronous_bound": (lambda module: diagnose_may_start(module.may_start),
+                                ("may_start(worker ", ", pushes=[", "; may_start returned "),
+                                ("ahead, within the bound", "ahead, more than the bound",
+                                 "with no bound every worker may start")),
+    "error_feedback": (lambda module: diagnose_error_feedback(module.ErrorFeedback),
+                       ("ErrorFeedback(TopK(", ": step "),
+                       ("the message should be the top-", "the residual r_")),
+}
+CASES = WRONG_BOUNDS + WRONG_FEEDBACKS
+
+
+def test_these_exercises_have_no_mutants_of_their_own_yet():
+    """If `exercises mutants` gains some for these exercises, they belong in CASES."""
+    assert not [m for m in MUTANTS if m.exercise in MINE and m not in CASES]
+
+
+@pytest.mark.parametrize("mutant", CASES, ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
+def test_a_wrong_parallel_solution_is_named_in_its_algorithms_terms(mutant):
+    diagnose, every, one_of = DIAGNOSES[mutant.exercise]
+    message = diagnose(planted(mutant))
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and all(part in message for part in every), f"{mutant.kind}: {message}"
+    assert any(part in message for part in one_of), f"{mutant.kind}: {message}"
