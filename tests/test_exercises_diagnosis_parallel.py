@@ -1,13 +1,15 @@
 """Wrong parallel solutions fail first with a diagnosing message (issue 55): planted with mutants.py's
 machinery (`exercises mutants` has none for these exercises), wrong stale-synchronous bounds are named by
 the worker, how far ahead of the slowest it is and the bound; wrong error feedbacks by the step and the
-message or the residual (and what the residual reads as)."""
+message or the residual (and what the residual reads as); wrong MoE dispatches by the expert's slot and
+the token it holds, wrong combines by the token's row and the (expert, slot) outputs and gates it got."""
 
 from pathlib import Path
 
 import pytest
 
 from minidist_course.mutants import MUTANTS, Mutant
+from tests.nn.moe_dispatch_diagnosis import diagnose_moe_dispatch
 from tests.parallel.error_feedback_diagnosis import diagnose_error_feedback
 from tests.parallel.staleness_diagnosis import diagnose_may_start
 from tests.test_exercises_diagnosis_local import planted
@@ -42,6 +44,20 @@ WRONG_FEEDBACKS = (
     Mutant("error_feedback", "in-place aliasing: adds to the residual it replaced", ERROR_FEEDBACK, RESIDUAL,
            "self.residual += corrected - self.codec.decode(message)"),
 )
+MOE = "minidist/nn/moe.py"
+DISPATCH = "return [x[r.assignments(e)[0]] for e in range(r.num_experts)]"
+COMBINE = "y[tokens] += r.gates[tokens, choices][:, None] * out"
+WRONG_MOES = (
+    Mutant("moe_dispatch", "wrong order: tokens in token order, not slot order", MOE, DISPATCH,
+           "return [x[np.sort(r.assignments(e)[0])] for e in range(r.num_experts)]"),
+    Mutant("moe_dispatch", "missing drop: every token that chose the expert", MOE, DISPATCH,
+           "return [x[np.flatnonzero((r.experts == e).any(axis=1))] for e in range(r.num_experts)]"),
+    Mutant("moe_dispatch", "missing scale: combine without the gate", MOE, COMBINE, "y[tokens] += out"),
+    Mutant("moe_dispatch", "in-place aliasing: assigns, so a top-2 token keeps one expert", MOE, COMBINE,
+           "y[tokens] = r.gates[tokens, choices][:, None] * out"),
+    Mutant("moe_dispatch", "off-by-one choice: always the first choice's gate", MOE, COMBINE,
+           "y[tokens] += r.gates[tokens, 0][:, None] * out"),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which)
 DIAGNOSES = {
@@ -52,8 +68,11 @@ DIAGNOSES = {
     "error_feedback": (lambda module: diagnose_error_feedback(module.ErrorFeedback),
                        ("ErrorFeedback(TopK(", ": step "),
                        ("the message should be the top-", "the residual r_")),
+    "moe_dispatch": (lambda module: diagnose_moe_dispatch(module.dispatch, module.combine),
+                     (" routing of 6 tokens to 3 experts, capacity ",),
+                     ("should hold token ", " keeps tokens ", "'s row should be ")),
 }
-CASES = WRONG_BOUNDS + WRONG_FEEDBACKS
+CASES = WRONG_BOUNDS + WRONG_FEEDBACKS + WRONG_MOES
 
 
 def test_these_exercises_have_no_mutants_of_their_own_yet():
