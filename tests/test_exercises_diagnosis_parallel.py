@@ -2,16 +2,20 @@
 machinery (`exercises mutants` has none for these exercises), wrong stale-synchronous bounds are named by
 the worker, how far ahead of the slowest it is and the bound; wrong error feedbacks by the step and the
 message or the residual (and what the residual reads as); wrong MoE dispatches by the expert's slot and
-the token it holds, wrong combines by the token's row and the (expert, slot) outputs and gates it got."""
+the token it holds, wrong combines by the token's row and the (expert, slot) outputs and gates it got;
+wrong ZeRO-1 steps by the phase (after the reduce-scatter, after the allgather), the rank, the group and
+the element, read as whose gradient it holds."""
 
 from pathlib import Path
 
 import pytest
 
+import minidist.parallel.data.flat as flat
 from minidist_course.mutants import MUTANTS, Mutant
 from tests.nn.moe_dispatch_diagnosis import diagnose_moe_dispatch
 from tests.parallel.error_feedback_diagnosis import diagnose_error_feedback
 from tests.parallel.staleness_diagnosis import diagnose_may_start
+from tests.parallel.zero1_diagnosis import diagnose_zero1
 from tests.test_exercises_diagnosis_local import planted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +62,22 @@ WRONG_MOES = (
     Mutant("moe_dispatch", "off-by-one choice: always the first choice's gate", MOE, COMBINE,
            "y[tokens] += r.gates[tokens, 0][:, None] * out"),
 )
+FLAT = "minidist/parallel/data/flat.py"
+SCATTER = "g.shard.grad[...] = reduce_scatter(comm, g.grad)"
+GATHER = "g.data[...] = np.concatenate(allgather(comm, g.shard.data))"
+STEP = "    optimizer.step()" + " " * 42 + "# only this rank's piece: state is K·n_r\n"
+WRONG_ZEROS = (
+    Mutant("zero1_shard_update", "missing reduction: the shard steps on its own gradient", FLAT, SCATTER,
+           "g.shard.grad[...] = g.grad[g.lo:g.hi]"),
+    Mutant("zero1_shard_update", "in-place aliasing: rebinds the shard's grad", FLAT, SCATTER,
+           "g.shard.grad = reduce_scatter(comm, g.grad)"),
+    Mutant("zero1_shard_update", "wrong order: gathers before the step", FLAT, STEP + "    for g in groups:\n"
+           f"        {GATHER}\n", f"    for g in groups:\n        {GATHER}\n" + STEP),
+    Mutant("zero1_shard_update", "in-place aliasing: rebinds data, the parameters never see it", FLAT,
+           GATHER, "g.data = np.concatenate(allgather(comm, g.shard.data))"),
+    Mutant("zero1_shard_update", "wrong order: the pieces concatenated last rank first", FLAT, GATHER,
+           "g.data[...] = np.concatenate(allgather(comm, g.shard.data)[::-1])"),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which)
 DIAGNOSES = {
@@ -71,8 +91,13 @@ DIAGNOSES = {
     "moe_dispatch": (lambda module: diagnose_moe_dispatch(module.dispatch, module.combine),
                      (" routing of 6 tokens to 3 experts, capacity ",),
                      ("should hold token ", " keeps tokens ", "'s row should be ")),
+    "zero1_shard_update": (lambda module: diagnose_zero1(2) or diagnose_zero1(3),
+                           ("zero1_shard_update over ", "rank ", "group "),
+                           ("after the reduce-scatter, rank ", "after the allgather, rank ",
+                            "INTO shard.grad")),
 }
-CASES = WRONG_BOUNDS + WRONG_FEEDBACKS + WRONG_MOES
+CASES = WRONG_BOUNDS + WRONG_FEEDBACKS + WRONG_MOES + WRONG_ZEROS
+PLANT_IN = {"zero1_shard_update": (flat, "zero1_shard_update")}   # the ranks fork: they see the planted one
 
 
 def test_these_exercises_have_no_mutants_of_their_own_yet():
@@ -81,9 +106,13 @@ def test_these_exercises_have_no_mutants_of_their_own_yet():
 
 
 @pytest.mark.parametrize("mutant", CASES, ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
-def test_a_wrong_parallel_solution_is_named_in_its_algorithms_terms(mutant):
+def test_a_wrong_parallel_solution_is_named_in_its_algorithms_terms(monkeypatch, mutant):
     diagnose, every, one_of = DIAGNOSES[mutant.exercise]
-    message = diagnose(planted(mutant))
+    module = planted(mutant)
+    if mutant.exercise in PLANT_IN:
+        where, name = PLANT_IN[mutant.exercise]
+        monkeypatch.setattr(where, name, getattr(module, name))
+    message = diagnose(module)
     print(f"{mutant.kind}: {message}")
     assert message is not None and all(part in message for part in every), f"{mutant.kind}: {message}"
     assert any(part in message for part in one_of), f"{mutant.kind}: {message}"
