@@ -4,16 +4,19 @@ the worker, how far ahead of the slowest it is and the bound; wrong error feedba
 message or the residual (and what the residual reads as); wrong MoE dispatches by the expert's slot and
 the token it holds, wrong combines by the token's row and the (expert, slot) outputs and gates it got;
 wrong ZeRO-1 steps by the phase (after the reduce-scatter, after the allgather), the rank, the group and
-the element, read as whose gradient it holds."""
+the element, read as whose gradient it holds; wrong Megatron MLP blocks by the forward z or the backward
+dx (as Σ_p of the ranks' partials), or a rank's dW1/db1/dW2/db2 slice and the first index off."""
 
 from pathlib import Path
 
 import pytest
 
 import minidist.parallel.data.flat as flat
+import minidist.parallel.tensor.mlp as mlp
 from minidist_course.mutants import MUTANTS, Mutant
 from tests.nn.moe_dispatch_diagnosis import diagnose_moe_dispatch
 from tests.parallel.error_feedback_diagnosis import diagnose_error_feedback
+from tests.parallel.megatron_diagnosis import diagnose_megatron
 from tests.parallel.staleness_diagnosis import diagnose_may_start
 from tests.parallel.zero1_diagnosis import diagnose_zero1
 from tests.test_exercises_diagnosis_local import planted
@@ -78,6 +81,22 @@ WRONG_ZEROS = (
     Mutant("zero1_shard_update", "wrong order: the pieces concatenated last rank first", FLAT, GATHER,
            "g.data[...] = np.concatenate(allgather(comm, g.shard.data)[::-1])"),
 )
+MLP = "minidist/parallel/tensor/mlp.py"
+Z_AND_BIAS = ("z = self.g.forward(self._a @ w2.T)  # all-reduce of the P partial products\n"
+              "        if b2 is not None:\n            z += b2.data")
+WRONG_MLPS = (
+    Mutant("megatron_mlp", "missing all-reduce: g skipped forward", MLP,
+           "z = self.g.forward(self._a @ w2.T)", "z = self._a @ w2.T"),
+    Mutant("megatron_mlp", "wrong order: b2 added before the all-reduce", MLP, Z_AND_BIAS,
+           "z = self.g.forward(self._a @ w2.T + (b2.data if b2 is not None else 0))"),
+    Mutant("megatron_mlp", "missing all-reduce: f's backward skipped", MLP,
+           "dx = self.f.backward(dh_part @ w1.data)", "dx = (dh_part @ w1.data)"),
+    Mutant("megatron_mlp", "in-place aliasing: assigns dW1 instead of adding", MLP,
+           "w1.grad += _rows(dh_part).T @ _rows(self._x)",
+           "w1.grad[...] = _rows(dh_part).T @ _rows(self._x)"),
+    Mutant("megatron_mlp", "missing derivative: dh without the activation's backward", MLP,
+           "dh_part = self.activation.backward(dz @ w2.data)", "dh_part = dz @ w2.data"),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which)
 DIAGNOSES = {
@@ -95,9 +114,13 @@ DIAGNOSES = {
                            ("zero1_shard_update over ", "rank ", "group "),
                            ("after the reduce-scatter, rank ", "after the allgather, rank ",
                             "INTO shard.grad")),
+    "megatron_mlp": (lambda module: diagnose_megatron(2) or diagnose_megatron(3),
+                     ("MegatronMLP Linear(3, 5)", "rank "),
+                     ("forward: rank ", "backward: rank ")),
 }
-CASES = WRONG_BOUNDS + WRONG_FEEDBACKS + WRONG_MOES + WRONG_ZEROS
-PLANT_IN = {"zero1_shard_update": (flat, "zero1_shard_update")}   # the ranks fork: they see the planted one
+CASES = WRONG_BOUNDS + WRONG_FEEDBACKS + WRONG_MOES + WRONG_ZEROS + WRONG_MLPS
+#: where a planted solution must be set for the forked ranks to run it
+PLANT_IN = {"zero1_shard_update": (flat, "zero1_shard_update"), "megatron_mlp": (mlp, "MegatronMLP")}
 
 
 def test_these_exercises_have_no_mutants_of_their_own_yet():
