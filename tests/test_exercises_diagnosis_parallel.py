@@ -5,17 +5,22 @@ message or the residual (and what the residual reads as); wrong MoE dispatches b
 the token it holds, wrong combines by the token's row and the (expert, slot) outputs and gates it got;
 wrong ZeRO-1 steps by the phase (after the reduce-scatter, after the allgather), the rank, the group and
 the element, read as whose gradient it holds; wrong Megatron MLP blocks by the forward z or the backward
-dx (as Σ_p of the ranks' partials), or a rank's dW1/db1/dW2/db2 slice and the first index off."""
+dx (as Σ_p of the ranks' partials), or a rank's dW1/db1/dW2/db2 slice and the first index off; wrong halo
+exchanges by the rank, the side of its block (above, below, left, right, a corner), the global row and
+column and whose element it holds."""
 
 from pathlib import Path
 
 import pytest
 
 import minidist.parallel.data.flat as flat
+import minidist.parallel.spatial.comm as halo_comm
 import minidist.parallel.tensor.mlp as mlp
 from minidist_course.mutants import MUTANTS, Mutant
 from tests.nn.moe_dispatch_diagnosis import diagnose_moe_dispatch
 from tests.parallel.error_feedback_diagnosis import diagnose_error_feedback
+from tests.parallel.halo_diagnosis import CASES as HALO_CASES
+from tests.parallel.halo_diagnosis import diagnose_halo
 from tests.parallel.megatron_diagnosis import diagnose_megatron
 from tests.parallel.staleness_diagnosis import diagnose_may_start
 from tests.parallel.zero1_diagnosis import diagnose_zero1
@@ -97,6 +102,21 @@ WRONG_MLPS = (
     Mutant("megatron_mlp", "missing derivative: dh without the activation's backward", MLP,
            "dh_part = self.activation.backward(dz @ w2.data)", "dh_part = dz @ w2.data"),
 )
+HALO = "minidist/parallel/spatial/comm.py"
+PHASE_0, PHASE_1 = ("for send, recv in plan.steps(comm.rank, phase=0):",
+                    "for send, recv in plan.steps(comm.rank, phase=1):")
+COLUMN_SLAB = "np.ascontiguousarray(tall[..., _slice(send.cols, own_c[0])])"
+WRONG_HALOS = (
+    Mutant("halo_exchange", "missing phase: no column exchange", HALO, PHASE_1,
+           PHASE_1.replace("phase=1)", "phase=1)[:0]")),
+    Mutant("halo_exchange", "missing shift: phase 0 stops after its first step", HALO,
+           PHASE_0, PHASE_0.replace("phase=0)", "phase=0)[:1]")),
+    Mutant("halo_exchange", "missing copy: the window's own columns not taken from the buffer", HALO,
+           "    window[..., _slice(kept, win_c[0])] = tall[..., _slice(kept, own_c[0])]\n", ""),
+    Mutant("halo_exchange", "missing corners: the column slabs carry only the sender's own rows", HALO,
+           COLUMN_SLAB,
+           COLUMN_SLAB.replace("])])", "])] * np.isin(np.arange(*win_r), np.arange(*own_r))[:, None])")),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which)
 DIAGNOSES = {
@@ -117,10 +137,15 @@ DIAGNOSES = {
     "megatron_mlp": (lambda module: diagnose_megatron(2) or diagnose_megatron(3),
                      ("MegatronMLP Linear(3, 5)", "rank "),
                      ("forward: rank ", "backward: rank ")),
+    "halo_exchange": (lambda module: next(filter(None, map(diagnose_halo, HALO_CASES)), None),
+                      ("exchange_halo, input ", ": rank ", "window element (", "it should hold x["),
+                      ("in the halo above", "in the halo below", "in the halo left", "in the halo right",
+                       "in its own block")),
 }
-CASES = WRONG_BOUNDS + WRONG_FEEDBACKS + WRONG_MOES + WRONG_ZEROS + WRONG_MLPS
+CASES = WRONG_BOUNDS + WRONG_FEEDBACKS + WRONG_MOES + WRONG_ZEROS + WRONG_MLPS + WRONG_HALOS
 #: where a planted solution must be set for the forked ranks to run it
-PLANT_IN = {"zero1_shard_update": (flat, "zero1_shard_update"), "megatron_mlp": (mlp, "MegatronMLP")}
+PLANT_IN = {"zero1_shard_update": (flat, "zero1_shard_update"), "megatron_mlp": (mlp, "MegatronMLP"),
+            "halo_exchange": (halo_comm, "exchange_halo")}
 
 
 def test_these_exercises_have_no_mutants_of_their_own_yet():
