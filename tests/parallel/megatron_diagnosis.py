@@ -55,7 +55,8 @@ def _reads_as(got, candidates: dict) -> str:
 
 def diagnose_megatron(world: int) -> str | None:
     """The first of z, dx, dW1, db1, dW2, db2 (forward, then backward, then a second backward) off."""
-    what = f"MegatronMLP Linear({D}, {H}) → tanh → Linear({H}, {D_OUT}) on {N} tokens over {world} ranks"
+    what = (f"MegatronMLP Linear({D}, {H}) → tanh → Linear({H}, {D_OUT}) on {N} tokens over {world} "
+            f"rank{'s' * (world > 1)}")
     try:
         traces = run(megatron_trace, world, timeout=30)
     except ClusterError as err:

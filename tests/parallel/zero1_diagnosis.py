@@ -69,7 +69,7 @@ def _first_off(got: np.ndarray, want: np.ndarray) -> int | None:
 def diagnose_zero1(world: int) -> str | None:
     """The first shard, rank and element zero1_shard_update gets wrong, phase by phase."""
     sizes = [sum(int(np.prod(s)) for s in g) for g in GROUPS]
-    what = f"zero1_shard_update over {world} ranks, groups of {sizes} elements"
+    what = f"zero1_shard_update over {world} rank{'s' * (world > 1)}, groups of {sizes} elements"
     try:
         traces = run(zero1_trace, world, timeout=30)
     except ClusterError as err:
