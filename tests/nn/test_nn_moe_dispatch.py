@@ -9,8 +9,15 @@ from hypothesis import strategies as st
 
 from minidist.nn.moe import combine, dispatch
 from minidist.nn.moe_router import route
+from tests.nn.moe_dispatch_diagnosis import diagnose_moe_dispatch
 
 pytestmark = pytest.mark.exercise("moe_dispatch")
+
+
+@pytest.mark.diagnose
+def test_each_expert_slot_holds_its_token_and_each_token_row_gets_its_gated_outputs():
+    wrong = diagnose_moe_dispatch(dispatch, combine)
+    assert wrong is None, wrong
 
 
 def test_dispatch_gathers_each_experts_kept_tokens_in_slot_order():

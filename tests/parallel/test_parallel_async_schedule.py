@@ -6,6 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.parallel.asynchronous import check_bound, may_start, ps_schedule
+from tests.parallel.staleness_diagnosis import diagnose_may_start
+
+
+@pytest.mark.exercise("stale_synchronous_bound")
+@pytest.mark.diagnose
+def test_may_start_lets_a_worker_go_only_within_the_bound_of_the_slowest():
+    wrong = diagnose_may_start(may_start)
+    assert wrong is None, wrong
 
 
 def test_may_start():

@@ -6,6 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.parallel.compression import DGC, ErrorFeedback, OneBit, TopK
+from tests.parallel.error_feedback_diagnosis import diagnose_error_feedback
+
+
+@pytest.mark.exercise("error_feedback")
+@pytest.mark.diagnose
+def test_each_step_sends_the_corrected_gradient_and_keeps_what_it_missed():
+    wrong = diagnose_error_feedback(ErrorFeedback)
+    assert wrong is None, wrong
 
 
 @given(n=st.integers(1, 40), steps=st.integers(1, 6), data=st.data())

@@ -22,6 +22,15 @@ from minidist.parallel import (
     gather_from_grid,
     scatter_to_grid,
 )
+from tests.parallel.halo_diagnosis import CASES, diagnose_halo
+
+
+@pytest.mark.exercise("halo_exchange")
+@pytest.mark.diagnose
+def test_every_window_holds_its_halo_rows_columns_and_corners_and_sends_only_those():
+    for case in CASES:
+        wrong = diagnose_halo(case)
+        assert wrong is None, wrong
 
 GRIDS = [(2, 1), (1, 2), (2, 2), (3, 1), (1, 3), (2, 3), (3, 3)]
 

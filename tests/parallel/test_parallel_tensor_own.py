@@ -15,6 +15,15 @@ from hypothesis import strategies as st
 from minidist.cluster import run
 from minidist.nn import Linear, Tanh
 from minidist.parallel import MegatronMLP
+from tests.parallel.megatron_diagnosis import diagnose_megatron
+
+
+@pytest.mark.exercise("megatron_mlp")
+@pytest.mark.diagnose
+def test_megatron_output_is_the_sum_of_the_partials_and_each_shard_gradient_its_slice():
+    for world in (2, 3):
+        wrong = diagnose_megatron(world)
+        assert wrong is None, wrong
 
 
 def layers(d, h, d_out, seed):

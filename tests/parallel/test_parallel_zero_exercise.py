@@ -12,6 +12,7 @@ from minidist.cluster import run
 from minidist.nn import Module, MSELoss, Parameter, Sequential, Tanh
 from minidist.optim import SGD, Adagrad, RMSprop
 from minidist.parallel.data.zero import ZeRO
+from tests.parallel.zero1_diagnosis import diagnose_zero1
 
 OPTIMIZERS = {"sgd": lambda ps: SGD(ps, lr=0.3), "rmsprop": lambda ps: RMSprop(ps, lr=0.01, alpha=0.9),
               "adagrad": lambda ps: Adagrad(ps, lr=0.1)}
@@ -34,6 +35,14 @@ class Scale(Module):
         self.w.grad += (dy * self._x).sum(axis=0)
         self.c.grad += dy.sum(axis=0)
         return dy * self.w.data
+
+
+@pytest.mark.exercise("zero1_shard_update")
+@pytest.mark.diagnose
+def test_each_shard_steps_on_its_piece_of_the_sum_and_every_rank_gathers_every_piece():
+    for world in (1, 2, 3):
+        wrong = diagnose_zero1(world)
+        assert wrong is None, wrong
 
 
 def make_model(features: int, seed: int) -> Sequential:
