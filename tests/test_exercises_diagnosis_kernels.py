@@ -9,6 +9,7 @@ misses or covers twice."""
 import pytest
 
 from minidist_course.mutants import MUTANTS, Mutant
+from tests.data.sampler_diagnosis import diagnose_sampler
 from tests.parallel.interleaved_diagnosis import diagnose_interleaved
 from tests.test_exercises_diagnosis_local import planted
 
@@ -25,14 +26,31 @@ WRONG_INTERLEAVED = (
     Mutant("interleaved_orders", "wrong micro-batch: k mod M, not in groups of P", INTERLEAVED,
            "(k // (P * v)) * P + k % P", "k % M"),
 )
+SAMPLER = "minidist/data/sampler.py"
+STRIDE = "return order[self.rank:self.total_size:p].astype(np.int64)"
+WRONG_SAMPLERS = (
+    Mutant("distributed_sampler", "wrong order: contiguous blocks, not every P-th index", SAMPLER, STRIDE,
+           "start = self.rank * self.num_samples\n"
+           "        return order[start:start + self.num_samples].astype(np.int64)"),
+    Mutant("distributed_sampler", "wrong padding: repeats the last index, no wrap-around", SAMPLER,
+           "order = np.resize(order, self.total_size)",
+           "order = np.concatenate([order, np.repeat(order[-1:], self.total_size - n)])"),
+    Mutant("distributed_sampler", "off-by-one: drop_last drops the first N mod P, not the last", SAMPLER,
+           "order = order[:self.total_size]", "order = order[n - self.total_size:]"),
+    Mutant("distributed_sampler", "missing epoch: the same permutation every epoch", SAMPLER,
+           "order = np.random.default_rng((self.seed, self.epoch))",
+           "order = np.random.default_rng(self.seed)"),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold)
 DIAGNOSES = {
     "interleaved_orders": (lambda module: diagnose_interleaved(module.interleaved_orders),
                            ("interleaved_orders(P=", ": rank ", ", task ", " of the interleaved schedule) "
                             "should be ", "micro-batch ")),
+    "distributed_sampler": (lambda module: diagnose_sampler(module.DistributedSampler),
+                            ("DistributedSampler(N=", "), epoch ", "sample ", "rank ", " position ")),
 }
-CASES = WRONG_INTERLEAVED
+CASES = WRONG_INTERLEAVED + WRONG_SAMPLERS
 
 
 def test_these_exercises_have_no_mutants_of_their_own():
