@@ -11,6 +11,7 @@ import pytest
 from minidist_course.mutants import MUTANTS, Mutant
 from tests.data.sampler_diagnosis import diagnose_sampler
 from tests.parallel.interleaved_diagnosis import diagnose_interleaved
+from tests.parallel.merge_diagnosis import diagnose_merge
 from tests.test_exercises_diagnosis_local import planted
 
 INTERLEAVED = "minidist/parallel/pipeline/interleaved.py"
@@ -41,6 +42,21 @@ WRONG_SAMPLERS = (
            "order = np.random.default_rng((self.seed, self.epoch))",
            "order = np.random.default_rng(self.seed)"),
 )
+MERGE = "minidist/parallel/context/ring.py"
+MERGE_OUT = "out = np.exp(lse1 - safe)[..., None] * out1 + np.exp(lse2 - safe)[..., None] * out2"
+WRONG_MERGES = (
+    Mutant("online_softmax_merge", "missing guard: a row that saw no key becomes NaN", MERGE,
+           "safe = np.where(np.isneginf(lse), 0.0, lse)", "safe = lse"),
+    Mutant("online_softmax_merge", "missing sum: lse = max(lse₁, lse₂)", MERGE,
+           "lse = np.logaddexp(lse1, lse2)", "lse = np.maximum(lse1, lse2)"),
+    Mutant("online_softmax_merge", "missing scale: weights relative to the max, not the total", MERGE,
+           "safe = np.where(np.isneginf(lse), 0.0, lse)",
+           "safe = np.where(np.isneginf(lse), 0.0, np.maximum(lse1, lse2))"),
+    Mutant("online_softmax_merge", "wrong order: each block scaled by the other's weight", MERGE, MERGE_OUT,
+           "out = np.exp(lse2 - safe)[..., None] * out1 + np.exp(lse1 - safe)[..., None] * out2"),
+    Mutant("online_softmax_merge", "overflow: a naive log(e^lse₁ + e^lse₂)", MERGE,
+           "lse = np.logaddexp(lse1, lse2)", "lse = np.log(np.exp(lse1) + np.exp(lse2))"),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold)
 DIAGNOSES = {
@@ -49,8 +65,10 @@ DIAGNOSES = {
                             "should be ", "micro-batch ")),
     "distributed_sampler": (lambda module: diagnose_sampler(module.DistributedSampler),
                             ("DistributedSampler(N=", "), epoch ", "sample ", "rank ", " position ")),
+    "online_softmax_merge": (lambda module: diagnose_merge(module.merge),
+                             ("merge(O₁ = e₀ rows, lse₁; O₂ = e₁ rows, lse₂)", ": row ", "block ")),
 }
-CASES = WRONG_INTERLEAVED + WRONG_SAMPLERS
+CASES = WRONG_INTERLEAVED + WRONG_SAMPLERS + WRONG_MERGES
 
 
 def test_these_exercises_have_no_mutants_of_their_own():
