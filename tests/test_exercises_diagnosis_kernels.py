@@ -12,6 +12,7 @@ from minidist_course.mutants import MUTANTS, Mutant
 from tests.data.sampler_diagnosis import diagnose_sampler
 from tests.parallel.interleaved_diagnosis import diagnose_interleaved
 from tests.parallel.merge_diagnosis import diagnose_merge
+from tests.parallel.vocab_diagnosis import diagnose_vocab_cross_entropy
 from tests.test_exercises_diagnosis_local import planted
 
 INTERLEAVED = "minidist/parallel/pipeline/interleaved.py"
@@ -57,6 +58,22 @@ WRONG_MERGES = (
     Mutant("online_softmax_merge", "overflow: a naive log(e^lse₁ + e^lse₂)", MERGE,
            "lse = np.logaddexp(lse1, lse2)", "lse = np.log(np.exp(lse1) + np.exp(lse2))"),
 )
+VOCAB = "minidist/parallel/tensor/vocab_parallel.py"
+VOCAB_MAX = 'm = group_allreduce(self.comm, z.max(axis=1), "max")'
+WRONG_VOCAB_LOSSES = (
+    Mutant("vocab_parallel_cross_entropy", "missing all-reduce: each shard's own max", VOCAB, VOCAB_MAX,
+           "m = z.max(axis=1)"),
+    Mutant("vocab_parallel_cross_entropy", "wrong op: the shards' maxima summed", VOCAB, VOCAB_MAX,
+           'm = group_allreduce(self.comm, z.max(axis=1), "sum")'),
+    Mutant("vocab_parallel_cross_entropy", "missing all-reduce: each shard's own sum", VOCAB,
+           'total = group_allreduce(self.comm, e.sum(axis=1), "sum")', "total = e.sum(axis=1)"),
+    Mutant("vocab_parallel_cross_entropy", "off-by-one: a target at its shard's first id is missed", VOCAB,
+           "mine = (local_target >= 0) & (local_target < width)",
+           "mine = (local_target > 0) & (local_target < width)"),
+    Mutant("vocab_parallel_cross_entropy", "missing mask: every shard adds a target logit", VOCAB,
+           "picked = np.where(mine, z[np.arange(len(z)), np.where(mine, local_target, 0)], 0.0)",
+           "picked = z[np.arange(len(z)), np.clip(local_target, 0, width - 1)]"),
+)
 
 #: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold)
 DIAGNOSES = {
@@ -67,8 +84,11 @@ DIAGNOSES = {
                             ("DistributedSampler(N=", "), epoch ", "sample ", "rank ", " position ")),
     "online_softmax_merge": (lambda module: diagnose_merge(module.merge),
                              ("merge(O₁ = e₀ rows, lse₁; O₂ = e₁ rows, lse₂)", ": row ", "block ")),
+    "vocab_parallel_cross_entropy": (
+        lambda module: diagnose_vocab_cross_entropy(module.VocabParallelCrossEntropy),
+        ("VocabParallelCrossEntropy, logits (", " shards: token ", "shard ", " (ids ")),
 }
-CASES = WRONG_INTERLEAVED + WRONG_SAMPLERS + WRONG_MERGES
+CASES = WRONG_INTERLEAVED + WRONG_SAMPLERS + WRONG_MERGES + WRONG_VOCAB_LOSSES
 
 
 def test_these_exercises_have_no_mutants_of_their_own():
