@@ -10,6 +10,7 @@ import pytest
 
 from minidist_course.mutants import MUTANTS, Mutant
 from tests.data.sampler_diagnosis import diagnose_sampler
+from tests.hardware.systolic_diagnosis import diagnose_tile_schedule
 from tests.parallel.interleaved_diagnosis import diagnose_interleaved
 from tests.parallel.merge_diagnosis import diagnose_merge
 from tests.parallel.vocab_diagnosis import diagnose_vocab_cross_entropy
@@ -74,21 +75,49 @@ WRONG_VOCAB_LOSSES = (
            "picked = np.where(mine, z[np.arange(len(z)), np.where(mine, local_target, 0)], 0.0)",
            "picked = z[np.arange(len(z)), np.clip(local_target, 0, width - 1)]"),
 )
+SYSTOLIC = "minidist/hardware/systolic.py"
+TILES = "for m0 in range(0, M, k) for k0 in range(0, K, k)]"
+WRONG_TILES = (
+    Mutant("systolic_tile_schedule", "missing clip: the last tiles reach past K and M", SYSTOLIC,
+           "return [(slice(k0, min(k0 + k, K)), slice(m0, min(m0 + k, M)))",
+           "return [(slice(k0, k0 + k), slice(m0, m0 + k))"),
+    Mutant("systolic_tile_schedule", "off-by-one: the columns stop one short of M", SYSTOLIC, TILES,
+           "for m0 in range(0, M - 1, k) for k0 in range(0, K, k)]"),
+    Mutant("systolic_tile_schedule", "wrong step: a tile at every row, overlapping", SYSTOLIC, TILES,
+           "for m0 in range(0, M, k) for k0 in range(0, K)]"),
+    Mutant("systolic_tile_schedule", "wrong order: rows and columns swapped", SYSTOLIC,
+           "return [(slice(k0, min(k0 + k, K)), slice(m0, min(m0 + k, M)))",
+           "return [(slice(m0, min(m0 + k, M)), slice(k0, min(k0 + k, K)))"),
+    Mutant("systolic_tile_schedule", "missing scale: tiles of k − 1", SYSTOLIC,
+           "return [(slice(k0, min(k0 + k, K)), slice(m0, min(m0 + k, M)))",
+           "return [(slice(k0, min(k0 + k - 1, K)), slice(m0, min(m0 + k - 1, M)))"),
+    Mutant("systolic_tile_schedule", "wrong range: the last row block replaced by the first again",
+           SYSTOLIC, TILES, "for m0 in range(0, M, k) for k0 in [*range(0, K - k, k), 0]]"),
+)
 
-#: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold)
+#: exercise -> (what the diagnosis says of a planted module, phrases its message must all hold, one of which:
+#: the quantity named)
 DIAGNOSES = {
     "interleaved_orders": (lambda module: diagnose_interleaved(module.interleaved_orders),
                            ("interleaved_orders(P=", ": rank ", ", task ", " of the interleaved schedule) "
-                            "should be ", "micro-batch ")),
+                            "should be ", "micro-batch "),
+                           ("warm-up forward k = ", "steady-state forward k = ", "steady-state backward k = ",
+                            "drain backward k = ")),
     "distributed_sampler": (lambda module: diagnose_sampler(module.DistributedSampler),
-                            ("DistributedSampler(N=", "), epoch ", "sample ", "rank ", " position ")),
+                            ("DistributedSampler(N=", "), epoch ", "sample ", "rank ", " position "),
+                            ("is duplicated on ", "is missing from ", ") should be sample ")),
     "online_softmax_merge": (lambda module: diagnose_merge(module.merge),
-                             ("merge(O₁ = e₀ rows, lse₁; O₂ = e₁ rows, lse₂)", ": row ", "block ")),
+                             ("merge(O₁ = e₀ rows, lse₁; O₂ = e₁ rows, lse₂)", ": row ", "block "),
+                             ("the merged lse should be m + log S", "'s O is scaled by ",
+                              ": NaN in (O, lse)")),
     "vocab_parallel_cross_entropy": (
         lambda module: diagnose_vocab_cross_entropy(module.VocabParallelCrossEntropy),
-        ("VocabParallelCrossEntropy, logits (", " shards: token ", "shard ", " (ids ")),
+        ("VocabParallelCrossEntropy, logits (", " shards: token ", "shard ", " (ids "),
+        ("computes e = exp(z − m) with m = ", " has S = ", " uses the target logit z_t = ")),
+    "systolic_tile_schedule": (lambda module: diagnose_tile_schedule(module.tile_schedule),
+                               ("tile_schedule(K=", ", k="), ("(run at tick ", ": weight W[")),
 }
-CASES = WRONG_INTERLEAVED + WRONG_SAMPLERS + WRONG_MERGES + WRONG_VOCAB_LOSSES
+CASES = WRONG_INTERLEAVED + WRONG_SAMPLERS + WRONG_MERGES + WRONG_VOCAB_LOSSES + WRONG_TILES
 
 
 def test_these_exercises_have_no_mutants_of_their_own():
@@ -98,7 +127,8 @@ def test_these_exercises_have_no_mutants_of_their_own():
 
 @pytest.mark.parametrize("mutant", CASES, ids=lambda m: f"{m.exercise}-{m.kind.split(':')[0]}")
 def test_a_wrong_solution_is_named_in_the_algorithms_terms(mutant):
-    diagnose, every = DIAGNOSES[mutant.exercise]
+    diagnose, every, one_of = DIAGNOSES[mutant.exercise]
     message = diagnose(planted(mutant))
     print(f"{mutant.kind}: {message}")
     assert message is not None and all(part in message for part in every), f"{mutant.kind}: {message}"
+    assert any(part in message for part in one_of), f"{mutant.kind}: {message}"
