@@ -4,7 +4,8 @@ rank's position holds the wrong sample.
 
 torch's rule, written out here: order = default_rng((seed, epoch)).permutation(N) (range(N) without
 shuffle); drop_last cuts it to total = P·floor(N/P), otherwise it is padded by wrapping around to
-total = P·ceil(N/P) (order[N + j] = order[j]); rank r gets order[r], order[r + P], ... (order[r::P]).
+total = P·ceil(N/P) (order[k] = order[k mod N] for k ≥ N); rank r gets order[r], order[r + P], ...
+(order[r::P]).
 """
 
 import numpy as np
@@ -26,7 +27,7 @@ def home(places: list[tuple[int, int]], p: int, n: int) -> str:
     def one(r: int, i: int) -> str:
         k = r + i * p
         return f"rank {r} position {i} (order[r + i·P] = order[{k}]" + \
-            (f", the padding's copy of order[{k - n}])" if k >= n else ")")
+            (f", the padding's copy of order[{k % n}])" if k >= n else ")")
     return ", ".join(one(r, i) for r, i in places) or "no rank (drop_last drops it)"
 
 
@@ -59,7 +60,7 @@ def diagnose_sampler(sampler_class) -> str | None:
             lost = [place for place in want[j] if place not in got[j]]
             if len(got[j]) > len(want[j]):
                 return (f"{what}: sample {j} is duplicated on {home(extra, p, n)}; it belongs on "
-                        f"{home(want[j], p, n)} only")
+                        f"{home(want[j], p, n)}{' only' * bool(want[j])}")
             if len(got[j]) < len(want[j]):
                 seen = f"it is only on {home(got[j], p, n)}" if got[j] else "no rank has it"
                 return f"{what}: sample {j} is missing from {home(lost, p, n)}; {seen}"
