@@ -12,7 +12,8 @@ import numpy as np
 
 #: (N, P, shuffle, drop_last, seed, epoch): by hand first, then a shuffle, its padding and a later epoch
 CASES = ((10, 3, False, False, 0, 0), (10, 3, False, True, 0, 0), (7, 4, True, False, 3, 0),
-         (7, 4, True, True, 3, 2), (12, 4, True, False, 1, 1), (5, 1, True, False, 0, 4))
+         (7, 4, True, True, 3, 2), (12, 4, True, False, 1, 1), (5, 1, True, False, 0, 4),
+         (2, 5, True, False, 7, 1))                                      # P > N: the padding wraps twice
 
 
 def torch_order(n: int, p: int, shuffle: bool, drop_last: bool, seed: int, epoch: int) -> np.ndarray:
