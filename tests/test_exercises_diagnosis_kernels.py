@@ -6,6 +6,7 @@ duplicated, missing or misplaced on a rank; the block whose max or sum the merge
 vocabulary shard whose max, sum of exponentials or target logit is off; the tile and the weight it
 misses or covers twice."""
 
+import numpy as np
 import pytest
 
 from minidist_course.mutants import MUTANTS, Mutant
@@ -136,3 +137,26 @@ def test_a_wrong_solution_is_named_in_the_algorithms_terms(mutant):
     print(f"{mutant.kind}: {message}")
     assert message is not None and all(part in message for part in every), f"{mutant.kind}: {message}"
     assert any(part in message for part in one_of), f"{mutant.kind}: {message}"
+
+
+def row_blocks_first(K, M, k):
+    """A correct tile_schedule in another order, with NumPy integers: the statement allows any order."""
+    return [(slice(a, min(a + k, K)), slice(b, min(b + k, M)))
+            for a in np.arange(0, K, k) for b in np.arange(0, M, k)]
+
+
+def merge_by_max_and_sum(out1, lse1, out2, lse2):
+    """A correct merge written as m = max, S = Σ e^(lseᵢ − m), lse = m + log S, with its own −∞ guard."""
+    m = np.maximum(lse1, lse2)
+    m_safe = np.where(np.isneginf(m), 0.0, m)
+    w1, w2 = np.exp(lse1 - m_safe), np.exp(lse2 - m_safe)
+    total = w1 + w2
+    with np.errstate(divide="ignore"):
+        lse = np.where(total > 0, m_safe + np.log(total), -np.inf)
+    total = np.where(total > 0, total, 1.0)
+    return (w1 / total)[..., None] * out1 + (w2 / total)[..., None] * out2, lse
+
+
+def test_correct_solutions_written_otherwise_pass_the_diagnoses():
+    assert diagnose_tile_schedule(row_blocks_first) is None
+    assert diagnose_merge(merge_by_max_and_sum) is None

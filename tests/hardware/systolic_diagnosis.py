@@ -23,7 +23,8 @@ def grid_tile_off(tile, K: int, M: int, k: int) -> str | None:
     if not (isinstance(tile, tuple) and len(tile) == 2 and all(isinstance(s, slice) for s in tile)):
         return f"is {tile!r}, not a (rows, columns) pair of slices"
     for part, name, size in ((tile[0], "rows", K), (tile[1], "columns", M)):
-        if part.step not in (None, 1) or not isinstance(part.start, int) or not isinstance(part.stop, int):
+        if part.step not in (None, 1) or not all(isinstance(end, (int, np.integer))
+                                                 for end in (part.start, part.stop)):
             return f"has {name} {part}: expected a slice a:b with step 1"
         if not 0 <= part.start < part.stop <= size:
             return f"has {name} {span(part)}, not inside 0:{size}"
