@@ -7,8 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.data.sampler import DistributedSampler, batched
+from tests.data.sampler_diagnosis import diagnose_sampler
 
 sampler_exercise = pytest.mark.exercise("distributed_sampler")
+
+
+@sampler_exercise
+@pytest.mark.diagnose
+def test_every_rank_holds_its_stride_of_torchs_order():
+    wrong = diagnose_sampler(DistributedSampler)
+    assert wrong is None, wrong
 
 
 def all_ranks(n, p, epoch=0, **kwargs) -> list[np.ndarray]:

@@ -6,6 +6,14 @@ import math
 import pytest
 
 from minidist.hardware.systolic import tile_schedule
+from tests.hardware.systolic_diagnosis import diagnose_tile_schedule
+
+
+@pytest.mark.exercise("systolic_tile_schedule")
+@pytest.mark.diagnose
+def test_every_tick_loads_a_grid_tile_and_every_weight_once():
+    wrong = diagnose_tile_schedule(tile_schedule)
+    assert wrong is None, wrong
 
 
 @pytest.mark.exercise("systolic_tile_schedule")

@@ -5,11 +5,20 @@ set, or of both), any scores. The union is computed directly, as softmax(q·kᵀ
 """
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from minidist.nn.blockwise_attention import block_attention
 from minidist.parallel.context import merge
+from tests.parallel.merge_diagnosis import diagnose_merge
+
+
+@pytest.mark.exercise("online_softmax_merge")
+@pytest.mark.diagnose
+def test_each_row_merges_the_two_blocks_max_sum_and_weights():
+    wrong = diagnose_merge(merge)
+    assert wrong is None, wrong
 
 
 def direct(q, k, v, mask):

@@ -32,6 +32,14 @@ from minidist.parallel.pipeline.schedule import (
 )
 from minidist.parallel.pipeline.tasks import Task, format_tasks
 from minidist.parallel.pipeline.zero_bubble import zero_bubble_bubble, zero_bubble_schedule
+from tests.parallel.interleaved_diagnosis import diagnose_interleaved
+
+
+@pytest.mark.exercise("interleaved_orders")
+@pytest.mark.diagnose
+def test_every_rank_runs_megatrons_interleaved_order():
+    wrong = diagnose_interleaved(interleaved_orders)
+    assert wrong is None, wrong
 
 
 @pytest.mark.exercise("interleaved_orders")

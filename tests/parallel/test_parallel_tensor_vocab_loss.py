@@ -6,10 +6,18 @@ import numpy as np
 import pytest
 
 from minidist.cluster import run
-from minidist.parallel.tensor import feature_slice
+from minidist.parallel.tensor import VocabParallelCrossEntropy, feature_slice
 from tests.parallel.test_parallel_tensor_vocab import TOL, _loss_on_ranks, _reference
+from tests.parallel.vocab_diagnosis import diagnose_vocab_cross_entropy
 
 vocab_exercise = pytest.mark.exercise("vocab_parallel_cross_entropy")
+
+
+@vocab_exercise
+@pytest.mark.diagnose
+def test_each_shard_has_the_global_max_sum_and_target_logit():
+    wrong = diagnose_vocab_cross_entropy(VocabParallelCrossEntropy)
+    assert wrong is None, wrong
 
 
 def _check(logits, target, t):
