@@ -9,7 +9,7 @@
 #
 #     L(N) = (N_c / N)^α_N,      α_N ≈ 0.076,  N_c ≈ 8.8·10^13,
 #
-# a straight line on log-log axes over models from 10^3 to 10^9 parameters. We train five tiny GPTs of
+# a straight line on log-log axes over their models of 768 to 1.5·10^9 parameters. We train five tiny GPTs of
 # growing width on one corpus, fit the same law to their losses with `minidist.nn.scaling_law`, and
 # report the exponent with its standard error and a 95 % interval — and claim no more than that fit
 # supports: five points over a 16-fold range of N, each trained for the same small token budget.
@@ -37,10 +37,11 @@ KAPLAN_ALPHA_N, KAPLAN_N_C = 0.076, 8.8e13
 #
 # The corpus is lesson 16's: CPython's `help()` text, characters as tokens (103 of them). Every model
 # has two pre-LayerNorm blocks and two heads; only the width d grows, 8 → 32. Kaplan's N counts the
-# weights of the blocks' four matrices, 12·L·d² (no embeddings, no biases, no LayerNorms); the embedding
-# tables and the head (103·d each, more than the blocks at d = 8) are left out as in the paper. Each
-# model sees the same D = 150 steps × 32 windows × 32 characters = 153,600 tokens, in the same order, with
-# AdamW at one learning rate; the training compute is Kaplan's C ≈ 6·N·D FLOPs.
+# weights of the blocks' four matrices, 12·L·d² (no biases, no LayerNorms); the token and position tables
+# are left out as the paper leaves them, and so is the head (103·d: at d = 8 it and the token table
+# together outweigh the blocks). Each model sees the same D = 150 steps × 32 windows × 32 characters =
+# 153,600 tokens, in the same order, with AdamW at one learning rate; the training compute is Kaplan's
+# C ≈ 6·N·D FLOPs.
 
 # %%
 corpus = load_text()
@@ -119,7 +120,7 @@ print(f"Kaplan's alpha_N = {KAPLAN_ALPHA_N} lies {'inside' if inside else 'outsi
 # ## 3. How much the exponent depends on what is assumed
 #
 # Kaplan's form has no floor: the loss would fall to 0 as N grows. Text has an entropy, so the loss
-# cannot; later work (Hoffmann et al., 2022) writes L = E + A/N^α. Five points cannot pin down a third
+# cannot; later work (Hoffmann et al., 2022) writes L = E + A/N^α + B/D^β. Five points cannot pin down a third
 # number, but `fit_power_law(..., irreducible=L_inf)` fits L − L_inf for a floor we assume, and the
 # exponent moves with the assumption — the reducible part falls by a larger fraction than L itself:
 
@@ -178,10 +179,11 @@ plt.close(fig)
 #   the middle below it, a bend towards flatter loss at large N — but with 3 degrees of freedom that bend
 #   is an observation, not a finding.
 # * Not supported: that this exponent is Kaplan's α_N. Their law holds for models trained to convergence
-#   (early stopping) on enough data, at sizes 10^3 … 10^9; ours see one small, fixed token budget, so the
-#   larger ones are further from convergence, and the fit describes the loss at this budget. Whether
-#   0.076 falls inside our interval is reported, not claimed either way. Nor does five points' straight
-#   line say the law holds beyond N = 24,576: the interval is about the slope inside the range fitted.
+#   (early stopping) on enough data, at 768 … 1.5·10^9 parameters; ours see one small, fixed token
+#   budget, so the larger ones are further from convergence, and the fit describes the loss at this
+#   budget. Whether 0.076 falls inside our interval is reported, not claimed either way. Nor does five
+#   points' straight line say the law holds beyond N = 24,576: the interval is about the slope inside the
+#   range fitted.
 # * Section 3: with a floor L_inf the exponent changes a lot; the number depends on the model of the
 #   loss as much as on the data.
 #
