@@ -16,6 +16,10 @@ A GPU runs kernels and collectives on two streams at once; one rank here is one 
                    whichever stream finished last;
     overlap=False  backward's m · F FLOPs are charged to comm.clock at once: collectives run after them.
 
+``streamed_forward = True`` (an attribute; overlap=True only) puts the forward on the compute stream too,
+from where the last step's streams ended (``begin``): a collective issued at ``begin`` then overlaps the
+forward (parallel.data.delayed: the delayed update). Only for a model whose forward sends nothing.
+
 ``ComputeCharges`` is the step runner's attachment that applies the rule to every unit; every charge is
 also a ``Span`` in ``spans`` (minidist.sim.plots.plot_overlap draws them) and counts in ``busy_seconds``.
 Work that is not a runner unit (a layer charging between its own messages, a worker's step of given
@@ -101,6 +105,7 @@ class ComputeCharges(Attachment):
         self.seconds: list[float] = []
         self.recomputed, self.busy_seconds = 0, 0.0
         self.t = comm.clock                   # the compute stream
+        self.streamed_forward = False         # see the module docstring
         self._shape: tuple[int, ...] = ()
 
     def _label(self, kind: str, unit) -> str:
@@ -115,12 +120,19 @@ class ComputeCharges(Attachment):
         self.busy_seconds += self.t - start
         return self.t - start
 
+    def begin(self, runner) -> None:
+        if self.streamed_forward:             # the compute stream starts where both streams last ended
+            self.t = max(self.t, self.comm.clock)
+
     def _forward(self, i: int, unit, shape) -> None:
         if i == 0:                            # a new forward: new lists (a pipeline keeps the old ones)
             self.flops, self.seconds = [], []
         flops = unit.flops(tuple(shape)) if callable(getattr(unit, "flops", None)) else 0
         self.flops.append(flops)
-        self.seconds.append(self.charge(flops, self._label("forward", unit)))
+        if self.streamed_forward and self.overlap:
+            self.seconds.append(self._stream(flops / self.comm.device.flops, self._label("forward", unit)))
+        else:
+            self.seconds.append(self.charge(flops, self._label("forward", unit)))
 
     def _charged_after(self, unit) -> bool:
         return self.after or isinstance(unit, Checkpoint)   # a Checkpoint knows its FLOPs once it ran
@@ -142,10 +154,15 @@ class ComputeCharges(Attachment):
         if not self.overlap:
             self.charge(m * self.flops[i], label)
             return dx
-        start, self.t = self.t, self.t + m * self.seconds[i]
+        self._stream(m * self.seconds[i], label)
+        return dx
+
+    def _stream(self, seconds: float, label: str) -> float:
+        """seconds of work on the compute stream only (comm.clock, the communication stream, stays)."""
+        start, self.t = self.t, self.t + seconds
         self.spans.append(Span(self.comm.rank, start, self.t, "compute", label))
         self.busy_seconds += self.t - start
-        return dx
+        return seconds
 
     def ready(self) -> float:
         """Simulated time at which the gradients produced so far exist (the compute stream's now)."""

@@ -54,6 +54,7 @@ class Bucket:
     index: int
     params: list[Parameter]
     buffer: np.ndarray | None = None      # the flat scratch buffer, allocated at the first allreduce
+    delayed: bool = False                 # not sent by the data attachment (delayed.py sends it next step)
 
     @property
     def nbytes(self) -> int:

@@ -25,18 +25,19 @@ from minidist.sim.memory import save_chrome
 
 
 def step_time(forward_seconds: list[float], bucket_ready_layer: list[int], bucket_seconds: list[float],
-              overlap: bool = True) -> float:
+              overlap: bool = True, delayed_seconds: float = 0.0) -> float:
     """Simulated time of one data-parallel step.
 
     forward_seconds[i]: layer i's forward time (backward = 2x). bucket_ready_layer[k]: the layer whose
     backward completes bucket k (buckets in issue order). bucket_seconds[k]: its allreduce time.
+    delayed_seconds: the last step's delayed bucket (delayed.py), allreduced from the step's start.
     """
     t = sum(forward_seconds)
     done = {}
     for i in reversed(range(len(forward_seconds))):
         t += 2 * forward_seconds[i]
         done[i] = t
-    free = sum(forward_seconds)
+    free = delayed_seconds        # the comm stream's free time (a bucket starts after the forward anyway)
     for layer, seconds in zip(bucket_ready_layer, bucket_seconds):
         free = max(free, done[layer] if overlap else t) + seconds
     return max(t, free)

@@ -81,6 +81,8 @@ class GradientSync(GradientReadiness):
 
     def _send(self, bucket) -> None:
         """g = Σ over data of the bucket's gradients, in place: one allreduce of one flat buffer."""
+        if bucket.delayed:                               # DelayedUpdate sends it during the next forward
+            return
         if self.clock is not None:
             self.clock.wait_until(self.clock.ready(), f"backward until bucket {bucket.index} is ready")
         if self.data is None or self.data.world_size == 1:   # a sum over one rank changes nothing
