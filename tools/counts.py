@@ -318,8 +318,9 @@ CHECKS = [
 ]
 
 
-PARALLEL_LINES = 7412      # issue 53: 8,700 -> 7,400, every chapter kept; a ratchet since (+12: issue 58's
-                           # argument checks at the call, in sync, pipedream, weight_stash and mesh)
+PARALLEL_LINES = 7539      # issue 53: 8,700 -> 7,400, every chapter kept; a ratchet since (+12: issue 58's
+                           # argument checks at the call, in sync, pipedream, weight_stash and mesh; +127:
+                           # issue 57's new strategy, parallel/data/delayed.py, and its hooks)
 
 
 def counts(root: Path = ROOT) -> dict[str, list[str]]:
