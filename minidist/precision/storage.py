@@ -12,17 +12,26 @@ BF16 element, 1 per FP8 element. ``load`` gives float32 back for computing.
 Round trips are exact: load(store(x)) == quantize(x) for every x, and store(load(s)) == s for every
 stored pattern s (NaN patterns come back as the format's canonical NaN).
 
-``HalfStoredActivations`` applies it where the recipe stores tensors between forward and backward: each
-plain Linear unit's saved input (the activation its dW needs) is kept as np.float16 when its values are
-float16 values (FP16 and FP8 activations are), so the ledger's activation bytes halve and, float16 → float32
-being exact, backward computes bitwise the same.
+``HalfStoredActivations`` applies it where the recipe stores tensors between forward and backward: after
+each unit's forward, every float32 array that forward saved on the unit's modules (nn.checkpoint's rule:
+attributes assigned during the forward that are neither parameters, buffers nor modules; arrays, not the
+lists and dicts an RNN keeps) is kept as np.float16 when all its values are float16 values, and loaded back to
+float32 just before the unit's backward (at the end of the pass for a unit that had none):
+
+    Linear's input, GELU's input, Conv2d's columns, MaxPool2d's padded input   values rounded at a layer
+                                                         boundary (FP16, FP8): 2 bytes per element
+    LayerNorm's x̂ and 1/σ, attention's probabilities, Tanh's output     float32 results computed inside
+                                                         the layer: not float16 values, they stay 4 bytes
+    ReLU's and Dropout's masks                           booleans: 1 byte already
+
+float16 → float32 being exact, every backward computes bitwise as it did without the attachment.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from minidist.nn.linear import Linear
+from minidist.nn.checkpoint import assigned_since
 from minidist.nn.runner import Attachment
 
 from .bits import decode, encode
@@ -57,13 +66,57 @@ def load(stored: np.ndarray, fmt: FloatFormat) -> np.ndarray:
 
 
 class HalfStoredActivations(Attachment):
-    """A runner attachment: after each plain Linear unit's forward, its saved input becomes np.float16 if
-    that is exact (else it stays as it is). Append it after the recipe's attachments."""
+    """A runner attachment: what each unit's forward saved, in 2 bytes where exact, from its forward to its
+    backward (see the module docstring), so a ledger point in between (after_loss: "after forward") counts
+    2 bytes per stored element. Append it after the recipe's attachments: its after_forward then fires
+    first, before the recipe rounds the unit's output."""
+
+    def __init__(self):
+        self._before: list = []
+        self._stored: dict[int, list] = {}     # unit index -> [(module, name, the value stored)]
+
+    def before_forward(self, i, layer, x):
+        self._before = [(module, dict(vars(module))) for module in layer.modules()]
+        return x
 
     def after_forward(self, i, layer, y):
-        saved = getattr(layer, "_x2d", None) if type(layer) is Linear else None
-        if saved is not None and saved.dtype == np.float32:
-            half = saved.astype(np.float16)
-            if np.array_equal(half.astype(np.float32), saved):    # exact: NaN and a float32-only value stay
-                layer._x2d = half
+        halves: dict[int, object] = {}         # one array saved under two names is stored once
+        stored = []
+        for module, name, value in assigned_since(self._before).entries:
+            if id(value) not in halves:
+                halves[id(value)] = _as_half(value)
+            if halves[id(value)] is not None:
+                setattr(module, name, halves[id(value)])
+                stored.append((module, name, halves[id(value)]))
+        self._restore(self._stored.pop(i, []))  # run twice in a pass: what the second left alone
+        self._stored[i], self._before = stored, []
         return y
+
+    def before_backward(self, i, layer, dy):
+        self._restore(self._stored.pop(i, []))
+        return dy
+
+    def end(self) -> None:
+        """Units that ran no backward (below the first with parameters; a forward-only pass; a pipeline
+        stage's forward, whose stash its later backward pass restores) get their float32 arrays back."""
+        for entries in self._stored.values():
+            self._restore(entries)
+        self._stored = {}
+
+    @staticmethod
+    def _restore(entries) -> None:
+        loaded: dict[int, object] = {}
+        for module, name, half in entries:
+            if getattr(module, name, None) is half:       # not rebound since: load it back
+                if id(half) not in loaded:
+                    loaded[id(half)] = half.astype(np.float32)
+                setattr(module, name, loaded[id(half)])
+
+
+def _as_half(value) -> np.ndarray | None:
+    """value as np.float16 if it is a float32 array of float16 values (compared bitwise: NaN and any
+    float32-only value refuse), else None."""
+    if not isinstance(value, np.ndarray) or value.dtype != np.float32 or value.size == 0:
+        return None
+    half = value.astype(np.float16)
+    return half if np.array_equal(half.astype(np.float32).view(np.uint32), value.view(np.uint32)) else None
