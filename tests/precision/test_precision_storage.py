@@ -62,6 +62,8 @@ MODELS = {   # (model built from an rng, input shape, classes): the layers the r
                                               Linear(8, 3, rng=r)), (16, 6), 3),
     "convnet": (lambda r: Sequential(Conv2d(2, 3, 3, padding=1, rng=r), ReLU(), MaxPool2d(2), Flatten(),
                                      Linear(12, 4, rng=r)), (5, 2, 4, 4), 4),
+    "nested: a view of the pool's output": (
+        lambda r: Sequential(Sequential(MaxPool2d(2), Flatten(), Linear(8, 3, rng=r))), (5, 2, 4, 4), 3),
     "transformer block": (lambda r: Sequential(Block(8, 2, rng=r), Flatten(), Linear(24, 3, rng=r)),
                           (4, 3, 8), 3),
 }
@@ -97,7 +99,8 @@ def flatten(values):
 def test_the_recipe_stores_what_forward_saved_in_2_bytes_and_trains_bitwise_alike(name, accum_fmt):
     """Three steps of fp8_trainer with and without half_storage: losses, gradients and weights bitwise
     equal; after forward every float32 saved array of float16 values is held in 2 bytes (the ledger's
-    activations drop by exactly half those arrays' bytes), and after the pass all are float32 again."""
+    activations drop by exactly half those arrays' bytes, memory shared by two layers halved once), and
+    after the pass all are float32 again, holding the same bytes."""
     build, shape, classes = MODELS[name]
     data = np.random.default_rng(0)
     batches = [(data.standard_normal(shape).astype(np.float32), data.integers(0, classes, shape[0]))
@@ -109,16 +112,18 @@ def test_the_recipe_stores_what_forward_saved_in_2_bytes_and_trains_bitwise_alik
                               np.random.default_rng(3), accum_fmt=accum_fmt, chunk=4, half_storage=half)
         probe = AfterForward(model)
         trainer.runner.attachments.append(probe)
-        losses, grads = [], []
+        losses, grads, after = [], [], []
         for x, target in batches:
             report = train_step(trainer, x, target)
             losses.append(report.loss)
             grads.append([p.grad.copy() for p in model.parameters()])
             kept = [v for v in flatten(saved_arrays(model)) if isinstance(v, np.ndarray)]
             assert all(v.dtype != np.float16 for v in kept)          # after the pass: float32 again
-        runs[half] = losses, grads, [p.data.copy() for p in model.parameters()], probe.points
-    (loss32, grads32, weights32, points32), (loss16, grads16, weights16, points16) = runs[False], runs[True]
-    assert np.array_equal(loss32, loss16)
+            after.append(held_bytes(model)["activations"])            # ... sharing memory as it did
+        runs[half] = losses, grads, [p.data.copy() for p in model.parameters()], probe.points, after
+    (loss32, grads32, weights32, points32, after32), (loss16, grads16, weights16, points16, after16) = (
+        runs[False], runs[True])
+    assert np.array_equal(loss32, loss16) and after32 == after16
     for a, b in zip(flatten(grads32 + [weights32]), flatten(grads16 + [weights16]), strict=True):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     for (bytes32, exact32, _), (bytes16, exact16, dtypes16) in zip(points32, points16, strict=True):
