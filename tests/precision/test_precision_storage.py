@@ -8,12 +8,13 @@ from hypothesis import strategies as st
 from minidist.nn import GELU, Conv2d, Flatten, LayerNorm, Linear, MaxPool2d, ReLU, Sequential, Tanh
 from minidist.nn import TransformerBlock as Block
 from minidist.nn.loss import CrossEntropyLoss
+from minidist.nn.module import Module
 from minidist.nn.nbytes import nbytes_of, saved_arrays
 from minidist.nn.runner import Attachment
 from minidist.optim import SGD
 from minidist.precision import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, decode, quantize
 from minidist.precision.fp8_training import fp8_trainer, train_step
-from minidist.precision.storage import load, store
+from minidist.precision.storage import HalfStoredActivations, load, store
 from minidist.sim.memory import held_bytes
 
 FORMATS = [(FP16, np.float16, 2), (BF16, np.uint16, 2), (FP8_E5M2, np.uint8, 1), (FP8_E4M3, np.uint8, 1)]
@@ -139,3 +140,31 @@ def test_2_byte_storage_leaves_no_float16_behind_a_forward_only_pass():
     trainer = fp8_trainer(model, SGD(model.parameters(), lr=0.1), CrossEntropyLoss(), rng, accum_fmt=None)
     trainer.forward(np.ones((4, 6), dtype=np.float32))
     assert model[0]._x2d.dtype == model[1]._x.dtype == np.float32
+
+
+class Saves(Module):
+    """Saves its input, a view of it and a float32-only array (1 + 2^-20 is no float16 value)."""
+
+    def forward(self, x):
+        self.x, self.rows, self.fine = x, x[::2], np.full_like(x, 1 + 2.0**-20)
+        return x
+
+
+@given(st.lists(st.floats(-6e4, 6e4, width=16), min_size=1, max_size=30))
+def test_the_attachment_round_trips_saved_arrays_bitwise(xs):
+    """Stored between forward and backward: float16 (the view a view of the same block), half the bytes;
+    loaded before backward: bitwise the arrays forward saved, the view again a view of the input."""
+    x = np.array(xs, dtype=np.float32)
+    layer, attachment = Saves(), HalfStoredActivations()
+    attachment.before_forward(0, layer, x)
+    layer.forward(x.copy())
+    saved = {name: getattr(layer, name).copy() for name in ("x", "rows", "fine")}
+    attachment.after_forward(0, layer, x)
+    assert layer.x.dtype == layer.rows.dtype == np.float16 and layer.rows.base is layer.x
+    assert layer.fine.dtype == np.float32
+    assert held_bytes(layer)["activations"] == 2 * x.size + 4 * x.size
+    attachment.before_backward(0, layer, x)
+    for name, value in saved.items():
+        assert getattr(layer, name).dtype == np.float32
+        assert np.array_equal(getattr(layer, name).view(np.uint32), value.view(np.uint32))
+    assert np.shares_memory(layer.rows, layer.x)
