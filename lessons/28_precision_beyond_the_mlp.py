@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 28 — Precision beyond the MLP, and what "storage is quadratic in depth" means
 #
-# **Goal.** Lesson 03 trains the digits MLP in mixed precision. Here we check three more claims of the
+# **Goal.** Lesson 03 trains the digits MLP in mixed precision. Here we check four more claims of the
 # "Hardware Accelerators for Training DNNs" slides:
 #
 # 1. "Reductions — Examples: Large sums of values: L1 norm, L2 norm, Softmax — FP32 Math: Avoids
@@ -12,6 +12,8 @@
 #    networks with Adam this way: FP16 compute, FP32 master weights, loss scaling. We do it on an LSTM.
 # 3. The slide "Storage is Quadratic Function of Depth", just before "Reverse Checkpointing — Recompute the
 #    Activations from sparse snapshots": what the memory ledger says grows with depth, and how fast.
+# 4. "Reduce Memory Consumption — Halve the size of activation and gradient tensors — Enables larger
+#    minibatches or larger input sizes": the largest batch that fits a fixed memory budget, by the ledger.
 
 # %%
 import matplotlib
@@ -20,12 +22,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minidist.nn import LSTM, Checkpoint, CrossEntropyLoss, Linear, Module, ReLU, Sequential
-from minidist.optim import Adam
+from minidist.nn import GELU, LSTM, Checkpoint, CrossEntropyLoss, Linear, Module, ReLU, Sequential
+from minidist.nn.conv import Conv2d, Flatten, MaxPool2d
+from minidist.nn.runner import Attachment
+from minidist.optim import SGD, Adam
 from minidist.precision import FP16, FP32
-from minidist.precision.fp8_training import clip_grad_norm_
+from minidist.precision.fp8_training import EnhancedLossScaler, clip_grad_norm_, fp8_trainer
 from minidist.precision.mixed import MixedPrecisionTrainer
-from minidist.sim.memory import held_bytes
+from minidist.sim.memory import MODEL_STATES, MemoryLedger, held_bytes, record
 from minidist.sim.plots import save_figure
 
 FP16_MAX = 65504.0
@@ -214,3 +218,102 @@ for ax in (ax_mem, ax_fwd):
     ax.legend()
 fig.tight_layout()
 save_figure(fig, "28_storage_against_depth.png")
+
+# %% [markdown]
+# ## 4. Half the bytes, (nearly) twice the batch: what fits a fixed budget
+#
+# The slides' "Reduce Memory Consumption: Halve the size of activation and gradient tensors; Enables
+# larger minibatches or larger input sizes". `fp8_trainer` rounds every activation at a layer boundary to
+# FP8, whose values are float16 values; with `half_storage=True` (`storage.HalfStoredActivations`) each
+# layer keeps what its forward saved for backward as np.float16 where that is exact, and loads it back to
+# float32 just before its backward — so training is bitwise the same and only the bytes change. The
+# ledger (`record`, minidist/sim/memory.py) measures the second step at its peak, "after forward": the
+# model's parameters (the working copy), gradients and the optimizer's state (SGD's momentum and the
+# master weights) — the *model states*, whose size does not depend on the batch — and the activations.
+#
+# Budget: 4 MiB. Activations are exactly linear in the batch B, held(B) = fixed + a·B, so two measured
+# points give `fixed` and `a`, and the largest batch is B_max = ⌊(budget − fixed) / a⌋; then the ledger
+# checks it: a step of B_max fits, one of B_max + 1 does not. Three models on 8×8 inputs (the digits'
+# size): a small convnet, and 64-256-256-10 MLPs with ReLU and with GELU.
+
+# %%
+BUDGET = 4 * 2**20
+
+
+class PeakAfterForward(Attachment):
+    """Records the trainer's held bytes in a MemoryLedger at after_loss, the step's activation peak."""
+
+    def __init__(self, trainer, ledger):
+        self.trainer, self.ledger = trainer, ledger
+
+    def after_loss(self, dy):
+        t = self.trainer
+        record(self.ledger, "after forward", t.model, t.optimizer, extra={"optimizer": t._masters})
+        return dy
+
+
+def convnet(init):
+    return Sequential(Conv2d(1, 8, 3, padding=1, rng=init), ReLU(), MaxPool2d(2),
+                      Conv2d(8, 16, 3, padding=1, rng=init), ReLU(), MaxPool2d(2), Flatten(),
+                      Linear(64, 10, rng=init))
+
+
+def mlp(activation):
+    return lambda init: Sequential(Linear(64, 256, rng=init), activation(), Linear(256, 256, rng=init),
+                                   activation(), Linear(256, 10, rng=init))
+
+
+MODELS = {"convnet": (convnet, (1, 8, 8)), "ReLU MLP": (mlp(ReLU), (64,)), "GELU MLP": (mlp(GELU), (64,))}
+
+
+def peak_after_forward(name: str, half: bool, batch: int) -> dict[str, int]:
+    """Two fp8_trainer steps of MODELS[name] on `batch` rows; the ledger's point of the second."""
+    build, shape = MODELS[name]
+    model = build(np.random.default_rng(0))
+    scaler = EnhancedLossScaler([(0, 2.0**8)], init_scale=2.0**8)     # low enough that no step is skipped
+    trainer = fp8_trainer(model, SGD(model.parameters(), lr=0.05, momentum=0.9), CrossEntropyLoss(),
+                          np.random.default_rng(1), scaler=scaler, accum_fmt=None, half_storage=half)
+    ledger = MemoryLedger()
+    trainer.runner.attachments.append(PeakAfterForward(trainer, ledger))
+    data = np.random.default_rng(2)
+    x, y = data.standard_normal((batch, *shape)).astype(np.float32), data.integers(0, 10, batch)
+    for _ in range(2):                                   # the momentum exists from the first update on
+        assert trainer.train_step(x, y)[1]
+    return ledger.timeline[-1][2]
+
+
+fits = {}
+for name in MODELS:
+    for half in (False, True):
+        one, two = peak_after_forward(name, half, 1), peak_after_forward(name, half, 2)
+        per_row = two["activations"] - one["activations"]                     # a: bytes per row
+        states = {c: one[c] for c in MODEL_STATES}
+        b_max = (BUDGET - sum(one.values()) + per_row) // per_row             # (budget − fixed) // a
+        at_max, above = (sum(peak_after_forward(name, half, b).values()) for b in (b_max, b_max + 1))
+        assert at_max <= BUDGET < above                   # the ledger itself: B_max fits, B_max + 1 does not
+        fits[name, half] = (b_max, per_row, states)
+        print(f"{name:8s} {'2-byte' if half else 'FP32  '} storage: {per_row:6,} B of activations per row, "
+              f"model states {sum(states.values()):9,} B: the largest batch in 4 MiB is {b_max:5,}")
+ratios = {}
+for name in MODELS:
+    (b32, a32, states32), (b16, a16, states16) = fits[name, False], fits[name, True]
+    ratios[name] = b16 / b32
+    print(f"{name}: activations ÷ {a32 / a16:.3f}, largest batch × {b16 / b32:.3f}")
+    assert states32 == states16                      # weights, gradients, optimizer state: not halved
+    assert abs(b16 / b32 - a32 / a16) < 0.01 * a32 / a16    # the batch grows as the activations shrink
+assert 1.85 < ratios["convnet"] < 2 and 1.6 < ratios["ReLU MLP"] < 1.75 and 1.45 < ratios["GELU MLP"] < 1.6
+
+# %% [markdown]
+# Close to 2× where nearly everything a layer saves is a rounded float: the convnet's im2col columns and
+# max-pool inputs. What halves is exactly what the recipe's rounding made float16-valued; what does not:
+#
+# - the **model states**: the weights, their gradients, the momentum and the masters are the same bytes
+#   in both runs (float32 here whatever values they hold; the FP8 paper's FP16 masters would be 2 bytes,
+#   but they are the update's storage, not the batch's). They come off the budget first, so the batch
+#   grows by the activations' ratio only on what is left — the MLPs' 1.36 MB of states out of 4.19 MB.
+# - **ReLU's mask**, a boolean per element: 1 byte already (a packed bit mask would be 1/8), so the ReLU
+#   MLP's activations shrink by 2,816 / 1,664 ≈ 1.69, not 2.
+# - **float32 results computed inside a layer**: GELU keeps Φ(x) besides x (1.52 here), LayerNorm its x̂ and
+#   1/σ, attention its probabilities. They are not float16 values; storing them in 2 bytes would be one
+#   more rounding, which this emulation does not do (tests/precision/test_precision_storage.py shows
+#   which arrays stay 4 bytes).

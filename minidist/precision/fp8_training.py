@@ -109,8 +109,8 @@ def fp8_trainer(model: Module, optimizer, loss_fn, rng: np.random.Generator, *, 
     """The recipe as a MixedPrecisionTrainer: W, A, E, G in ``fmt``, masters rounded stochastically to
     ``master_fmt`` after each update, ``scaler`` (default: an EnhancedLossScaler with floor 2^10); the
     Linear layers' GEMMs add their products in ``accum_fmt`` in chunks of ``chunk`` (None: sequentially),
-    or in float32 with accum_fmt=None; half_storage: the Linear layers keep their saved inputs in 2 bytes
-    (``storage.HalfStoredActivations``, exact)."""
+    or in float32 with accum_fmt=None; half_storage: every layer keeps what it saved for backward in 2 bytes
+    where its values are float16 values (``storage.HalfStoredActivations``: exact, training unchanged)."""
     if scaler is None:
         scaler = EnhancedLossScaler([(0, 2.0**10)])
     accumulation = None if accum_fmt is None else LowpAccumulation(accum_fmt, chunk, operand_fmt=fmt)
