@@ -1,13 +1,23 @@
 """The costs that make the planner hold at Megatron-LM's scale (issue 54): every row of Narayanan et al.
 2021's Table 1 within 15%; tensor parallelism with or without sequence parallelism (time and memory); the
-gradients' accumulation over micro-batches; the pipeline bubble idling the micro-batches' messages too."""
+gradients' accumulation over micro-batches; the pipeline bubble idling the micro-batches' messages too;
+ZeRO-3's bytes in minidist mode equal to a parallelize run's on the simulated cluster."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minidist.__main__ import main
+from minidist.cluster import run
+from minidist.nn import CrossEntropyLoss
+from minidist.optim import AdamW
+from minidist.parallel import Mesh, parallelize
 from minidist.plan import Layout, ModelSpec, hardware, predict_memory
+from minidist.plan.check import build_gpt
 from minidist.plan.megatron import predicted_tflops
+from minidist.plan.minidist_mode import unit_params
+from minidist.plan.minidist_zero import zero3_data_bytes
 from minidist.plan.predict import predict_time, step_compute, step_ops
 from minidist.plan.published import MEGATRON_TABLE1
 
@@ -72,3 +82,36 @@ def test_the_bubble_idles_the_micro_batches_compute_and_messages_but_not_the_opt
     assert time["bubble"] == pytest.approx(busy * b / (1 - b))
     if schedule == "1f1b":                               # Narayanan et al.: (p − 1)·(t_f + t_b) per step
         assert time["bubble"] == pytest.approx(busy * (pp - 1) / lay.micro_batches(MODEL))
+
+
+def zero3_step_bytes(comm, spec, data, tensor, micro_batches):
+    """Bytes this rank sends over its data group in the second step of parallelize(..., zero=3)."""
+    mesh = Mesh(comm, data=data, tensor=tensor)
+    trainer = parallelize(build_gpt(spec), mesh, loss_fn=CrossEntropyLoss(), optimizer=lambda ps: AdamW(ps),
+                          zero=3, micro_batches=micro_batches, overlap=False)
+    rng = np.random.default_rng(1)
+    x, y = (rng.integers(0, spec.vocab, size=(spec.batch, spec.seq)) for _ in range(2))
+    trainer.train_step(x, y)
+    before = mesh.group("data").stats.bytes_sent
+    trainer.train_step(x, y)
+    return mesh.group("data").rank, mesh.group("data").stats.bytes_sent - before
+
+
+@pytest.mark.parametrize("data, tensor, micro", [(2, 1, 1), (3, 1, 2), (4, 1, 3), (2, 2, 2)])
+def test_minidist_mode_zero3_bytes_equal_the_simulated_clusters(data, tensor, micro):
+    spec = ModelSpec(layers=2, d_model=16, heads=4, seq=8, batch=12, vocab=13)     # pieces of unequal size
+    for rank, sent in run(zero3_step_bytes, data * tensor, spec, data, tensor, micro):
+        assert sent == zero3_data_bytes(spec, data, rank, micro, tensor)
+    psi = sum(unit_params(spec))
+    assert sum(zero3_data_bytes(spec, data, r) for r in range(data)) == 3 * (data - 1) * psi * 8   # 3Ψ
+    with pytest.raises(ValueError, match="rank must be an integer in"):
+        zero3_data_bytes(spec, data, data)
+
+
+def test_minidist_mode_says_what_it_prices_of_zero3(capsys):
+    argv = ["--layers", "2", "--d-model", "16", "--heads", "4", "--seq", "8", "--batch", "8", "--vocab", "12"]
+    assert main(["plan", "--mode", "minidist", *argv, "--devices", "4"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    spec = ModelSpec(layers=2, d_model=16, heads=4, seq=8, batch=8, vocab=12)
+    assert "refuses ZeRO-2/3 with a pipeline axis" in last
+    assert f"sends {zero3_data_bytes(spec, 4, 0) / 1e3:.2f} kB a step" in last
