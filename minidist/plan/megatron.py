@@ -10,8 +10,8 @@ bias+dropout+add, fused LayerNorm and scale-mask-softmax: ``fused=True``) around
 schedule and micro-batch 1 (the table gives neither; Table 2's PTD-P runs use micro-batch 1), data
 parallel over the rest, ZeRO 0. Every cost is the planner's own (predict.py), none fitted to the rows.
 
-What it gives (planner / published TFLOP/s per GPU), 1.7B ... 1T: 0.97 0.95 0.95 0.99 1.07 1.11 1.06 1.06
-1.05 1.06, all within 15% (before issue 54's last session: 0.95 0.97 1.00 1.08 1.17 1.21 1.15 1.15 1.12
+What it gives (planner / published TFLOP/s per GPU), 1.7B ... 1T: 0.97 0.95 0.95 0.99 1.07 1.10 1.05 1.06
+1.04 1.05, all within 15% (before the costs below: 0.95 0.97 1.00 1.08 1.17 1.21 1.15 1.15 1.12
 1.13). The costs that closed the gap: the replicated regions without sequence parallelism (the t = 8 rows
 lost ~8%), each micro-batch's gradients accumulated into the held ones (~2.5% on every row), the bubble
 idling the micro-batches' tensor-parallel messages too. With eager elementwise kernels instead (PyTorch

@@ -162,7 +162,7 @@ def step_ops(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, 
 def step_compute(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, float]:
     """Seconds of one rank's compute in a step: its L/pp blocks, recomputation, the head or the embeddings
     (the larger: the first or the last stage sets the pace; both on one stage without a pipeline) for M
-    micro-batches, then the optimizer."""
+    micro-batches, their gradients' accumulation, then the optimizer (the casts and AdamW)."""
     ops, lay = step_ops(model, layout, hardware), layout
     M, blocks = lay.micro_batches(model), model.layers / lay.pp
     again = [op for op in ops["layer"] if op.name.endswith("fwd")]
@@ -172,6 +172,7 @@ def step_compute(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     out = {"layers": M * blocks * seconds(ops["layer"]),
            "recompute": M * blocks * seconds(again) if lay.recompute != "none" else 0.0,
            "head and embeddings": M * (sum(ends) if lay.pp == 1 else max(ends)),
-           "optimizer": seconds(ops["optimizer"])}
+           "gradient accumulation": seconds(ops["optimizer"][:1]),    # per micro-batch: in the bubble
+           "optimizer": seconds(ops["optimizer"][1:])}
     out["total"] = sum(out.values())
     return out
