@@ -15,7 +15,7 @@ What it gives (planner / published TFLOP/s per GPU), 1.7B ... 1T: 0.97 0.95 0.95
 1.13). The costs that closed the gap: the replicated regions without sequence parallelism (the t = 8 rows
 lost ~8%), each micro-batch's gradients accumulated into the held ones (~2.5% on every row), the bubble
 idling the micro-batches' tensor-parallel messages too. With eager elementwise kernels instead (PyTorch
-without the paper's fusions) the rows read 0.90-1.05: within 15% as well. The interleaved schedule would
+without the paper's fusions) the rows read 0.89-1.03: within 15% as well. The interleaved schedule would
 raise the pipelined rows by 2-4%.
 
     python -m minidist.plan.megatron      prints all ten rows: predicted and published TFLOP/s per GPU
