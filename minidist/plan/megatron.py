@@ -15,8 +15,8 @@ What it gives (planner / published TFLOP/s per GPU), 1.7B ... 1T: 0.97 0.95 0.95
 1.13). The costs that closed the gap: the replicated regions without sequence parallelism (the t = 8 rows
 lost ~8%), each micro-batch's gradients accumulated into the held ones (~2.5% on every row), the bubble
 idling the micro-batches' tensor-parallel messages too. With eager elementwise kernels instead (PyTorch
-without the paper's fusions) the rows read 0.89-1.03: within 15% as well. The interleaved schedule would
-raise the pipelined rows by 2-4%.
+without the paper's fusions) the rows read 0.89-1.03: within 15% as well. The interleaved schedule (v = 2)
+raises the pipelined rows where it divides by 1-6% (39.1B 1.08, 145.6B 1.09, 310.1B 1.11, 1T 1.11).
 
     python -m minidist.plan.megatron      prints all ten rows: predicted and published TFLOP/s per GPU
 """
