@@ -1,5 +1,10 @@
 """The layouts the planner considers: data (with ZeRO) × expert × pipeline × tensor (+ sequence) × context.
 
+Tensor parallelism comes with sequence parallelism by default (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models": the LayerNorms, dropouts and residual adds split over the
+sequence); ``sequence_parallel=False`` is tensor parallelism as Megatron-LM ran it before that paper (and
+as minidist's parallelize runs it by default): those regions replicated on every tensor rank.
+
 A layout splits the devices D = dp · ep · pp · tp · cp. Placed on the cluster innermost first (Megatron's
 order): tensor, then context, expert, data, pipeline — so the chattiest group (tensor: four collectives per
 layer) is the one most likely to stay inside a node. The batch is split over dp · ep (the expert axis is
@@ -31,7 +36,9 @@ PLACEMENT = ("tp", "cp", "ep", "dp", "pp")        # innermost first
 @dataclass(frozen=True)
 class Layout:
     """Group sizes dp, ep, pp, tp, cp; ZeRO stage (0–3) over the data group; recomputation; the pipeline
-    schedule (with v chunks per rank when interleaved); sequences per micro-batch."""
+    schedule (with v chunks per rank when interleaved); sequences per micro-batch; sequence_parallel: the
+    tensor ranks split the LayerNorm, dropout and residual regions (else each holds and computes them
+    whole)."""
 
     dp: int = 1
     ep: int = 1
@@ -43,6 +50,7 @@ class Layout:
     schedule: str = "1f1b"
     chunks: int = 2
     micro_batch: int = 1
+    sequence_parallel: bool = True
 
     @property
     def devices(self) -> int:
@@ -71,7 +79,7 @@ class Layout:
 
     def name(self) -> str:
         sizes = " ".join(f"{a}{getattr(self, a)}" for a in AXES if getattr(self, a) > 1) or "single"
-        return sizes
+        return sizes + (" no-sp" if self.tp > 1 and not self.sequence_parallel else "")
 
 
 def check_layout(model: ModelSpec, layout: Layout) -> str | None:

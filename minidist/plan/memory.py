@@ -82,14 +82,16 @@ def predict_memory(model: ModelSpec, layout: Layout, precision: str = "mixed", a
     M, P = layout.micro_batches(model), layout.pp
     gathered = 2 * 2 * (model.dense_block_params() + model.expert_params()) / layout.tp
     out["weight copies"] = gathered if layout.zero >= 3 else per_copy * (dense + experts)
-    per_layer = model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, layout.recompute, attention)
+    per_layer = model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, layout.recompute, attention,
+                                       layout.sequence_parallel)
     per_layer *= act_item / 2
     held = 1.0 if P == 1 else (P if layout.schedule == "chimera" else min(M, P))
     if layout.schedule == "interleaved" and P > 1:
         held *= 1 + (P - 1) / (P * layout.chunks)
     again = 0.0
     if layout.recompute == "full":   # one layer's activations exist again while it is recomputed
-        again = model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, "none", attention)
+        again = model.activation_bytes(layout.micro_batch, layout.tp, layout.cp, "none", attention,
+                                       layout.sequence_parallel)
         again *= act_item / 2
     logits = (loss_bytes_per_logit(precision) * layout.micro_batch * model.seq / layout.cp
               * model.vocab / layout.tp)

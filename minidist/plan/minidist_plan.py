@@ -10,6 +10,8 @@ layers keep, each unit's FLOPs at the simulated device's rate, the task table wa
 every collective's rounds — and check.py finds it equal to runs of all 171 layouts of a tiny GPT on ≤ 8
 ranks, and of every layout with an expert axis of a tiny Switch model (``--experts E --top-k E``: every
 token to every expert, so the routing is known without running); ``--zero1`` shards AdamW over D.
+ZeRO-2/3 are not in the table: a closing line gives ZeRO-3's bytes a step over all the ranks
+(minidist_zero.py, equal to a run's), and says parallelize refuses ZeRO-2/3 with a pipeline axis.
 A layout's row: the largest per-rank figure over its ranks (the slowest rank sets the step).
 
 What it answers: a model it can build (float64 parameters and gradients, 16·Ψ bytes, once to predict,
@@ -30,6 +32,7 @@ from minidist.cluster.launcher import MAX_RANKS
 from minidist.nn import Sequential
 
 from .check import GridLayout, build_model, measure, predict, runnable_layouts
+from .minidist_zero import zero3_data_bytes
 from .model import ModelSpec
 from .units import format_bytes
 
@@ -133,4 +136,11 @@ def format_minidist_plan(spec: ModelSpec, plans: list[GridPlan], device: Device,
         lines.append("no layout of this model runs on this many ranks (see minidist/plan/check.py)")
     lines.append(f"\n{len(fits)} layouts fit, {len(plans) - len(fits)} do not")
     lines += [f"  {p.layout.name():<34} {p.excluded}" for p in plans if p.excluded][:3]
+    devices = plans[0].layout.world if plans else 1
+    if devices > 1 and not spec.moe:
+        sent = zero3_data_bytes(spec, devices, 0) / 1e3
+        lines.append("ZeRO-2/3: not in this table (this mode prices ZeRO-3's bytes only; parallelize "
+                     f"refuses ZeRO-2/3 with a pipeline axis); ZeRO-3 over all {devices} ranks sends "
+                     f"{sent:.2f} kB a step from rank 0 (minidist_zero.py: 3Ψ, gathers again for each "
+                     "further micro-batch)")
     return "\n".join(lines)

@@ -14,7 +14,8 @@ T sequence, E experts (0: dense) with top-k routing.
                    (the scores, softmax and its dropout mask kept); FlashAttention ("flash", the default)
                    keeps only its output (among the 34) and the FP32 log-sum-exp, 4·a·s·b/t, never the s²
                    scores; selective recomputation drops the 5·a·s/d term (the same as flash), full
-                   recomputation keeps only the layer's input, 2·s·b·d/t
+                   recomputation keeps only the layer's input, 2·s·b·d/t; without sequence parallelism
+                   s·b·d·(10 + 24/t + 5·a·s/(d·t)) and 2·s·b·d (the same paper, Table 2)
 """
 
 from __future__ import annotations
@@ -97,19 +98,24 @@ class ModelSpec:
         return 6 * active + 12 * self.layers * self.seq * self.d_model
 
     def activation_bytes(self, micro_batch: int, tensor: int, context: int, recompute: str,
-                         attention: str = "flash") -> float:
+                         attention: str = "flash", sequence_parallel: bool = True) -> float:
         """Korthikanti's bytes per layer per micro-batch at 16 bits (tensor + sequence parallel over t,
         the sequence split over c), the s² term only for eager attention (flash: its log-sum-exp); an MoE
-        layer's MLP part (19·s·b·d of the 34) counts k times."""
+        layer's MLP part (19·s·b·d of the 34) counts k times. Without sequence parallelism the whole-width
+        part (the LayerNorms' inputs 4, the qkv and fc1 inputs 2 + 2, the two dropout masks 1 + 1: 10 of
+        the 34) is held whole on every tensor rank (Korthikanti's 10 + 24/t), and so is a recomputed
+        layer's input."""
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         s, b, d, a, t = self.seq / context, micro_batch, self.d_model, self.heads, tensor
         if recompute == "full":
-            return 2 * s * b * d / t
-        per_token = 15 + 19 * (self.top_k if self.moe else 1)
+            return 2 * s * b * d / (t if sequence_parallel else 1)
+        k = self.top_k if self.moe else 1
+        per_token, whole = 15 + 19 * k, (0 if sequence_parallel else 7 + 3 * k)
+        split = s * b * d * whole + s * b * d * (per_token - whole) / t
         if attention == "flash":
-            return (s * b * d * per_token + 4 * a * s * b) / t
+            return split + 4 * a * s * b / t
         scores = 0.0 if recompute == "selective" else 5 * a * s / d
-        return s * b * d * (per_token + scores) / t
+        return split + s * b * d * scores / t

@@ -7,7 +7,9 @@ weights, per micro-batch under autocast); full recomputation runs each block's f
 again, selective its attention's forward; ``fused`` (torch.compile, default) or eager elementwise kernels.
 Without a GPU (a Hardware built by hand, or FP32) compute = FLOPs per step / (devices · peak)
 (minidist.hardware.roofline's Machine; ×8/6 on the 6N part with full recomputation, + a third of the attention
-term with selective). Either is stretched by the schedule's bubble b: compute / (1 − b).
+term with selective). The schedule's bubble b idles b/(1 − b) of the micro-batches' work: the compute but
+the optimizer (it runs once, after the flush) and the per-micro-batch messages below, since a pipeline
+slot is a micro-batch's compute and its messages (Narayanan et al. 2021: (p − 1)·(t_f + t_b)).
 Communication by the α-β model on the link each group crosses (inside a node or between nodes,
 placement tensor innermost): per layer and micro-batch tensor 4 ring all-reduces of the activations,
 context 3(c − 1) K/V messages, expert 4 all-to-alls; per micro-batch 2 pipeline messages; per step the
@@ -81,8 +83,10 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     item = PRECISIONS[hardware.precision][3]
     tokens = model.batch * model.seq
     attention = 12 * model.layers * model.seq * model.d_model
+    once = 0.0                                   # the optimizer's seconds: outside the bubble
     if hardware.gpu is not None and hardware.precision == "mixed":
-        out = {"compute": step_compute(model, lay, hardware)["total"]}
+        parts = step_compute(model, lay, hardware)
+        out, once = {"compute": parts["total"]}, parts["optimizer"]
     else:
         flops = model.flops_per_token()
         if lay.recompute == "full":
@@ -90,8 +94,7 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
         elif lay.recompute == "selective":
             flops += attention / 3
         out = {"compute": flops * tokens / (lay.devices * hardware.machine.peak)}
-    bubble = lay.bubble(model)
-    out["bubble"] = out["compute"] * bubble / (1 - bubble)
+    out["bubble"] = 0.0                          # set below, once the per-micro-batch messages are known
     M, per_stage = lay.micro_batches(model), model.layers / lay.pp
     act = lay.micro_batch * model.seq / lay.cp * model.d_model * item        # one micro-batch's activations
     link = {axis: link_of(lay, axis, topo) for axis in ("tp", "cp", "ep", "dp", "pp")}
@@ -104,6 +107,9 @@ def predict_time(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
                  if model.moe else 0.0)
     out["pp"] = 2 * M * (link["pp"].alpha + act / lay.tp * link["pp"].beta) if lay.pp > 1 else 0.0
     out["dp"] = data_seconds(model, lay, hardware, link["dp"], out["compute"])
+    bubble = lay.bubble(model)
+    busy = out["compute"] - once + out["tp"] + out["cp"] + out["ep"] + out["pp"]
+    out["bubble"] = busy * bubble / (1 - bubble)
     out["total"] = sum(out.values())
     return out
 
@@ -141,11 +147,12 @@ def data_seconds(model: ModelSpec, layout: Layout, hardware: Hardware, link: Lin
 
 def step_ops(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, tuple[Op, ...]]:
     """One rank's ops: "layer" (one block, one micro-batch, forward and backward), "head" and "embeddings"
-    (one micro-batch), "optimizer" (the step)."""
+    (one micro-batch), "optimizer" (the step: the gradients' accumulation, the casts, AdamW)."""
     lay, gpu, fused = layout, hardware.gpu, hardware.fused
     dense, experts = params_per_rank(model, lay)
     sharded = dense / (lay.dp * lay.ep) + experts / lay.dp if lay.zero >= 1 else dense + experts
-    return {"layer": layer_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused, hardware.attention),
+    return {"layer": layer_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused, hardware.attention,
+                               lay.sequence_parallel),
             "head": head_ops(model, gpu, lay.micro_batch, lay.tp, lay.cp, fused),
             "embeddings": embedding_ops(model, gpu, lay.micro_batch, lay.cp, fused),
             "optimizer": optimizer_ops(gpu, dense + experts, sharded, lay.micro_batches(model),
@@ -155,7 +162,7 @@ def step_ops(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, 
 def step_compute(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[str, float]:
     """Seconds of one rank's compute in a step: its L/pp blocks, recomputation, the head or the embeddings
     (the larger: the first or the last stage sets the pace; both on one stage without a pipeline) for M
-    micro-batches, then the optimizer."""
+    micro-batches, their gradients' accumulation, then the optimizer (the casts and AdamW)."""
     ops, lay = step_ops(model, layout, hardware), layout
     M, blocks = lay.micro_batches(model), model.layers / lay.pp
     again = [op for op in ops["layer"] if op.name.endswith("fwd")]
@@ -165,6 +172,7 @@ def step_compute(model: ModelSpec, layout: Layout, hardware: Hardware) -> dict[s
     out = {"layers": M * blocks * seconds(ops["layer"]),
            "recompute": M * blocks * seconds(again) if lay.recompute != "none" else 0.0,
            "head and embeddings": M * (sum(ends) if lay.pp == 1 else max(ends)),
-           "optimizer": seconds(ops["optimizer"])}
+           "gradient accumulation": seconds(ops["optimizer"][:1]),    # per micro-batch: in the bubble
+           "optimizer": seconds(ops["optimizer"][1:])}
     out["total"] = sum(out.values())
     return out

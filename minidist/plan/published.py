@@ -25,7 +25,9 @@ Each entry names its source by title and keeps only what the source states; what
     Megatron-LM Table 1 (MEGATRON_TABLE1): ten GPT runs on Selene (DGX A100 80GB), V = 51200, s = 2048,
                  TFLOP/s per GPU counted with full recomputation (96·B·s·l·h²(...), throughput.py). The rows
                  1.7B, 18.4B and 145.6B as minidist issue 54 quotes the paper; the other seven transcribed
-                 from arXiv 2104.04473's Table 1 (no text copy was found in this workspace to re-check them)
+                 from arXiv 2104.04473's Table 1 and re-checked against two public text transcriptions of that
+                 table (reading notes on GitHub, not the paper's own text): GPUs, t, p, batch and TFLOP/s per
+                 GPU agree in all ten rows, as do their percentages of peak and aggregate petaFLOP/s
 
 Left out: the Ultra-Scale Playbook's memory-calculator results (not found in a text source).
 """
@@ -106,7 +108,7 @@ RUNS = {
 MEGATRON_MFU = {"22B": 0.415, "175B": 0.514, "530B": 0.560, "1T": 0.563}
 
 # Narayanan et al. 2021, Table 1: (billions of parameters, heads, hidden h, layers l, tensor t, pipeline p,
-# GPUs, batch B, TFLOP/s per GPU); ISSUE54_ROWS are the three the issue quotes
+# GPUs, batch B, TFLOP/s per GPU)
 MEGATRON_TABLE1 = ((1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
                    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
                    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
@@ -114,4 +116,3 @@ MEGATRON_TABLE1 = ((1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 
                    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
                    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
                    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163))
-ISSUE54_ROWS = (1.7, 18.4, 145.6)

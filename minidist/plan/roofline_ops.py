@@ -30,12 +30,15 @@ bytes / achieved bandwidth (Williams et al., "Roofline", 2008), so each op says 
              casts them to FP32, log-softmax, a dense FP32 gradient, its backward, the cast back (36 bytes)
     embeddings  gathers of token and position rows (FP32), backward a scatter-add into a zeroed V × d
              FP32 gradient
-    optimizer   fused AdamW over FP32 weights: reads weight, gradient, m, v, writes weight, m, v (28 bytes
+    optimizer   the gradients' accumulation over M micro-batches (each after the first adds into the held
+             gradients: read both, write one; PyTorch's .grad and Megatron-LM's main_grad do the same),
+             fused AdamW over FP32 weights: reads weight, gradient, m, v, writes weight, m, v (28 bytes
              a parameter, per step). The casts as the modelled run does them: 16-bit weights beside FP32
              masters (Megatron, weights "bf16") cast once per step after the update (read 4, write 2: 6
              bytes a parameter of the rank's shard); PyTorch autocast over FP32 parameters (weights
              "autocast") casts each weight to BF16 at every micro-batch's forward and its gradient back
              to FP32 (12 bytes a parameter, per micro-batch): its parameters are FP32, so it must
+             cast them again for every micro-batch
 """
 
 from __future__ import annotations
@@ -118,21 +121,28 @@ def attention(gpu: GPU, batch: int, seq: int, heads: int, head_dim: int, queries
     return ops
 
 
-# Elementwise bytes per token, as (name, bytes forward, bytes backward) in terms of d and f (module doc).
-def elementwise(d: int, f: int, fused: bool) -> list[tuple[str, float, float]]:
+# Elementwise bytes per token, as (name, bytes forward, bytes backward, over the whole width d) in terms of
+# d and f (module doc); the whole-width ones (LayerNorms, residual adds, the row-parallel outputs' bias
+# gradients) are what sequence parallelism splits over the tensor ranks, the rest is split by heads or f.
+def elementwise(d: int, f: int, fused: bool) -> list[tuple[str, float, float, bool]]:
     if fused:
-        return [("add+layernorm x2", 2 * 12 * d, 2 * 22 * d), ("bias+gelu", 4 * f, 6 * f),
-                ("qkv grad concat", 0, 12 * d), ("bias grads", 0, 10 * d)]
-    return [("layernorm x2", 2 * 8 * d, 2 * 20 * d), ("cast to bf16 x2", 2 * 6 * d, 2 * 6 * d),
-            ("attention transpose", 4 * d, 4 * d), ("residual add x2", 2 * 10 * d, 2 * (6 + 12) * d),
-            ("gelu", 4 * f, 6 * f), ("qkv grad concat", 0, 12 * d), ("bias grads", 0, 10 * d + 2 * f)]
+        return [("add+layernorm x2", 2 * 12 * d, 2 * 22 * d, True), ("bias+gelu", 4 * f, 6 * f, False),
+                ("qkv grad concat", 0, 12 * d, False), ("bias grads", 0, 6 * d, False),
+                ("bias grads (proj, fc2)", 0, 4 * d, True)]
+    return [("layernorm x2", 2 * 8 * d, 2 * 20 * d, True), ("cast to bf16 x2", 2 * 6 * d, 2 * 6 * d, True),
+            ("attention transpose", 4 * d, 4 * d, False),
+            ("residual add x2", 2 * 10 * d, 2 * (6 + 12) * d, True),
+            ("gelu", 4 * f, 6 * f, False), ("qkv grad concat", 0, 12 * d, False),
+            ("bias grads", 0, 6 * d + 2 * f, False), ("bias grads (proj, fc2)", 0, 4 * d, True)]
 
 
 @lru_cache(maxsize=4096)   # the planner asks again for every layout of the same shapes
 def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int = 1,
-              fused: bool = True, attention_kernel: str = "flash") -> tuple[Op, ...]:
+              fused: bool = True, attention_kernel: str = "flash", sequence_parallel: bool = True
+              ) -> tuple[Op, ...]:
     """One transformer block, forward and backward, on one rank: micro_batch sequences, its tp share of
-    heads and widths (and of the elementwise tokens: sequence parallelism), its cp share of the tokens."""
+    heads and widths (and of the whole-width elementwise tokens with sequence parallelism; without it every
+    tensor rank runs those on all its tokens), its cp share of the tokens."""
     d, f, s = model.d_model, model.ff, model.seq // cp
     tokens = micro_batch * s
     routed = tokens * (model.top_k if model.moe else 1)        # rows through the MLPs (k experts a token)
@@ -142,10 +152,11 @@ def layer_ops(model: ModelSpec, gpu: GPU, micro_batch: int, tp: int = 1, cp: int
         ops += [matmul(gpu, f"{name} fwd", rows, n, k), matmul(gpu, f"{name} dX", rows, k, n),
                 matmul(gpu, f"{name} dW", k, n, rows)]
     ops += attention(gpu, micro_batch, model.seq, model.heads // tp, d // model.heads, s, attention_kernel)
-    for name, forward, backward in elementwise(d, f * (model.top_k if model.moe else 1), fused):
+    for name, forward, backward, whole in elementwise(d, f * (model.top_k if model.moe else 1), fused):
+        share = 1 if whole and not sequence_parallel else tp
         if forward:
-            ops.append(by_bytes(gpu, f"{name} fwd", forward * tokens / tp))
-        ops.append(by_bytes(gpu, f"{name} bwd", backward * tokens / tp))
+            ops.append(by_bytes(gpu, f"{name} fwd", forward * tokens / share))
+        ops.append(by_bytes(gpu, f"{name} bwd", backward * tokens / share))
     return tuple(ops)
 
 
@@ -173,10 +184,15 @@ def embedding_ops(model: ModelSpec, gpu: GPU, micro_batch: int, cp: int = 1,
 
 def optimizer_ops(gpu: GPU, params: float, sharded_params: float, micro_batches: int,
                   weights: str = "bf16") -> tuple[Op, ...]:
-    """Fused AdamW over ``sharded_params`` (28 bytes each); the casts: of the shard once per step (weights
-    "bf16", 6 bytes each) or of all ``params`` per micro-batch (weights "autocast", 12 bytes each)."""
+    """The gradients' accumulation: each micro-batch after the first adds its weight gradients of all
+    ``params`` into those held (read both, write one: 6 bytes each at 16 bits with weights "bf16", 12 in
+    FP32 under autocast); fused AdamW over ``sharded_params`` (28 bytes each); the casts: of the shard once
+    per step (weights "bf16", 6 bytes each) or of all ``params`` per micro-batch (weights "autocast", 12
+    bytes each)."""
     casts = 6 * sharded_params if weights == "bf16" else 12 * params * micro_batches
-    return (by_bytes(gpu, "weight casts", casts),
+    width, adds = (2 if weights == "bf16" else 4), params * (micro_batches - 1)
+    return (by_bytes(gpu, "gradient accumulation", 3 * width * adds, adds, kernels=int(micro_batches > 1)),
+            by_bytes(gpu, "weight casts", casts),
             by_bytes(gpu, "adamw (fused)", 28 * sharded_params, 18 * sharded_params))
 
 

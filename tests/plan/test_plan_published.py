@@ -1,6 +1,6 @@
 """Published training runs (minidist/plan/published.py): the numbers transcribed agree with one another, what
 is derived follows its formula, what a source does not state cannot be derived, and the planner's answers
-relate to them as lesson 19 claims (on 64 A100s somewhat above the published throughput, by less than 1.6×;
+relate to them as lesson 19 claims (on 64 A100s somewhat above the published throughput, by less than 1.55×;
 NeMo's layouts fit 80 GB only with a sharded optimizer, without FlashAttention also selective recompute)."""
 
 from dataclasses import replace
@@ -46,8 +46,8 @@ def test_plan_predicts_somewhat_more_throughput_than_published_on_64_gpus(label,
     best = next(p for p in plan(model, hardware("a100", 64, 8), zero=(0, 1),
                                 recompute=("none", "selective", "full")) if p.excluded is None)
     tokens = model.batch * model.seq / (64 * best.time["total"])
-    # no stragglers here; 7B: 1.54x, since with FlashAttention's memory dp64 ZeRO-1 fits unrecomputed
-    assert 1 < tokens / RUNS[f"llama2-{label}"].derived_tokens_per_gpu_second() < 1.6
+    # no stragglers here; 7B: 1.50x (dp64 ZeRO-1 fits unrecomputed with FlashAttention's memory), 70B 1.35x
+    assert 1 < tokens / RUNS[f"llama2-{label}"].derived_tokens_per_gpu_second() < 1.55
 
 
 @pytest.mark.parametrize("name, model", [("nemo-llama2-7b", LLAMA7), ("nemo-llama2-70b", LLAMA70)])
