@@ -12,10 +12,10 @@ best of ``repeats`` timings of ``steps`` steps each is reported (the least distu
 
 The models are written as a user writes them. minidist runs each step two ways: "backward", the
 hand-written loop (model.backward returns dx, also the batch's), and "runner", minidist.nn.runner's
-StepRunner, which knows the batch needs no gradient and skips the first Linear's dx product (5 large
-products per step instead of 6, as torch, which skips the gradient of an input without requires_grad).
-Conv2d has no such switch (its dx is computed and dropped), so for the CNN the "torch+dx" column, torch
-computing the input's gradient too, is the like-for-like comparison.
+StepRunner, which knows the batch needs no gradient and skips the first layer's dx (the first Linear's
+product, the first Conv2d's product and col2im: as torch, which skips the gradient of an input without
+requires_grad). The "torch+dx" column, torch computing the input's gradient too, is the like-for-like
+comparison for "backward".
 """
 
 from __future__ import annotations

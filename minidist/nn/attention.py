@@ -82,7 +82,8 @@ class CausalSelfAttention(Module):
         q, k, v = (split_heads(a, self.n_heads) for a in (q, k, v))        # (B, h, T, d_k) each
         scores = q @ k.transpose(0, 1, 3, 2) * (1.0 / math.sqrt(self.d_head))  # (B, h, T, T)
         if self.causal:
-            scores[..., causal_mask(x.shape[1])] = -np.inf
+            # scores[..., mask] = −∞ as a broadcast copy (boolean indexing gathers indices: 10× slower)
+            np.copyto(scores, -np.inf, where=causal_mask(x.shape[1]))
         self._probs = softmax(scores, axis=-1)
         self._q, self._k, self._v = q, k, v
         self._dropped = self.attn_drop.forward(self._probs)  # P̃ (P itself when dropout is off)

@@ -36,7 +36,7 @@ def backward_through(layers: list, dy: np.ndarray, attachments: list = (), input
 def backward_without_dx(layer, dy: np.ndarray) -> None:
     """Backward of a layer whose input needs no gradient: only its parameters' gradients.
 
-    Layers with an ``input_grad`` switch (Linear, the tensor-parallel linears) skip the dx product;
+    Layers with an ``input_grad`` switch (Linear, Conv2d, the tensor-parallel linears) skip the dx product;
     any other layer computes dx and it is dropped.
     """
     if not hasattr(layer, "input_grad"):

@@ -73,10 +73,13 @@ class Conv2d(Module):
     """2-D cross-correlation (torch.nn.Conv2d), weight initialised U(−1/√fan_in, 1/√fan_in) as PyTorch.
 
     kernel_size, stride and padding are ints or (height, width) pairs; padding adds zeros.
+    ``input_grad=False`` skips dx (its product and col2im; backward returns None), as Linear's: the step
+    runner sets it on a network's first layer, whose input is the batch.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 bias: bool = True, *, rng: np.random.Generator | None = None, dtype=np.float32):
+                 bias: bool = True, *, rng: np.random.Generator | None = None, dtype=np.float32,
+                 input_grad: bool = True):
         if int(in_channels) < 1 or int(out_channels) < 1:
             raise ValueError(
                 f"Conv2d needs in_channels, out_channels >= 1, got {in_channels}, {out_channels}"
@@ -90,6 +93,7 @@ class Conv2d(Module):
         bound = 1.0 / np.sqrt(in_channels * kh * kw)
         self.weight = Parameter(rng.uniform(-bound, bound, (out_channels, in_channels, kh, kw)).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, out_channels).astype(dtype)) if bias else None
+        self.input_grad = bool(input_grad)
         self._cols: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -107,9 +111,9 @@ class Conv2d(Module):
             y += self.bias.data[:, None]
         return y.reshape(n, self.out_channels, ho, wo)
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
-        """dy: upstream gradient, shape (N, O, Ho, Wo); returns dx, shape (N, C, H, W); adds dW
-        (O, C, kh, kw) into weight.grad and db (O,) into bias.grad."""
+    def backward(self, dy: np.ndarray) -> np.ndarray | None:
+        """dy: upstream gradient, shape (N, O, Ho, Wo); returns dx, shape (N, C, H, W) (None with
+        input_grad=False); adds dW (O, C, kh, kw) into weight.grad and db (O,) into bias.grad."""
         self.check_upstream(dy)
         # BEGIN SOLUTION conv2d_backward
         n, c, h, w = self._input_shape
@@ -120,6 +124,8 @@ class Conv2d(Module):
         self.weight.grad += (dy_n @ self._cols.transpose(0, 2, 1)).sum(axis=0).reshape(self.weight.shape)
         if self.bias is not None:
             self.bias.grad += dy_n.sum(axis=(0, 2))
+        if not self.input_grad:
+            return None
         dx_cols = (w_mat.T @ dy_n).reshape(n, c, kh, kw, ho, wo)                  # Wᵀ·dY_n
         # col2im: offset (di, dj) of window (i, j) was read from xp[:, :, i·sh + di, j·sw + dj]
         dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=dx_cols.dtype)
@@ -218,10 +224,16 @@ class MaxPool2d(_Pool2d):
         self.check_upstream(dy)
         dxp = np.zeros(self._xp.shape, dtype=dy.dtype)
         routed = np.zeros(dy.shape, dtype=bool)  # windows whose maximum has been found
+        hit = np.empty(dy.shape, dtype=bool)
+        disjoint = all(s >= k for s, k in zip(self.stride, self.kernel_size))  # no pixel in two windows
         for index in self._offsets():
-            hit = (self._xp[index] == self._y) & ~routed  # the first offset holding the maximum wins
+            np.equal(self._xp[index], self._y, out=hit)
+            np.greater(hit, routed, out=hit)      # hit and not routed: the first offset holding the max wins
             routed |= hit
-            dxp[index] += dy * hit
+            if disjoint:                          # each pixel receives once: write, do not add
+                np.multiply(dy, hit, out=dxp[index])
+            else:
+                dxp[index] += dy * hit
         return self._unpad(dxp)
 
 

@@ -35,9 +35,12 @@ _NORM_FLOPS_PER_ELEMENT = 8
 
 def _normalize_backward(g: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, axes) -> np.ndarray:
     """dx of x̂ = (x − μ)·inv_std with μ, σ² taken over ``axes``, given g = dL/dx̂ (see module docstring)."""
-    return inv_std * (
-        g - g.mean(axis=axes, keepdims=True) - x_hat * (g * x_hat).mean(axis=axes, keepdims=True)
-    )
+    gx = g * x_hat
+    gx_mean = gx.mean(axis=axes, keepdims=True)
+    dx = g - g.mean(axis=axes, keepdims=True)
+    dx -= np.multiply(x_hat, gx_mean, out=gx)     # the same operations in the same order, two temporaries
+    dx *= inv_std
+    return dx
 
 
 class _BatchNorm(Module):
@@ -164,10 +167,16 @@ class LayerNorm(Module):
             )
         self._axes = tuple(range(x.ndim - k, x.ndim))
         self.remember_output_shape(x.shape)
-        mean, var = x.mean(axis=self._axes, keepdims=True), x.var(axis=self._axes, keepdims=True)
+        centred = x - x.mean(axis=self._axes, keepdims=True)
+        var = np.square(centred).mean(axis=self._axes, keepdims=True)  # x.var's arithmetic, x − μ once
         self._inv_std = 1.0 / np.sqrt(var + self.eps)
-        self._x_hat = (x - mean) * self._inv_std
-        return self._x_hat if self.weight is None else self._x_hat * self.weight.data + self.bias.data
+        self._x_hat = centred
+        self._x_hat *= self._inv_std
+        if self.weight is None:
+            return self._x_hat
+        y = self._x_hat * self.weight.data
+        y += self.bias.data
+        return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dy: upstream gradient, shape of x; returns dx, shape of x; adds dγ and dβ (normalized_shape)

@@ -106,14 +106,20 @@ class Adam(Optimizer):
         m *= beta1
         m += (1 - beta1) * g  # m_t = β1 m + (1 − β1) g
         v *= beta2
-        v += (1 - beta2) * (g * g)  # v_t = β2 v + (1 − β2) g²
+        g2 = g * g
+        g2 *= 1 - beta2
+        v += g2  # v_t = β2 v + (1 − β2) g²
         if self.amsgrad:
             np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
             v = state["max_exp_avg_sq"]
         bias_correction1 = 1 - beta1**t
         bias_correction2 = 1 - beta2**t
-        denom = np.sqrt(v) / math.sqrt(bias_correction2) + self.eps  # sqrt(v̂) + ε
-        w -= (self.lr / bias_correction1) * (m / denom)  # γ m̂ / (sqrt(v̂) + ε)
+        step = np.sqrt(v)  # then in place (out=): the step reuses one array
+        step /= math.sqrt(bias_correction2)
+        step += self.eps  # sqrt(v̂) + ε
+        np.divide(m, step, out=step)
+        step *= self.lr / bias_correction1
+        w -= step  # γ m̂ / (sqrt(v̂) + ε)
         # END SOLUTION
 
 

@@ -119,3 +119,22 @@ def test_activation_errors():
         Dropout(1.5)
     with pytest.raises(TypeError, match="Generator"):
         Dropout(0.5, rng=42)
+
+
+@given(seed=seeds, scale=st.sampled_from([0.1, 1.0, 5.0, 100.0]))
+def test_float32_gelu_fast_cdf_matches_the_float64_erf(seed, scale):
+    """float32 GELU's Φ (Abramowitz & Stegun 7.1.26 in NumPy passes) against scipy's erf in float64:
+    |ΔΦ| <= 3e-7, and forward/backward within a few float32 steps of the float64 layer's."""
+    from minidist.nn.activation import normal_cdf
+
+    x = scale * np.random.default_rng(seed).standard_normal(1000)
+    exact = normal_cdf(x)  # float64: scipy's erf
+    fast = normal_cdf(x.astype(np.float32))
+    assert fast.dtype == np.float32 and np.abs(fast - exact).max() <= 3e-7
+    assert normal_cdf(x.astype(np.float16)).dtype == np.float16
+    dy = np.random.default_rng(seed + 1).standard_normal(1000)
+    layer64, layer32 = GELU(), GELU()
+    y64, y32 = layer64(x), layer32(x.astype(np.float32))
+    np.testing.assert_allclose(y32, y64, rtol=1e-6, atol=4e-7 * scale)
+    np.testing.assert_allclose(layer32.backward(dy.astype(np.float32)), layer64.backward(dy),
+                               rtol=1e-5, atol=1e-6)

@@ -69,6 +69,19 @@ def test_conv2d_gradients_accumulate(rng):
     np.testing.assert_allclose(conv.bias.grad, 2 * once[1], rtol=1e-12)
 
 
+def test_conv2d_without_input_grad_returns_none_and_the_same_parameter_gradients(rng):
+    x, dy = rng.standard_normal((2, 2, 5, 5)), rng.standard_normal((2, 3, 3, 3))
+    grads = []
+    for input_grad in (True, False):
+        conv = Conv2d(2, 3, 3, stride=2, padding=1, rng=np.random.default_rng(1), dtype=np.float64,
+                      input_grad=input_grad)
+        conv.forward(x)
+        assert (conv.backward(dy) is None) == (not input_grad)
+        grads.append((conv.weight.grad, conv.bias.grad))
+    np.testing.assert_array_equal(grads[0][0], grads[1][0])
+    np.testing.assert_array_equal(grads[0][1], grads[1][1])
+
+
 def test_conv2d_shapes_dtype_and_init(rng):
     conv = Conv2d(3, 8, (3, 5), stride=(2, 1), padding=(1, 2), rng=rng)
     assert conv.weight.shape == (8, 3, 3, 5) and conv.bias.shape == (8,)
