@@ -158,8 +158,9 @@ def wall_breakdown(results: list[dict], trace: Trace, wall: float) -> str:
     parts = ", ".join(f"{name} {seconds / steps * 1e3:.2f} ms" for name, seconds in per_step.items())
     return (f"where the {wall:.1f} s went (mean over ranks): start-up {trace.startup:.2f} s (fork, shared "
             f"memory); {steps} steps of {mean['step'] / steps * 1e3:.2f} ms = {parts} "
-            f"({mean['sleeps'] / steps:.1f} sleeps per step on {os.cpu_count()} cores); the rest "
-            f"{mean['other'] + trace.shutdown:.2f} s (set-up and checks, accuracy, results and spans back)")
+            f"({mean['sleeps'] / steps:.1f} sleeps per step, {os.cpu_count()} cores); outside the steps "
+            f"{mean['other']:.2f} s (set-up, checks, accuracy) and {trace.shutdown:.2f} s (results and spans "
+            f"back)")
 
 
 def last_step_trace(trace: Trace, start: float, end: float) -> Trace:
