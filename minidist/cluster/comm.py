@@ -7,6 +7,7 @@
     comm.barrier(), comm.all_equal(value), comm.split(color, key=None)        (group.py)
     with comm.collective("allreduce(...)"):    messages inside carry the call's checksum
     comm.stats, comm.clock, comm.compute(flops), comm.elapse(seconds)          (ledger.py)
+    comm.wall                                  real seconds in calls, waiting, sleeps (wall.py)
     comm.shared_area()                         arrays every rank reads in place (shared_area.py)
 
 Each message costs its sender alpha + n * beta seconds of simulated time (the alpha-beta model of the

@@ -4,10 +4,11 @@ The model trains on 4 simulated accelerators (minidist.cluster: one process each
 gradients with a ring allreduce, bucket by bucket, overlapped with the backward pass
 (minidist.parallel.data). The demo then trains the same model in one process and prints the largest
 difference between the two sets of final parameters, the traffic ledger (bytes each rank sent, against
-the ring formula 2(P-1)/P·|W|), the simulated time and the wall-clock time. It draws the loss curve
-(figures/00_demo_loss.png), the timeline of the last step (figures/00_demo_timeline.png), and writes a
-Chrome trace of that step to the temporary directory. Everything is seeded: two runs print the same
-numbers, bit for bit.
+the ring formula 2(P-1)/P·|W|), the simulated time, the wall-clock time and, in one line, where the
+distributed run's wall-clock time went (``wall_breakdown``: the ranks' minidist.cluster.wall counters).
+It draws the loss curve (figures/00_demo_loss.png), the timeline of the last step
+(figures/00_demo_timeline.png), and writes a Chrome trace of that step to the temporary directory.
+Everything is seeded: two runs print the same numbers, bit for bit (the wall-clock times aside).
 """
 
 from __future__ import annotations
