@@ -7,6 +7,7 @@
     comm.barrier(), comm.all_equal(value), comm.split(color, key=None)        (group.py)
     with comm.collective("allreduce(...)"):    messages inside carry the call's checksum
     comm.stats, comm.clock, comm.compute(flops), comm.elapse(seconds)          (ledger.py)
+    comm.wall                                  real seconds in calls, waiting, sleeps (wall.py)
     comm.shared_area()                         arrays every rank reads in place (shared_area.py)
 
 Each message costs its sender alpha + n * beta seconds of simulated time (the alpha-beta model of the
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from time import perf_counter
 
 import numpy as np
 
@@ -83,6 +85,12 @@ class Communicator(Group):
         """The simulated accelerator of this rank (``run(..., device=)``): what ``compute`` divides by."""
         return self._ledger.device
 
+    @property
+    def wall(self):
+        """Real seconds this rank's process spent in calls and waits (wall.py's WallTimes; shared by all
+        communicators of the process, like the clock)."""
+        return self._ep.wall
+
     def compute(self, flops: float, label: str = "") -> None:
         """Charge ``flops`` floating-point operations: the clock advances by flops / device.flops."""
         self._ledger.compute(flops, label)
@@ -98,11 +106,13 @@ class Communicator(Group):
         dst: another rank of this communicator; tag: an int >= 0 the receiver must expect. Returns None
         once the message is in dst's mailbox (it waits only while the mailbox is full).
         """
+        began = perf_counter()
         world_dst, data, tag = self._peer(dst, "dst"), check_payload(array), check_tag(tag)
         arrival = self._ledger.send(data.nbytes, world_dst)
         send_message(self._ep, world_dst, data, self._id, self._call, USER, tag, arrival, wait_tag=tag)
         # after the message is out: the receiver is not kept waiting
         self._count_send(data, dst, world_dst, tag)
+        self._ep.wall.in_calls += perf_counter() - began
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, op: str | None = None,
              base: np.ndarray | None = None) -> np.ndarray:
@@ -115,10 +125,13 @@ class Communicator(Group):
         base: with ``op``, out = op(base, incoming) (base: out's dtype and shape; ``out`` itself, or an
             array that does not overlap out), so a reduction can start from an array it must not modify.
         """
+        began = perf_counter()
         world_src, tag, ufunc = self._peer(src, "src"), check_tag(tag), check_out(out, op, base)
         if base is not None:
             check_separate(out, base)
-        return self._receive(src, world_src, tag, out, ufunc, base)
+        received = self._receive(src, world_src, tag, out, ufunc, base)
+        self._ep.wall.in_calls += perf_counter() - began
+        return received
 
     def sendrecv(self, sendbuf: np.ndarray, dst: int, src: int, sendtag: int = 0, recvtag: int = 0,
                  out: np.ndarray | None = None, op: str | None = None,
@@ -130,6 +143,13 @@ class Communicator(Group):
         ``recv``; ``sendbuf`` must not share memory with ``out`` (ValueError, before anything is sent;
         receive into another array — there is no in-place "replace" mode).
         """
+        began = perf_counter()
+        try:
+            return self._sendrecv(sendbuf, dst, src, sendtag, recvtag, out, op, base)
+        finally:
+            self._ep.wall.in_calls += perf_counter() - began
+
+    def _sendrecv(self, sendbuf, dst, src, sendtag, recvtag, out, op, base) -> np.ndarray:
         world_dst, data, sendtag = self._peer(dst, "dst"), check_payload(sendbuf), check_tag(sendtag)
         world_src, recvtag, ufunc = self._peer(src, "src"), check_tag(recvtag), check_out(out, op, base)
         if out is not None:

@@ -26,7 +26,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from itertools import count
 
 import multiprocess
@@ -37,9 +36,11 @@ from . import cross_memory
 from .comm import Communicator
 from .ledger import Device, Ledger, LinkModel, Trace, checked_link
 from .mailbox import Aborted, Endpoint, Layout, timeout_report
+from .wall import now, pack_ledger, unpack_ledger
 
-from .process_setup import (check_picklable, die_with_parent, leave_block, one_blas_thread,  # isort: skip
-                            release_block, settle_rank, shared_resources, signals_deferred, unlink_names)
+from .process_setup import (check_picklable, die_with_parent, explain_exception, leave_block,  # isort: skip
+                            one_blas_thread, release_block, settle_rank, shared_resources, signals_deferred,
+                            unlink_names)
 
 MAX_RANKS = 64
 GRACE = 1.0              # seconds a failing run gives the other ranks to stop before terminating them
@@ -70,10 +71,14 @@ def run(fn, world_size: int, *args, timeout: float = 60.0, link: LinkModel | Non
 
 
 def run_traced(fn, world_size: int, *args, **options) -> tuple[list, Trace]:
-    """Like ``run``, but every rank keeps its spans: also returns the ``Trace`` (spans, clocks, stats)."""
-    results, ledgers = _run(fn, world_size, args, keep_spans=True, **options)
-    spans = [span for spans, _, _ in ledgers for span in spans]
-    return results, Trace(spans, [clock for _, clock, _ in ledgers], [stats for _, _, stats in ledgers])
+    """Like ``run``, but every rank keeps its spans: also returns the ``Trace`` (spans, clocks, stats, and
+    the real seconds of the run's start-up and shutdown: wall.py)."""
+    called = now()
+    results, packed = _run(fn, world_size, args, keep_spans=True, **options)
+    ledgers = [unpack_ledger(data) for data in packed]       # (spans, clock, stats, began, returned)
+    return results, Trace([span for ledger in ledgers for span in ledger[0]], [lg[1] for lg in ledgers],
+                          [lg[2] for lg in ledgers], startup=max(lg[3] for lg in ledgers) - called,
+                          shutdown=now() - max(lg[4] for lg in ledgers))
 
 
 def last_resource_names() -> list[str]:
@@ -269,19 +274,21 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
         endpoint = Endpoint(layout, rank, block, doorbells, cores, cross_memory.enable())
         ledger = Ledger(rank, link, device, keep_spans)
         comm = Communicator(endpoint, ledger, list(range(layout.world_size)))
+        began = now()
         result = fn(comm, *args)
+        returned = now()
         endpoint.mark_done()
-        answer = ("ok", result, (ledger.spans, ledger.clock, comm.stats))
+        answer = ("ok", result, pack_ledger(ledger.spans, ledger.clock, comm.stats, began, returned))
     except Aborted:
         answer, code = ("aborted", None, None), 1
     except BaseException as exc:                     # noqa: BLE001 - report everything, even SystemExit
         if endpoint is not None:
             endpoint.abort()
-        answer, code = ("error", *_explain(exc)), 1
+        answer, code = ("error", *explain_exception(exc)), 1
     try:
         conn.send(answer)
     except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
-        summary, trace = _explain(exc)
+        summary, trace = explain_exception(exc)
         conn.send(("error", f"{summary} (while sending rank {rank}'s result)", trace))
         code = 1
     conn.close()
@@ -290,11 +297,3 @@ def _worker(rank, plan, shared, doorbells, fn, args, conn) -> None:
     leave_block(shared)
     sys.exit(code)
 
-
-def _explain(exc: BaseException) -> tuple[str, str]:
-    """('ValueError: message', traceback) — even for an exception whose __str__ itself raises."""
-    try:
-        text = str(exc)
-    except BaseException as err:  # noqa: BLE001
-        text = f"<str() of the exception raised {type(err).__name__}>"
-    return f"{type(exc).__name__}: {text}", traceback.format_exc()     # (format_exc survives a bad __str__)

@@ -175,11 +175,15 @@ class Ledger:
 
 @dataclass
 class Trace:
-    """What ``run_traced`` brings back: every rank's spans, final clock and world-communicator stats."""
+    """What ``run_traced`` brings back: every rank's spans, final clock and world-communicator stats;
+    ``startup``, ``shutdown``: real seconds before the last rank's function began and after the last
+    returned (minidist.cluster.wall)."""
 
     spans: list[Span]
     clocks: list[float]
     stats: list[Stats]
+    startup: float = 0.0
+    shutdown: float = 0.0
     world_size: int = field(init=False)
 
     def __post_init__(self):

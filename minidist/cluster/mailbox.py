@@ -25,6 +25,7 @@ import numpy as np
 from .deadlock import blocked_on, find_deadlock
 from .layout import ACK, DATA, HEADER_BYTES, MAX_DIMS, MEET, ROOM, Layout  # noqa: F401 (re-exported)
 from .process_setup import exit_if_orphaned
+from .wall import WallTimes
 
 POLL = 0.05                                     # seconds between checks for abort / returned peers
 YIELDS = 3                                      # sched_yield()s before sleeping, when spinning is not allowed
@@ -89,6 +90,7 @@ class Endpoint:
         self.read = [0] * p
         self.seq = [0] * p          # messages sent to each rank
         self.stash: dict[tuple, list] = {}   # messages that arrived for another communicator / kind
+        self.wall = WallTimes()              # real seconds in calls and waits (wall.py)
 
     def close(self) -> None:
         """Drop the views of the shared block, so that it can be unmapped."""
@@ -171,6 +173,13 @@ class Endpoint:
         waits for, and a new wait number) and sleeps on its doorbell, re-checking after every ring and
         every ``POLL`` seconds.
         """
+        start = time.perf_counter()             # (wall.py: always-on counters of real time)
+        try:
+            self._wait(send_to, recv_from, tag, room_at, ack, data_at, met)
+        finally:
+            self.wall.waiting += time.perf_counter() - start
+
+    def _wait(self, send_to, recv_from, tag, room_at, ack, data_at, met) -> None:
         def ready() -> bool:  # from the two mailboxes' counters only (find_deadlock reads the same)
             return (
                 send_to >= 0 and self.written[send_to] - self.ctrl[self.read_out[send_to]] < self.nslots
@@ -193,6 +202,7 @@ class Endpoint:
                 if ready():
                     return
         bell, st = self.doorbells[self.rank], self.status[self.rank]
+        self.wall.sleeps += 1
         self.ctrl[st + 5] += 1                 # a new wait number, published before the bits below
         self.ctrl[st + 1], self.ctrl[st + 2], self.ctrl[st + 3] = send_to, recv_from, tag
         self.ctrl[st + 4], self.ctrl[st + 6] = room_at, data_at

@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 import weakref
 
 from multiprocess.synchronize import Semaphore, SemLock
@@ -253,3 +254,12 @@ def check_picklable(fn, args) -> None:
         raise TypeError(f"start_method='spawn' sends fn and args to new processes by pickling them, and "
                         f"{getattr(fn, '__name__', fn)!r} with its args cannot be pickled: "
                         f"{type(exc).__name__}: {exc}") from exc
+
+
+def explain_exception(exc: BaseException) -> tuple[str, str]:
+    """('ValueError: message', traceback) — even for an exception whose __str__ itself raises."""
+    try:
+        text = str(exc)
+    except BaseException as err:  # noqa: BLE001
+        text = f"<str() of the exception raised {type(err).__name__}>"
+    return f"{type(exc).__name__}: {text}", traceback.format_exc()     # (format_exc survives a bad __str__)
