@@ -310,7 +310,7 @@ print(f"lesson 01 done in {elapsed:.1f} s; figures: 01_activation_memory.png, 01
 #
 # * `linear` — `Linear.forward` / `Linear.backward`: y = x·Wᵀ + b; dx = dy·W, dW = dyᵀ·x, db = Σ dy.
 #   Backward *adds* into `self.weight.grad` (`+=`); reshape `(..., in)` inputs to 2-D first.
-# * `conv2d_backward` — `Conv2d.backward` from the im2col columns forward kept (`self._cols`):
+# * `conv2d_backward` — `Conv2d.backward` from the im2col columns forward kept (`self._cols`, (K, N, Ho·Wo)):
 #   dW = Σₙ dYₙ·colsₙᵀ, db = Σ dy, and dx by adding Wᵀ·dYₙ back onto the padded input (col2im).
 # * `batchnorm_backward` — the batch-norm backward through the batch mean and variance:
 #   dx = (γ/σ)·(dy − mean(dy) − x̂·mean(dy·x̂)), means over every axis but the channel axis.

@@ -132,6 +132,19 @@ def test_maxpool_routes_gradient_to_the_maximum():
     np.testing.assert_array_equal(tied.backward(np.array([[[[7.0]]]])), [[[[7.0, 0.0], [0.0, 0.0]]]])
 
 
+@pytest.mark.parametrize("size", [4, 5])
+def test_maxpool_backward_leaves_pixels_outside_every_window_at_zero(rng, size):
+    """Backward writes dx without zeroing it first when the windows tile the input (size 4); with size 5 the
+    last row and column are in no window and must come back 0, however often backward runs."""
+    pool = MaxPool2d(2)
+    for _ in range(3):
+        pool(rng.standard_normal((2, 3, size, size)))
+        dy = rng.standard_normal((2, 3, 2, 2)) + 10.0
+        dx = pool.backward(dy)
+        assert np.count_nonzero(dx) == dy.size and np.isclose(dx.sum(), dy.sum())
+        assert not dx[:, :, 4:].any() and not dx[:, :, :, 4:].any()
+
+
 @given(case=pool_case(), seed=st.integers(0, 2**32 - 1))
 def test_maxpool_ties_go_to_the_first_maximum_as_in_torch(case, seed):
     """Small integers make ties common: each window's gradient must reach exactly one input, the first
