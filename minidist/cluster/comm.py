@@ -99,6 +99,11 @@ class Communicator(Group):
         """Charge ``seconds`` of work to the clock."""
         self._ledger.elapse(seconds, label)
 
+    def drop_spans(self) -> None:
+        """Forget the spans this rank's process has recorded so far (the clock runs on): a long run whose
+        trace needs only its end (the demo's last step) then sends back only those."""
+        self._ledger.drop_spans()
+
     # -- point to point ---------------------------------------------------------------------------------
     def send(self, array: np.ndarray, dst: int, tag: int = 0) -> None:
         """Send a copy of ``array`` (any shape, numeric/bool/string dtype) to rank ``dst``.

@@ -134,6 +134,10 @@ class Ledger:
         """The link level ("intra"/"inter") of a send/recv span under a Topology, else ""."""
         return self.link.level(self.rank, span.peer) if span.kind in ("send", "recv") else ""
 
+    def drop_spans(self) -> None:
+        """Forget the spans recorded so far; the clock keeps its time."""
+        self._records.clear()
+
     def record(self, kind: str, end: float, label: str | None, peer: int = -1, nbytes: int = 0) -> None:
         """Record the span from the current clock to ``end`` and move the clock there (label None: a
         send/recv span, labelled when read)."""

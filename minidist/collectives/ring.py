@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.collectives.common import TAGS
-from minidist.collectives.pieces import split_offsets
+from minidist.collectives.pieces import split_range
 
 
 def ring_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
@@ -44,10 +44,10 @@ def ring_allreduce(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:
 
 
 def ring_chunk(flat: np.ndarray, p: int, i: int) -> np.ndarray:
-    """Chunk i mod P of flat (a view): np.array_split's rule, minidist.collectives.pieces.split_offsets."""
-    bounds = split_offsets(flat.size, p)
-    i %= p
-    return flat[bounds[i]:bounds[i + 1]]
+    """Chunk i mod P of flat (a view): np.array_split's rule, minidist.collectives.pieces.split_range
+    (integer arithmetic: a ring step of a small bucket must not pay for an offsets array)."""
+    lo, hi = split_range(flat.size, p, i % p)
+    return flat[lo:hi]
 
 
 def ring_reduce_scatter(comm, flat: np.ndarray, op: str = "sum") -> np.ndarray:

@@ -127,7 +127,8 @@ class DataParallel:
         return applied
 
     def zero_grad(self) -> None:
-        self.model.zero_grad()
+        for p in self.params:          # (model.zero_grad() would walk the module tree at every step)
+            p.zero_grad()
         self._synced, self._micro_steps = False, 0
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
