@@ -107,6 +107,15 @@ class ComputeCharges(Attachment):
         self.t = comm.clock                   # the compute stream
         self.streamed_forward = False         # see the module docstring
         self._shape: tuple[int, ...] = ()
+        self._comm_checked = False            # compute/elapse: checked at the first charge (_checked_comm)
+
+    def _checked_comm(self):
+        """The communicator, its compute/elapse checked once, at the first charge (not at every charge:
+        a step charges every unit)."""
+        if not self._comm_checked:
+            _check_comm(self.comm, "ComputeCharges")
+            self._comm_checked = True
+        return self.comm
 
     def _label(self, kind: str, unit) -> str:
         return f"{kind} {type(unit).__name__}" if self.label is None else self.label
@@ -114,7 +123,7 @@ class ComputeCharges(Attachment):
     def charge(self, flops, label: str) -> float:
         """Charge flops to the clock now (both streams); returns the seconds it took."""
         start = self.comm.clock
-        charge_flops(self.comm, flops, label)
+        self._checked_comm().compute(_check_amount(flops, "flops", "charge_flops"), label=label)
         self.t = self.comm.clock
         self.spans.append(Span(self.comm.rank, start, self.t, "compute", label))
         self.busy_seconds += self.t - start
@@ -170,7 +179,9 @@ class ComputeCharges(Attachment):
 
     def wait_until(self, t: float, label: str) -> None:
         """The communication stream waits until time t (a collective needs what the compute stream made)."""
-        wait_until(self.comm, t, label)
+        comm = self._checked_comm()
+        if comm.clock < t:
+            comm.elapse(t - comm.clock, label=label)
 
     def end_backward(self) -> None:
         self.wait_until(self.t, "backward")
