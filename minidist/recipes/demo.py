@@ -216,9 +216,10 @@ def main(epochs: int = 15) -> int:
           f"bytes because the ring's chunks differ by one element when a bucket does not divide by P)")
     print(f"simulated time of {epochs} epochs: {out['train_clock'] * 1e3:.1f} ms on the modelled machine "
           f"({out['train_clock'] / out['steps'] * 1e6:.0f} us per step)\nwall-clock: {wall_dp:.2f} s with "
-          f"{WORLD_SIZE} processes (fork, set-up, {out['steps']} steps, accuracy per epoch, replica check, results "
-          f"back), {wall_single:.2f} s in one process (the same {out['steps']} steps and accuracies, no fork): "
-          f"{wall_dp / wall_single:.0f}x; the digits were loaded once before both, in {loaded - start:.1f} s")
+          f"{WORLD_SIZE} processes (fork, set-up, {out['steps']} steps, accuracy per epoch, replica check, "
+          f"results back), {wall_single:.2f} s in one process (the same {out['steps']} steps and accuracies, "
+          f"no fork): {wall_dp / wall_single:.0f}x; the digits were loaded once before both, in "
+          f"{loaded - start:.1f} s")
     print(wall_breakdown(results, trace, wall_dp))
 
     step_trace = last_step_trace(trace, *out["last_step"])
