@@ -99,12 +99,13 @@ def affinity(comm):
 def test_each_rank_takes_a_core_of_its_own_where_there_are_enough(monkeypatch, pin):
     monkeypatch.setenv("MINIDIST_PIN", pin)
     cores = sorted(os.sched_getaffinity(0))
-    for world_size in (2, len(cores) + 1):
+    for world_size in (2, len(cores) + 1, 2 * len(cores) + 1):
         got = run(affinity, world_size)
-        if pin == "1" and world_size <= len(cores):
+        if pin == "1" and len(cores) > 1:
             first = cores.index(got[0][0])
             expected = [[cores[(first + r) % len(cores)]] for r in range(world_size)]
-            assert got == expected, "one core each, consecutive in rank order"
+            assert got == expected, "one core each, consecutive in rank order; more ranks: round-robin"
         else:
-            assert got == [cores] * world_size, "more ranks than cores (or MINIDIST_PIN=0): not bound"
+            assert got == [cores] * world_size, "MINIDIST_PIN=0 (or a single core): not bound"
+    assert run(affinity, 1) == [cores], "a run of one rank is not bound"
     assert sorted(os.sched_getaffinity(0)) == cores, "the launcher itself is never bound"
