@@ -15,6 +15,8 @@ def test_the_breakdown_adds_up_to_the_steps_and_names_every_part():
         wall = r["wall"]
         assert 0.0 <= wall["waiting"] <= wall["in_calls"] <= wall["step"] and wall["sleeps"] >= 0
         assert wall["other"] >= 0.0 and r["steps"] == 45           # 1,437 images, global batch 32
+    last_step_start = results[0]["last_step"][0]                   # only the last step's spans came back
+    assert trace.spans and min(s.start for s in trace.spans) >= last_step_start
     line = wall_breakdown(results, trace, 9.5)
     parts = r"steps of ([\d.]+) ms = compute ([\d.]+) ms, messages ([\d.]+) ms, waiting ([\d.]+) ms"
     step, compute, messages, waiting = (float(x) for x in re.search(parts, line).groups())

@@ -25,6 +25,21 @@ def scripted(comm):
     return comm.clock
 
 
+def scripted_then_dropped(comm):
+    clock = scripted(comm)
+    comm.drop_spans()                                          # only what follows travels back
+    comm.elapse(2.0**-12, label="after the drop")
+    return clock, comm.clock
+
+
+def test_dropped_spans_do_not_come_back_and_the_clock_runs_on():
+    link, device = LinkModel(ALPHA, BETA), Device(flops=FLOPS)
+    results, trace = run_traced(scripted_then_dropped, 2, link=link, device=device)
+    for rank, (before, after) in enumerate(results):
+        assert after == before + 2.0**-12 == trace.clocks[rank]
+        assert trace.rank_spans(rank) == [Span(rank, before, after, "compute", "after the drop")]
+
+
 def test_scripted_exchange_gives_the_exact_alpha_beta_times():
     link, device = LinkModel(ALPHA, BETA), Device(flops=FLOPS)
     clocks, trace = run_traced(scripted, 2, link=link, device=device)

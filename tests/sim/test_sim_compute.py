@@ -162,3 +162,6 @@ def test_bad_input_is_a_clear_error():
             wait_until(bad, 1.0, "not a communicator")
     with pytest.raises(TypeError, match="comm must be a communicator"):
         ComputeCharges(object())
+    without_compute = ComputeCharges(SimpleNamespace(clock=0.0))   # a clock is all the constructor needs
+    with pytest.raises(TypeError, match="ComputeCharges: comm must be a communicator"):
+        without_compute.charge(1, "at the first charge")
