@@ -63,6 +63,8 @@ class Region:
 
 def find_regions(text: str, path: str) -> list[Region]:
     """Parse the markers of one file; raise MarkerError for anything malformed."""
+    if not ANY_MARKER.search(text):        # most files: no marker anywhere, so none to tokenize for
+        return []
     lines = text.splitlines()
     regions: list[Region] = []
     open_region: Region | None = None
