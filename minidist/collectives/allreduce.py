@@ -200,7 +200,8 @@ def working_buffer(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
                          f"got {out.shape} {out.dtype}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be a writeable C-contiguous array")
-    same = out.__array_interface__["data"][0] == x.__array_interface__["data"][0] and out.strides == x.strides
+    same = out is x or (out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+                        and out.strides == x.strides)     # (``out is x``: in place, as buckets call it)
     if not same:
         if np.shares_memory(out, x):
             raise ValueError("out overlaps x without being x itself: pass out=x for an in-place allreduce")
