@@ -15,8 +15,6 @@ import numpy as np
 
 
 def _check(n: int, parts: int) -> tuple[int, int]:
-    if type(n) is int and type(parts) is int and n >= 0 and parts >= 1:    # the usual case, quickly
-        return n, parts
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"split: n must be an integer >= 0, got {n!r}")
     if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
@@ -46,8 +44,7 @@ def split_bounds(n: int, parts: int) -> list[tuple[int, int]]:
 def split_range(n: int, parts: int, index: int) -> tuple[int, int]:
     """(lo, hi) of piece ``index`` alone, without building the others."""
     n, parts = _check(n, parts)
-    if type(index) is not int and (isinstance(index, bool) or not isinstance(index, (int, np.integer))) \
-            or not 0 <= index < parts:
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < parts:
         raise ValueError(f"split: index must be an integer in [0, {parts}), got {index!r}")
     base, extra = divmod(n, parts)
     lo = int(index) * base + min(int(index), extra)

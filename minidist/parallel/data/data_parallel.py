@@ -72,7 +72,8 @@ class DataParallel:
                                       and mixed.optimizer is optimizer):
             raise ValueError("mixed must be a MixedPrecisionTrainer built on the same model and optimizer")
         self.comm, self.model, self.optimizer, self.loss_fn = comm, model, optimizer, loss_fn
-        self.check_every_step, self.precision = check_every_step, mixed or FullPrecision(optimizer)
+        self.check_every_step = check_every_step
+        self.precision = mixed if mixed is not None else FullPrecision(optimizer)
         self.clock = ComputeCharges(comm)               # the compute stream on the simulated clock
         self.sync = GradientSync(model, comm, algorithm=algorithm, bucket_bytes=bucket_bytes, overlap=overlap,
                                  mixed=self.precision, clock=self.clock,
@@ -126,8 +127,7 @@ class DataParallel:
         return applied
 
     def zero_grad(self) -> None:
-        for p in self.params:          # (model.zero_grad() would walk the module tree at every step)
-            p.zero_grad()
+        self.model.zero_grad()
         self._synced, self._micro_steps = False, 0
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
